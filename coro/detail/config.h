@@ -1,0 +1,43 @@
+#pragma once
+
+// Compiler and build feature checks for weft, in one place (STYLE.md: never two copies
+// of a body behind #ifs).
+
+// WEFT_TAIL_CALLS_GUARANTEED: 1 when the compiler turns symmetric transfer (an
+// await_suspend returning a coroutine_handle) into a tail call, so arbitrarily long
+// chains of synchronously completing awaits do not grow the native stack. clang does at
+// every optimisation level; g++-12 only at -O2 and above, which the preprocessor cannot
+// tell from -O1 (both define __OPTIMIZE__): builds at -O1/-Og with g++ define this to 0
+// on the command line. Tests that need tail calls are skipped when this is 0.
+#ifndef WEFT_TAIL_CALLS_GUARANTEED
+#if defined(__clang__) || (defined(__GNUC__) && defined(__OPTIMIZE__))
+#define WEFT_TAIL_CALLS_GUARANTEED 1
+#else
+#define WEFT_TAIL_CALLS_GUARANTEED 0
+#endif
+#endif
+
+// WEFT_ASAN: 1 when compiled with AddressSanitizer. The frame allocator then poisons the
+// frames it keeps for reuse, so a use after free of a coroutine frame is still reported.
+#if defined(__SANITIZE_ADDRESS__)
+#define WEFT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_ASAN 1
+#endif
+#endif
+#ifndef WEFT_ASAN
+#define WEFT_ASAN 0
+#endif
+
+// WEFT_FRAME_CACHE_BYTES: how many bytes of freed coroutine frames each thread keeps for
+// reuse (see coro/detail/frame_allocator.h). 0 disables the cache.
+#ifndef WEFT_FRAME_CACHE_BYTES
+#define WEFT_FRAME_CACHE_BYTES (4u << 20)
+#endif
+
+#if defined(__GNUC__)
+#define WEFT_NOINLINE __attribute__((noinline))
+#else
+#define WEFT_NOINLINE
+#endif

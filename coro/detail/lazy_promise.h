@@ -1,0 +1,143 @@
+#pragma once
+
+#include <concepts>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <type_traits>
+#include <utility>
+
+#include "coro/detail/frame_allocator.h"
+#include "coro/detail/via_awaiter.h"
+#include "coro/try.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+template <class T>
+class Lazy;
+
+namespace detail {
+
+// Where a finished Lazy goes next when that is not simply "resume the coroutine that
+// awaited it": syncAwait's wake-up, collectAll's counter, start()'s callback, a Task's
+// hop back to its awaiter's executor. A plain function pointer, not a virtual, so a sink
+// is one word and a direct call.
+struct CompletionSink {
+  // Runs on the thread that finished the Lazy, inside its final suspend (so it must not
+  // throw); returns the coroutine to transfer to (std::noop_coroutine() for none).
+  using OnComplete = std::coroutine_handle<> (*)(CompletionSink* self) noexcept;
+  explicit CompletionSink(OnComplete onComplete) noexcept : onComplete_(onComplete) {}
+  OnComplete onComplete_;
+};
+
+template <class T>
+inline constexpr bool kIsLazy = false;
+template <class T>
+inline constexpr bool kIsLazy<Lazy<T>> = true;
+
+// Awaitables that know about executors expose `coAwait(Executor*)`: the promise hands
+// them its executor instead of wrapping them in a ViaAwaiter.
+template <class A>
+concept ExecutorAwareAwaitable = requires(A&& a, Executor* executor) {
+  std::forward<A>(a).coAwait(executor);
+};
+
+// What every Lazy promise shares: the lazy start, the continuation word, the executor
+// the coroutine is bound to (nullptr for a plain Lazy), and executor propagation.
+class LazyPromiseBase : public FrameAllocated {
+ public:
+  // Lazily started: nothing runs until the Lazy is awaited, started or synchronously
+  // awaited.
+  std::suspend_always initial_suspend() noexcept { return {}; }
+
+  struct FinalAwaiter {
+    bool await_ready() noexcept { return false; }
+    // Symmetric transfer to whoever waits: this is what keeps chains of awaits from
+    // growing the native stack. noexcept: nothing here can fail.
+    template <class Promise>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> self) noexcept {
+      return self.promise().completionTarget();
+    }
+    void await_resume() noexcept {}
+  };
+  FinalAwaiter final_suspend() noexcept { return {}; }
+
+  // Every co_await in a Lazy goes through here:
+  //  - a Lazy is awaited directly (its awaiter copies our executor into it);
+  //  - an executor-aware awaitable gets our executor through coAwait();
+  //  - anything else is wrapped so that, in a coroutine bound to an executor, we resume
+  //    on that executor even if the awaitable completes on another thread.
+  template <class A>
+  decltype(auto) await_transform(A&& awaitable) {
+    if constexpr (kIsLazy<std::remove_cvref_t<A>>) {
+      return std::forward<A>(awaitable);
+    } else if constexpr (ExecutorAwareAwaitable<A>) {
+      return std::forward<A>(awaitable).coAwait(executor_);
+    } else {
+      return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor_);
+    }
+  }
+
+  Executor* executor() const noexcept { return executor_; }
+  void setExecutor(Executor* executor) noexcept { executor_ = executor; }
+
+  void setContinuation(std::coroutine_handle<> awaiting) noexcept {
+    continuation_ = reinterpret_cast<std::uintptr_t>(awaiting.address());
+  }
+  // Sinks are at least pointer-aligned, so the low bit marks the word as a sink.
+  void setCompletionSink(CompletionSink* sink) noexcept {
+    continuation_ = reinterpret_cast<std::uintptr_t>(sink) | 1u;
+  }
+
+  std::coroutine_handle<> completionTarget() noexcept {
+    if (continuation_ & 1u) [[unlikely]] {
+      auto* sink = reinterpret_cast<CompletionSink*>(continuation_ & ~std::uintptr_t{1});
+      return sink->onComplete_(sink);
+    }
+    return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(continuation_));
+  }
+
+ private:
+  std::uintptr_t continuation_ = 0;
+  Executor* executor_ = nullptr;
+};
+
+template <class T>
+class LazyPromise final : public LazyPromiseBase {
+ public:
+  Lazy<T> get_return_object() noexcept;
+
+  template <class U = T>
+    requires std::convertible_to<U&&, T>
+  void return_value(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+    result_.emplace(std::forward<U>(value));
+  }
+  // noexcept: storing an exception_ptr cannot fail.
+  void unhandled_exception() noexcept { result_.setException(std::current_exception()); }
+
+  Try<T> result_;
+};
+
+template <class T>
+class LazyPromise<T&> final : public LazyPromiseBase {
+ public:
+  Lazy<T&> get_return_object() noexcept;
+  void return_value(T& value) noexcept { result_.emplace(value); }
+  void unhandled_exception() noexcept { result_.setException(std::current_exception()); }
+
+  Try<T&> result_;
+};
+
+template <>
+class LazyPromise<void> final : public LazyPromiseBase {
+ public:
+  Lazy<void> get_return_object() noexcept;
+  void return_void() noexcept { result_.emplace(); }
+  void unhandled_exception() noexcept { result_.setException(std::current_exception()); }
+
+  Try<void> result_;
+};
+
+}  // namespace detail
+}  // namespace weft

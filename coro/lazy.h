@@ -1,0 +1,206 @@
+#pragma once
+
+#include <concepts>
+#include <coroutine>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <type_traits>
+#include <utility>
+
+#include "coro/detail/lazy_promise.h"
+#include "coro/try.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+template <class T>
+class Task;
+
+namespace detail {
+
+// Gives weft's own algorithms (syncAwait, collectAll, Task) the frame of a Lazy.
+struct LazyAccess {
+  template <class T>
+  static std::coroutine_handle<LazyPromise<T>> handle(const Lazy<T>& lazy) noexcept {
+    return lazy.handle_;
+  }
+  template <class T>
+  static std::coroutine_handle<LazyPromise<T>> release(Lazy<T>& lazy) noexcept {
+    return std::exchange(lazy.handle_, nullptr);
+  }
+};
+
+[[noreturn]] inline void abortInvalidLazy(const char* operation) noexcept {
+  std::fprintf(stderr, "weft: %s on an empty Lazy (default-constructed or moved-from)\n",
+               operation);
+  std::abort();
+}
+
+// The awaiter of `co_await std::move(lazy)`.
+template <class T>
+class LazyAwaiter {
+ public:
+  explicit LazyAwaiter(std::coroutine_handle<LazyPromise<T>> handle) noexcept
+      : handle_(handle) {}
+
+  bool await_ready() const noexcept { return false; }
+
+  // Starts the awaited Lazy by symmetric transfer; it transfers back when it finishes.
+  // A Lazy awaited inside a weft coroutine inherits that coroutine's executor.
+  // noexcept: only stores two words.
+  template <class Promise>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
+    LazyPromiseBase& promise = handle_.promise();
+    promise.setContinuation(awaiting);
+    if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
+      promise.setExecutor(awaiting.promise().executor());
+    }
+    return handle_;
+  }
+
+  T await_resume() {
+    if constexpr (std::is_void_v<T>) {
+      handle_.promise().result_.value();
+    } else {
+      return std::move(handle_.promise().result_).value();
+    }
+  }
+
+ private:
+  std::coroutine_handle<LazyPromise<T>> handle_;
+};
+
+// Runs a detached Lazy's callback when it finishes, then frees the frame and itself.
+template <class T, class Callback>
+class StartSink final : public CompletionSink {
+ public:
+  StartSink(std::coroutine_handle<LazyPromise<T>> handle, Callback&& callback)
+      : CompletionSink(&StartSink::complete), handle_(handle), callback_(std::move(callback)) {}
+
+ private:
+  // noexcept: runs inside the final suspend. A callback that throws has nobody to
+  // report to, so weft says so and aborts.
+  static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+    auto* self = static_cast<StartSink*>(sink);
+    Try<T> result = std::move(self->handle_.promise().result_);
+    self->handle_.destroy();
+    Callback callback = std::move(self->callback_);
+    delete self;
+    try {
+      callback(std::move(result));
+    } catch (...) {
+      std::fprintf(stderr, "weft: the callback passed to start() threw; aborting\n");
+      std::abort();
+    }
+    return std::noop_coroutine();
+  }
+
+  std::coroutine_handle<LazyPromise<T>> handle_;
+  Callback callback_;
+};
+
+}  // namespace detail
+
+// Lazy<T>: a lazily started coroutine producing a T (an object type, a reference, or
+// void).
+//
+// Nothing runs until the Lazy is awaited (`co_await std::move(lazy)`), started
+// (`std::move(lazy).start(callback)`), or waited for (`syncAwait(std::move(lazy))`). An
+// awaited Lazy runs on the awaiting thread and resumes its awaiter by symmetric transfer,
+// so chains of any depth use constant native stack. It resumes wherever the thing it
+// awaited completed; bind it to an executor with `.via(executor)` (see Task) for
+// executor affinity. Awaited inside a Task, it inherits the task's executor.
+//
+// Lazy is move-only and single-shot: awaiting it consumes it. Destroying a Lazy that was
+// never started, or that is suspended and will not be resumed by anyone, frees its frame
+// and every local in it. Frames come from a thread-local recycling allocator.
+//
+// Errors: an exception escaping the coroutine body is stored and rethrown from the
+// `co_await` (or from syncAwait; collectAll hands it over in a Try). Awaiting, starting or
+// binding an empty (moved-from or default-constructed) Lazy prints a message and aborts.
+//
+// Thread safety: a Lazy is one value owned by one coroutine at a time; it may be
+// resumed on a different thread from the one it started on.
+//
+// Example:
+//   weft::Lazy<int> answer() { co_return 42; }
+//   weft::Lazy<int> twice() { co_return 2 * co_await answer(); }
+//   int v = weft::syncAwait(twice());  // 84
+template <class T = void>
+class [[nodiscard]] Lazy {
+ public:
+  using promise_type = detail::LazyPromise<T>;
+  using ValueType = T;
+
+  Lazy() noexcept = default;
+  Lazy(Lazy&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Lazy& operator=(Lazy&& other) noexcept {
+    if (this != &other) {
+      destroy();
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  ~Lazy() { destroy(); }
+
+  // False for a default-constructed or moved-from Lazy.
+  bool valid() const noexcept { return handle_ != nullptr; }
+
+  // Binds this Lazy to `executor`: the result starts there and resumes there after every
+  // await that completes elsewhere. Precondition: `executor` is not null (else abort).
+  Task<T> via(Executor* executor) &&;
+
+  // Starts the Lazy now, on the calling thread, detached: it runs until its first
+  // suspension, and `callback(Try<T>)` runs on whatever thread finishes it. The frame
+  // is freed before the callback runs. The callback must not throw (weft aborts if it
+  // does).
+  template <class Callback>
+    requires std::invocable<std::decay_t<Callback>&, Try<T>&&>
+  void start(Callback&& callback) && {
+    if (!handle_) detail::abortInvalidLazy("start()");
+    auto* sink = new detail::StartSink<T, std::decay_t<Callback>>(
+        handle_, std::decay_t<Callback>(std::forward<Callback>(callback)));
+    handle_.promise().setCompletionSink(sink);
+    std::exchange(handle_, nullptr).resume();
+  }
+
+  detail::LazyAwaiter<T> operator co_await() && noexcept {
+    if (!handle_) detail::abortInvalidLazy("co_await");
+    return detail::LazyAwaiter<T>(handle_);
+  }
+  // A Lazy runs once: await it as an rvalue, `co_await std::move(lazy)`.
+  void operator co_await() & = delete;
+  void operator co_await() const& = delete;
+
+ private:
+  friend promise_type;
+  friend struct detail::LazyAccess;
+
+  explicit Lazy(std::coroutine_handle<promise_type> handle) noexcept : handle_(handle) {}
+  void destroy() noexcept {
+    if (handle_) std::exchange(handle_, nullptr).destroy();
+  }
+
+  std::coroutine_handle<promise_type> handle_;
+};
+
+namespace detail {
+
+template <class T>
+Lazy<T> LazyPromise<T>::get_return_object() noexcept {
+  return Lazy<T>(std::coroutine_handle<LazyPromise<T>>::from_promise(*this));
+}
+template <class T>
+Lazy<T&> LazyPromise<T&>::get_return_object() noexcept {
+  return Lazy<T&>(std::coroutine_handle<LazyPromise<T&>>::from_promise(*this));
+}
+inline Lazy<void> LazyPromise<void>::get_return_object() noexcept {
+  return Lazy<void>(std::coroutine_handle<LazyPromise<void>>::from_promise(*this));
+}
+
+}  // namespace detail
+}  // namespace weft
+
+// Task<T> completes Lazy<T>::via(); it includes this header first.
+#include "coro/task.h"

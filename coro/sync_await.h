@@ -1,0 +1,148 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <coroutine>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "coro/detail/lazy_promise.h"
+#include "coro/detail/via_awaiter.h"
+#include "coro/lazy.h"
+#include "coro/task.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+// Thrown by syncAwait when called on a thread of the executor it would wait on: the
+// thread would block waiting for work that needs that very thread.
+class SyncAwaitDeadlock : public std::logic_error {
+ public:
+  explicit SyncAwaitDeadlock(std::string_view executorName)
+      : std::logic_error("weft: syncAwait called on a thread of executor '" +
+                         std::string(executorName) +
+                         "', which it waits on; this would deadlock (co_await instead)") {}
+};
+
+namespace detail {
+
+// Blocks a thread until a Lazy finishes. The finishing thread touches the sink only as
+// long as the waiter may still be looking at it: on the fast path (already finished
+// when the waiter checks) it only stores `kDone`; when the waiter sleeps, the wake-up
+// happens under the mutex, which the waiter must reacquire before it returns.
+class SyncWaitSink final : public CompletionSink {
+ public:
+  SyncWaitSink() noexcept : CompletionSink(&SyncWaitSink::complete) {}
+
+  void wait() {
+    // acquire: pairs with the release in complete(), so the result stored in the frame
+    // before completion is visible here.
+    if (state_.load(std::memory_order_acquire) == kDone) return;
+    std::unique_lock lock(mutex_);
+    if (state_.exchange(kWaiting, std::memory_order_acq_rel) == kDone) return;
+    woken_.wait(lock, [this] { return wakeUp_; });
+  }
+
+ private:
+  static constexpr int kRunning = 0, kWaiting = 1, kDone = 2;
+
+  static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+    auto* self = static_cast<SyncWaitSink*>(sink);
+    // acq_rel: release publishes the result; acquire orders the wake-up below after the
+    // waiter's registration.
+    if (self->state_.exchange(kDone, std::memory_order_acq_rel) == kWaiting) {
+      std::lock_guard lock(self->mutex_);
+      self->wakeUp_ = true;
+      self->woken_.notify_one();
+    }
+    return std::noop_coroutine();
+  }
+
+  std::atomic<int> state_{kRunning};
+  std::mutex mutex_;
+  std::condition_variable woken_;
+  bool wakeUp_ = false;
+};
+
+template <class T>
+T takeResult(LazyPromise<T>& promise) {
+  if constexpr (std::is_void_v<T>) {
+    promise.result_.value();
+  } else {
+    return std::move(promise.result_).value();
+  }
+}
+
+// The value type `co_await a` produces (rvalue references decay to values).
+template <class A>
+using AwaitResult = std::conditional_t<
+    std::is_rvalue_reference_v<decltype(std::declval<AwaiterOf<A>>().await_resume())>,
+    std::remove_cvref_t<decltype(std::declval<AwaiterOf<A>>().await_resume())>,
+    decltype(std::declval<AwaiterOf<A>>().await_resume())>;
+
+template <class T>
+inline constexpr bool kIsTask = false;
+template <class T>
+inline constexpr bool kIsTask<Task<T>> = true;
+
+// Wraps any awaitable in a Lazy. `A` is a reference type for an lvalue awaitable (it is
+// awaited in place: syncAwait blocks, so it outlives the wrapper) and a value type for an
+// rvalue (moved into the frame).
+template <class T, class A>
+Lazy<T> awaitInLazy(A awaitable) {
+  co_return co_await static_cast<A&&>(awaitable);
+}
+
+}  // namespace detail
+
+// syncAwait(x): blocks the calling thread until `x` completes; returns its value or
+// rethrows its exception.
+//
+// `x` may be a Lazy (it runs on the calling thread until it first suspends, then
+// wherever it is resumed), a Task (it runs on its executor), or any C++20 awaitable.
+// `syncAwait(lazy, executor)` is `syncAwait(std::move(lazy).via(executor))`.
+//
+// Preconditions: not called from a thread of the executor it waits on.
+// Errors: rethrows what the awaited work threw. Throws SyncAwaitDeadlock if called on a
+// thread of the Task's executor, and ExecutorShutDown if that executor is shut down.
+// Thread safety: any thread that is not one of the awaited executor's may call it.
+//
+// Example:
+//   weft::ThreadPool pool(2);
+//   int v = weft::syncAwait(compute(), &pool);
+//   weft::syncAwait(doWork());
+template <class T>
+T syncAwait(Lazy<T> lazy) {
+  auto handle = detail::LazyAccess::handle(lazy);
+  if (!handle) detail::abortInvalidLazy("syncAwait");
+  detail::SyncWaitSink sink;
+  handle.promise().setCompletionSink(&sink);
+  handle.resume();
+  sink.wait();
+  return detail::takeResult(handle.promise());
+}
+
+template <class T>
+T syncAwait(Task<T> task) {
+  Executor* executor = task.executor();
+  if (executor->currentThreadInExecutor()) throw SyncAwaitDeadlock(executor->name());
+  // Awaited from a coroutine with no executor, the task starts by being scheduled on its
+  // own executor (we are not on one of its threads).
+  return syncAwait(detail::awaitInLazy<T>(std::move(task)));
+}
+
+template <class T>
+T syncAwait(Lazy<T> lazy, Executor* executor) {
+  return syncAwait(std::move(lazy).via(executor));
+}
+
+template <class A>
+  requires(!detail::kIsLazy<std::remove_cvref_t<A>> && !detail::kIsTask<std::remove_cvref_t<A>>)
+detail::AwaitResult<A> syncAwait(A&& awaitable) {
+  return syncAwait(detail::awaitInLazy<detail::AwaitResult<A>, A>(std::forward<A>(awaitable)));
+}
+
+}  // namespace weft

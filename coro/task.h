@@ -1,0 +1,165 @@
+#pragma once
+
+#include <concepts>
+#include <coroutine>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+#include <utility>
+
+#include "coro/detail/lazy_promise.h"
+#include "coro/detail/via_awaiter.h"
+#include "coro/lazy.h"
+#include "coro/try.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+namespace detail {
+
+[[noreturn]] inline void abortNullExecutor() noexcept {
+  std::fprintf(stderr, "weft: Lazy::via(nullptr): a Task needs an executor\n");
+  std::abort();
+}
+
+// Starts the task's frame on its executor: inline (symmetric transfer) when the calling
+// thread is already one of the executor's, otherwise by scheduling it. Throws
+// ExecutorShutDown (nothing started) if the executor refuses it.
+inline std::coroutine_handle<> startOnExecutor(Executor* executor,
+                                               std::coroutine_handle<> frame) {
+  if (executor->currentThreadInExecutor()) return frame;
+  executor->schedule(frame);
+  return std::noop_coroutine();
+}
+
+// The awaiter of `co_await std::move(task)` from a coroutine whose executor is
+// `awaitingExecutor_` (nullptr when it has none, or is not a weft coroutine).
+template <class T>
+class TaskAwaiter final : public CompletionSink {
+ public:
+  TaskAwaiter(std::coroutine_handle<LazyPromise<T>> task, Executor* awaitingExecutor) noexcept
+      : CompletionSink(&TaskAwaiter::complete), task_(task), awaitingExecutor_(awaitingExecutor) {}
+
+  bool await_ready() const noexcept { return false; }
+
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) {
+    LazyPromiseBase& promise = task_.promise();
+    Executor* executor = promise.executor();
+    if (awaitingExecutor_ == nullptr || awaitingExecutor_ == executor) {
+      // The task finishes on our executor (or we have none): continue right there.
+      promise.setContinuation(awaiting);
+    } else {
+      // The task finishes on another executor: hop back to ours when it does.
+      awaiting_ = awaiting;
+      promise.setCompletionSink(this);
+    }
+    return startOnExecutor(executor, task_);
+  }
+
+  T await_resume() {
+    if constexpr (std::is_void_v<T>) {
+      task_.promise().result_.value();
+    } else {
+      return std::move(task_.promise().result_).value();
+    }
+  }
+
+ private:
+  static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+    auto* self = static_cast<TaskAwaiter*>(sink);
+    return resumeOnExecutor(self->awaitingExecutor_, self->awaiting_);
+  }
+
+  std::coroutine_handle<LazyPromise<T>> task_;
+  Executor* awaitingExecutor_;
+  std::coroutine_handle<> awaiting_;
+};
+
+}  // namespace detail
+
+// Task<T>: a Lazy<T> bound to an executor, made with `std::move(lazy).via(executor)`.
+//
+// A Task starts on its executor (inline when awaited from one of that executor's
+// threads, else scheduled there) and, after every co_await of something that completed
+// on another thread, resumes on its executor again. Lazys awaited inside it inherit the
+// executor (`co_await currentExecutor()` returns it). Awaiting a Task from a coroutine
+// bound to another executor brings that coroutine back to its own executor afterwards.
+//
+// Errors: an exception escaping the task reaches the awaiter (or start()'s callback as a
+// Try). If the executor is shut down, co_await throws ExecutorShutDown before anything
+// runs, and start() throws it (the callback is not called).
+//
+// Thread safety: a Task is a single-owner value, like Lazy.
+//
+// Example:
+//   weft::ThreadPool pool(2);
+//   weft::Task<int> t = compute().via(&pool);
+//   int v = weft::syncAwait(std::move(t));
+template <class T = void>
+class [[nodiscard]] Task {
+ public:
+  using ValueType = T;
+
+  Task() noexcept = default;
+  Task(Task&&) noexcept = default;
+  Task& operator=(Task&&) noexcept = default;
+
+  bool valid() const noexcept { return lazy_.valid(); }
+
+  // The executor this task runs on.
+  Executor* executor() const noexcept {
+    return detail::LazyAccess::handle(lazy_).promise().executor();
+  }
+
+  // Starts the task detached on its executor; `callback(Try<T>)` runs on the thread that
+  // finishes it. Throws ExecutorShutDown if the executor refuses it.
+  template <class Callback>
+    requires std::invocable<std::decay_t<Callback>&, Try<T>&&>
+  void start(Callback&& callback) && {
+    if (!lazy_.valid()) detail::abortInvalidLazy("Task::start()");
+    auto handle = detail::LazyAccess::handle(lazy_);
+    Executor* executor = handle.promise().executor();
+    auto* sink = new detail::StartSink<T, std::decay_t<Callback>>(
+        handle, std::decay_t<Callback>(std::forward<Callback>(callback)));
+    handle.promise().setCompletionSink(sink);
+    if (executor->currentThreadInExecutor()) {
+      detail::LazyAccess::release(lazy_).resume();
+      return;
+    }
+    try {
+      executor->schedule(handle);
+    } catch (...) {
+      delete sink;  // not started: lazy_ still owns (and frees) the frame
+      throw;
+    }
+    detail::LazyAccess::release(lazy_);
+  }
+
+  // Used by weft coroutines' await_transform: `awaitingExecutor` is the awaiter's.
+  detail::TaskAwaiter<T> coAwait(Executor* awaitingExecutor) && noexcept {
+    if (!lazy_.valid()) detail::abortInvalidLazy("co_await Task");
+    return detail::TaskAwaiter<T>(detail::LazyAccess::handle(lazy_), awaitingExecutor);
+  }
+  // For coroutines that are not weft's (no executor to return to).
+  detail::TaskAwaiter<T> operator co_await() && noexcept {
+    return std::move(*this).coAwait(nullptr);
+  }
+  void operator co_await() & = delete;
+  void operator co_await() const& = delete;
+
+ private:
+  friend class Lazy<T>;
+  explicit Task(Lazy<T>&& lazy) noexcept : lazy_(std::move(lazy)) {}
+
+  Lazy<T> lazy_;
+};
+
+template <class T>
+Task<T> Lazy<T>::via(Executor* executor) && {
+  if (executor == nullptr) detail::abortNullExecutor();
+  if (!handle_) detail::abortInvalidLazy("via()");
+  handle_.promise().setExecutor(executor);
+  return Task<T>(std::move(*this));
+}
+
+}  // namespace weft
