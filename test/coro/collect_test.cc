@@ -1,0 +1,232 @@
+#include "coro/collect.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coro/sync_await.h"
+#include "executors/thread_pool.h"
+#include "test/support/counted.h"
+#include "test/support/manual_event.h"
+
+namespace weft {
+namespace {
+
+using test::Counted;
+using test::ManualEvent;
+
+Lazy<int> value(int v) { co_return v; }
+
+Lazy<int> failing(const char* message) {
+  throw std::runtime_error(message);
+  co_return 0;
+}
+
+TEST(CollectAllTest, CollectsHeterogeneousResults) {
+  int target = 0;
+  auto [a, b, c, d] = syncAwait(collectAll(
+      value(1), []() -> Lazy<std::string> { co_return "two"; }(),
+      []() -> Lazy<void> { co_return; }(), [&]() -> Lazy<int&> { co_return target; }()));
+  EXPECT_EQ(a.value(), 1);
+  EXPECT_EQ(b.value(), "two");
+  EXPECT_TRUE(c.hasValue());
+  EXPECT_EQ(&d.value(), &target);
+}
+
+TEST(CollectAllTest, EveryBranchGetsItsOwnTry) {
+  auto [a, b, c] = syncAwait(collectAll(value(1), failing("second"), failing("third")));
+  EXPECT_EQ(a.value(), 1);
+  ASSERT_TRUE(b.hasException());
+  ASSERT_TRUE(c.hasException());
+  try {
+    b.value();
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "second");
+  }
+  try {
+    c.value();
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "third");
+  }
+}
+
+TEST(CollectAllTest, VectorKeepsBranchOrder) {
+  std::vector<Lazy<int>> branches;
+  for (int i = 0; i < 100; ++i) branches.push_back(i % 7 == 3 ? failing("x") : value(i));
+  std::vector<Try<int>> results = syncAwait(collectAll(std::move(branches)));
+  ASSERT_EQ(results.size(), 100u);
+  for (int i = 0; i < 100; ++i) {
+    if (i % 7 == 3) {
+      EXPECT_TRUE(results[i].hasException()) << i;
+    } else {
+      EXPECT_EQ(results[i].value(), i);
+    }
+  }
+}
+
+TEST(CollectAllTest, EmptyVectorCompletesAtOnce) {
+  EXPECT_TRUE(syncAwait(collectAll(std::vector<Lazy<int>>{})).empty());
+  EXPECT_TRUE(syncAwait(collectAllPara(std::vector<Lazy<int>>{})).empty());
+}
+
+TEST(CollectAllTest, RunsBranchesInOrderOnTheAwaitingThread) {
+  std::vector<int> order;
+  std::vector<std::thread::id> threads;
+  auto branch = [&](int i) -> Lazy<void> {
+    order.push_back(i);
+    threads.push_back(std::this_thread::get_id());
+    co_return;
+  };
+  syncAwait(collectAll(branch(0), branch(1), branch(2)));
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  for (auto id : threads) EXPECT_EQ(id, std::this_thread::get_id());
+}
+
+TEST(CollectAllTest, SuspendedBranchLetsTheNextStartAndCollectWaitsForAll) {
+  ManualEvent first, second;
+  std::vector<std::string> log;
+  auto branch = [&](ManualEvent& e, std::string name) -> Lazy<std::string> {
+    log.push_back(name + " started");
+    co_await e;
+    log.push_back(name + " finished");
+    co_return name;
+  };
+  Try<std::tuple<Try<std::string>, Try<std::string>>> outcome;
+  collectAll(branch(first, "a"), branch(second, "b")).start([&](auto r) {
+    outcome = std::move(r);
+  });
+  EXPECT_EQ(log, (std::vector<std::string>{"a started", "b started"}));
+  second.release();
+  EXPECT_FALSE(outcome.available());  // one branch still running: nothing dangles
+  first.release();
+  ASSERT_TRUE(outcome.hasValue());
+  EXPECT_EQ(std::get<0>(outcome.value()).value(), "a");
+  EXPECT_EQ(std::get<1>(outcome.value()).value(), "b");
+}
+
+TEST(CollectAllTest, WaitsForEveryBranchEvenWhenOneThrowsEarly) {
+  ManualEvent slow;
+  bool slowFinished = false;
+  auto slowBranch = [&]() -> Lazy<int> {
+    co_await slow;
+    slowFinished = true;
+    co_return 2;
+  };
+  bool collected = false;
+  collectAll(failing("early"), slowBranch()).start([&](auto r) {
+    EXPECT_TRUE(slowFinished);
+    EXPECT_TRUE(std::get<0>(r.value()).hasException());
+    EXPECT_EQ(std::get<1>(r.value()).value(), 2);
+    collected = true;
+  });
+  EXPECT_FALSE(collected);
+  slow.release();
+  EXPECT_TRUE(collected);
+}
+
+TEST(CollectAllTest, BranchesCompletingOnOtherThreadsAreAllCollected) {
+  constexpr int kBranches = 64;
+  std::vector<ManualEvent> events(kBranches);
+  std::vector<Lazy<int>> branches;
+  for (int i = 0; i < kBranches; ++i) {
+    branches.push_back([](ManualEvent& e, int v) -> Lazy<int> {
+      co_await e;
+      co_return v;
+    }(events[i], i));
+  }
+  std::atomic<bool> done{false};
+  std::vector<Try<int>> results;
+  collectAll(std::move(branches)).start([&](auto r) {
+    results = std::move(r).value();
+    done = true;
+  });
+  std::vector<std::thread> releasers;
+  for (int t = 0; t < 4; ++t) {
+    releasers.emplace_back([&, t] {
+      for (int i = t; i < kBranches; i += 4) events[i].release();
+    });
+  }
+  for (auto& r : releasers) r.join();
+  ASSERT_TRUE(done);
+  for (int i = 0; i < kBranches; ++i) EXPECT_EQ(results[i].value(), i);
+}
+
+TEST(CollectAllTest, FreesEveryBranchFrame) {
+  Counted::reset();
+  {
+    std::vector<Lazy<int>> branches;
+    for (int i = 0; i < 10; ++i) {
+      branches.push_back([](Counted c) -> Lazy<int> {
+        Counted local = c;
+        co_return 1;
+      }(Counted{}));
+    }
+    auto results = syncAwait(collectAll(std::move(branches)));
+    EXPECT_EQ(results.size(), 10u);
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(CollectAllParaTest, WithoutExecutorBehavesLikeCollectAll) {
+  std::vector<std::thread::id> threads;
+  auto branch = [&](int v) -> Lazy<int> {
+    threads.push_back(std::this_thread::get_id());
+    co_return v;
+  };
+  auto [a, b] = syncAwait(collectAllPara(branch(1), branch(2)));
+  EXPECT_EQ(a.value() + b.value(), 3);
+  ASSERT_EQ(threads.size(), 2u);
+  EXPECT_EQ(threads[0], std::this_thread::get_id());
+  EXPECT_EQ(threads[1], std::this_thread::get_id());
+}
+
+// Two branches that each wait for the other to have started: they can only both
+// finish if they really run at the same time. The wait is bounded so a serialised
+// implementation fails the test instead of hanging it.
+TEST(CollectAllParaTest, RunsBranchesInParallelOnAThreadPool) {
+  ThreadPool pool(2);
+  std::atomic<int> started{0};
+  auto branch = [&]() -> Lazy<bool> {
+    started.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (started.load() < 2) {
+      if (std::chrono::steady_clock::now() > deadline) co_return false;
+      std::this_thread::yield();
+    }
+    co_return true;
+  };
+  auto [a, b] = syncAwait(collectAllPara(branch(), branch()), &pool);
+  EXPECT_TRUE(a.value());
+  EXPECT_TRUE(b.value());
+}
+
+TEST(CollectAllParaTest, BranchesRunOnTheExecutorAndInheritIt) {
+  ThreadPool pool(2);
+  std::vector<Lazy<bool>> branches;
+  for (int i = 0; i < 50; ++i) {
+    branches.push_back([](Executor* expected) -> Lazy<bool> {
+      co_return expected->currentThreadInExecutor() && co_await currentExecutor() == expected;
+    }(&pool));
+  }
+  auto results = syncAwait(collectAllPara(std::move(branches)), &pool);
+  for (auto& r : results) EXPECT_TRUE(r.value());
+}
+
+TEST(CollectAllParaTest, CollectsExceptionsFromParallelBranches) {
+  ThreadPool pool(2);
+  std::vector<Lazy<int>> branches;
+  for (int i = 0; i < 1000; ++i) branches.push_back(i % 2 ? failing("odd") : value(i));
+  auto results = syncAwait(collectAllPara(std::move(branches)), &pool);
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(results[i].hasException(), i % 2 == 1) << i;
+    if (i % 2 == 0) EXPECT_EQ(results[i].value(), i);
+  }
+}
+
+}  // namespace
+}  // namespace weft
