@@ -38,6 +38,11 @@ class ExecutorShutDown : public std::runtime_error {
 // Thread safety: schedule and currentThreadInExecutor may be called from any thread
 // concurrently.
 //
+// Implementing one: override schedule(std::coroutine_handle<>), currentThreadInExecutor
+// and scheduleJob, and write `using Executor::schedule;` in the derived class (the
+// override otherwise hides the callable overload). Run items inside
+// `try { item.run(); } catch (...) { detail::reportEscapedException(name()); }`.
+//
 // Example:
 //   weft::ThreadPool pool(2);
 //   pool.schedule([] { std::puts("on a worker"); });
@@ -61,10 +66,11 @@ class Executor {
   }
 
   // True when the calling thread is one of this executor's own threads. An executor
-  // that owns no threads (InlineExecutor) answers false.
+  // that owns no threads (InlineExecutor) answers false. noexcept: it is asked on paths
+  // that must not fail (deciding whether to run inline); implementations only read state.
   virtual bool currentThreadInExecutor() const noexcept = 0;
 
-  // For diagnostics: names the executor in error messages.
+  // For diagnostics: names the executor in error messages. noexcept: a view of a member.
   std::string_view name() const noexcept { return name_; }
 
  protected:

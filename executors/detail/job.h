@@ -24,6 +24,8 @@ struct Job {
 
 // What an exception escaping a scheduled callable does: there is no awaiter to hand it
 // to, so it is reported (naming the executor) and the process aborts, as std::thread does.
+// Precondition: called from a catch handler. noexcept: it never returns, and an
+// exception leaving it would escape the executor's worker loop.
 [[noreturn]] inline void reportEscapedException(std::string_view executorName) noexcept {
   const char* what = "unknown exception";
   try {
@@ -56,7 +58,8 @@ struct CallableJob final : Job {
 
 // One entry of an executor queue: either a coroutine handle (the fast path: no
 // allocation) or a Job*. Frames and Jobs are at least 2-byte aligned, so the low bit
-// tells them apart.
+// tells them apart. The all-zero item is "empty" (no work), so a null handle must never
+// be scheduled. The accessors are noexcept: they only reinterpret one word.
 class WorkItem {
  public:
   WorkItem() = default;

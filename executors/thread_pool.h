@@ -1,0 +1,151 @@
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "executors/detail/job.h"
+#include "executors/detail/ring_buffer.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+namespace detail {
+struct ThreadPoolWorker;
+}  // namespace detail
+
+// ThreadPool: a work-stealing pool of worker threads; the default executor for Task.
+//
+// Semantics:
+//  - Each worker owns a FIFO run queue. Work scheduled from one of the pool's own
+//    workers goes to that worker's queue (no lock: one atomic store); work scheduled
+//    from any other thread goes to a shared injection queue (a mutex). A worker runs its
+//    own queue oldest-first, so a coroutine that reschedules itself (`co_await yield()`)
+//    lets everything queued before it run first. Before queueing local work, a worker
+//    first moves its share of the injection queue into its own queue, so outside work is
+//    not starved by busy workers.
+//  - A worker whose queue is empty steals the older half of another worker's queue, then
+//    takes a share of the injection queue, spins a few rounds doing so, then sleeps (no
+//    CPU is used by an idle pool). Scheduling wakes a sleeping worker when no awake
+//    worker is already looking for work, so no scheduled work is ever left unnoticed.
+//  - ThreadPool(1) is a single-threaded event loop: everything runs on its one thread, in
+//    the order it was scheduled (when one schedule call happens before another, its work
+//    runs first).
+//  - shutdown() (also run by the destructor) lets the pool finish every task it has
+//    accepted, including tasks they schedule while it drains, then joins the workers.
+//    From then on schedule() throws ExecutorShutDown.
+//
+// Preconditions: shutdown() and the destructor must not run on one of the pool's own
+// worker threads (it would wait for itself): weft prints a message naming the pool and
+// aborts. A scheduled coroutine handle must be non-null and suspended.
+//
+// Errors: the constructor throws std::invalid_argument for 0 threads and
+// std::system_error if a thread cannot be started. schedule() throws ExecutorShutDown
+// after shutdown (a refused callable is destroyed without running), std::bad_alloc if a
+// queue cannot grow. A callable that throws is reported with the pool's name and the
+// process aborts (detail::reportEscapedException).
+//
+// Thread safety: every member function may be called concurrently from any thread
+// (subject to the precondition above); concurrent shutdown() calls all return once the
+// pool has stopped.
+//
+// Example:
+//   weft::ThreadPool pool(4, "compute");
+//   pool.schedule([] { std::puts("runs on a worker"); });
+//   pool.shutdown();  // after the line above has run
+class ThreadPool final : public Executor {
+ public:
+  // Starts `threads` workers (default: one per hardware thread, at least one). Worker
+  // threads are named "<name>-<index>" where the platform allows (truncated to 15
+  // characters on Linux).
+  explicit ThreadPool(std::size_t threads = defaultThreadCount(), std::string name = "weft-pool");
+  // Runs shutdown().
+  ~ThreadPool() override;
+
+  using Executor::schedule;
+  // Queues `h` to be resumed on a worker. Never allocates except to grow a queue
+  // (amortized). Throws ExecutorShutDown after shutdown.
+  void schedule(std::coroutine_handle<> h) override;
+
+  // True on this pool's worker threads. noexcept: reads a thread_local.
+  bool currentThreadInExecutor() const noexcept override;
+
+  // Stops accepting outside work once everything accepted has run, then joins the
+  // workers. Idempotent. See the class comment for the precise semantics.
+  void shutdown();
+
+  // The number of worker threads. noexcept: a constant after construction.
+  std::size_t threadCount() const noexcept;
+
+  // The pool whose worker is the calling thread, or nullptr. noexcept: reads a
+  // thread_local.
+  static ThreadPool* current() noexcept;
+
+  // std::thread::hardware_concurrency(), or 1 if it is unknown. noexcept: the standard
+  // function is noexcept.
+  static std::size_t defaultThreadCount() noexcept;
+
+ private:
+  using Worker = detail::ThreadPoolWorker;
+
+  void scheduleJob(detail::Job* job) override;
+  // Queues `item`; false if the pool is shut down (nothing was queued).
+  bool push(detail::WorkItem item);
+  // The calling worker's own queue.
+  void pushLocal(Worker& self, detail::WorkItem item);
+  detail::WorkItem popLocal(Worker& self) noexcept;
+  void workerMain(Worker& self);
+  // The next item for an out-of-work worker, or an empty item once the pool is closed.
+  detail::WorkItem findWork(Worker& self);
+  // One sweep over the other workers' queues (stealing) and the injection queue.
+  detail::WorkItem searchOnce(Worker& self);
+  // Moves a share of the injection queue into `self`'s queue; returns the first item
+  // when `returnFirst` (otherwise queues everything).
+  detail::WorkItem takeFromInjection(Worker& self, bool returnFirst);
+  // Called after making work visible: wakes a sleeping worker if nobody is searching.
+  // These four are noexcept: they run after work was accepted or while stopping, where
+  // failing half-way would lose work or threads; the only possible failure is a
+  // std::mutex or futex system error, and terminating is the honest answer to that.
+  void wakeWorkerIfNeeded() noexcept;
+  // Called by a searching worker that found work.
+  void stopSearching() noexcept;
+  // Requires idleMutex_ held and every worker parked: closes the pool if nothing is
+  // queued, and wakes every worker so that it exits.
+  void closeIfQuiescentLocked() noexcept;
+  // Constructor failure: stops and joins the workers started so far.
+  void abandonStart() noexcept;
+
+  // ThreadPool(1): nobody steals, so the worker's queue needs no atomics (see .cc).
+  const bool solo_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+
+  // The injection queue: work scheduled from threads outside the pool. 64: the common
+  // cache line size; keeps the outside threads' writes off the workers' hot counters.
+  alignas(64) std::mutex injectionMutex_;
+  detail::RingBuffer<detail::WorkItem> injection_;  // guarded by injectionMutex_
+  // injection_.size(), readable without the lock. Written under injectionMutex_.
+  std::atomic<std::size_t> injectionSize_{0};
+  // Set (under injectionMutex_ and idleMutex_) once the pool has drained during
+  // shutdown; from then on every schedule is refused.
+  std::atomic<bool> closed_{false};
+
+  // Wake-up protocol (see thread_pool.cc): how many workers are awake and looking for
+  // work, and how many are in idle_.
+  alignas(64) std::atomic<std::uint32_t> searching_{0};
+  std::atomic<std::uint32_t> sleeping_{0};
+
+  alignas(64) std::mutex idleMutex_;
+  std::vector<Worker*> idle_;  // guarded by idleMutex_: workers that announced sleep
+  std::size_t parked_ = 0;     // guarded by idleMutex_: of those, how many wait
+  bool closing_ = false;       // guarded by idleMutex_: shutdown() has been called
+
+  std::mutex shutdownMutex_;
+  bool joined_ = false;  // guarded by shutdownMutex_
+};
+
+}  // namespace weft

@@ -1,0 +1,50 @@
+#include "executors/detail/ring_buffer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+
+namespace weft::detail {
+namespace {
+
+TEST(RingBufferTest, StartsEmpty) {
+  RingBuffer<int> ring;
+  EXPECT_TRUE(ring.empty());
+  EXPECT_EQ(ring.size(), 0u);
+}
+
+TEST(RingBufferTest, PopsInPushOrder) {
+  RingBuffer<int> ring;
+  for (int i = 0; i < 10; ++i) ring.push(i);
+  EXPECT_EQ(ring.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(ring.pop(), i);
+  EXPECT_TRUE(ring.empty());
+}
+
+TEST(RingBufferTest, KeepsOrderWhenGrowingWhileWrappedAround) {
+  RingBuffer<int> ring;
+  int next = 0;
+  int expected = 0;
+  // Move the window through the initial capacity a few times, then grow while wrapped.
+  for (int round = 0; round < 1000; ++round) {
+    ring.push(next++);
+    ring.push(next++);
+    EXPECT_EQ(ring.pop(), expected++);
+  }
+  for (int i = 0; i < 5000; ++i) ring.push(next++);
+  while (!ring.empty()) ASSERT_EQ(ring.pop(), expected++);
+  EXPECT_EQ(expected, next);
+}
+
+TEST(RingBufferTest, ReserveForMakesRoomWithoutLosingValues) {
+  RingBuffer<int> ring;
+  for (int i = 0; i < 200; ++i) ring.push(i);
+  for (int i = 0; i < 150; ++i) ASSERT_EQ(ring.pop(), i);
+  ring.reserveFor(10'000);
+  for (int i = 200; i < 10'200; ++i) ring.push(i);
+  for (int i = 150; i < 10'200; ++i) ASSERT_EQ(ring.pop(), i);
+  EXPECT_TRUE(ring.empty());
+}
+
+}  // namespace
+}  // namespace weft::detail

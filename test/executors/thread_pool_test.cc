@@ -1,0 +1,682 @@
+#include "executors/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <dirent.h>
+#endif
+
+#include "executors/executor.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Turns a hang into a failure: no single wait in these tests legitimately takes this long.
+constexpr auto kTimeout = 60s;
+
+// A counter that threads bump and a test thread waits on, with a timeout.
+class Countdown {
+ public:
+  explicit Countdown(std::int64_t count) : remaining_(count) {}
+
+  void arrive() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--remaining_ == 0) done_.notify_all();
+  }
+
+  // True if the count reached zero before the timeout.
+  [[nodiscard]] bool waitFor(std::chrono::milliseconds timeout = kTimeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return done_.wait_for(lock, timeout, [&] { return remaining_ <= 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::int64_t remaining_;
+};
+
+// A one-shot flag that one thread sets and another waits for, with a timeout.
+class Flag {
+ public:
+  void set() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_ = true;
+    changed_.notify_all();
+  }
+  [[nodiscard]] bool waitFor(std::chrono::milliseconds timeout = kTimeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return set_; });
+  }
+  bool isSet() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return set_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool set_ = false;
+};
+
+// Aborts the test binary (with a message) if a scope outlives `timeout`: for calls such
+// as shutdown() that have no timeout of their own.
+class Watchdog {
+ public:
+  explicit Watchdog(const char* what, std::chrono::seconds timeout = 2 * kTimeout)
+      : thread_([this, what, timeout] {
+          if (!finished_.waitFor(timeout)) {
+            std::fprintf(stderr, "watchdog: '%s' hung for %llds\n", what,
+                         static_cast<long long>(timeout.count()));
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    finished_.set();
+    thread_.join();
+  }
+
+ private:
+  Flag finished_;
+  std::thread thread_;
+};
+
+// Shuts the pool down when the scope ends. Declared after the locals that the pool's
+// jobs use, so that even when an assertion returns early, those jobs finish before the
+// locals are destroyed.
+class ShutdownOnExit {
+ public:
+  explicit ShutdownOnExit(ThreadPool& pool) : pool_(pool) {}
+  ~ShutdownOnExit() { pool_.shutdown(); }
+
+ private:
+  ThreadPool& pool_;
+};
+
+// The smallest coroutine type that exercises the handle fast path: starts eagerly,
+// never suspends at the end (destroys itself), and cannot fail.
+struct Detached {
+  struct promise_type {
+    Detached get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+// co_await resumeOn(ex): continues the coroutine on `ex` via schedule(handle).
+struct ResumeOn {
+  Executor& executor;
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) const { executor.schedule(h); }
+  void await_resume() const noexcept {}
+};
+
+TEST(ThreadPoolTest, RunsEveryTaskExactlyOnce) {
+  constexpr int kProducers = 4;
+  constexpr int kTasks = 1'000'000;
+  constexpr int kPerProducer = kTasks / kProducers;
+  std::vector<std::atomic<int>> runs(kTasks);
+  Countdown allRan(kTasks);
+  ThreadPool pool(4, "exactly-once");
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      for (int i = p * kPerProducer; i < (p + 1) * kPerProducer; ++i) {
+        pool.schedule([&runs, &allRan, i] {
+          runs[i].fetch_add(1, std::memory_order_relaxed);
+          allRan.arrive();
+        });
+      }
+    });
+  }
+  for (auto& t : producers) t.join();
+  ASSERT_TRUE(allRan.waitFor());
+  pool.shutdown();
+  int wrong = 0;
+  for (int i = 0; i < kTasks; ++i) {
+    if (runs[i].load(std::memory_order_relaxed) != 1) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(ThreadPoolTest, RunsEveryTaskScheduledFromWorkersExactlyOnce) {
+  // Fan-out from inside the pool: local pushes, stealing, and the wake-up protocol.
+  constexpr int kRoots = 1000;
+  constexpr int kChildren = 100;
+  std::vector<std::atomic<int>> runs(kRoots * kChildren);
+  Countdown allRan(kRoots * kChildren);
+  ThreadPool pool(4, "fan-out");
+  for (int r = 0; r < kRoots; ++r) {
+    pool.schedule([&, r] {
+      for (int c = 0; c < kChildren; ++c) {
+        pool.schedule([&, id = r * kChildren + c] {
+          runs[id].fetch_add(1, std::memory_order_relaxed);
+          allRan.arrive();
+        });
+      }
+    });
+  }
+  ASSERT_TRUE(allRan.waitFor());
+  pool.shutdown();
+  for (auto& r : runs) ASSERT_EQ(r.load(), 1);
+}
+
+TEST(ThreadPoolTest, ResumesScheduledCoroutineHandleOnAWorker) {
+  ThreadPool pool(2, "handles");
+  Flag resumed;
+  bool inPool = false;
+  std::thread::id resumedOn;
+  ShutdownOnExit shutdownFirst(pool);
+  [](ThreadPool& pool, Flag& resumed, bool& inPool, std::thread::id& resumedOn) -> Detached {
+    co_await ResumeOn{pool};
+    inPool = pool.currentThreadInExecutor();
+    resumedOn = std::this_thread::get_id();
+    resumed.set();
+  }(pool, resumed, inPool, resumedOn);
+  ASSERT_TRUE(resumed.waitFor());
+  EXPECT_TRUE(inPool);
+  EXPECT_NE(resumedOn, std::this_thread::get_id());
+}
+
+TEST(ThreadPoolTest, ResumesManyCoroutinesThatHopBetweenPools) {
+  ThreadPool a(2, "hop-a");
+  ThreadPool b(2, "hop-b");
+  constexpr int kCoroutines = 1000;
+  constexpr int kHops = 100;
+  Countdown finished(kCoroutines);
+  std::atomic<int> wrongPool{0};
+  ShutdownOnExit shutdownAFirst(a);
+  ShutdownOnExit shutdownBFirst(b);
+  for (int i = 0; i < kCoroutines; ++i) {
+    [](ThreadPool& a, ThreadPool& b, Countdown& finished, std::atomic<int>& wrong) -> Detached {
+      for (int hop = 0; hop < kHops; ++hop) {
+        ThreadPool& next = hop % 2 == 0 ? a : b;
+        co_await ResumeOn{next};
+        if (ThreadPool::current() != &next) wrong.fetch_add(1);
+      }
+      finished.arrive();
+    }(a, b, finished, wrongPool);
+  }
+  ASSERT_TRUE(finished.waitFor());
+  EXPECT_EQ(wrongPool.load(), 0);
+}
+
+TEST(ThreadPoolTest, SingleThreadRunsOutsideWorkOnOneThreadInScheduleOrder) {
+  constexpr int kTasks = 10'000;
+  std::vector<int> order;
+  std::set<std::thread::id> threads;
+  {
+    ThreadPool pool(1, "loop");
+    for (int i = 0; i < kTasks; ++i) {
+      pool.schedule([&, i] {
+        order.push_back(i);  // only ever touched by the pool's one thread
+        threads.insert(std::this_thread::get_id());
+      });
+    }
+    Watchdog watchdog("shutdown");
+    pool.shutdown();  // joins: the writes above happen before the reads below
+  }
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kTasks));
+  for (int i = 0; i < kTasks; ++i) ASSERT_EQ(order[i], i);
+  EXPECT_EQ(threads.size(), 1u);
+  EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u);
+}
+
+TEST(ThreadPoolTest, SingleThreadRunsWorkScheduledByItsWorkerInScheduleOrder) {
+  constexpr int kTasks = 10'000;
+  std::vector<int> order;
+  Flag done;
+  ThreadPool pool(1, "loop");
+  pool.schedule([&] {
+    for (int i = 0; i < kTasks; ++i) pool.schedule([&, i] { order.push_back(i); });
+    pool.schedule([&] { done.set(); });
+  });
+  ASSERT_TRUE(done.waitFor());
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kTasks));
+  for (int i = 0; i < kTasks; ++i) ASSERT_EQ(order[i], i);
+}
+
+TEST(ThreadPoolTest, SingleThreadRunsEarlierOutsideWorkBeforeLaterWorkerWork) {
+  // The outside push happens before the worker's push, so it must run first even though
+  // the two go to different queues.
+  for (int round = 0; round < 200; ++round) {
+    ThreadPool pool(1, "loop");
+    std::vector<char> order;
+    Flag started;
+    std::atomic<bool> outsidePushed{false};
+    Flag done;
+    ShutdownOnExit shutdownFirst(pool);
+    pool.schedule([&] {
+      started.set();
+      const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+      while (!outsidePushed.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      pool.schedule([&] {
+        order.push_back('w');
+        done.set();
+      });
+    });
+    ASSERT_TRUE(started.waitFor());  // so 'o' cannot be taken along with the first job
+    pool.schedule([&] { order.push_back('o'); });
+    outsidePushed.store(true);
+    ASSERT_TRUE(done.waitFor());
+    pool.shutdown();
+    ASSERT_EQ(std::string(order.begin(), order.end()), "ow") << "round " << round;
+  }
+}
+
+TEST(ThreadPoolTest, SelfReschedulingCallableDoesNotStarveQueuedWork) {
+  // The spinner queues another job, then keeps rescheduling itself until that job has
+  // run (at most kLimit times). FIFO order runs the other job after one reschedule; LIFO
+  // order would run the spinner again and again.
+  constexpr int kLimit = 1'000'000;
+  ThreadPool pool(1, "fair");
+  std::atomic<bool> otherRan{false};
+  int reschedules = 0;
+  Flag spinnerDone;
+  std::function<void()> spin = [&] {
+    if (reschedules == 0) pool.schedule([&] { otherRan.store(true); });
+    if (otherRan.load() || ++reschedules == kLimit) {
+      spinnerDone.set();
+      return;
+    }
+    pool.schedule([&] { spin(); });
+  };
+  ShutdownOnExit shutdownFirst(pool);
+  pool.schedule([&] { spin(); });
+  ASSERT_TRUE(spinnerDone.waitFor());
+  pool.shutdown();
+  EXPECT_TRUE(otherRan.load());
+  EXPECT_EQ(reschedules, 1);
+}
+
+TEST(ThreadPoolTest, YieldingCoroutineDoesNotStarveOutsideWork) {
+  // A coroutine that keeps rescheduling itself through the handle fast path must let
+  // work scheduled from outside in the meantime run.
+  constexpr int kLimit = 1'000'000;
+  ThreadPool pool(1, "fair");
+  Flag started;
+  std::atomic<bool> otherRan{false};
+  std::atomic<int> yields{0};
+  Flag coroutineDone;
+  ShutdownOnExit shutdownFirst(pool);
+  [](ThreadPool& pool, Flag& started, std::atomic<bool>& otherRan, std::atomic<int>& yields,
+     Flag& done) -> Detached {
+    co_await ResumeOn{pool};
+    started.set();
+    while (!otherRan.load() && yields.load() < kLimit) {
+      yields.fetch_add(1);
+      co_await ResumeOn{pool};
+    }
+    done.set();
+  }(pool, started, otherRan, yields, coroutineDone);
+  ASSERT_TRUE(started.waitFor());
+  pool.schedule([&] { otherRan.store(true); });
+  ASSERT_TRUE(coroutineDone.waitFor());
+  pool.shutdown();
+  EXPECT_TRUE(otherRan.load());
+  EXPECT_LT(yields.load(), kLimit);
+}
+
+// Two jobs that each wait (with a timeout) for the other to have started: both see the
+// other only if they run at the same time on different threads.
+struct Rendezvous {
+  std::atomic<int> arrived{0};
+  std::atomic<int> sawPartner{0};
+  Countdown finished{2};
+
+  void arrive() {
+    arrived.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    if (arrived.load() == 2) sawPartner.fetch_add(1);
+    finished.arrive();
+  }
+};
+
+// Many rounds, so that the jobs arrive while the workers are in every state: running,
+// searching, falling asleep, asleep.
+constexpr int kRendezvousRounds = 2000;
+
+TEST(ThreadPoolTest, RunsOutsideWorkOnTwoThreadsAtOnce) {
+  ThreadPool pool(2, "spread");
+  for (int round = 0; round < kRendezvousRounds; ++round) {
+    auto rendezvous = std::make_shared<Rendezvous>();  // outlives a failed round's jobs
+    pool.schedule([rendezvous] { rendezvous->arrive(); });
+    pool.schedule([rendezvous] { rendezvous->arrive(); });
+    ASSERT_TRUE(rendezvous->finished.waitFor());
+    ASSERT_EQ(rendezvous->sawPartner.load(), 2) << "round " << round;
+  }
+}
+
+TEST(ThreadPoolTest, IdleWorkerStealsWorkQueuedByABusyWorker) {
+  // The second job is pushed to the first job's local queue; only a thief can run it
+  // while the first job waits for it.
+  ThreadPool pool(2, "steal");
+  for (int round = 0; round < kRendezvousRounds; ++round) {
+    auto rendezvous = std::make_shared<Rendezvous>();  // outlives a failed round's jobs
+    pool.schedule([&pool, rendezvous] {
+      pool.schedule([rendezvous] { rendezvous->arrive(); });
+      rendezvous->arrive();
+    });
+    ASSERT_TRUE(rendezvous->finished.waitFor());
+    ASSERT_EQ(rendezvous->sawPartner.load(), 2) << "round " << round;
+  }
+}
+
+TEST(ThreadPoolTest, CurrentThreadInExecutorIsTrueOnlyOnItsOwnWorkers) {
+  ThreadPool pool(2, "mine");
+  ThreadPool other(1, "other");
+  EXPECT_FALSE(pool.currentThreadInExecutor());
+  EXPECT_EQ(ThreadPool::current(), nullptr);
+
+  std::atomic<bool> inside{false};
+  std::atomic<bool> otherInside{true};
+  std::atomic<ThreadPool*> current{nullptr};
+  Flag ran;
+  ShutdownOnExit shutdownFirst(pool);
+  pool.schedule([&] {
+    inside.store(pool.currentThreadInExecutor());
+    otherInside.store(other.currentThreadInExecutor());
+    current.store(ThreadPool::current());
+    ran.set();
+  });
+  ASSERT_TRUE(ran.waitFor());
+  EXPECT_TRUE(inside.load());
+  EXPECT_FALSE(otherInside.load());
+  EXPECT_EQ(current.load(), &pool);
+}
+
+TEST(ThreadPoolTest, ReportsItsThreadCountAndName) {
+  ThreadPool pool(3, "three");
+  EXPECT_EQ(pool.threadCount(), 3u);
+  EXPECT_EQ(pool.name(), "three");
+  ThreadPool defaulted;
+  EXPECT_EQ(defaulted.threadCount(), ThreadPool::defaultThreadCount());
+  EXPECT_GE(ThreadPool::defaultThreadCount(), 1u);
+  EXPECT_EQ(defaulted.name(), "weft-pool");
+}
+
+TEST(ThreadPoolTest, RejectsZeroThreads) {
+  EXPECT_THROW(ThreadPool(0, "empty"), std::invalid_argument);
+}
+
+TEST(ThreadPoolTest, ShutdownRunsWorkAlreadyQueued) {
+  constexpr int kTasks = 10'000;
+  std::atomic<int> ran{0};
+  Flag gate;
+  ThreadPool pool(1, "drain");
+  // The first job holds the only worker, so the others are still queued at shutdown.
+  pool.schedule([&] { (void)gate.waitFor(); });
+  for (int i = 0; i < kTasks; ++i) pool.schedule([&] { ran.fetch_add(1); });
+  std::thread opener([&] {
+    std::this_thread::sleep_for(50ms);  // let shutdown() start first (not required)
+    gate.set();
+  });
+  {
+    Watchdog watchdog("shutdown");
+    pool.shutdown();
+  }
+  opener.join();
+  EXPECT_EQ(ran.load(), kTasks);
+}
+
+TEST(ThreadPoolTest, ShutdownRunsWorkScheduledWhileDraining) {
+  constexpr int kRoots = 1000;
+  constexpr int kDepth = 10;
+  std::atomic<int> ran{0};
+  Flag gate;
+  ThreadPool pool(2, "drain");
+  pool.schedule([&] { (void)gate.waitFor(); });
+  pool.schedule([&] { (void)gate.waitFor(); });
+  // Each root, once running, schedules a chain of kDepth more jobs.
+  std::function<void(int)> chain = [&](int depth) {
+    ran.fetch_add(1);
+    if (depth < kDepth) pool.schedule([&, depth] { chain(depth + 1); });
+  };
+  for (int i = 0; i < kRoots; ++i) pool.schedule([&] { chain(0); });
+  std::thread opener([&] {
+    std::this_thread::sleep_for(50ms);
+    gate.set();
+  });
+  {
+    Watchdog watchdog("shutdown");
+    pool.shutdown();
+  }
+  opener.join();
+  EXPECT_EQ(ran.load(), kRoots * (kDepth + 1));
+}
+
+TEST(ThreadPoolTest, ShutdownRunsCoroutinesRescheduledWhileDraining) {
+  constexpr int kCoroutines = 100;
+  constexpr int kYields = 100;
+  std::atomic<int> finished{0};
+  {
+    ThreadPool pool(2, "drain");
+    for (int i = 0; i < kCoroutines; ++i) {
+      [](ThreadPool& pool, std::atomic<int>& finished) -> Detached {
+        for (int y = 0; y < kYields; ++y) co_await ResumeOn{pool};
+        finished.fetch_add(1);
+      }(pool, finished);
+    }
+    Watchdog watchdog("shutdown");
+    pool.shutdown();
+  }
+  EXPECT_EQ(finished.load(), kCoroutines);
+}
+
+TEST(ThreadPoolTest, ScheduleAfterShutdownThrowsExecutorShutDown) {
+  ThreadPool pool(2, "closed");
+  pool.shutdown();
+
+  auto token = std::make_shared<int>(0);
+  bool ran = false;
+  try {
+    pool.schedule([&ran, token] { ran = true; });
+    ADD_FAILURE() << "schedule(callable) after shutdown did not throw";
+  } catch (const ExecutorShutDown& e) {
+    EXPECT_NE(std::string(e.what()).find("closed"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(token.use_count(), 1) << "the refused callable was not destroyed";
+
+  bool resumed = false;
+  bool threw = false;
+  [](ThreadPool& pool, bool& resumed, bool& threw) -> Detached {
+    try {
+      co_await ResumeOn{pool};
+      resumed = true;
+    } catch (const ExecutorShutDown&) {
+      threw = true;
+    }
+  }(pool, resumed, threw);
+  EXPECT_TRUE(threw);
+  EXPECT_FALSE(resumed);
+}
+
+TEST(ThreadPoolTest, ShutdownIsIdempotentAndMayBeCalledConcurrently) {
+  std::atomic<int> ran{0};
+  ThreadPool pool(2, "twice");
+  for (int i = 0; i < 1000; ++i) pool.schedule([&] { ran.fetch_add(1); });
+  Watchdog watchdog("shutdown");
+  std::thread other([&] { pool.shutdown(); });
+  pool.shutdown();
+  other.join();
+  EXPECT_EQ(ran.load(), 1000);  // both calls returned after the drain
+  pool.shutdown();
+  EXPECT_THROW(pool.schedule([] {}), ExecutorShutDown);
+}
+
+TEST(ThreadPoolTest, ShutsDownWhileOutsideThreadsKeepScheduling) {
+  // Every schedule either runs its job or throws ExecutorShutDown: none is lost. (Work
+  // accepted while the pool drains runs too, so each producer stops after a bounded
+  // number of jobs to let the drain finish.)
+  constexpr int kPerProducer = 200'000;
+  ThreadPool pool(2, "racing");
+  std::atomic<int> accepted{0};
+  std::atomic<int> ran{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < 2; ++p) {
+    producers.emplace_back([&] {
+      for (int i = 0; i < kPerProducer; ++i) {
+        try {
+          pool.schedule([&] { ran.fetch_add(1); });
+          accepted.fetch_add(1);
+        } catch (const ExecutorShutDown&) {
+          return;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(5ms);
+  {
+    Watchdog watchdog("shutdown");
+    pool.shutdown();
+  }
+  for (auto& t : producers) t.join();
+  EXPECT_EQ(ran.load(), accepted.load());
+}
+
+TEST(ThreadPoolTest, NoLostWakeUpWhenWorkArrivesAsWorkersFallAsleep) {
+  // Each round the pool goes idle and its workers head for sleep while the next job
+  // arrives. A lost wake-up leaves the job unrun: the wait times out.
+  constexpr int kRounds = 100'000;
+  // After a lost wake-up the pool cannot drain, so its destructor would hang.
+  Watchdog watchdog("NoLostWakeUpWhenWorkArrivesAsWorkersFallAsleep", 4 * kTimeout);
+  for (std::size_t threads : {std::size_t{1}, std::size_t{2}}) {
+    std::mutex mutex;
+    std::condition_variable cv;
+    int done = 0;
+    ThreadPool pool(threads, "wakeup");
+    for (int round = 1; round <= kRounds; ++round) {
+      pool.schedule([&] {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++done;
+        cv.notify_one();
+      });
+      std::unique_lock<std::mutex> lock(mutex);
+      ASSERT_TRUE(cv.wait_for(lock, kTimeout, [&] { return done == round; }))
+          << "lost wake-up in round " << round << " with " << threads << " threads";
+    }
+  }
+}
+
+TEST(ThreadPoolTest, NoLostWakeUpWhenWorkersScheduleForSleepingPeers) {
+  // A job on one worker schedules the next job and returns; the next job must run even
+  // if every other worker is asleep and this one is about to be.
+  constexpr int kRounds = 20'000;
+  Watchdog watchdog("NoLostWakeUpWhenWorkersScheduleForSleepingPeers");
+  ThreadPool pool(2, "relay");
+  Countdown finished(1);
+  std::function<void(int)> relay = [&](int left) {
+    if (left == 0) {
+      finished.arrive();
+      return;
+    }
+    pool.schedule([&, left] { relay(left - 1); });
+  };
+  ShutdownOnExit shutdownFirst(pool);
+  pool.schedule([&] { relay(kRounds); });
+  ASSERT_TRUE(finished.waitFor());
+}
+
+#if defined(__linux__)
+// The states ('R', 'S', ...) of the threads named "<prefix>...".
+std::vector<char> threadStates(const std::string& prefix) {
+  std::vector<char> states;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return states;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string base = std::string("/proc/self/task/") + entry->d_name;
+    std::string comm;
+    std::getline(std::ifstream(base + "/comm"), comm);
+    if (comm.rfind(prefix, 0) != 0) continue;
+    std::string stat;
+    std::getline(std::ifstream(base + "/stat"), stat);
+    const auto paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size()) states.push_back(stat[paren + 2]);
+  }
+  closedir(dir);
+  return states;
+}
+
+TEST(ThreadPoolTest, IdleWorkersSleepInsteadOfSpinning) {
+  Countdown ran(100);
+  ThreadPool pool(2, "sleepy");
+  for (int i = 0; i < 100; ++i) pool.schedule([&] { ran.arrive(); });
+  ASSERT_TRUE(ran.waitFor());
+  // Spinning workers would keep showing up as running ('R'); sleeping ones as 'S'.
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  std::vector<char> states;
+  for (;;) {
+    states = threadStates("sleepy-");
+    if (states.size() == 2 && states[0] == 'S' && states[1] == 'S') break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "workers still not asleep: " << std::string(states.begin(), states.end());
+    std::this_thread::sleep_for(10ms);
+  }
+}
+#endif
+
+TEST(ThreadPoolDeathTest, ExceptionEscapingAJobAbortsNamingThePool) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(1, "thrower");
+        pool.schedule([] { throw std::runtime_error("boom"); });
+        pool.shutdown();
+      },
+      "executor 'thrower' threw: boom");
+}
+
+TEST(ThreadPoolDeathTest, ShutdownFromOwnWorkerAbortsNamingThePool) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(1, "selfish");
+        pool.schedule([&] { pool.shutdown(); });
+        pool.shutdown();
+      },
+      "ThreadPool 'selfish'.*own worker threads");
+}
+
+TEST(ThreadPoolDeathTest, DestructorOnOwnWorkerAbortsNamingThePool) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto* pool = new ThreadPool(1, "suicidal");
+        Flag never;
+        pool->schedule([pool] { delete pool; });
+        (void)never.waitFor();
+      },
+      "ThreadPool 'suicidal'.*own worker threads");
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds weft every way CI does and runs every test.
+#
+#   test/run.sh                 everything (what .ci/run does)
+#   test/run.sh gcc asan        only some steps: deps gcc clang asan consumer bazel
+#
+# Steps (build trees under build/):
+#   deps      apt-get install what is missing (sudo only when not root)
+#   gcc       g++ Release (-O2): header check, library, tests, examples, benchmarks;
+#             ctest; each benchmark once, briefly (a crash check, not a measurement)
+#   clang     clang++-16 Release: the same, benchmarks built but not run
+#   asan      clang++-16 -O1 with ASan + UBSan (halt on the first error): tests
+#   consumer  test/consumer built against the installed package, add_subdirectory and
+#             FetchContent (test/consumer/run.sh)
+#   bazel     bazel test //... (offline, Debian's bazel-bootstrap)
+# Ends with a table of the steps and their times, and "summary: N passed, N failed".
+# Environment: WEFT_NO_INSTALL=1 skips deps; JOBS=n limits build parallelism.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${repo}"
+
+all_steps=(deps gcc clang asan consumer bazel)
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=("${all_steps[@]}")
+for s in "${steps[@]}"; do
+  [[ " ${all_steps[*]} " == *" ${s} "* ]] || { echo "test/run.sh: unknown step '${s}' (steps: ${all_steps[*]})" >&2; exit 2; }
+done
+
+packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
+          libboost-context-dev clang-16 libclang-rt-16-dev libc++-16-dev libc++abi-16-dev
+          bazel-bootstrap valgrind)
+CLANGXX=clang++-16
+jobs=()
+[[ -n "${JOBS:-}" ]] && jobs=(--parallel "${JOBS}")
+
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+step_deps() {
+  if [[ "${WEFT_NO_INSTALL:-0}" == 1 ]]; then
+    echo "WEFT_NO_INSTALL=1: not installing anything"
+    return 0
+  fi
+  local missing=() p
+  for p in "${packages[@]}"; do
+    [[ "$(dpkg-query -W -f='${db:Status-Status}' "${p}" 2>/dev/null || true)" == installed ]] ||
+      missing+=("${p}")
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "all packages installed: ${packages[*]}"
+    return 0
+  fi
+  echo "installing: ${missing[*]}"
+  local sudo=()
+  [[ "$(id -u)" == 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# cmake_build DIR CMAKE_ARGS...: configure, build the header check (fast, clear failures
+# first), then everything (ninja -k 0: every error, not just the first), then run ctest
+# (failing when it finds no test) -- also after a failed build, so that one broken file
+# does not hide the results of the other tests.
+cmake_build() {
+  local dir="$1" rc=0
+  shift
+  cmake -S . -B "${dir}" -G Ninja "$@" || return 1
+  cmake --build "${dir}" --target weft_header_check "${jobs[@]}" -- -k 0 || rc=1
+  cmake --build "${dir}" "${jobs[@]}" -- -k 0 || rc=1
+  ctest --test-dir "${dir}" --output-on-failure --no-tests=error || rc=1
+  [[ ${rc} -eq 0 ]] || echo "test/run.sh: ${dir}: build or tests FAILED (see above)" >&2
+  return ${rc}
+}
+
+step_gcc() {
+  cmake_build build/gcc-release -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release
+  # Each benchmark once, briefly: catches crashes in benchmark code. No timing is judged.
+  local b args
+  for b in $(find build/gcc-release/benchmark -type f -perm -u+x \( -name '*_benchmark' -o -name '*_memory' \) 2>/dev/null | sort); do
+    args=()
+    [[ "${b}" == *_benchmark ]] && args=(--benchmark_min_time=0.01)
+    echo "-- smoke run: ${b} ${args[*]}"
+    timeout 300 "${b}" "${args[@]}" >"${b}.smoke.log" 2>&1 || { cat "${b}.smoke.log"; return 1; }
+  done
+}
+
+step_clang() {
+  cmake_build build/clang-release -DCMAKE_CXX_COMPILER="${CLANGXX}" -DCMAKE_BUILD_TYPE=Release
+}
+
+step_asan() {
+  local san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_init_order=1" \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+    cmake_build build/clang-asan -DCMAKE_CXX_COMPILER="${CLANGXX}" -DCMAKE_BUILD_TYPE=Debug \
+      -DCMAKE_CXX_FLAGS="-O1 ${san} -D_GLIBCXX_ASSERTIONS" \
+      -DCMAKE_EXE_LINKER_FLAGS="${san}" \
+      -DWEFT_BUILD_BENCHMARKS=OFF
+}
+
+step_consumer() {
+  test/consumer/run.sh build/consumer
+}
+
+step_bazel() {
+  local config=()
+  [[ -n "${CI:-}" ]] && config=(--config=ci)
+  # Stop the Bazel server afterwards: nothing of this run is left running.
+  trap 'bazel shutdown >/dev/null 2>&1 || true' RETURN
+  bazel test "${config[@]}" //...
+}
+
+# Run every requested step (a failing step does not stop the others), then summarise.
+names=()
+results=()
+times=()
+failed=0
+total_start=${SECONDS}
+for s in "${steps[@]}"; do
+  banner "${s}"
+  start=${SECONDS}
+  set +e
+  (set -euo pipefail; "step_${s}")
+  rc=$?
+  set -e
+  names+=("${s}")
+  times+=($((SECONDS - start)))
+  if [[ ${rc} -eq 0 ]]; then
+    results+=(PASS)
+  else
+    results+=("FAIL(${rc})")
+    failed=$((failed + 1))
+    if [[ "${s}" == deps ]]; then
+      echo "test/run.sh: installing dependencies failed; not running the other steps" >&2
+      break
+    fi
+  fi
+done
+
+banner "summary"
+for i in "${!names[@]}"; do
+  printf '  %-9s %-8s %5ss\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
+done
+printf '  %-9s %-8s %5ss\n' total "" $((SECONDS - total_start))
+echo "summary: $((${#names[@]} - failed)) passed, ${failed} failed"
+[[ ${failed} -eq 0 ]]
