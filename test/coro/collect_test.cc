@@ -224,7 +224,9 @@ TEST(CollectAllParaTest, CollectsExceptionsFromParallelBranches) {
   auto results = syncAwait(collectAllPara(std::move(branches)), &pool);
   for (int i = 0; i < 1000; ++i) {
     EXPECT_EQ(results[i].hasException(), i % 2 == 1) << i;
-    if (i % 2 == 0) EXPECT_EQ(results[i].value(), i);
+    if (i % 2 == 0) {
+      EXPECT_EQ(results[i].value(), i);
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "coro/collect.h"
 #include "coro/current_executor.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
