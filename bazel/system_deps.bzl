@@ -10,7 +10,8 @@ def weft_system_deps():
     which finds them in the default library path of any multiarch layout.
 
     Repositories: @system_googletest (//:gtest, //:gtest_main, //:gmock),
-    @system_benchmark (//:benchmark, //:benchmark_main).
+    @system_benchmark (//:benchmark, //:benchmark_main), @system_boost (//:context:
+    Boost.Context, for the Boost fiber backend and the switch benchmarks).
     """
     native.new_local_repository(
         name = "system_googletest",
@@ -21,6 +22,11 @@ def weft_system_deps():
         name = "system_benchmark",
         path = "/usr/include",
         build_file = "@weft//bazel:benchmark.BUILD",
+    )
+    native.new_local_repository(
+        name = "system_boost",
+        path = "/usr/include",
+        build_file = "@weft//bazel:boost.BUILD",
     )
 
 def weft_offline_toolchain_repositories(weft_root = ""):

@@ -12,6 +12,27 @@ set(WEFT_LAYER_executors executors)
 set(WEFT_LAYER_coro coro executors)
 set(WEFT_LAYER_stackful stackful coro executors)
 
+# weft_default_fiber_backend(<backend-var> <arch-var>): the default WEFT_FIBER_BACKEND
+# for the target platform, and the <arch>_<abi> part of the names of its switch-core
+# files (stackful/asm/{make,jump,ontop}_<arch>_<abi>_elf_gas.S), empty when weft has no
+# assembly for it. asm on x86-64 and aarch64 Linux, boost elsewhere.
+function(weft_default_fiber_backend backend_var arch_var)
+  set(arch "")
+  if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
+    if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+      set(arch x86_64_sysv)
+    elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
+      set(arch arm64_aapcs)
+    endif()
+  endif()
+  set(backend boost)
+  if(arch AND EXISTS "${PROJECT_SOURCE_DIR}/stackful/asm/make_${arch}_elf_gas.S")
+    set(backend asm)
+  endif()
+  set(${backend_var} ${backend} PARENT_SCOPE)
+  set(${arch_var} "${arch}" PARENT_SCOPE)
+endfunction()
+
 # weft_add_header_check(<target> <header>...): every header compiles on its own, and
 # only with the layers below it. One generated .cc per header includes it (twice, so a
 # missing #pragma once fails too); the .cc files of module M are compiled with an include
@@ -56,6 +77,16 @@ function(weft_add_header_check target)
     add_library(${target}_${module} OBJECT ${sources})
     target_include_directories(${target}_${module} PRIVATE "${view}")
     target_compile_features(${target}_${module} PRIVATE cxx_std_20)
+    # The module's build-time definitions (e.g. weft::stackful's WEFT_FIBER_BACKEND_*) and
+    # the include paths of its dependencies outside weft (Boost), not weft's own root.
+    if(TARGET weft_${module})
+      target_compile_definitions(${target}_${module} PRIVATE
+          $<TARGET_PROPERTY:weft_${module},INTERFACE_COMPILE_DEFINITIONS>)
+      if(module STREQUAL "stackful" AND TARGET Boost::context)
+        target_include_directories(${target}_${module} SYSTEM PRIVATE
+            $<TARGET_PROPERTY:Boost::context,INTERFACE_INCLUDE_DIRECTORIES>)
+      endif()
+    endif()
     weft_own_target(${target}_${module})
     add_dependencies(${target} ${target}_${module})
   endforeach()
