@@ -1,0 +1,43 @@
+#pragma once
+
+// Stack-overflow diagnostics for fibers: a process-wide SIGSEGV handler, running on a
+// per-thread alternate signal stack (sigaltstack), that recognises a fault in the guard
+// page of the running fiber's stack, prints
+//   weft: stack overflow in fiber <name or id> (stack <N> bytes)
+// and aborts. Every other SIGSEGV goes to the handler that was installed before weft's
+// (or, if that was the default, gets the default action: the process dies of SIGSEGV).
+
+#include <cstddef>
+#include <cstdint>
+
+namespace weft::detail {
+
+// What the handler needs to know about the fiber running on a thread. Each fiber keeps
+// one; resume() points tRunningStack at it while the fiber runs.
+struct RunningStackInfo {
+  const void* guardBegin = nullptr;   // lowest address of the guard
+  const void* stackBottom = nullptr;  // lowest usable address (the guard ends here)
+  std::size_t stackSize = 0;          // usable bytes, as printed
+  std::uint64_t id = 0;               // printed when there is no name
+  const char* name = nullptr;         // nullptr: unnamed
+};
+
+// The stack of the fiber running on this thread, nullptr on a thread's own stack.
+// constinit: no dynamic initialisation, so the signal handler may read it.
+inline constinit thread_local const RunningStackInfo* tRunningStack = nullptr;
+
+// Installs the SIGSEGV handler, once per process (later calls return at once).
+// Thread-safe. Errors: none; if sigaction fails, overflows are plain SIGSEGVs.
+void installStackOverflowHandler() noexcept;
+
+// Gives the calling thread an alternate signal stack if it has none (the handler cannot
+// run on the stack that just overflowed). Cheap after the first call on a thread; the
+// stack is freed when the thread exits. Why noexcept: on failure the thread simply has
+// no alternate stack, and an overflow there dies of a plain SIGSEGV.
+void ensureSignalStack() noexcept;
+
+// Writes the overflow message for `info` to stderr with write(2) (async-signal-safe).
+// Exposed for tests of the formatting.
+void writeOverflowMessage(const RunningStackInfo& info) noexcept;
+
+}  // namespace weft::detail

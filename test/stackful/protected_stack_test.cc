@@ -1,0 +1,87 @@
+#include "stackful/protected_stack.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <system_error>
+#include <utility>
+
+namespace weft {
+namespace {
+
+TEST(ProtectedStackTest, DefaultConstructedIsEmpty) {
+  ProtectedStack stack;
+  EXPECT_FALSE(stack.valid());
+  EXPECT_EQ(stack.size(), 0u);
+}
+
+TEST(ProtectedStackTest, RoundsSizeUpToWholePages) {
+  const std::size_t page = ProtectedStack::pageSize();
+  ProtectedStack stack(page + 1);
+  ASSERT_TRUE(stack.valid());
+  EXPECT_EQ(stack.size(), 2 * page);
+  EXPECT_EQ(static_cast<char*>(stack.top()) - static_cast<char*>(stack.bottom()),
+            static_cast<std::ptrdiff_t>(2 * page));
+  EXPECT_EQ(static_cast<char*>(stack.bottom()) - static_cast<char*>(stack.guardBegin()),
+            static_cast<std::ptrdiff_t>(page));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(stack.top()) % 16, 0u);
+}
+
+TEST(ProtectedStackTest, DefaultSizeIsDocumentedValue) {
+  ProtectedStack stack(ProtectedStack::kDefaultSize);
+  EXPECT_EQ(stack.size(), ProtectedStack::kDefaultSize);
+}
+
+TEST(ProtectedStackTest, WholeUsableRangeIsWritable) {
+  ProtectedStack stack(64 * 1024);
+  std::memset(stack.bottom(), 0xab, stack.size());
+  EXPECT_EQ(static_cast<unsigned char*>(stack.bottom())[0], 0xab);
+  EXPECT_EQ(static_cast<unsigned char*>(stack.top())[-1], 0xab);
+}
+
+TEST(ProtectedStackTest, MoveTransfersOwnership) {
+  ProtectedStack a(16 * 1024);
+  void* top = a.top();
+  ProtectedStack b(std::move(a));
+  EXPECT_FALSE(a.valid());  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+  EXPECT_EQ(b.top(), top);
+  ProtectedStack c;
+  c = std::move(b);
+  EXPECT_FALSE(b.valid());  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(c.top(), top);
+}
+
+TEST(ProtectedStackTest, GuardPagesAreConfigurable) {
+  const std::size_t page = ProtectedStack::pageSize();
+  ProtectedStack stack(page, 4);
+  EXPECT_EQ(static_cast<char*>(stack.bottom()) - static_cast<char*>(stack.guardBegin()),
+            static_cast<std::ptrdiff_t>(4 * page));
+}
+
+// Writing into the guard page must fault: the stack really is protected. (The process
+// dies of SIGSEGV: no fiber is running, so weft's handler passes the fault on to the
+// default action.)
+TEST(ProtectedStackDeathTest, GuardPageFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ProtectedStack stack(16 * 1024);
+  EXPECT_EXIT(
+      {
+        volatile char* guard = static_cast<char*>(stack.bottom()) - 1;
+        *guard = 1;
+      },
+      testing::KilledBySignal(SIGSEGV), "");
+}
+
+// A SIGSEGV that is not a fiber overflow keeps its default behaviour once weft's handler
+// is installed (it is, by the ProtectedStack constructor).
+TEST(ProtectedStackDeathTest, OtherSegvKeepsDefaultAction) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ProtectedStack stack(16 * 1024);
+  EXPECT_EXIT(::raise(SIGSEGV), testing::KilledBySignal(SIGSEGV), "");
+}
+
+}  // namespace
+}  // namespace weft
