@@ -1,0 +1,290 @@
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+#include "coro/detail/spin_lock.h"
+#include "coro/detail/sync_waiter.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+class Mutex;
+class ConditionVariable;
+
+// ScopedLock<M>: owns an exclusive lock of M (Mutex or SharedMutex) and unlocks it when
+// destroyed. What `co_await mutex.scopedLock()` returns.
+//
+// Move-only; an empty (default-constructed, moved-from, released or unlocked) ScopedLock
+// owns nothing. Thread safety: a single-owner value; it may be destroyed on another
+// thread than the one that locked (coroutine locks are not tied to threads).
+//
+// Example:
+//   weft::ScopedLock lock = co_await mutex.scopedLock();
+//   ++shared;  // unlocked at the end of the scope
+template <class M = Mutex>
+class [[nodiscard]] ScopedLock {
+ public:
+  ScopedLock() noexcept = default;
+  // Adopts a lock the caller already holds.
+  ScopedLock(M& mutex, std::adopt_lock_t) noexcept : mutex_(&mutex) {}
+  ScopedLock(ScopedLock&& other) noexcept : mutex_(std::exchange(other.mutex_, nullptr)) {}
+  ScopedLock& operator=(ScopedLock&& other) noexcept {
+    if (this != &other) {
+      reset();
+      mutex_ = std::exchange(other.mutex_, nullptr);
+    }
+    return *this;
+  }
+  ~ScopedLock() { reset(); }
+
+  bool ownsLock() const noexcept { return mutex_ != nullptr; }
+  explicit operator bool() const noexcept { return ownsLock(); }
+  M* mutex() const noexcept { return mutex_; }
+
+  // Unlocks now. Precondition: owns the lock (else the mutex reports the misuse).
+  void unlock() noexcept { std::exchange(mutex_, nullptr)->unlock(); }
+  // Gives the lock up without unlocking: the caller must unlock it.
+  M* release() noexcept { return std::exchange(mutex_, nullptr); }
+
+ private:
+  void reset() noexcept {
+    if (mutex_ != nullptr) std::exchange(mutex_, nullptr)->unlock();
+  }
+
+  M* mutex_ = nullptr;
+};
+
+namespace detail {
+
+// The awaiter of `co_await mutex.lock()` (Result = void) and of `co_await
+// mutex.scopedLock()` (Result = ScopedLock<Mutex>).
+template <class Result>
+class MutexLockAwaiter : public SyncWaiter {
+ public:
+  MutexLockAwaiter(Mutex& mutex, Executor* waiterExecutor) noexcept : mutex_(mutex) {
+    executor = waiterExecutor;
+  }
+  MutexLockAwaiter(const MutexLockAwaiter&) = delete;
+  MutexLockAwaiter& operator=(const MutexLockAwaiter&) = delete;
+  // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
+  ~MutexLockAwaiter();
+
+  // The uncontended path: one compare-exchange, and no suspension.
+  bool await_ready() noexcept;
+  // noexcept: queueing is pointer writes under the queue lock.
+  bool await_suspend(std::coroutine_handle<> awaiting) noexcept;
+  Result await_resume() noexcept {
+    handle = {};  // resumed: nothing left to withdraw in the destructor
+    if constexpr (std::is_void_v<Result>) {
+      return;
+    } else {
+      return Result(mutex_, std::adopt_lock);
+    }
+  }
+
+ private:
+  Mutex& mutex_;
+};
+
+}  // namespace detail
+
+// Mutex: an asynchronous mutual-exclusion lock. Waiting for it suspends the coroutine
+// or fiber, never the thread.
+//
+// Semantics:
+//  - `co_await m.lock()` / `weft::await(m.lock())` acquires it; `co_await m.scopedLock()`
+//    acquires it and returns a ScopedLock that unlocks at the end of its scope.
+//    tryLock() acquires it only if that needs no wait. unlock() releases it.
+//  - Uncontended, lock and unlock are one atomic read-modify-write each and never
+//    allocate: a waiter's queue node is its awaiter, in the coroutine frame.
+//  - Fairness: strict FIFO hand-off. unlock() with waiters passes ownership to the
+//    oldest waiter directly; a newcomer cannot barge in ahead of it (tryLock fails while
+//    anyone waits). Under constant contention this trades throughput for fairness: each
+//    hand-off costs a resumption on the waiter's executor.
+//  - Resumption: a waiter that belongs to an executor (a Task, a Lazy inside one, a fiber
+//    on an executor) is resumed by scheduling it on that executor; unlock() never runs
+//    it on the unlocking thread's stack. A waiter with no executor (a plain Lazy, e.g.
+//    under syncAwait, or a foreign coroutine) is resumed inline on the unlocking thread,
+//    as cppcoro and async_simple do; a per-thread trampoline queues resumptions requested
+//    while one is running, so a long queue of such waiters never nests on the stack.
+//  - The lock is not owned by a thread: it may be unlocked on another thread than the
+//    one that locked it (a coroutine may move between threads while holding it).
+//
+// Preconditions: unlock() only while locked; the Mutex outlives its waiters and lock
+// holders.
+// Errors: lock() does not throw. unlock() of an unlocked Mutex, and destroying a Mutex
+// that coroutines are waiting on, print a message naming the misuse and abort.
+// Thread safety: every member may be called concurrently from any thread.
+//
+// Example:
+//   weft::Mutex mutex;
+//   weft::Lazy<> add(int& total, int n) {
+//     weft::ScopedLock lock = co_await mutex.scopedLock();
+//     total += n;
+//   }
+class Mutex {
+ public:
+  Mutex() noexcept = default;
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+  ~Mutex() {
+    // relaxed: a destructor racing with a waiter is already a use-after-free; this only
+    // catches the case where the waiter is suspended.
+    if (state_.load(std::memory_order_relaxed) == kLockedWithWaiters) {
+      detail::abortSyncMisuse("Mutex destroyed while coroutines are waiting to lock it");
+    }
+  }
+
+  // Awaitable: acquires the lock (suspending while it is held). Returns void.
+  detail::SyncOperation<detail::MutexLockAwaiter<void>, Mutex&> lock() noexcept {
+    return detail::SyncOperation<detail::MutexLockAwaiter<void>, Mutex&>(*this);
+  }
+  // Awaitable: acquires the lock; returns a ScopedLock<Mutex> owning it.
+  detail::SyncOperation<detail::MutexLockAwaiter<ScopedLock<Mutex>>, Mutex&>
+  scopedLock() noexcept {
+    return detail::SyncOperation<detail::MutexLockAwaiter<ScopedLock<Mutex>>, Mutex&>(*this);
+  }
+
+  // Acquires the lock if it is free and nobody waits; never suspends.
+  bool tryLock() noexcept {
+    std::uint32_t expected = kUnlocked;
+    // acquire: the critical section must see what the previous holder wrote (pairs with
+    // the release in unlock()). relaxed on failure: nothing was acquired.
+    return state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
+                                          std::memory_order_relaxed);
+  }
+  // tryLock() as a guard: owns the lock if it was acquired, else empty.
+  ScopedLock<Mutex> tryScopedLock() noexcept {
+    return tryLock() ? ScopedLock<Mutex>(*this, std::adopt_lock) : ScopedLock<Mutex>();
+  }
+
+  // Releases the lock, handing it to the oldest waiter if there is one (see the class
+  // comment for where that waiter resumes).
+  // noexcept: hand-off cannot fail (see detail::resumeWaiter).
+  void unlock() noexcept {
+    std::uint32_t expected = kLocked;
+    // release: publishes the critical section to the next acquirer. relaxed on failure:
+    // the slow path synchronizes through the queue lock.
+    if (state_.compare_exchange_strong(expected, kUnlocked, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
+      return;
+    }
+    unlockSlow(expected);
+  }
+
+ private:
+  template <class>
+  friend class detail::MutexLockAwaiter;
+  friend class ConditionVariable;
+
+  static constexpr std::uint32_t kUnlocked = 0;
+  static constexpr std::uint32_t kLocked = 1;
+  // Locked, and waiters_ is not empty. Set and cleared only under queueLock_.
+  static constexpr std::uint32_t kLockedWithWaiters = 3;
+
+  // Under queueLock_: acquires the lock for `waiter` if it is free (returns false) or
+  // queues it (returns true: the waiter will be handed the lock by unlock()).
+  bool lockOrEnqueueLocked(detail::SyncWaiter* waiter) noexcept {
+    std::uint32_t state = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (state == kUnlocked) {
+        // acquire: as in tryLock().
+        if (state_.compare_exchange_weak(state, kLocked, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+          return false;
+        }
+      } else if (state == kLockedWithWaiters ||
+                 // relaxed: the waiter queue is published by queueLock_, and the lock
+                 // itself reaches the waiter through the hand-off (queueLock_, then the
+                 // executor's queue), not through this word.
+                 state_.compare_exchange_weak(state, kLockedWithWaiters,
+                                              std::memory_order_relaxed,
+                                              std::memory_order_relaxed)) {
+        waiter->phase = detail::WaitPhase::kQueued;
+        waiters_.pushBack(waiter);
+        return true;
+      }
+    }
+  }
+
+  // Returns true if `waiter` was queued (it will be resumed holding the lock).
+  bool lockOrEnqueue(detail::SyncWaiter* waiter) noexcept {
+    std::lock_guard guard(queueLock_);
+    return lockOrEnqueueLocked(waiter);
+  }
+
+  // For ConditionVariable: acquires the lock on behalf of a suspended waiter; it is
+  // resumed once it holds the lock (now, if the lock is free).
+  void lockForWaiter(detail::SyncWaiter* waiter) noexcept {
+    if (!tryLock() && lockOrEnqueue(waiter)) return;
+    waiter->phase = detail::WaitPhase::kDone;
+    detail::resumeWaiter(waiter);
+  }
+
+  // Takes a queued waiter out of the queue (cancellation, or its coroutine destroyed
+  // while waiting). Returns true if it was queued: the caller then owns its resumption.
+  // A waiter not yet queued is marked cancelled, so that it does not queue at all.
+  bool cancelWaiter(detail::SyncWaiter* waiter) noexcept {
+    std::lock_guard guard(queueLock_);
+    if (waiter->phase == detail::WaitPhase::kDone) return false;
+    waiter->cancelled = true;
+    if (waiter->phase == detail::WaitPhase::kNotQueued) return false;
+    waiter->phase = detail::WaitPhase::kDone;
+    waiters_.remove(waiter);
+    // relaxed: only waiters_ changed, and it is published by queueLock_.
+    if (waiters_.empty()) state_.store(kLocked, std::memory_order_relaxed);
+    return true;
+  }
+
+  void unlockSlow(std::uint32_t observed) noexcept {
+    if (observed == kUnlocked) {
+      detail::abortSyncMisuse("Mutex::unlock() called on a Mutex that is not locked");
+    }
+    detail::SyncWaiter* next;
+    {
+      std::lock_guard guard(queueLock_);
+      next = waiters_.popFront();
+      if (next == nullptr) {
+        // Unreachable while the state invariant holds (kLockedWithWaiters <=> waiters);
+        // kept so that a broken invariant unlocks rather than leaks the lock.
+        state_.store(kUnlocked, std::memory_order_release);
+        return;
+      }
+      next->phase = detail::WaitPhase::kDone;
+      // The lock stays held: ownership passes to `next`. relaxed: nobody acquires the
+      // lock through this store (tryLock fails either way); `next` is synchronized by
+      // queueLock_ and its resumption.
+      if (waiters_.empty()) state_.store(kLocked, std::memory_order_relaxed);
+    }
+    detail::resumeWaiter(next);
+  }
+
+  std::atomic<std::uint32_t> state_{kUnlocked};
+  detail::SpinLock queueLock_;
+  detail::WaiterQueue waiters_;  // guarded by queueLock_
+};
+
+namespace detail {
+
+template <class Result>
+MutexLockAwaiter<Result>::~MutexLockAwaiter() {
+  if (handle) mutex_.cancelWaiter(this);
+}
+
+template <class Result>
+bool MutexLockAwaiter<Result>::await_ready() noexcept {
+  return mutex_.tryLock();
+}
+
+template <class Result>
+bool MutexLockAwaiter<Result>::await_suspend(std::coroutine_handle<> awaiting) noexcept {
+  handle = awaiting;
+  return mutex_.lockOrEnqueue(this);
+}
+
+}  // namespace detail
+}  // namespace weft
