@@ -1,5 +1,7 @@
 #include "stackful/detail/context.h"
 
+#include "stackful/detail/context_layout.h"  // its static_asserts check the .S layout
+
 #include <unistd.h>
 
 #include <cstdlib>
