@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/current_executor.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/lazy.h"
@@ -28,12 +29,15 @@ class CollectBarrier final : public CompletionSink {
 
   // Starts one branch: scheduled on `executor` when `parallel` and there is one,
   // otherwise run right here until it first suspends or finishes. Either way it inherits
-  // `executor`.
+  // `executor` and `token` (which the collect's frame keeps alive until every branch is
+  // done).
   template <class T>
-  void start(std::coroutine_handle<LazyPromise<T>> branch, Executor* executor, bool parallel) {
+  void start(std::coroutine_handle<LazyPromise<T>> branch, Executor* executor,
+             const CancellationToken* token, bool parallel) {
     LazyPromise<T>& promise = branch.promise();
     promise.setCompletionSink(this);
     promise.setExecutor(executor);
+    promise.setCancellationToken(token);
     if (parallel && executor != nullptr) {
       try {
         executor->schedule(branch);
@@ -96,12 +100,27 @@ class CollectAwaiter {
   StartAll startAll_;
 };
 
+// `co_await currentCancellationTokenPointer()`: the address of the token the current
+// coroutine carries (no reference-count traffic), for algorithms whose frame outlives
+// the Lazys they hand it to.
+struct CurrentCancellationTokenPointer {
+  struct Awaiter {
+    const CancellationToken* token;
+    bool await_ready() const noexcept { return true; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    const CancellationToken* await_resume() const noexcept { return token; }
+  };
+  Awaiter coAwait(Executor*, const CancellationToken& token) const noexcept { return {&token}; }
+  Awaiter operator co_await() const noexcept { return {&kNoCancellationToken}; }
+};
+
 template <bool kParallel, class... T>
 Lazy<std::tuple<Try<T>...>> collectTuple(Lazy<T>... branches) {
   Executor* executor = co_await currentExecutor();
+  const CancellationToken* token = co_await CurrentCancellationTokenPointer{};
   // A named local in the frame: it holds the barrier the branches point at.
   CollectAwaiter awaiter(sizeof...(T), [&](CollectBarrier& barrier) {
-    (barrier.start(LazyAccess::handle(branches), executor, kParallel), ...);
+    (barrier.start(LazyAccess::handle(branches), executor, token, kParallel), ...);
   });
   co_await awaiter;
   co_return std::tuple<Try<T>...>(std::move(LazyAccess::handle(branches).promise().result_)...);
@@ -113,9 +132,10 @@ Lazy<std::vector<Try<T>>> collectRange(std::vector<Lazy<T>> branches) {
     if (!branch.valid()) abortInvalidLazy("collectAll of a vector holding");
   }
   Executor* executor = co_await currentExecutor();
+  const CancellationToken* token = co_await CurrentCancellationTokenPointer{};
   CollectAwaiter awaiter(branches.size(), [&](CollectBarrier& barrier) {
     for (Lazy<T>& branch : branches) {
-      barrier.start(LazyAccess::handle(branch), executor, kParallel);
+      barrier.start(LazyAccess::handle(branch), executor, token, kParallel);
     }
   });
   co_await awaiter;
@@ -140,8 +160,9 @@ void checkBranches(const Lazy<T>&... branches) {
 //
 // Branches start one after another on the awaiting thread; a branch that suspends lets
 // the next one start, so branches that wait on I/O or timers overlap. Each branch
-// inherits the awaiting coroutine's executor. The collect never completes before every
-// branch has finished, whatever any of them throws: nothing is left running.
+// inherits the awaiting coroutine's executor and cancellation token. The collect never
+// completes before every branch has finished, whatever any of them throws: nothing is
+// left running.
 //
 // Errors: a branch's exception is stored in its Try, never thrown by the collect itself.
 // Preconditions: every Lazy is valid (else abort with a message).

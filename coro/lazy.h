@@ -29,6 +29,11 @@ struct LazyAccess {
   static std::coroutine_handle<LazyPromise<T>> release(Lazy<T>& lazy) noexcept {
     return std::exchange(lazy.handle_, nullptr);
   }
+  // The Lazy a Task wraps (its promise holds the task's executor).
+  template <class T>
+  static Lazy<T>& lazyOf(Task<T>& task) noexcept {
+    return task.lazy_;
+  }
 };
 
 [[noreturn]] inline void abortInvalidLazy(const char* operation) noexcept {
@@ -47,14 +52,15 @@ class LazyAwaiter {
   bool await_ready() const noexcept { return false; }
 
   // Starts the awaited Lazy by symmetric transfer; it transfers back when it finishes.
-  // A Lazy awaited inside a weft coroutine inherits that coroutine's executor.
-  // noexcept: only stores two words.
+  // A Lazy awaited inside a weft coroutine inherits that coroutine's executor and
+  // cancellation token. noexcept: only stores three words.
   template <class Promise>
   std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
     LazyPromiseBase& promise = handle_.promise();
     promise.setContinuation(awaiting);
     if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       promise.setExecutor(awaiting.promise().executor());
+      promise.setCancellationToken(awaiting.promise().cancellationTokenPointer());
     }
     return handle_;
   }
@@ -110,7 +116,10 @@ class StartSink final : public CompletionSink {
 // awaited Lazy runs on the awaiting thread and resumes its awaiter by symmetric transfer,
 // so chains of any depth use constant native stack. It resumes wherever the thing it
 // awaited completed; bind it to an executor with `.via(executor)` (see Task) for
-// executor affinity. Awaited inside a Task, it inherits the task's executor.
+// executor affinity. Awaited inside a Task, it inherits the task's executor. Awaited
+// inside any Lazy/Task, it inherits that coroutine's cancellation token (see
+// coro/cancellation.h; withCancellation binds one): cancellable awaits inside it throw
+// OperationCancelled once that token is cancelled.
 //
 // Lazy is move-only and single-shot: awaiting it consumes it. Destroying a Lazy that was
 // never started, or that is suspended and will not be resumed by anyone, frees its frame

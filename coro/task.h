@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/cancellation.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
 #include "coro/lazy.h"
@@ -85,6 +86,11 @@ class TaskAwaiter final : public CompletionSink {
 // executor (`co_await currentExecutor()` returns it). Awaiting a Task from a coroutine
 // bound to another executor brings that coroutine back to its own executor afterwards.
 //
+// Cancellation: a Task carries a cancellation token, which every await inside it sees
+// (cancellable awaits throw OperationCancelled once it is cancelled). Awaited from a
+// Lazy/Task, the task carries its awaiter's token; `withCancellation(token, lazy).via(ex)`
+// (coro/with_cancellation.h) gives a task its own, for start() and syncAwait.
+//
 // Errors: an exception escaping the task reaches the awaiter (or start()'s callback as a
 // Try). If the executor is shut down, co_await throws ExecutorShutDown before anything
 // runs, and start() throws it (the callback is not called).
@@ -135,7 +141,16 @@ class [[nodiscard]] Task {
     detail::LazyAccess::release(lazy_);
   }
 
-  // Used by weft coroutines' await_transform: `awaitingExecutor` is the awaiter's.
+  // Used by weft coroutines' await_transform and fibers' await(): `awaitingExecutor` is
+  // the awaiter's executor, `token` its cancellation token, which the task carries from
+  // now on (the awaiter keeps it alive until the task has finished).
+  detail::TaskAwaiter<T> coAwait(Executor* awaitingExecutor,
+                                 const CancellationToken& token) && noexcept {
+    if (!lazy_.valid()) detail::abortInvalidLazy("co_await Task");
+    auto handle = detail::LazyAccess::handle(lazy_);
+    handle.promise().setCancellationToken(&token);
+    return detail::TaskAwaiter<T>(handle, awaitingExecutor);
+  }
   detail::TaskAwaiter<T> coAwait(Executor* awaitingExecutor) && noexcept {
     if (!lazy_.valid()) detail::abortInvalidLazy("co_await Task");
     return detail::TaskAwaiter<T>(detail::LazyAccess::handle(lazy_), awaitingExecutor);
@@ -149,6 +164,7 @@ class [[nodiscard]] Task {
 
  private:
   friend class Lazy<T>;
+  friend struct detail::LazyAccess;
   explicit Task(Lazy<T>&& lazy) noexcept : lazy_(std::move(lazy)) {}
 
   Lazy<T> lazy_;

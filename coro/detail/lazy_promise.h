@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/cancellation.h"
 #include "coro/detail/frame_allocator.h"
 #include "coro/detail/via_awaiter.h"
 #include "coro/try.h"
@@ -43,8 +44,24 @@ concept ExecutorAwareAwaitable = requires(A&& a, Executor* executor) {
   std::forward<A>(a).coAwait(executor);
 };
 
+// Awaitables that can be cancelled expose `coAwait(Executor*, const CancellationToken&)`:
+// the promise hands them its executor and its token (preferred to coAwait(Executor*)).
+// The token reference stays valid until the await completes.
+template <class A>
+concept CancellationAwareAwaitable =
+    requires(A&& a, Executor* executor, const CancellationToken& token) {
+      std::forward<A>(a).coAwait(executor, token);
+    };
+
 // What every Lazy promise shares: the lazy start, the continuation word, the executor
-// the coroutine is bound to (nullptr for a plain Lazy), and executor propagation.
+// the coroutine is bound to (nullptr for a plain Lazy), its cancellation token, and the
+// propagation of both to awaited Lazys.
+//
+// The token is held by pointer, not by value: a CancellationToken copy is a reference
+// count (an atomic), and a Lazy that never touches cancellation must not pay one per
+// await (DESIGN.md, invariant 2). The pointee is owned by whoever bound the token
+// (withCancellation's frame, a collect's frame, a fiber), which outlives every Lazy that
+// inherits it: an awaited Lazy finishes (or is destroyed) before its awaiter resumes.
 class LazyPromiseBase : public FrameAllocated {
  public:
   // Lazily started: nothing runs until the Lazy is awaited, started or synchronously
@@ -64,7 +81,8 @@ class LazyPromiseBase : public FrameAllocated {
   FinalAwaiter final_suspend() noexcept { return {}; }
 
   // Every co_await in a Lazy goes through here:
-  //  - a Lazy is awaited directly (its awaiter copies our executor into it);
+  //  - a Lazy is awaited directly (its awaiter copies our executor and token into it);
+  //  - a cancellation-aware awaitable gets our executor and token through coAwait();
   //  - an executor-aware awaitable gets our executor through coAwait();
   //  - anything else is wrapped so that, in a coroutine bound to an executor, we resume
   //    on that executor even if the awaitable completes on another thread.
@@ -72,6 +90,8 @@ class LazyPromiseBase : public FrameAllocated {
   decltype(auto) await_transform(A&& awaitable) {
     if constexpr (kIsLazy<std::remove_cvref_t<A>>) {
       return std::forward<A>(awaitable);
+    } else if constexpr (CancellationAwareAwaitable<A>) {
+      return std::forward<A>(awaitable).coAwait(executor_, *token_);
     } else if constexpr (ExecutorAwareAwaitable<A>) {
       return std::forward<A>(awaitable).coAwait(executor_);
     } else {
@@ -81,6 +101,13 @@ class LazyPromiseBase : public FrameAllocated {
 
   Executor* executor() const noexcept { return executor_; }
   void setExecutor(Executor* executor) noexcept { executor_ = executor; }
+
+  // The token this coroutine carries (kNoCancellationToken unless one was bound or
+  // inherited). Precondition of setCancellationToken: `token` is not null and outlives
+  // this coroutine's run.
+  const CancellationToken& cancellationToken() const noexcept { return *token_; }
+  const CancellationToken* cancellationTokenPointer() const noexcept { return token_; }
+  void setCancellationToken(const CancellationToken* token) noexcept { token_ = token; }
 
   void setContinuation(std::coroutine_handle<> awaiting) noexcept {
     continuation_ = reinterpret_cast<std::uintptr_t>(awaiting.address());
@@ -101,6 +128,7 @@ class LazyPromiseBase : public FrameAllocated {
  private:
   std::uintptr_t continuation_ = 0;
   Executor* executor_ = nullptr;
+  const CancellationToken* token_ = &kNoCancellationToken;
 };
 
 template <class T>

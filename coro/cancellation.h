@@ -1,0 +1,465 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <coroutine>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include "executors/executor.h"
+
+// Cooperative cancellation: a CancellationSource requests, CancellationTokens observe,
+// CancellationCallbacks react.
+//
+// The model (docs/concurrency.md, "Cancellation"):
+//  - Cancellation is a request, never a forced stop. Work that is cancelled finishes by
+//    itself, usually by letting OperationCancelled propagate from the await that noticed.
+//  - Every Lazy/Task carries a token (by default one that can never be cancelled). A Lazy
+//    awaited inside another inherits the awaiter's token, exactly as it inherits the
+//    executor; `withCancellation(token, lazy)` (coro/with_cancellation.h) binds another;
+//    `co_await currentCancellationToken()` reads it.
+//  - Cancellable awaitables (sleep, lock waits, channel operations, select...) expose
+//    `coAwait(Executor*, const CancellationToken&)`; the promise hands them its token. They
+//    register a CancellationCallback while suspended and, when it fires, resume their
+//    waiter with OperationCancelled. An awaitable that completed before the request
+//    completes normally: cancellation never undoes work that is done.
+
+namespace weft {
+
+// What a cancelled operation throws from its co_await (or await() in a fiber).
+//
+// Example:
+//   try { co_await weft::sleep(1s); } catch (const weft::OperationCancelled&) { ... }
+class OperationCancelled : public std::runtime_error {
+ public:
+  OperationCancelled() : std::runtime_error("weft: operation cancelled") {}
+  explicit OperationCancelled(const std::string& what) : std::runtime_error(what) {}
+};
+
+class CancellationToken;
+class CancellationSource;
+class CancellationCallback;
+
+namespace detail {
+
+// The shared state behind one CancellationSource, its copies, its tokens and the
+// callbacks registered on them. Reference counted; freed with the last handle.
+//
+// Registration protocol (why the callback runs exactly once or never, and why a
+// destructor never returns while its callback runs on another thread):
+//  - A small mutex guards the intrusive list of registered callbacks, `running_` and
+//    `signaller_`. It is held only to link, unlink and hand over one callback, never
+//    while a callback runs.
+//  - requestCancellation() sets `requested_` under the mutex, then repeatedly unlinks the
+//    first callback, records it in `running_`, unlocks, runs it, relocks and clears
+//    `running_`. A callback is therefore run by whoever unlinks it, and only once.
+//  - A registration that finds `requested_` already set (under the mutex) is not linked;
+//    its constructor runs the callback itself.
+//  - ~CancellationCallback locks: if still linked it unlinks itself (its callback will
+//    never run). Otherwise its callback has run or is running; if it is `running_` on
+//    another thread, it waits on `callbackFinished_` until `running_` changes. If it is
+//    `running_` on this very thread, the destructor was called from inside the callback
+//    (or from something the callback called): it returns at once, and the signaller never
+//    touches a callback after running it, so that is safe.
+class CancellationState {
+ public:
+  // A new state held by one source.
+  static CancellationState* create() { return new CancellationState(); }
+
+  // Relaxed: the caller already holds a reference, so the count cannot reach zero
+  // concurrently; nothing is published by taking one more.
+  void addRef() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  // acq_rel: release publishes this holder's uses of the state; the last holder acquires
+  // all of them before deleting it.
+  void release() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  // Relaxed: as addRef (the caller holds a source).
+  void addSource() noexcept { sources_.fetch_add(1, std::memory_order_relaxed); }
+  // Release: pairs with the acquire in canBeCancelled().
+  void releaseSource() noexcept { sources_.fetch_sub(1, std::memory_order_release); }
+
+  // Acquire: pairs with the release store in requestCancellation(), so what the
+  // requester wrote before requesting is visible to whoever sees the request.
+  bool requested() const noexcept { return requested_.load(std::memory_order_acquire); }
+
+  // Once no source is left and none requested cancellation, none ever will.
+  bool canBeCancelled() const noexcept {
+    // Acquire: pairs with releaseSource().
+    return requested() || sources_.load(std::memory_order_acquire) != 0;
+  }
+
+  // noexcept: callbacks must not throw (a throwing one aborts the process with a message
+  // naming the misuse), and the mutex and condition variable only fail on a corrupted
+  // state, where terminating is the honest answer.
+  bool requestCancellation() noexcept;
+
+  // Links `callback` unless cancellation was already requested (then returns false and
+  // the caller runs it). On success the callback holds a reference to the state.
+  bool tryAdd(CancellationCallback* callback) noexcept;
+  // Unlinks `callback`, or waits until it has finished running on another thread.
+  void remove(CancellationCallback* callback) noexcept;
+
+ private:
+  CancellationState() = default;
+  ~CancellationState() = default;
+
+  void unlink(CancellationCallback* callback) noexcept;
+
+  std::atomic<bool> requested_{false};
+  std::atomic<std::size_t> refs_{1};
+  std::atomic<std::size_t> sources_{1};
+  std::mutex mutex_;
+  std::condition_variable callbackFinished_;
+  CancellationCallback* head_ = nullptr;     // guarded by mutex_
+  CancellationCallback* running_ = nullptr;  // guarded by mutex_
+  std::thread::id signaller_;                // guarded by mutex_
+  std::size_t waiters_ = 0;                  // guarded by mutex_
+};
+
+// noexcept: reports the misuse and aborts (a callback has nobody to throw to).
+[[noreturn]] inline void abortThrowingCancellationCallback() noexcept {
+  std::fprintf(stderr,
+               "weft: a CancellationCallback's onCancel threw; cancellation callbacks must "
+               "not throw (they run inside requestCancellation())\n");
+  std::abort();
+}
+
+}  // namespace detail
+
+// CancellationToken: observes whether cancellation was requested on its source.
+//
+// A cheap copyable handle (one pointer; copying adds a reference). A default-constructed
+// token has no source and can never be cancelled; checking it costs a null test.
+//
+// Errors: throwIfCancellationRequested() throws OperationCancelled.
+// Thread safety: every member may be called concurrently from any thread; distinct
+// copies may be used and destroyed independently.
+//
+// Example:
+//   weft::CancellationSource source;
+//   weft::CancellationToken token = source.token();
+//   source.requestCancellation();
+//   assert(token.isCancellationRequested());
+class CancellationToken {
+ public:
+  // A token that can never be cancelled.
+  constexpr CancellationToken() noexcept = default;
+  CancellationToken(const CancellationToken& other) noexcept : state_(other.state_) {
+    if (state_ != nullptr) state_->addRef();
+  }
+  CancellationToken(CancellationToken&& other) noexcept
+      : state_(std::exchange(other.state_, nullptr)) {}
+  CancellationToken& operator=(CancellationToken other) noexcept {
+    std::swap(state_, other.state_);
+    return *this;
+  }
+  ~CancellationToken() {
+    if (state_ != nullptr) state_->release();
+  }
+
+  // True once requestCancellation() was called on the source. Lock-free: one atomic load
+  // (none for a token without a source).
+  bool isCancellationRequested() const noexcept { return state_ != nullptr && state_->requested(); }
+
+  // False when cancellation can never be requested: no source, or every source was
+  // destroyed without requesting it. Awaitables use this to skip registering callbacks.
+  bool canBeCancelled() const noexcept { return state_ != nullptr && state_->canBeCancelled(); }
+
+  // Throws OperationCancelled if cancellation was requested.
+  void throwIfCancellationRequested() const {
+    if (isCancellationRequested()) throw OperationCancelled();
+  }
+
+  // True when both tokens observe the same source (or both have none).
+  friend bool operator==(const CancellationToken& a, const CancellationToken& b) noexcept {
+    return a.state_ == b.state_;
+  }
+
+ private:
+  friend class CancellationSource;
+  friend class CancellationCallback;
+
+  // Adopts one reference the caller already took.
+  explicit CancellationToken(detail::CancellationState* state) noexcept : state_(state) {}
+
+  detail::CancellationState* state_ = nullptr;
+};
+
+// CancellationSource: requests cancellation of every token made from it.
+//
+// Copies share one state (copying adds a reference): cancelling any copy cancels all.
+// When the last copy is destroyed without a request, its tokens report
+// canBeCancelled() == false and their callbacks never run. A moved-from source is empty:
+// its token() can never be cancelled and requestCancellation() returns false.
+//
+// Errors: the constructor throws std::bad_alloc if it cannot allocate the state.
+// Thread safety: every member may be called concurrently from any thread. Callbacks run
+// on the thread that calls requestCancellation(), one after another, before it returns.
+//
+// Example:
+//   weft::CancellationSource source;
+//   auto work = weft::withCancellation(source.token(), fetchForever());
+//   // ... later, from any thread:
+//   source.requestCancellation();  // fetchForever's pending await throws OperationCancelled
+class CancellationSource {
+ public:
+  CancellationSource() : state_(detail::CancellationState::create()) {}
+  CancellationSource(const CancellationSource& other) noexcept : state_(other.state_) {
+    if (state_ != nullptr) {
+      state_->addRef();
+      state_->addSource();
+    }
+  }
+  CancellationSource(CancellationSource&& other) noexcept
+      : state_(std::exchange(other.state_, nullptr)) {}
+  CancellationSource& operator=(CancellationSource other) noexcept {
+    std::swap(state_, other.state_);
+    return *this;
+  }
+  ~CancellationSource() {
+    if (state_ != nullptr) {
+      state_->releaseSource();
+      state_->release();
+    }
+  }
+
+  // A token observing this source.
+  CancellationToken token() const noexcept {
+    if (state_ == nullptr) return CancellationToken();
+    state_->addRef();
+    return CancellationToken(state_);
+  }
+
+  // Requests cancellation: from now on every token reports it, and every registered
+  // callback runs, on this thread, before this returns. True only for the first request
+  // (of all copies of this source); later calls return false at once, possibly before
+  // the first call's callbacks have finished.
+  // noexcept: see detail::CancellationState::requestCancellation.
+  bool requestCancellation() noexcept { return state_ != nullptr && state_->requestCancellation(); }
+
+  bool isCancellationRequested() const noexcept { return state_ != nullptr && state_->requested(); }
+
+ private:
+  detail::CancellationState* state_;
+};
+
+// CancellationCallback: runs `onCancel()` once when cancellation is requested on a token,
+// for as long as the registration lives. RAII: not copyable, not movable.
+//
+// Semantics:
+//  - If cancellation was already requested, onCancel runs immediately, inside the
+//    constructor, on the constructing thread.
+//  - Otherwise it runs on the thread that calls requestCancellation(), unless the
+//    registration is destroyed first (then it never runs).
+//  - If the token can never be cancelled, nothing is registered and onCancel is dropped.
+//  - The destructor deregisters. If onCancel is running on another thread right then, it
+//    waits for it to finish, so after the destructor nothing of the registration is in
+//    use. onCancel may destroy its own registration (the destructor then returns at once;
+//    onCancel must not touch its captures afterwards), destroy other registrations, or
+//    register new ones, without deadlock.
+//
+// Preconditions: onCancel must not throw (weft prints a message and aborts if it does);
+// it should be short (it runs inside requestCancellation()). Do not destroy, from inside
+// a callback of token A, a registration on token B whose callback is, at that moment,
+// destroying a registration on A from another thread: they would wait for each other.
+// Errors: the constructor throws std::bad_alloc, or what copying/moving onCancel throws,
+// if it must store a callable of more than 32 bytes (then nothing was registered).
+// Thread safety: construction and destruction of distinct registrations, and
+// requestCancellation(), may run concurrently on any threads.
+//
+// Example:
+//   weft::CancellationCallback onCancel(token, [&] { socket.close(); });
+//   co_await socket.read(buffer);  // close() makes the read fail promptly
+class CancellationCallback {
+ public:
+  template <class F>
+    requires std::invocable<std::decay_t<F>&> && std::constructible_from<std::decay_t<F>, F&&>
+  CancellationCallback(const CancellationToken& token, F&& onCancel) {
+    using Fn = std::decay_t<F>;
+    detail::CancellationState* state = token.state_;
+    if (state == nullptr || !state->canBeCancelled()) return;
+    if (state->requested()) {
+      runNow(onCancel);
+      return;
+    }
+    if constexpr (kStoredInline<Fn>) {
+      ::new (static_cast<void*>(storage_)) Fn(std::forward<F>(onCancel));
+      invoke_ = &invokeStored<Fn, true>;
+      if constexpr (!std::is_trivially_destructible_v<Fn>) destroy_ = &destroyStored<Fn, true>;
+    } else {
+      *reinterpret_cast<Fn**>(storage_) = new Fn(std::forward<F>(onCancel));
+      invoke_ = &invokeStored<Fn, false>;
+      destroy_ = &destroyStored<Fn, false>;
+    }
+    if (state->tryAdd(this)) {
+      state_ = state;
+    } else {
+      invoke_(this);  // cancellation was requested meanwhile: run it here, once
+    }
+  }
+
+  CancellationCallback(const CancellationCallback&) = delete;
+  CancellationCallback& operator=(const CancellationCallback&) = delete;
+
+  ~CancellationCallback() {
+    if (state_ != nullptr) {
+      state_->remove(this);
+      state_->release();
+    }
+    if (destroy_ != nullptr) destroy_(this);
+  }
+
+ private:
+  friend class detail::CancellationState;
+
+  static constexpr std::size_t kInlineBytes = 4 * sizeof(void*);
+  template <class Fn>
+  static constexpr bool kStoredInline =
+      sizeof(Fn) <= kInlineBytes && alignof(Fn) <= alignof(std::max_align_t);
+
+  template <class Fn>
+  static Fn& stored(CancellationCallback* self) noexcept {
+    if constexpr (kStoredInline<Fn>) {
+      return *std::launder(reinterpret_cast<Fn*>(self->storage_));
+    } else {
+      return **reinterpret_cast<Fn**>(self->storage_);
+    }
+  }
+
+  // noexcept: onCancel must not throw; misuse is reported, then the process aborts.
+  template <class Fn>
+  static void runNow(Fn& onCancel) noexcept {
+    try {
+      onCancel();
+    } catch (...) {
+      detail::abortThrowingCancellationCallback();
+    }
+  }
+
+  // `self` may be destroyed by the callback itself: nothing here touches it afterwards.
+  template <class Fn, bool kInline>
+  static void invokeStored(CancellationCallback* self) noexcept {
+    runNow(stored<Fn>(self));
+  }
+
+  template <class Fn, bool kInline>
+  static void destroyStored(CancellationCallback* self) noexcept {
+    if constexpr (kInline) {
+      stored<Fn>(self).~Fn();
+    } else {
+      delete &stored<Fn>(self);
+    }
+  }
+
+  // Non-null while this registration is (or was, until its callback ran) linked in a
+  // state; holds one reference to it.
+  detail::CancellationState* state_ = nullptr;
+  // The intrusive list, guarded by the state's mutex. `prevNext_` points at the pointer
+  // that points at this node; null when not linked.
+  CancellationCallback* next_ = nullptr;
+  CancellationCallback** prevNext_ = nullptr;
+  void (*invoke_)(CancellationCallback*) noexcept = nullptr;
+  void (*destroy_)(CancellationCallback*) noexcept = nullptr;
+  alignas(std::max_align_t) unsigned char storage_[kInlineBytes];
+};
+
+namespace detail {
+
+inline void CancellationState::unlink(CancellationCallback* callback) noexcept {
+  *callback->prevNext_ = callback->next_;
+  if (callback->next_ != nullptr) callback->next_->prevNext_ = callback->prevNext_;
+  callback->next_ = nullptr;
+  callback->prevNext_ = nullptr;
+}
+
+inline bool CancellationState::tryAdd(CancellationCallback* callback) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Relaxed: requested_ is written under mutex_, which we hold.
+  if (requested_.load(std::memory_order_relaxed)) return false;
+  callback->next_ = head_;
+  callback->prevNext_ = &head_;
+  if (head_ != nullptr) head_->prevNext_ = &callback->next_;
+  head_ = callback;
+  addRef();
+  return true;
+}
+
+inline void CancellationState::remove(CancellationCallback* callback) noexcept {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (callback->prevNext_ != nullptr) {
+    unlink(callback);  // never ran, never will
+    return;
+  }
+  // Unlinked by the signaller: finished, or running now.
+  if (running_ != callback) return;
+  if (signaller_ == std::this_thread::get_id()) return;  // destroyed from inside onCancel
+  ++waiters_;
+  callbackFinished_.wait(lock, [&] { return running_ != callback; });
+  --waiters_;
+}
+
+inline bool CancellationState::requestCancellation() noexcept {
+  std::unique_lock<std::mutex> lock(mutex_);
+  // Relaxed: requested_ is written only under mutex_, which we hold.
+  if (requested_.load(std::memory_order_relaxed)) return false;
+  // Release: pairs with the acquire in requested(), publishing what the requester did
+  // before requesting.
+  requested_.store(true, std::memory_order_release);
+  signaller_ = std::this_thread::get_id();
+  while (head_ != nullptr) {
+    CancellationCallback* callback = head_;
+    unlink(callback);
+    running_ = callback;
+    lock.unlock();
+    // The callback may destroy its own registration: it is not touched after this call.
+    callback->invoke_(callback);
+    lock.lock();
+    running_ = nullptr;
+    if (waiters_ != 0) callbackFinished_.notify_all();
+  }
+  return true;
+}
+
+// The token of a Lazy that nobody gave one: never cancelled. Every promise points here
+// until a token is bound or inherited (constinit: no initialisation guard on access).
+inline constinit const CancellationToken kNoCancellationToken{};
+
+struct CurrentCancellationTokenAwaiter {
+  CancellationToken token;
+  bool await_ready() const noexcept { return true; }
+  void await_suspend(std::coroutine_handle<>) const noexcept {}
+  CancellationToken await_resume() noexcept { return std::move(token); }
+};
+struct CurrentCancellationTokenAwaitable {
+  CurrentCancellationTokenAwaiter coAwait(Executor*,
+                                          const CancellationToken& token) const noexcept {
+    return {token};
+  }
+  // Outside a weft coroutine there is no token.
+  CurrentCancellationTokenAwaiter operator co_await() const noexcept { return {}; }
+};
+
+}  // namespace detail
+
+// `co_await currentCancellationToken()`: a copy of the token the current Lazy/Task
+// carries (bound with withCancellation, inherited from its awaiter, or, by default, one
+// that can never be cancelled). Never suspends. From a fiber, `await()` gives the
+// fiber's token.
+//
+// Errors: none. Thread safety: reads the coroutine's own state.
+//
+// Example:
+//   weft::CancellationToken token = co_await weft::currentCancellationToken();
+//   for (auto& item : batch) { token.throwIfCancellationRequested(); process(item); }
+inline detail::CurrentCancellationTokenAwaitable currentCancellationToken() noexcept { return {}; }
+
+}  // namespace weft
