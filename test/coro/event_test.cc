@@ -1,0 +1,196 @@
+#include "coro/event.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "coro/collect.h"
+#include "coro/detail/config.h"
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "executors/thread_pool.h"
+#include "test/support/counted.h"
+#include "test/support/manual_executor.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Counted;
+using test::ManualExecutor;
+using test::Watchdog;
+
+void startDetached(Lazy<> lazy, std::atomic<int>& done) {
+  std::move(lazy).start([&done](Try<void> result) {
+    EXPECT_TRUE(result.hasValue());
+    done.fetch_add(1);
+  });
+}
+
+WEFT_NOINLINE std::uintptr_t nativeStackAddress() {
+  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+}
+
+TEST(EventTest, StartsUnsetUnlessAskedAndWaitOnASetEventDoesNotSuspend) {
+  Event unset;
+  EXPECT_FALSE(unset.isSet());
+  Event set(true);
+  EXPECT_TRUE(set.isSet());
+  std::thread::id ranOn;
+  syncAwait([&]() -> Lazy<> {
+    co_await set.wait();
+    ranOn = std::this_thread::get_id();
+  }());
+  EXPECT_EQ(ranOn, std::this_thread::get_id());
+}
+
+TEST(EventTest, SetWakesEveryWaiterInOrder) {
+  Event event;
+  std::vector<int> order;
+  std::atomic<int> done{0};
+  auto waiter = [&](int id) -> Lazy<> {
+    co_await event.wait();
+    order.push_back(id);
+  };
+  for (int i = 0; i < 5; ++i) startDetached(waiter(i), done);
+  EXPECT_TRUE(order.empty());
+  event.set();
+  EXPECT_TRUE(event.isSet());
+  EXPECT_EQ(done.load(), 5);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  event.set();  // already set: nobody is resumed twice
+  EXPECT_EQ(done.load(), 5);
+}
+
+TEST(EventTest, ResetMakesLaterWaitsSuspendUntilTheNextSet) {
+  Event event(true);
+  event.reset();
+  EXPECT_FALSE(event.isSet());
+  std::atomic<int> done{0};
+  auto waiter = [&]() -> Lazy<> { co_await event.wait(); };
+  startDetached(waiter(), done);
+  EXPECT_EQ(done.load(), 0);
+  event.set();
+  EXPECT_EQ(done.load(), 1);
+}
+
+TEST(EventTest, WaitersWithAnExecutorAreScheduledOnItNotRunInsideSet) {
+  Event event;
+  ManualExecutor executor;
+  std::atomic<int> resumed{0};
+  auto waiter = [&]() -> Lazy<> {
+    co_await event.wait();
+    if (executor.currentThreadInExecutor()) resumed.fetch_add(1);
+  };
+  std::atomic<int> done{0};
+  for (int i = 0; i < 3; ++i) {
+    waiter().via(&executor).start([&](Try<void>) { done.fetch_add(1); });
+  }
+  executor.runAll();  // they start and wait
+  event.set();
+  EXPECT_EQ(resumed.load(), 0);
+  EXPECT_EQ(executor.pending(), 3u);
+  executor.runAll();
+  EXPECT_EQ(resumed.load(), 3);
+  EXPECT_EQ(done.load(), 3);
+}
+
+TEST(EventTest, ALongListOfInlineWaitersDoesNotGrowTheStack) {
+  constexpr int kWaiters = 100'000;
+  Event event;
+  std::uintptr_t lowest = UINTPTR_MAX, highest = 0;
+  std::atomic<int> done{0};
+  auto waiter = [&]() -> Lazy<> {
+    co_await event.wait();
+    std::uintptr_t sp = nativeStackAddress();
+    lowest = std::min(lowest, sp);
+    highest = std::max(highest, sp);
+  };
+  for (int i = 0; i < kWaiters; ++i) startDetached(waiter(), done);
+  event.set();
+  EXPECT_EQ(done.load(), kWaiters);
+  EXPECT_LT(highest - lowest, 64u * 1024u);
+}
+
+TEST(EventTest, ADestroyedWaiterLeavesTheQueue) {
+  Counted::reset();
+  Event event;
+  std::atomic<int> done{0};
+  auto keeper = [&]() -> Lazy<> { co_await event.wait(); };
+  startDetached(keeper(), done);
+  {
+    auto body = [&]() -> Lazy<> {
+      Counted local;
+      co_await event.wait();
+    };
+    Lazy<> doomed = body();
+    detail::LazyAccess::handle(doomed).resume();
+    EXPECT_EQ(Counted::alive(), 1);
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+  event.set();  // must not touch the destroyed waiter (ASan would tell)
+  EXPECT_EQ(done.load(), 1);
+}
+
+TEST(EventTest, SetWakesEveryWaiterOnTwoThreads) {
+  Watchdog watchdog(120s, "EventTest.SetWakesEveryWaiterOnTwoThreads");
+  constexpr int kWaiters = 1000;
+  ThreadPool pool(2);
+  Event event;
+  std::atomic<int> woken{0};
+  std::vector<Lazy<>> branches;
+  for (int i = 0; i < kWaiters; ++i) {
+    branches.push_back([](Event& e, std::atomic<int>& w) -> Lazy<> {
+      co_await e.wait();
+      w.fetch_add(1);
+    }(event, woken));
+  }
+  // The setter is one more branch, so it races with the waiters' arrival.
+  branches.push_back([](Event& e) -> Lazy<> {
+    e.set();
+    co_return;
+  }(event));
+  syncAwait(collectAllPara(std::move(branches)), &pool);
+  EXPECT_EQ(woken.load(), kWaiters);
+}
+
+TEST(EventTest, SetRacingWithWaitNeverLosesTheWakeUp) {
+  Watchdog watchdog(120s, "EventTest.SetRacingWithWaitNeverLosesTheWakeUp");
+  ThreadPool pool(2);
+  for (int round = 0; round < 2000; ++round) {
+    Event event;
+    int seen = 0;
+    std::vector<Lazy<>> branches;
+    branches.push_back([](Event& e, int& s) -> Lazy<> {
+      co_await e.wait();
+      s = 1;
+    }(event, seen));
+    branches.push_back([](Event& e) -> Lazy<> {
+      e.set();
+      co_return;
+    }(event));
+    syncAwait(collectAllPara(std::move(branches)), &pool);
+    ASSERT_EQ(seen, 1) << "round " << round;
+  }
+}
+
+TEST(EventDeathTest, DestroyingAnEventWithWaitersAborts) {
+  EXPECT_DEATH(
+      {
+        auto* event = new Event;
+        std::atomic<int> done{0};
+        startDetached([](Event& e) -> Lazy<> { co_await e.wait(); }(*event), done);
+        delete event;
+      },
+      "Event destroyed while coroutines are waiting");
+}
+
+}  // namespace
+}  // namespace weft
