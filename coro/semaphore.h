@@ -1,0 +1,237 @@
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+
+#include "coro/detail/spin_lock.h"
+#include "coro/detail/sync_waiter.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+class Semaphore;
+
+namespace detail {
+
+// The awaiter of `co_await semaphore.acquire()`.
+class SemaphoreAcquireAwaiter : public SyncWaiter {
+ public:
+  SemaphoreAcquireAwaiter(Semaphore& semaphore, Executor* waiterExecutor) noexcept
+      : semaphore_(semaphore) {
+    executor = waiterExecutor;
+  }
+  SemaphoreAcquireAwaiter(const SemaphoreAcquireAwaiter&) = delete;
+  SemaphoreAcquireAwaiter& operator=(const SemaphoreAcquireAwaiter&) = delete;
+  // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
+  inline ~SemaphoreAcquireAwaiter();
+
+  // A permit is free and nobody waits: one compare-exchange, no suspension.
+  inline bool await_ready() noexcept;
+  // noexcept: queueing is pointer writes under the queue lock.
+  inline bool await_suspend(std::coroutine_handle<> awaiting) noexcept;
+  void await_resume() noexcept { handle = {}; }
+
+ private:
+  Semaphore& semaphore_;
+};
+
+}  // namespace detail
+
+// Semaphore: a counting semaphore for coroutines and fibers. acquire() takes one permit,
+// suspending while none is free; release(n) returns n permits.
+//
+// Semantics:
+//  - Fairness: FIFO. Waiters get permits in the order they started waiting, and a
+//    newcomer never takes a permit ahead of a waiter (tryAcquire() fails while anyone
+//    waits). release(n) hands permits directly to up to n waiters.
+//  - A waiter that belongs to an executor is resumed by scheduling it there; one with no
+//    executor is resumed inline on the releasing thread (through a per-thread
+//    trampoline, so a long queue never nests on the stack).
+//  - Uncontended, acquire and release are one atomic read-modify-write each, with no
+//    allocation. What a thread wrote before release() is visible to the acquirer of the
+//    permit it released.
+//  - Permits are not owned: any coroutine or thread may release.
+//
+// Preconditions: the Semaphore outlives its waiters.
+// Errors: a negative initial count or release(n) with n < 0 throws std::invalid_argument;
+// a release that would take the count past max() throws std::overflow_error (nothing is
+// released). Destroying a Semaphore that coroutines wait on prints a message and aborts.
+// Thread safety: every member may be called concurrently from any thread.
+//
+// Example:
+//   weft::Semaphore slots(4);  // at most 4 requests in flight
+//   co_await slots.acquire();
+//   co_await send(request);
+//   slots.release();
+class Semaphore {
+ public:
+  explicit Semaphore(std::ptrdiff_t initialCount) : state_(checkedInitial(initialCount)) {}
+  Semaphore(const Semaphore&) = delete;
+  Semaphore& operator=(const Semaphore&) = delete;
+  ~Semaphore() {
+    // relaxed: as in ~Mutex, a destructor racing with users is already a bug; this only
+    // catches suspended waiters.
+    if ((state_.load(std::memory_order_relaxed) & kWaitersBit) != 0) {
+      detail::abortSyncMisuse("Semaphore destroyed while coroutines are waiting on it");
+    }
+  }
+
+  // The largest count a Semaphore can hold.
+  static constexpr std::ptrdiff_t max() noexcept {
+    return std::numeric_limits<std::ptrdiff_t>::max() / kPermit;
+  }
+
+  // Awaitable: takes one permit, waiting for one if none is free. Returns void.
+  detail::SyncOperation<detail::SemaphoreAcquireAwaiter, Semaphore&> acquire() noexcept {
+    return detail::SyncOperation<detail::SemaphoreAcquireAwaiter, Semaphore&>(*this);
+  }
+
+  // Takes a permit if one is free and nobody waits; never suspends.
+  bool tryAcquire() noexcept {
+    // relaxed: a first guess for the compare-exchange.
+    std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
+    while ((state & kWaitersBit) == 0 && state >= kPermit) {
+      // acquire: see what the releaser of this permit wrote (pairs with release()).
+      if (state_.compare_exchange_weak(state, state - kPermit, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Returns `n` permits (default 1), handing them to waiters first, oldest first.
+  void release(std::ptrdiff_t n = 1) {
+    if (n < 0) throw std::invalid_argument("weft: Semaphore::release() of a negative count");
+    if (n == 0) return;
+    // relaxed: a first guess for the compare-exchange.
+    std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
+    while ((state & kWaitersBit) == 0) {
+      checkOverflow(state / kPermit, n);
+      // release: publishes our writes to whoever acquires these permits.
+      if (state_.compare_exchange_weak(state, state + n * kPermit, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
+        return;
+      }
+    }
+    releaseSlow(n);
+  }
+
+  // The number of free permits right now (a snapshot; for diagnostics and tests).
+  std::ptrdiff_t available() const noexcept {
+    // relaxed: a snapshot that synchronizes with nothing.
+    return state_.load(std::memory_order_relaxed) / kPermit;
+  }
+
+ private:
+  friend class detail::SemaphoreAcquireAwaiter;
+
+  // state_ = permits * kPermit + (kWaitersBit if waiters_ is not empty). While waiters
+  // are queued no permit is free, and the word changes only under queueLock_.
+  static constexpr std::ptrdiff_t kWaitersBit = 1;
+  static constexpr std::ptrdiff_t kPermit = 2;
+
+  static std::ptrdiff_t checkedInitial(std::ptrdiff_t count) {
+    if (count < 0) throw std::invalid_argument("weft: Semaphore constructed with a negative count");
+    if (count > max()) throw std::overflow_error("weft: Semaphore count above Semaphore::max()");
+    return count * kPermit;
+  }
+  static void checkOverflow(std::ptrdiff_t permits, std::ptrdiff_t n) {
+    if (n > max() - permits) {
+      throw std::overflow_error("weft: Semaphore::release() past Semaphore::max() permits");
+    }
+  }
+
+  // Takes a permit for `waiter` if one is free (returns false) or queues it (true).
+  bool acquireOrEnqueue(detail::SyncWaiter* waiter) noexcept {
+    std::lock_guard guard(queueLock_);
+    std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((state & kWaitersBit) == 0 && state >= kPermit) {
+        // acquire: as in tryAcquire().
+        if (state_.compare_exchange_weak(state, state - kPermit, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+          return false;
+        }
+      } else if ((state & kWaitersBit) != 0 ||
+                 // relaxed: the queue is published by queueLock_; permits reach the waiter
+                 // through releaseSlow (under queueLock_) and its resumption.
+                 state_.compare_exchange_weak(state, kWaitersBit, std::memory_order_relaxed,
+                                              std::memory_order_relaxed)) {
+        waiter->phase = detail::WaitPhase::kQueued;
+        waiters_.pushBack(waiter);
+        return true;
+      }
+    }
+  }
+
+  void releaseSlow(std::ptrdiff_t n) {
+    detail::WaiterQueue granted;
+    {
+      std::lock_guard guard(queueLock_);
+      // relaxed: under queueLock_. If waiters are queued the word is ours; if they left
+      // meanwhile (granted or cancelled), fall back to the compare-exchange.
+      std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
+      while ((state & kWaitersBit) == 0) {
+        checkOverflow(state / kPermit, n);
+        // release: as in release().
+        if (state_.compare_exchange_weak(state, state + n * kPermit, std::memory_order_release,
+                                         std::memory_order_relaxed)) {
+          return;
+        }
+      }
+      // Waiters are queued, so no permit is free: the first n waiters get one each.
+      std::ptrdiff_t left = n;
+      while (left > 0 && !waiters_.empty()) {
+        detail::SyncWaiter* waiter = waiters_.popFront();
+        waiter->phase = detail::WaitPhase::kDone;
+        granted.pushBack(waiter);
+        --left;
+      }
+      // release: publishes our writes to later tryAcquire() callers that take the
+      // remaining permits without the lock.
+      state_.store(left * kPermit + (waiters_.empty() ? 0 : kWaitersBit),
+                   std::memory_order_release);
+    }
+    detail::resumeAll(granted);
+  }
+
+  // Takes a queued waiter out (cancellation, or its coroutine destroyed while waiting).
+  // True if it was queued: the caller then owns its resumption. A waiter not yet queued
+  // is marked cancelled, so that it does not queue at all.
+  bool cancelWaiter(detail::SyncWaiter* waiter) noexcept {
+    std::lock_guard guard(queueLock_);
+    if (waiter->phase == detail::WaitPhase::kDone) return false;
+    waiter->cancelled = true;
+    if (waiter->phase == detail::WaitPhase::kNotQueued) return false;
+    waiter->phase = detail::WaitPhase::kDone;
+    waiters_.remove(waiter);
+    // relaxed: no permit is free while waiters are queued; the queue is published by
+    // queueLock_.
+    if (waiters_.empty()) state_.store(0, std::memory_order_relaxed);
+    return true;
+  }
+
+  std::atomic<std::ptrdiff_t> state_;
+  detail::SpinLock queueLock_;
+  detail::WaiterQueue waiters_;  // guarded by queueLock_
+};
+
+namespace detail {
+
+SemaphoreAcquireAwaiter::~SemaphoreAcquireAwaiter() {
+  if (handle) semaphore_.cancelWaiter(this);
+}
+bool SemaphoreAcquireAwaiter::await_ready() noexcept { return semaphore_.tryAcquire(); }
+bool SemaphoreAcquireAwaiter::await_suspend(std::coroutine_handle<> awaiting) noexcept {
+  handle = awaiting;
+  return semaphore_.acquireOrEnqueue(this);
+}
+
+}  // namespace detail
+}  // namespace weft
