@@ -1,0 +1,198 @@
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <coroutine>
+#include <mutex>
+#include <type_traits>
+
+#include "coro/detail/spin_lock.h"
+#include "coro/detail/sync_waiter.h"
+#include "coro/lazy.h"
+#include "coro/mutex.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+class ConditionVariable;
+
+namespace detail {
+
+// The awaiter of `co_await cv.wait(mutex)`. It waits in two queues, one after the other:
+// the condition variable's until notified, then the mutex's until it holds the lock
+// again ("wait morphing": a notified waiter is moved straight into the mutex queue
+// rather than woken only to block on the mutex).
+class ConditionVariableWaitAwaiter : public SyncWaiter {
+ public:
+  ConditionVariableWaitAwaiter(ConditionVariable& cv, Mutex& mutex,
+                               Executor* waiterExecutor) noexcept
+      : cv_(cv), mutex_(mutex) {
+    executor = waiterExecutor;
+  }
+  ConditionVariableWaitAwaiter(const ConditionVariableWaitAwaiter&) = delete;
+  ConditionVariableWaitAwaiter& operator=(const ConditionVariableWaitAwaiter&) = delete;
+  // Destroyed while suspended (its coroutine destroyed while waiting): leaves whichever
+  // queue it is in.
+  inline ~ConditionVariableWaitAwaiter();
+
+  bool await_ready() const noexcept { return false; }
+  // noexcept: queueing is pointer writes; unlocking cannot fail.
+  inline bool await_suspend(std::coroutine_handle<> awaiting) noexcept;
+  void await_resume() noexcept { handle = {}; }
+
+ private:
+  friend class weft::ConditionVariable;
+
+  ConditionVariable& cv_;
+  Mutex& mutex_;
+  // Where the waiter is with respect to the condition variable's queue (guarded by the
+  // condition variable's queue lock; SyncWaiter::phase is the mutex queue's).
+  WaitPhase cvPhase_ = WaitPhase::kNotQueued;
+};
+
+}  // namespace detail
+
+// ConditionVariable: waits for a condition guarded by a weft::Mutex, for coroutines and
+// fibers.
+//
+// Semantics:
+//  - `co_await cv.wait(mutex)`: atomically releases `mutex` (which the caller holds) and
+//    suspends until notified; it returns holding `mutex` again. Like std's, it may
+//    return without the condition being true (another waiter got there first): test it
+//    in a loop, or use the predicate form.
+//  - `co_await cv.wait(mutex, predicate)`: `while (!predicate()) co_await cv.wait(mutex);`
+//    `predicate` runs with the mutex held, on the waiting coroutine. It is a Lazy<void>
+//    (one frame from the recycling allocator) that inherits the awaiter's executor.
+//  - notifyOne() wakes the oldest waiter, notifyAll() every waiter (FIFO). A notified
+//    waiter is moved straight into the mutex's queue (or handed the mutex if it is free)
+//    and is resumed once it holds the mutex: a waiter that belongs to an executor is
+//    scheduled on it, one with no executor is resumed inline on the thread that grants
+//    it the mutex (through a per-thread trampoline, so nothing nests deeply).
+//  - Notifying does not require holding the mutex; a notification with no waiter is lost
+//    (as with std::condition_variable): change the state under the mutex, then notify.
+//
+// Preconditions: the caller of wait() holds `mutex` (a wait on an unlocked Mutex prints a
+// message and aborts; holding it from another coroutine cannot be detected); the
+// ConditionVariable and the Mutex outlive the waiters.
+// Errors: wait() does not throw; the predicate form rethrows what the predicate throws
+// (with the mutex held). Destroying a ConditionVariable that coroutines wait on prints a
+// message and aborts.
+// Thread safety: every member may be called concurrently from any thread.
+//
+// Example:
+//   weft::ScopedLock lock = co_await mutex.scopedLock();
+//   co_await cv.wait(mutex, [&] { return !queue.empty(); });
+//   auto item = queue.pop();
+class ConditionVariable {
+ public:
+  ConditionVariable() noexcept = default;
+  ConditionVariable(const ConditionVariable&) = delete;
+  ConditionVariable& operator=(const ConditionVariable&) = delete;
+  ~ConditionVariable() {
+    std::lock_guard guard(queueLock_);
+    if (!waiters_.empty()) {
+      detail::abortSyncMisuse("ConditionVariable destroyed while coroutines are waiting on it");
+    }
+  }
+
+  // Awaitable: releases `mutex`, waits for a notification, reacquires `mutex`.
+  detail::SyncOperation<detail::ConditionVariableWaitAwaiter, ConditionVariable&, Mutex&> wait(
+      Mutex& mutex) noexcept {
+    return detail::SyncOperation<detail::ConditionVariableWaitAwaiter, ConditionVariable&,
+                                 Mutex&>(*this, mutex);
+  }
+
+  // Waits until `predicate()` is true (checked first, then after every wake-up), with
+  // `mutex` held whenever it is checked and on return.
+  template <class Predicate>
+    requires std::predicate<Predicate&>
+  Lazy<> wait(Mutex& mutex, Predicate predicate) {
+    while (!predicate()) co_await wait(mutex);
+  }
+
+  // Wakes the oldest waiter, if any (it resumes once it holds its mutex).
+  // noexcept (both notifies): see detail::resumeWaiter.
+  void notifyOne() noexcept {
+    detail::SyncWaiter* waiter;
+    {
+      std::lock_guard guard(queueLock_);
+      waiter = waiters_.popFront();
+      if (waiter == nullptr) return;
+      static_cast<detail::ConditionVariableWaitAwaiter*>(waiter)->cvPhase_ =
+          detail::WaitPhase::kDone;
+    }
+    reacquire(waiter);
+  }
+
+  // Wakes every waiter, oldest first.
+  void notifyAll() noexcept {
+    detail::WaiterQueue woken;
+    {
+      std::lock_guard guard(queueLock_);
+      woken.append(std::move(waiters_));
+      for (detail::SyncWaiter* w = woken.front(); w != nullptr; w = w->next) {
+        static_cast<detail::ConditionVariableWaitAwaiter*>(w)->cvPhase_ =
+            detail::WaitPhase::kDone;
+      }
+    }
+    while (detail::SyncWaiter* waiter = woken.popFront()) reacquire(waiter);
+  }
+
+ private:
+  friend class detail::ConditionVariableWaitAwaiter;
+
+  // Moves a waiter that left our queue into its mutex's queue (or hands it the mutex).
+  static void reacquire(detail::SyncWaiter* waiter) noexcept {
+    static_cast<detail::ConditionVariableWaitAwaiter*>(waiter)->mutex_.lockForWaiter(waiter);
+  }
+
+  // await_suspend: queue `waiter`, then release its mutex.
+  void enqueueAndUnlock(detail::ConditionVariableWaitAwaiter* waiter) noexcept {
+    Mutex& mutex = waiter->mutex_;
+    // relaxed: a diagnostic read; the caller holds the mutex, so the word is stable
+    // enough to tell "locked" from "unlocked".
+    if (mutex.state_.load(std::memory_order_relaxed) == Mutex::kUnlocked) {
+      detail::abortSyncMisuse("ConditionVariable::wait() called without holding the Mutex");
+    }
+    {
+      std::lock_guard guard(queueLock_);
+      waiter->cvPhase_ = detail::WaitPhase::kQueued;
+      waiters_.pushBack(waiter);
+    }
+    // From here a notifier may move the waiter into the mutex queue; our unlock then
+    // hands the mutex to the oldest mutex waiter, possibly this one. Nothing touches
+    // `waiter` after this call.
+    mutex.unlock();
+  }
+
+  // The waiter's coroutine is destroyed while suspended: take it out of whichever queue
+  // holds it.
+  void abandon(detail::ConditionVariableWaitAwaiter* waiter) noexcept {
+    {
+      std::lock_guard guard(queueLock_);
+      if (waiter->cvPhase_ == detail::WaitPhase::kQueued) {
+        waiters_.remove(waiter);
+        waiter->cvPhase_ = detail::WaitPhase::kDone;
+        return;
+      }
+    }
+    waiter->mutex_.cancelWaiter(waiter);
+  }
+
+  detail::SpinLock queueLock_;
+  detail::WaiterQueue waiters_;  // guarded by queueLock_
+};
+
+namespace detail {
+
+ConditionVariableWaitAwaiter::~ConditionVariableWaitAwaiter() {
+  if (handle) cv_.abandon(this);
+}
+bool ConditionVariableWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) noexcept {
+  handle = awaiting;
+  cv_.enqueueAndUnlock(this);
+  return true;
+}
+
+}  // namespace detail
+}  // namespace weft

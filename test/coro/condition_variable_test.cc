@@ -1,0 +1,255 @@
+#include "coro/condition_variable.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "coro/collect.h"
+#include "coro/lazy.h"
+#include "coro/mutex.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/yield.h"
+#include "executors/thread_pool.h"
+#include "test/support/counted.h"
+#include "test/support/manual_executor.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Counted;
+using test::ManualExecutor;
+using test::Watchdog;
+
+void startDetached(Lazy<> lazy, std::atomic<int>& done) {
+  std::move(lazy).start([&done](Try<void> result) {
+    EXPECT_TRUE(result.hasValue());
+    done.fetch_add(1);
+  });
+}
+
+TEST(ConditionVariableTest, WaitReleasesTheMutexAndReturnsHoldingIt) {
+  Mutex mutex;
+  ConditionVariable cv;
+  std::atomic<int> done{0};
+  bool woke = false;
+  bool heldAfterWake = false;
+  auto waiter = [&]() -> Lazy<> {
+    co_await mutex.lock();
+    co_await cv.wait(mutex);
+    woke = true;
+    heldAfterWake = !mutex.tryLock();
+    mutex.unlock();
+  };
+  startDetached(waiter(), done);
+  ASSERT_TRUE(mutex.tryLock());  // released by the wait
+  cv.notifyOne();                // moves the waiter to the mutex queue: we hold the mutex
+  EXPECT_FALSE(woke);
+  mutex.unlock();  // hands the mutex to the waiter
+  EXPECT_TRUE(woke);
+  EXPECT_TRUE(heldAfterWake);
+  EXPECT_EQ(done.load(), 1);
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+}
+
+TEST(ConditionVariableTest, NotifyOneWakesTheOldestAndNotifyAllTheRest) {
+  Mutex mutex;
+  ConditionVariable cv;
+  std::vector<int> order;
+  std::atomic<int> done{0};
+  auto waiter = [&](int id) -> Lazy<> {
+    ScopedLock lock = co_await mutex.scopedLock();
+    co_await cv.wait(mutex);
+    order.push_back(id);
+  };
+  for (int i = 0; i < 4; ++i) startDetached(waiter(i), done);
+  cv.notifyOne();  // the mutex is free: the oldest resumes at once
+  EXPECT_EQ(order, (std::vector<int>{0}));
+  cv.notifyAll();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(done.load(), 4);
+  cv.notifyAll();  // nobody waits: nothing happens
+  EXPECT_EQ(done.load(), 4);
+}
+
+TEST(ConditionVariableTest, PredicateWaitChecksFirstAndAfterEveryWakeUp) {
+  Mutex mutex;
+  ConditionVariable cv;
+  int value = 0;
+  int checks = 0;
+  std::atomic<int> done{0};
+  auto waiter = [&]() -> Lazy<> {
+    ScopedLock lock = co_await mutex.scopedLock();
+    co_await cv.wait(mutex, [&] {
+      ++checks;
+      EXPECT_FALSE(mutex.tryLock());  // checked with the mutex held
+      return value == 2;
+    });
+    EXPECT_EQ(value, 2);
+  };
+  startDetached(waiter(), done);
+  EXPECT_EQ(checks, 1);
+  value = 1;
+  cv.notifyOne();  // a wake-up with the predicate still false: it waits again
+  EXPECT_EQ(checks, 2);
+  EXPECT_EQ(done.load(), 0);
+  value = 2;
+  cv.notifyOne();
+  EXPECT_EQ(checks, 3);
+  EXPECT_EQ(done.load(), 1);
+
+  // A predicate that is already true does not wait at all.
+  syncAwait([&]() -> Lazy<> {
+    ScopedLock lock = co_await mutex.scopedLock();
+    co_await cv.wait(mutex, [&] { return true; });
+  }());
+}
+
+TEST(ConditionVariableTest, APredicateThatThrowsPropagatesWithTheMutexHeld) {
+  Mutex mutex;
+  ConditionVariable cv;
+  bool heldInHandler = false;
+  syncAwait([&]() -> Lazy<> {
+    ScopedLock lock = co_await mutex.scopedLock();
+    try {
+      co_await cv.wait(mutex, []() -> bool { throw std::runtime_error("predicate"); });
+    } catch (const std::runtime_error&) {
+      heldInHandler = !mutex.tryLock();
+    }
+  }());
+  EXPECT_TRUE(heldInHandler);
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+}
+
+TEST(ConditionVariableTest, NotifiedWaitersWithAnExecutorAreScheduledOnIt) {
+  Mutex mutex;
+  ConditionVariable cv;
+  ManualExecutor executor;
+  std::atomic<int> done{0};
+  auto waiter = [&]() -> Lazy<> {
+    ScopedLock lock = co_await mutex.scopedLock();
+    co_await cv.wait(mutex);
+  };
+  waiter().via(&executor).start([&](Try<void>) { done.fetch_add(1); });
+  executor.runAll();
+  cv.notifyAll();
+  EXPECT_EQ(executor.pending(), 1u);
+  EXPECT_FALSE(mutex.tryLock());  // already handed to the waiter
+  executor.runAll();
+  EXPECT_EQ(done.load(), 1);
+}
+
+TEST(ConditionVariableTest, DestroyedWaitersLeaveWhicheverQueueTheyAreIn) {
+  Counted::reset();
+  Mutex mutex;
+  ConditionVariable cv;
+  auto body = [&]() -> Lazy<> {
+    Counted local;
+    co_await mutex.lock();
+    co_await cv.wait(mutex);
+    mutex.unlock();
+  };
+  {
+    Lazy<> inCvQueue = body();
+    detail::LazyAccess::handle(inCvQueue).resume();
+    EXPECT_EQ(Counted::alive(), 1);
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+  cv.notifyAll();  // must not touch it (ASan would tell)
+  {
+    Lazy<> inMutexQueue = body();
+    detail::LazyAccess::handle(inMutexQueue).resume();
+    ASSERT_TRUE(mutex.tryLock());
+    cv.notifyAll();  // into the mutex queue, behind our lock
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+  mutex.unlock();  // must not hand the mutex to the destroyed waiter
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+}
+
+TEST(ConditionVariableTest, ProducersAndConsumersWithAPredicateOnTwoThreads) {
+  Watchdog watchdog(120s, "ConditionVariableTest.ProducersAndConsumers");
+  constexpr int kProducers = 50;
+  constexpr int kConsumers = 50;
+  constexpr int kItemsPerProducer = 2000;
+  ThreadPool pool(2);
+  Mutex mutex;
+  ConditionVariable notEmpty;
+  std::deque<long> queue;  // guarded by mutex
+  int producersLeft = kProducers;
+  long consumedSum = 0;
+  long consumedCount = 0;
+  auto producer = [&](int id) -> Lazy<> {
+    for (int i = 0; i < kItemsPerProducer; ++i) {
+      {
+        ScopedLock lock = co_await mutex.scopedLock();
+        queue.push_back(long{id} * kItemsPerProducer + i);
+        if (i % 64 == 63) co_await yield();  // hold the mutex across a reschedule
+      }
+      if (i % 3 == 0) {
+        notEmpty.notifyOne();
+      } else if (i % 3 == 1) {
+        notEmpty.notifyAll();
+      }  // i % 3 == 2: no notification (a later one covers it)
+    }
+    ScopedLock lock = co_await mutex.scopedLock();
+    --producersLeft;
+    lock.unlock();
+    notEmpty.notifyAll();
+  };
+  auto consumer = [&]() -> Lazy<> {
+    for (;;) {
+      ScopedLock lock = co_await mutex.scopedLock();
+      co_await notEmpty.wait(mutex, [&] { return !queue.empty() || producersLeft == 0; });
+      if (queue.empty()) co_return;  // producers are done and everything is consumed
+      consumedSum += queue.front();
+      ++consumedCount;
+      queue.pop_front();
+    }
+  };
+  std::vector<Lazy<>> branches;
+  for (int i = 0; i < kConsumers; ++i) branches.push_back(consumer());
+  for (int i = 0; i < kProducers; ++i) branches.push_back(producer(i));
+  syncAwait(collectAllPara(std::move(branches)), &pool);
+  const long n = long{kProducers} * kItemsPerProducer;
+  EXPECT_EQ(consumedCount, n);
+  EXPECT_EQ(consumedSum, n * (n - 1) / 2);
+  EXPECT_TRUE(queue.empty());
+}
+
+TEST(ConditionVariableDeathTest, MisuseAborts) {
+  EXPECT_DEATH(
+      {
+        Mutex mutex;
+        ConditionVariable cv;
+        syncAwait([](ConditionVariable& c, Mutex& m) -> Lazy<> { co_await c.wait(m); }(cv, mutex));
+      },
+      "ConditionVariable::wait\\(\\) called without holding the Mutex");
+  EXPECT_DEATH(
+      {
+        Mutex mutex;
+        auto* cv = new ConditionVariable;
+        std::atomic<int> done{0};
+        startDetached(
+            [](ConditionVariable& c, Mutex& m) -> Lazy<> {
+              co_await m.lock();
+              co_await c.wait(m);
+            }(*cv, mutex),
+            done);
+        delete cv;
+      },
+      "ConditionVariable destroyed while coroutines are waiting");
+}
+
+}  // namespace
+}  // namespace weft
