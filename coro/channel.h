@@ -1,0 +1,336 @@
+#pragma once
+
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "coro/detail/channel_core.h"
+#include "coro/detail/channel_waiter.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+template <class T>
+class Channel;
+
+namespace detail {
+
+// Gives select() (coro/select.h) the core of a channel.
+struct ChannelAccess {
+  template <class T>
+  static ChannelCore<T>& core(Channel<T>& channel) noexcept {
+    return channel.core_;
+  }
+};
+
+// The awaiter of `co_await ch.send(v)`: sends at once when a receiver waits or the
+// buffer has room, else links a node (in this awaiter) into the channel and suspends
+// until a receiver takes the value or the channel is closed.
+template <class T>
+class ChannelSendAwaiter {
+ public:
+  ChannelSendAwaiter(ChannelCore<T>& channel, T* value, Executor* executor) noexcept
+      : channel_(&channel), value_(value), executor_(executor) {}
+
+  bool await_ready() const noexcept { return false; }
+
+  // Returns false (continue without suspending) when the send completed or failed at
+  // once. Throws std::bad_alloc if an unbounded channel cannot grow (nothing sent).
+  bool await_suspend(std::coroutine_handle<> awaiting) {
+    ChannelWaiter* wake = nullptr;
+    ChannelLockGuard guard(channel_->lock());
+    switch (channel_->trySendLocked(*value_, wake)) {
+      case ChannelOpResult::kDone:
+        guard.unlock();
+        if (wake != nullptr) resumeWaiter(wake);
+        return false;
+      case ChannelOpResult::kClosed:
+        node_.status = WaiterStatus::kClosed;
+        return false;
+      case ChannelOpResult::kBlocked:
+        break;
+    }
+    node_.slot = value_;
+    node_.handle = awaiting;
+    node_.executor = executor_;
+    channel_->enqueueSenderLocked(&node_);
+    // The guard unlocks on return; from then on a receiver may resume us on another
+    // thread, so nothing after this touches the awaiter.
+    return true;
+  }
+
+  void await_resume() const {
+    if (node_.status == WaiterStatus::kClosed) throwSendOnClosed();
+  }
+
+ private:
+  ChannelCore<T>* channel_;
+  T* value_;
+  Executor* executor_;
+  ChannelWaiter node_;
+};
+
+// The awaiter of `co_await ch.receive()`.
+template <class T>
+class ChannelReceiveAwaiter {
+ public:
+  ChannelReceiveAwaiter(ChannelCore<T>& channel, Executor* executor) noexcept
+      : channel_(&channel), executor_(executor) {}
+
+  bool await_ready() const noexcept { return false; }
+
+  // noexcept: a receive cannot fail; it only waits.
+  bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
+    ChannelWaiter* wake = nullptr;
+    ChannelLockGuard guard(channel_->lock());
+    switch (channel_->tryReceiveLocked(value_, wake)) {
+      case ChannelOpResult::kDone:
+        guard.unlock();
+        if (wake != nullptr) resumeWaiter(wake);
+        return false;
+      case ChannelOpResult::kClosed:
+        return false;
+      case ChannelOpResult::kBlocked:
+        break;
+    }
+    node_.slot = &value_;
+    node_.handle = awaiting;
+    node_.executor = executor_;
+    channel_->enqueueReceiverLocked(&node_);
+    return true;  // see ChannelSendAwaiter::await_suspend
+  }
+
+  std::optional<T> await_resume() noexcept { return std::move(value_); }
+
+ private:
+  ChannelCore<T>* channel_;
+  Executor* executor_;
+  ChannelWaiter node_;
+  std::optional<T> value_;
+};
+
+// What ch.send(v) returns. An rvalue is borrowed (moved from only if it is delivered);
+// an lvalue is copied when send() is called. Either lives until the end of the full
+// expression `co_await ch.send(v)`, which is how long the awaiter uses it.
+template <class T>
+class [[nodiscard]] ChannelSendAwaitable {
+ public:
+  ChannelSendAwaitable(ChannelCore<T>& channel, T&& value) noexcept
+      : channel_(&channel), borrowed_(&value) {}
+  ChannelSendAwaitable(ChannelCore<T>& channel, const T& value)
+      : channel_(&channel), borrowed_(nullptr), copy_(value) {}
+
+  // Used by weft coroutines' await_transform and by fibers' await().
+  ChannelSendAwaiter<T> coAwait(Executor* executor) && noexcept {
+    return ChannelSendAwaiter<T>(*channel_, value(), executor);
+  }
+  // For coroutines that are not weft's: resumed inline on the thread that completes it.
+  ChannelSendAwaiter<T> operator co_await() && noexcept {
+    return std::move(*this).coAwait(nullptr);
+  }
+
+ private:
+  T* value() noexcept { return borrowed_ != nullptr ? borrowed_ : &*copy_; }
+
+  ChannelCore<T>* channel_;
+  T* borrowed_;
+  std::optional<T> copy_;
+};
+
+template <class T>
+class [[nodiscard]] ChannelReceiveAwaitable {
+ public:
+  explicit ChannelReceiveAwaitable(ChannelCore<T>& channel) noexcept : channel_(&channel) {}
+
+  ChannelReceiveAwaiter<T> coAwait(Executor* executor) && noexcept {
+    return ChannelReceiveAwaiter<T>(*channel_, executor);
+  }
+  ChannelReceiveAwaiter<T> operator co_await() && noexcept {
+    return std::move(*this).coAwait(nullptr);
+  }
+
+ private:
+  ChannelCore<T>* channel_;
+};
+
+// select() cases made by Channel::receiveCase()/sendCase() (see coro/select.h).
+template <class T>
+struct ChannelReceiveCase {
+  ChannelCore<T>* channel;
+};
+template <class T>
+struct ChannelSendCase {
+  ChannelSendCase(ChannelCore<T>& c, T&& value) noexcept : channel(&c), borrowed(&value) {}
+  ChannelSendCase(ChannelCore<T>& c, const T& value) : channel(&c), borrowed(nullptr), copy(value) {}
+  T* value() noexcept { return borrowed != nullptr ? borrowed : &*copy; }
+
+  ChannelCore<T>* channel;
+  T* borrowed;
+  std::optional<T> copy;
+};
+
+}  // namespace detail
+
+// Channel<T>: a Go channel for weft: a queue through which coroutines and fibers hand
+// each other values of type T, waiting when there is nothing to take or no room.
+//
+// Semantics (Go's, one for one):
+//  - Channel<T>(0), the default, is unbuffered: a send completes only when a receiver
+//    takes its value (rendezvous). Channel<T>(n) buffers up to n values: a send waits
+//    only while the buffer is full. Channel<T>(Channel<T>::kUnbounded) never makes a
+//    sender wait (its buffer grows as needed).
+//  - `co_await ch.send(v)` delivers v; `co_await ch.receive()` returns the next value as
+//    a std::optional<T>, or an empty optional once the channel is closed and every
+//    buffered value has been received (Go's `v, ok := <-ch`). Values are received in
+//    the order they were sent; waiting senders and receivers are served first come,
+//    first served.
+//  - close() marks the end of the stream: waiting receivers get an empty optional (after
+//    the buffer drains), waiting senders throw ChannelClosed, as do later sends.
+//  - trySend / tryReceive never wait (a select with a default case, for one channel).
+//  - A waiter that belongs to an executor (a Task, a Lazy inside one, a fiber) is
+//    resumed through that executor, never inline on the stack of the coroutine that
+//    completed its operation; a Lazy with no executor is resumed inline on the thread
+//    that completed it. A blocked operation allocates nothing: its queue node lives in
+//    the awaiter.
+//  - select() (coro/select.h) waits on several channel operations and completes one.
+//
+// Preconditions: T is an object type whose move constructor and destructor do not throw
+// (a channel moves values while holding its lock). The channel outlives every operation
+// on it; destroying it while something waits on it prints a message and aborts.
+//
+// Errors: ChannelClosed from a send on a closed channel (nothing was delivered; an rvalue
+// passed to send() was not moved from) and from close() on a closed channel.
+// std::bad_alloc from a send on an unbounded channel whose buffer cannot grow, or from
+// copying an lvalue into send().
+//
+// Thread safety: every member may be called concurrently from any thread; values and
+// their side effects before a send happen-before the matching receive returns.
+//
+// Example (Go's `for v := range ch`):
+//   weft::Channel<int> ch(16);
+//   co_await ch.send(42);                              // producer
+//   while (std::optional<int> v = co_await ch.receive()) use(*v);  // consumer
+//   ch.close();                                        // ends the consumer's loop
+template <class T>
+class Channel {
+  static_assert(std::is_object_v<T> && !std::is_array_v<T> && !std::is_const_v<T>,
+                "weft::Channel<T>: T must be a non-const object type (not a reference or an "
+                "array)");
+  static_assert(std::is_nothrow_move_constructible_v<T> && std::is_nothrow_destructible_v<T>,
+                "weft::Channel<T>: T's move constructor and destructor must be noexcept (wrap "
+                "the value in a std::unique_ptr otherwise)");
+
+ public:
+  using ValueType = T;
+  // Capacity of a channel whose sends never wait.
+  static constexpr std::size_t kUnbounded = detail::ChannelCore<T>::kUnbounded;
+
+  // An unbuffered channel (capacity 0), or one buffering `capacity` values, or
+  // kUnbounded. Throws std::bad_alloc if the buffer cannot be allocated.
+  explicit Channel(std::size_t capacity = 0) : core_(capacity) {}
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+  // Precondition: nothing waits on the channel (else abort with a message). Buffered
+  // values are destroyed.
+  ~Channel() = default;
+
+  // `co_await ch.send(value)`: delivers a copy of `value` (an lvalue) or `value` itself
+  // (an rvalue, moved from only when delivered), waiting while no receiver is ready and
+  // the buffer is full. Throws ChannelClosed if the channel is or gets closed first.
+  detail::ChannelSendAwaitable<T> send(const T& value) {
+    return detail::ChannelSendAwaitable<T>(core_, value);
+  }
+  detail::ChannelSendAwaitable<T> send(T&& value) noexcept {
+    return detail::ChannelSendAwaitable<T>(core_, std::move(value));
+  }
+
+  // `co_await ch.receive()`: the next value, waiting until one is sent; an empty
+  // optional once the channel is closed and drained. Never throws.
+  detail::ChannelReceiveAwaitable<T> receive() noexcept {
+    return detail::ChannelReceiveAwaitable<T>(core_);
+  }
+
+  // Sends without waiting: true if `value` was delivered to a waiting receiver or
+  // buffered, false (value untouched) if the send would have to wait. Throws
+  // ChannelClosed on a closed channel, std::bad_alloc as send().
+  bool trySend(T&& value) {
+    detail::ChannelWaiter* wake = nullptr;
+    detail::ChannelLockGuard guard(core_.lock());
+    switch (core_.trySendLocked(value, wake)) {
+      case detail::ChannelOpResult::kDone:
+        guard.unlock();
+        if (wake != nullptr) detail::resumeWaiter(wake);
+        return true;
+      case detail::ChannelOpResult::kClosed:
+        guard.unlock();
+        detail::throwSendOnClosed();
+      case detail::ChannelOpResult::kBlocked:
+        break;
+    }
+    return false;
+  }
+  bool trySend(const T& value) {
+    T copy(value);
+    return trySend(std::move(copy));
+  }
+
+  // Receives without waiting: the next value if one is buffered or a sender waits;
+  // otherwise an empty optional (nothing ready, or closed and drained: isClosed() tells
+  // which). Never throws.
+  std::optional<T> tryReceive() noexcept {
+    std::optional<T> value;
+    detail::ChannelWaiter* wake = nullptr;
+    detail::ChannelLockGuard guard(core_.lock());
+    if (core_.tryReceiveLocked(value, wake) == detail::ChannelOpResult::kDone) {
+      guard.unlock();
+      if (wake != nullptr) detail::resumeWaiter(wake);
+    }
+    return value;
+  }
+
+  // Closes the channel (see the class comment): wakes every waiter. Throws ChannelClosed
+  // if it was already closed (Go's "close of closed channel").
+  void close() {
+    detail::ChannelWaiter* woken;
+    {
+      detail::ChannelLockGuard guard(core_.lock());
+      woken = core_.closeLocked();
+    }
+    detail::resumeChain(woken);
+  }
+
+  // True once close() was called (buffered values may still be waiting to be received).
+  bool isClosed() const noexcept {
+    detail::ChannelLockGuard guard(core_.lock());
+    return core_.closedLocked();
+  }
+
+  // The number of values buffered right now (a snapshot).
+  std::size_t size() const noexcept {
+    detail::ChannelLockGuard guard(core_.lock());
+    return core_.sizeLocked();
+  }
+
+  // The capacity given to the constructor (kUnbounded for an unbounded channel).
+  std::size_t capacity() const noexcept { return core_.capacity(); }
+
+  // select() cases (coro/select.h): `select(ch.receiveCase(), ...)` completes with an
+  // std::optional<T> (empty: closed and drained) if this case is chosen;
+  // `select(ch.sendCase(v), ...)` delivers v (copied if an lvalue, moved from an rvalue
+  // only when chosen) and throws ChannelClosed from the select if the channel is closed.
+  // Use them only inside the select(...) expression they are made for.
+  detail::ChannelReceiveCase<T> receiveCase() noexcept { return {&core_}; }
+  detail::ChannelSendCase<T> sendCase(const T& value) { return {core_, value}; }
+  detail::ChannelSendCase<T> sendCase(T&& value) noexcept { return {core_, std::move(value)}; }
+
+ private:
+  friend struct detail::ChannelAccess;
+
+  // mutable: the const observers lock it.
+  mutable detail::ChannelCore<T> core_;
+};
+
+}  // namespace weft

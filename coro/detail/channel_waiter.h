@@ -1,0 +1,226 @@
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <thread>
+
+#include "coro/detail/via_awaiter.h"
+#include "executors/executor.h"
+
+// The untyped machinery under Channel<T> and select(): the channel lock, the waiter node
+// a blocked operation links into a channel, the queue of those nodes, and the state a
+// select shares between its nodes. See coro/channel.h and coro/select.h for the API.
+
+namespace weft::detail {
+
+// ChannelLock: a one-byte test-and-test-and-set lock guarding a channel's buffer, queues
+// and closed flag, held for a few dozen instructions at a time (plus the move of one
+// value). Chosen over std::mutex for two reasons:
+//  - unlock() is one release store and touches the lock no more afterwards, so the
+//    channel may be destroyed by another thread the instant it is released; select's
+//    registration depends on this (coro/select.h: after its first unlock, the select may
+//    be resumed and finish while it still releases the other channels);
+//  - an uncontended lock/unlock pair is one exchange and one plain store.
+// lock() spins with a CPU pause for a while, then yields the thread, so that a holder
+// the OS preempted (likely on a busy machine) gets the CPU back. Not recursive.
+class ChannelLock {
+ public:
+  ChannelLock() noexcept = default;
+  ChannelLock(const ChannelLock&) = delete;
+  ChannelLock& operator=(const ChannelLock&) = delete;
+
+  // noexcept: atomic operations and sched_yield only.
+  void lock() noexcept {
+    // acquire: the critical section sees what the previous holder wrote before its
+    // release store in unlock().
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    lockSlow();
+  }
+  // release: publishes the critical section to the next holder's acquire.
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  static void pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    asm volatile("yield" ::: "memory");
+#endif
+  }
+
+  void lockSlow() noexcept {
+    for (unsigned spins = 0;; ++spins) {
+      // relaxed load: only a hint that saves a write (a cache-line steal) while the lock
+      // is held; the exchange is what acquires.
+      if (!locked_.load(std::memory_order_relaxed) &&
+          !locked_.exchange(true, std::memory_order_acquire)) {
+        return;
+      }
+      if (spins < kSpinsBeforeYield) {
+        pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  // Long enough to cover a critical section running on another core, short enough not
+  // to burn a time slice waiting for a preempted holder.
+  static constexpr unsigned kSpinsBeforeYield = 64;
+
+  std::atomic<bool> locked_{false};
+};
+
+// RAII holder of a ChannelLock that can be released early (before resuming waiters,
+// which is never done under the lock).
+class ChannelLockGuard {
+ public:
+  explicit ChannelLockGuard(ChannelLock& lock) noexcept : lock_(&lock) { lock.lock(); }
+  ChannelLockGuard(const ChannelLockGuard&) = delete;
+  ChannelLockGuard& operator=(const ChannelLockGuard&) = delete;
+  ~ChannelLockGuard() {
+    if (lock_ != nullptr) lock_->unlock();
+  }
+  void unlock() noexcept {
+    lock_->unlock();
+    lock_ = nullptr;
+  }
+
+ private:
+  ChannelLock* lock_;
+};
+
+// Where a waiter node stands. Read and written only under the lock of the channel the
+// node belongs to.
+enum class WaiterStatus : std::uint8_t {
+  kIdle,       // not linked (not yet queued, or dropped from a queue: see popClaimable)
+  kQueued,     // linked in one of its channel's queues
+  kDone,       // its operation completed: the value was taken or delivered
+  kClosed,     // the channel was closed while it waited
+  kCancelled,  // its cancellation callback unlinked it
+};
+
+// The shared state of one select (coro/select.h): the select's nodes in several
+// channels race to claim it, and exactly one claim wins.
+struct SelectState {
+  // `winner` values other than a case index.
+  static constexpr std::uint32_t kRegistering = 0xffffffffu;  // nodes being linked
+  static constexpr std::uint32_t kWaiting = 0xfffffffeu;      // suspended, claimable
+  static constexpr std::uint32_t kCancelled = 0xfffffffdu;    // claimed by cancellation
+
+  // Claims a suspended select for case `index`. acq_rel: the claim orders the claimer's
+  // later writes (the value it delivers) after every earlier claim attempt; the value
+  // itself reaches the select through its resumption (the executor's queue or the same
+  // thread), which synchronises on its own.
+  bool tryClaim(std::uint32_t index) noexcept {
+    std::uint32_t expected = kWaiting;
+    return winner.compare_exchange_strong(expected, index, std::memory_order_acq_rel,
+                                          std::memory_order_acquire);
+  }
+
+  std::atomic<std::uint32_t> winner{kRegistering};
+  std::coroutine_handle<> handle;
+  Executor* executor = nullptr;
+};
+
+// A blocked channel operation: linked into its channel's queue of senders or receivers
+// while it waits. It lives in the awaiter (so in the waiting coroutine's frame or the
+// fiber's stack): blocking allocates nothing.
+struct ChannelWaiter {
+  ChannelWaiter* prev = nullptr;
+  ChannelWaiter* next = nullptr;
+  // A sender's value (T*, moved from when taken) or a receiver's slot
+  // (std::optional<T>*, emplaced into when a value is delivered).
+  void* slot = nullptr;
+  // Non-null when the node is one case of a select: the select is claimed through it,
+  // and resumed through it.
+  SelectState* select = nullptr;
+  // Whom to resume, when not part of a select.
+  std::coroutine_handle<> handle;
+  Executor* executor = nullptr;
+  std::uint32_t caseIndex = 0;
+  WaiterStatus status = WaiterStatus::kIdle;
+};
+
+// A FIFO of waiter nodes, intrusive (the nodes are the links), O(1) removal from the
+// middle. Not thread-safe: guarded by its channel's lock.
+class WaiterQueue {
+ public:
+  bool empty() const noexcept { return head_ == nullptr; }
+
+  void pushBack(ChannelWaiter* node) noexcept {
+    node->next = nullptr;
+    node->prev = tail_;
+    if (tail_ != nullptr) {
+      tail_->next = node;
+    } else {
+      head_ = node;
+    }
+    tail_ = node;
+    node->status = WaiterStatus::kQueued;
+  }
+
+  void remove(ChannelWaiter* node) noexcept {
+    if (node->prev != nullptr) {
+      node->prev->next = node->next;
+    } else {
+      head_ = node->next;
+    }
+    if (node->next != nullptr) {
+      node->next->prev = node->prev;
+    } else {
+      tail_ = node->prev;
+    }
+    node->prev = node->next = nullptr;
+    node->status = WaiterStatus::kIdle;
+  }
+
+  // Unlinks and returns the first node whose operation may be completed now, or
+  // nullptr. A plain operation always may; a select's node only if this claims the
+  // select (the select may already have been completed through another channel, or
+  // cancelled: such a node is dropped, left kIdle for the select's cleanup to skip).
+  ChannelWaiter* popClaimable() noexcept {
+    while (ChannelWaiter* node = head_) {
+      remove(node);
+      if (node->select == nullptr || node->select->tryClaim(node->caseIndex)) return node;
+    }
+    return nullptr;
+  }
+
+  ChannelWaiter* front() const noexcept { return head_; }
+
+ private:
+  ChannelWaiter* head_ = nullptr;
+  ChannelWaiter* tail_ = nullptr;
+};
+
+// Resumes the coroutine (or fiber) that waits behind `handle`: through `executor` when
+// it has one, so it never runs on the waker's stack or on a thread that is not its
+// executor's; inline, on the calling thread, when it has none (a Lazy not bound to an
+// executor resumes wherever its awaitee completes). Never called under a channel lock.
+// noexcept: a waker has nobody to report to; an executor that refuses the waiter (shut
+// down while coroutines still wait on it) is reported and the process aborts.
+inline void resumeWaiter(std::coroutine_handle<> handle, Executor* executor) noexcept {
+  if (executor == nullptr) {
+    handle.resume();
+    return;
+  }
+  try {
+    executor->schedule(handle);
+  } catch (...) {
+    abortExecutorGone(executor);
+  }
+}
+
+// Resumes the waiter behind a node that was claimed (popped from its queue, and its
+// select claimed) under its channel's lock, after that lock was released.
+inline void resumeWaiter(ChannelWaiter* node) noexcept {
+  if (node->select != nullptr) {
+    resumeWaiter(node->select->handle, node->select->executor);
+  } else {
+    resumeWaiter(node->handle, node->executor);
+  }
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,493 @@
+#include "coro/channel.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coro/collect.h"
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/try.h"
+#include "executors/thread_pool.h"
+#include "test/support/counted.h"
+#include "test/support/manual_executor.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Counted;
+using test::ManualExecutor;
+using test::Watchdog;
+
+// Starts `lazy` detached on this thread; `*done` becomes true when it finishes and
+// `*error` holds what it threw.
+template <class T>
+void startDetached(Lazy<T> lazy, bool* done, std::exception_ptr* error = nullptr) {
+  std::move(lazy).start([done, error](Try<T> result) {
+    *done = true;
+    if (error != nullptr && result.hasException()) *error = result.exception();
+  });
+}
+
+Lazy<void> sendOne(Channel<int>& ch, int value) { co_await ch.send(value); }
+
+Lazy<void> receiveInto(Channel<int>& ch, std::optional<int>* out) {
+  *out = co_await ch.receive();
+}
+
+TEST(ChannelTest, UnbufferedSendWaitsForAReceiver) {
+  Channel<int> ch;
+  bool sent = false;
+  startDetached(sendOne(ch, 7), &sent);
+  EXPECT_FALSE(sent) << "an unbuffered send must wait for a receiver";
+  EXPECT_EQ(ch.size(), 0u);
+  std::optional<int> got;
+  bool received = false;
+  startDetached(receiveInto(ch, &got), &received);
+  EXPECT_TRUE(received);
+  EXPECT_TRUE(sent) << "taking the value completes the send";
+  EXPECT_EQ(got, 7);
+}
+
+TEST(ChannelTest, UnbufferedReceiveWaitsForASender) {
+  Channel<int> ch;
+  std::optional<int> got;
+  bool received = false;
+  startDetached(receiveInto(ch, &got), &received);
+  EXPECT_FALSE(received);
+  bool sent = false;
+  startDetached(sendOne(ch, 9), &sent);
+  EXPECT_TRUE(sent);
+  EXPECT_TRUE(received);
+  EXPECT_EQ(got, 9);
+}
+
+TEST(ChannelTest, UnbufferedTrySendNeedsAWaitingReceiver) {
+  Channel<int> ch;
+  EXPECT_FALSE(ch.trySend(1));
+  EXPECT_FALSE(ch.tryReceive().has_value());
+  std::optional<int> got;
+  bool received = false;
+  startDetached(receiveInto(ch, &got), &received);
+  EXPECT_TRUE(ch.trySend(2));
+  EXPECT_TRUE(received);
+  EXPECT_EQ(got, 2);
+}
+
+TEST(ChannelTest, BufferedSendWaitsOnlyWhenFull) {
+  Channel<int> ch(2);
+  EXPECT_EQ(ch.capacity(), 2u);
+  bool first = false, second = false, third = false;
+  startDetached(sendOne(ch, 1), &first);
+  startDetached(sendOne(ch, 2), &second);
+  EXPECT_TRUE(first);
+  EXPECT_TRUE(second);
+  EXPECT_EQ(ch.size(), 2u);
+  startDetached(sendOne(ch, 3), &third);
+  EXPECT_FALSE(third) << "the buffer is full";
+  EXPECT_EQ(ch.tryReceive(), 1);
+  EXPECT_TRUE(third) << "a receive makes room for the waiting sender";
+  EXPECT_EQ(ch.size(), 2u);
+  EXPECT_EQ(ch.tryReceive(), 2);
+  EXPECT_EQ(ch.tryReceive(), 3);
+  EXPECT_FALSE(ch.tryReceive().has_value());
+}
+
+TEST(ChannelTest, WaitingSendersAreServedInArrivalOrder) {
+  Channel<int> ch;
+  bool done[5] = {};
+  for (int i = 0; i < 5; ++i) startDetached(sendOne(ch, i), &done[i]);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_FALSE(done[i]);
+    EXPECT_EQ(ch.tryReceive(), i);
+    EXPECT_TRUE(done[i]);
+    if (i + 1 < 5) {
+      EXPECT_FALSE(done[i + 1]);
+    }
+  }
+}
+
+TEST(ChannelTest, WaitingReceiversAreServedInArrivalOrder) {
+  Channel<int> ch;
+  std::optional<int> got[3];
+  bool done[3] = {};
+  for (int i = 0; i < 3; ++i) startDetached(receiveInto(ch, &got[i]), &done[i]);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(ch.trySend(10 + i));
+    EXPECT_TRUE(done[i]);
+    EXPECT_EQ(got[i], 10 + i);
+  }
+}
+
+TEST(ChannelTest, UnboundedChannelNeverBlocksASender) {
+  Channel<int> ch(Channel<int>::kUnbounded);
+  EXPECT_EQ(ch.capacity(), Channel<int>::kUnbounded);
+  syncAwait([&]() -> Lazy<void> {
+    for (int i = 0; i < 10000; ++i) co_await ch.send(i);
+  }());
+  EXPECT_EQ(ch.size(), 10000u);
+  for (int i = 0; i < 10000; ++i) ASSERT_EQ(ch.tryReceive(), i);
+  EXPECT_FALSE(ch.tryReceive().has_value());
+}
+
+TEST(ChannelTest, UnboundedChannelKeepsOrderAcrossGrowthWithWrappedRing) {
+  Channel<int> ch(Channel<int>::kUnbounded);
+  int next = 0, expected = 0;
+  // Interleave sends and receives so the ring wraps before it grows.
+  for (int round = 0; round < 50; ++round) {
+    for (int i = 0; i < 7; ++i) ASSERT_TRUE(ch.trySend(next++));
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(ch.tryReceive(), expected++);
+  }
+  while (std::optional<int> v = ch.tryReceive()) ASSERT_EQ(*v, expected++);
+  EXPECT_EQ(expected, next);
+}
+
+TEST(ChannelTest, CloseWakesEveryWaitingReceiverWithAnEmptyOptional) {
+  Channel<int> ch;
+  std::optional<int> got[4] = {1, 1, 1, 1};
+  bool done[4] = {};
+  for (int i = 0; i < 4; ++i) startDetached(receiveInto(ch, &got[i]), &done[i]);
+  for (bool d : done) EXPECT_FALSE(d);
+  ch.close();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(done[i]);
+    EXPECT_FALSE(got[i].has_value());
+  }
+  EXPECT_TRUE(ch.isClosed());
+}
+
+TEST(ChannelTest, CloseMakesEveryWaitingSenderThrowAndDeliversNothing) {
+  Channel<int> ch;
+  bool done[3] = {};
+  std::exception_ptr errors[3];
+  for (int i = 0; i < 3; ++i) startDetached(sendOne(ch, i), &done[i], &errors[i]);
+  ch.close();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(done[i]);
+    ASSERT_TRUE(errors[i]);
+    EXPECT_THROW(std::rethrow_exception(errors[i]), ChannelClosed);
+  }
+  EXPECT_FALSE(ch.tryReceive().has_value());
+}
+
+TEST(ChannelTest, BufferedValuesAreStillReceivedAfterClose) {
+  Channel<int> ch(3);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ch.trySend(i));
+  ch.close();
+  std::vector<int> got = syncAwait([&]() -> Lazy<std::vector<int>> {
+    std::vector<int> values;
+    while (std::optional<int> v = co_await ch.receive()) values.push_back(*v);
+    co_return values;
+  }());
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2}));
+}
+
+TEST(ChannelTest, SendOnAClosedChannelThrowsAndDoesNotMoveTheValue) {
+  Channel<std::string> ch(1);
+  ch.close();
+  std::string value = "still mine";
+  EXPECT_THROW(syncAwait([&]() -> Lazy<void> { co_await ch.send(std::move(value)); }()),
+               ChannelClosed);
+  EXPECT_EQ(value, "still mine");
+  EXPECT_THROW(ch.trySend(std::string("x")), ChannelClosed);
+  std::string other = "kept";
+  EXPECT_THROW(ch.trySend(std::move(other)), ChannelClosed);
+  EXPECT_EQ(other, "kept");
+}
+
+TEST(ChannelTest, CloseOfAClosedChannelThrows) {
+  Channel<int> ch;
+  ch.close();
+  EXPECT_THROW(ch.close(), ChannelClosed);
+}
+
+TEST(ChannelTest, ReceiveOnAClosedEmptyChannelReturnsAtOnce) {
+  Channel<int> ch(4);
+  ch.close();
+  std::optional<int> got = syncAwait([&]() -> Lazy<std::optional<int>> {
+    co_return co_await ch.receive();
+  }());
+  EXPECT_FALSE(got.has_value());
+}
+
+TEST(ChannelTest, TrySendOfAnRvalueMovesOnlyOnSuccess) {
+  Channel<std::unique_ptr<int>> ch(1);
+  auto a = std::make_unique<int>(1);
+  auto b = std::make_unique<int>(2);
+  EXPECT_TRUE(ch.trySend(std::move(a)));
+  EXPECT_EQ(a, nullptr);
+  EXPECT_FALSE(ch.trySend(std::move(b)));
+  ASSERT_NE(b, nullptr) << "a failed trySend must leave the value alone";
+  EXPECT_EQ(*b, 2);
+  std::optional<std::unique_ptr<int>> got = ch.tryReceive();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(**got, 1);
+}
+
+TEST(ChannelTest, LvalueSendsCopyAndRvalueSendsMove) {
+  Channel<std::string> ch(2);
+  std::string kept = "copy me";
+  std::string moved = "move me";
+  syncAwait([&]() -> Lazy<void> {
+    co_await ch.send(kept);
+    co_await ch.send(std::move(moved));
+  }());
+  EXPECT_EQ(kept, "copy me");
+  EXPECT_TRUE(moved.empty());  // NOLINT(bugprone-use-after-move): moved into the buffer
+  EXPECT_EQ(ch.tryReceive(), "copy me");
+  EXPECT_EQ(ch.tryReceive(), "move me");
+}
+
+TEST(ChannelTest, BufferedValuesAreDestroyedWithTheChannel) {
+  Counted::reset();
+  {
+    Channel<Counted> ch(4);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(ch.trySend(Counted()));
+    EXPECT_EQ(Counted::alive(), 3);
+    EXPECT_TRUE(ch.tryReceive().has_value());
+    EXPECT_EQ(Counted::alive(), 2);
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+  {
+    Channel<Counted> unbounded(Channel<Counted>::kUnbounded);
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(unbounded.trySend(Counted()));
+    EXPECT_EQ(Counted::alive(), 100);
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(ChannelTest, AValueIsNeitherLostNorDuplicatedOnAnyPath) {
+  Counted::reset();
+  {
+    Channel<Counted> ch;
+    bool sent = false;
+    auto sender = [](Channel<Counted>& c) -> Lazy<void> { co_await c.send(Counted()); };
+    startDetached(sender(ch), &sent);
+    std::optional<Counted> got = ch.tryReceive();
+    EXPECT_TRUE(sent);
+    EXPECT_TRUE(got.has_value());
+    EXPECT_EQ(Counted::alive(), 1);
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(ChannelTest, AWaiterWithAnExecutorIsResumedThroughItNotInline) {
+  ManualExecutor executor;
+  Channel<int> ch;
+  std::optional<int> got;
+  bool done = false;
+  // A named lambda: its captures must outlive the coroutine, which resumes later.
+  auto receiver = [&]() -> Lazy<void> { got = co_await ch.receive(); };
+  receiver().via(&executor).start([&](Try<void>) { done = true; });
+  EXPECT_EQ(executor.runAll(), 1u);  // the task starts and waits
+  EXPECT_FALSE(done);
+  EXPECT_TRUE(ch.trySend(5));
+  EXPECT_FALSE(done) << "the receiver must not run on the sender's stack";
+  EXPECT_FALSE(got.has_value());
+  EXPECT_EQ(executor.pending(), 1u);
+  executor.runAll();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(got, 5);
+}
+
+TEST(ChannelTest, AWaiterWithoutAnExecutorIsResumedInlineByTheCompletingThread) {
+  Channel<int> ch;
+  std::thread::id resumedOn;
+  bool done = false;
+  auto receiver = [&]() -> Lazy<void> {
+    co_await ch.receive();
+    resumedOn = std::this_thread::get_id();
+  };
+  startDetached(receiver(), &done);
+  std::thread sender([&] { ASSERT_TRUE(ch.trySend(1)); });
+  std::thread::id senderId = sender.get_id();
+  sender.join();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(resumedOn, senderId);
+}
+
+TEST(ChannelTest, TaskWaiterResumesOnItsPoolWhenTheSenderIsElsewhere) {
+  Watchdog watchdog(60s, "ChannelTest.TaskWaiterResumesOnItsPoolWhenTheSenderIsElsewhere");
+  ThreadPool pool(2);
+  Channel<int> ch;
+  std::atomic<bool> waiting{false};
+  std::thread sender([&] {
+    while (!waiting.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(1ms);  // let the receiver block (not required either way)
+    syncAwait([&]() -> Lazy<void> { co_await ch.send(3); }());
+  });
+  bool onPool = syncAwait(
+      [&]() -> Lazy<bool> {
+        waiting = true;
+        std::optional<int> v = co_await ch.receive();
+        co_return v == 3 && pool.currentThreadInExecutor();
+      }()
+                  .via(&pool));
+  sender.join();
+  EXPECT_TRUE(onPool);
+}
+
+TEST(ChannelTest, AResumedSenderOnASingleThreadPoolRunsAfterTheReceiverSuspends) {
+  // On ThreadPool(1), the woken side is queued, not run on the waker's stack.
+  Watchdog watchdog(60s, "ChannelTest.AResumedSenderOnASingleThreadPool...");
+  ThreadPool pool(1);
+  Channel<int> ch;
+  std::vector<std::string> log;  // only touched by the pool's one thread
+  syncAwait(collectAllPara(
+                [&]() -> Lazy<void> {
+                  log.push_back("receiver waits");
+                  std::optional<int> v = co_await ch.receive();
+                  log.push_back("receiver got " + std::to_string(*v));
+                }(),
+                [&]() -> Lazy<void> {
+                  log.push_back("sender sends");
+                  co_await ch.send(1);
+                  log.push_back("sender continues");
+                }())
+                .via(&pool));
+  EXPECT_EQ(log, (std::vector<std::string>{"receiver waits", "sender sends", "sender continues",
+                                           "receiver got 1"}));
+}
+
+TEST(ChannelTest, PingPongBetweenTwoTasksOnOneThread) {
+  Watchdog watchdog(60s, "ChannelTest.PingPongBetweenTwoTasksOnOneThread");
+  ThreadPool pool(1);
+  Channel<int> ping, pong;
+  constexpr int kRounds = 10000;
+  auto [a, b] = syncAwait(collectAllPara(
+                              [&]() -> Lazy<int> {
+                                int v = 0;
+                                for (int i = 0; i < kRounds; ++i) {
+                                  co_await ping.send(v);
+                                  v = *co_await pong.receive();
+                                }
+                                ping.close();
+                                co_return v;
+                              }(),
+                              [&]() -> Lazy<int> {
+                                int echoes = 0;
+                                while (std::optional<int> v = co_await ping.receive()) {
+                                  co_await pong.send(*v + 1);
+                                  ++echoes;
+                                }
+                                co_return echoes;
+                              }())
+                              .via(&pool));
+  EXPECT_EQ(a.value(), kRounds);
+  EXPECT_EQ(b.value(), kRounds);
+}
+
+// Multi-producer, multi-consumer on a 2-thread pool: every value delivered exactly once.
+class ChannelStressTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ChannelStressTest, EveryValueIsDeliveredExactlyOnce) {
+  Watchdog watchdog(120s, "ChannelStressTest.EveryValueIsDeliveredExactlyOnce");
+  constexpr int kProducers = 4, kConsumers = 4, kPerProducer = 20000;
+  ThreadPool pool(2);
+  Channel<int> ch(GetParam());
+  std::vector<std::vector<int>> received(kConsumers);
+
+  auto producer = [&](int id) -> Lazy<void> {
+    for (int i = 0; i < kPerProducer; ++i) co_await ch.send(id * kPerProducer + i);
+  };
+  auto producers = [&]() -> Lazy<void> {
+    std::vector<Lazy<void>> all;
+    for (int p = 0; p < kProducers; ++p) all.push_back(producer(p));
+    auto results = co_await collectAllPara(std::move(all));
+    for (auto& r : results) r.value();
+    ch.close();
+  };
+  auto consumer = [&](int id) -> Lazy<void> {
+    while (std::optional<int> v = co_await ch.receive()) received[id].push_back(*v);
+  };
+  std::vector<Lazy<void>> everything;
+  everything.push_back(producers());
+  for (int c = 0; c < kConsumers; ++c) everything.push_back(consumer(c));
+  for (auto& r : syncAwait(collectAllPara(std::move(everything)).via(&pool))) r.value();
+
+  std::vector<int> all;
+  for (auto& values : received) {
+    // Each producer's values reach any one consumer in the order they were sent.
+    std::vector<int> last(kProducers, -1);
+    for (int v : values) {
+      EXPECT_GT(v, last[v / kPerProducer]);
+      last[v / kPerProducer] = v;
+    }
+    all.insert(all.end(), values.begin(), values.end());
+  }
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(kProducers * kPerProducer));
+  for (int i = 0; i < kProducers * kPerProducer; ++i) ASSERT_EQ(all[i], i);
+}
+
+INSTANTIATE_TEST_SUITE_P(Capacities, ChannelStressTest,
+                         ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{16},
+                                           Channel<int>::kUnbounded),
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return info.param == Channel<int>::kUnbounded
+                                      ? std::string("Unbounded")
+                                      : "Capacity" + std::to_string(info.param);
+                         });
+
+TEST(ChannelTest, CloseWakesEveryWaiterUnderConcurrency) {
+  Watchdog watchdog(120s, "ChannelTest.CloseWakesEveryWaiterUnderConcurrency");
+  ThreadPool pool(2);
+  for (int round = 0; round < 50; ++round) {
+    Channel<int> ch;
+    Channel<int> started(Channel<int>::kUnbounded);
+    std::atomic<int> receiversWoken{0}, sendersFailed{0}, sendersDelivered{0}, valuesReceived{0};
+    auto receiver = [&]() -> Lazy<void> {
+      co_await started.send(0);
+      while (co_await ch.receive()) ++valuesReceived;
+      ++receiversWoken;
+    };
+    auto sender = [&](int v) -> Lazy<void> {
+      co_await started.send(0);
+      try {
+        co_await ch.send(v);
+        ++sendersDelivered;
+      } catch (const ChannelClosed&) {
+        ++sendersFailed;
+      }
+    };
+    auto closer = [&]() -> Lazy<void> {
+      for (int i = 0; i < 40; ++i) co_await started.receive();
+      ch.close();
+    };
+    std::vector<Lazy<void>> all;
+    for (int i = 0; i < 20; ++i) {
+      all.push_back(receiver());
+      all.push_back(sender(i));
+    }
+    all.push_back(closer());
+    for (auto& r : syncAwait(collectAllPara(std::move(all)).via(&pool))) r.value();
+    EXPECT_EQ(receiversWoken.load(), 20);
+    EXPECT_EQ(sendersFailed.load() + sendersDelivered.load(), 20);
+    EXPECT_EQ(sendersDelivered.load(), valuesReceived.load());
+  }
+}
+
+TEST(ChannelDeathTest, DestroyingAChannelWithWaitersAborts) {
+  EXPECT_DEATH(
+      {
+        bool done = false;
+        auto* ch = new Channel<int>();
+        startDetached(receiveInto(*ch, new std::optional<int>()), &done);
+        delete ch;
+      },
+      "destroyed while coroutines or fibers were still waiting");
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,434 @@
+#include "coro/select.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "coro/channel.h"
+#include "coro/collect.h"
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/try.h"
+#include "executors/thread_pool.h"
+#include "test/support/counted.h"
+#include "test/support/manual_executor.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Counted;
+using test::ManualExecutor;
+using test::Watchdog;
+
+TEST(SelectTest, AReadyCaseCompletesWithoutWaiting) {
+  Channel<int> a(1), b(1);
+  ASSERT_TRUE(b.trySend(2));
+  auto r = syncAwait([&]() -> Lazy<std::variant<std::optional<int>, std::optional<int>>> {
+    co_return co_await select(a.receiveCase(), b.receiveCase());
+  }());
+  ASSERT_EQ(r.index(), 1u);
+  EXPECT_EQ(std::get<1>(r), 2);
+}
+
+TEST(SelectTest, TheDefaultCaseIsChosenWhenNothingIsReadyAndTouchesNothing) {
+  Channel<int> a;
+  Channel<std::string> s;
+  std::string value = "unsent";
+  auto r = syncAwait([&]() -> Lazy<std::size_t> {
+    auto result = co_await select(a.receiveCase(), s.sendCase(std::move(value)), defaultCase());
+    co_return result.index();
+  }());
+  EXPECT_EQ(r, 2u);
+  EXPECT_EQ(value, "unsent");
+  EXPECT_FALSE(a.trySend(1)) << "the select must not have left a receiver behind";
+  EXPECT_FALSE(s.tryReceive().has_value()) << "nor a sender";
+}
+
+TEST(SelectTest, TheDefaultCaseMayComeFirst) {
+  Channel<int> a(1);
+  ASSERT_TRUE(a.trySend(4));
+  auto r = syncAwait([&]() -> Lazy<std::size_t> {
+    auto result = co_await select(defaultCase(), a.receiveCase());
+    co_return result.index();
+  }());
+  EXPECT_EQ(r, 1u) << "a ready case beats the default wherever it is written";
+}
+
+TEST(SelectTest, PicksExactlyOneOfSeveralReadyCasesAndLeavesTheOthersUntouched) {
+  for (int round = 0; round < 100; ++round) {
+    Channel<int> a(1), b(1), out(1);
+    ASSERT_TRUE(a.trySend(1));
+    ASSERT_TRUE(b.trySend(2));
+    auto r = syncAwait([&]() -> Lazy<std::size_t> {
+      auto result = co_await select(a.receiveCase(), b.receiveCase(), out.sendCase(3));
+      co_return result.index();
+    }());
+    ASSERT_LT(r, 3u);
+    EXPECT_EQ(a.size(), r == 0 ? 0u : 1u);
+    EXPECT_EQ(b.size(), r == 1 ? 0u : 1u);
+    EXPECT_EQ(out.size(), r == 2 ? 1u : 0u);
+  }
+}
+
+TEST(SelectTest, ChoosesFairlyAmongReadyCases) {
+  Channel<int> a(Channel<int>::kUnbounded), b(Channel<int>::kUnbounded);
+  constexpr int kSelects = 2000;
+  for (int i = 0; i < kSelects; ++i) {
+    ASSERT_TRUE(a.trySend(i));
+    ASSERT_TRUE(b.trySend(i));
+  }
+  int fromA = syncAwait([&]() -> Lazy<int> {
+    int count = 0;
+    for (int i = 0; i < kSelects; ++i) {
+      auto r = co_await select(a.receiveCase(), b.receiveCase());
+      if (r.index() == 0) ++count;
+    }
+    co_return count;
+  }());
+  // Binomial(2000, 1/2): mean 1000, standard deviation ~22; these bounds are 10 of them.
+  EXPECT_GT(fromA, 780);
+  EXPECT_LT(fromA, 1220);
+  EXPECT_EQ(a.size() + b.size(), static_cast<std::size_t>(kSelects));
+}
+
+Lazy<std::size_t> selectIndex(Channel<int>& a, Channel<int>& b, std::optional<int>* got) {
+  auto r = co_await select(a.receiveCase(), b.receiveCase());
+  if (r.index() == 0) *got = std::get<0>(r);
+  if (r.index() == 1) *got = std::get<1>(r);
+  co_return r.index();
+}
+
+TEST(SelectTest, AWaitingSelectCompletesWithTheFirstCaseThatBecomesReady) {
+  Channel<int> a, b;
+  std::optional<int> got;
+  std::size_t index = 99;
+  bool done = false;
+  selectIndex(a, b, &got).start([&](Try<std::size_t> r) {
+    index = r.value();
+    done = true;
+  });
+  EXPECT_FALSE(done);
+  EXPECT_TRUE(b.trySend(5)) << "the waiting select is a receiver on b";
+  EXPECT_TRUE(done);
+  EXPECT_EQ(index, 1u);
+  EXPECT_EQ(got, 5);
+  EXPECT_FALSE(a.trySend(6)) << "the abandoned case on a must not take a value";
+  EXPECT_FALSE(b.trySend(7));
+}
+
+TEST(SelectTest, AWaitingSendCaseDeliversItsValue) {
+  Channel<std::string> out;
+  Channel<int> never;
+  std::size_t index = 99;
+  auto sender = [&]() -> Lazy<void> {
+    auto r = co_await select(never.receiveCase(), out.sendCase(std::string("hello")));
+    index = r.index();
+  };
+  bool done = false;
+  sender().start([&](Try<void> r) {
+    r.value();
+    done = true;
+  });
+  EXPECT_FALSE(done);
+  EXPECT_EQ(out.tryReceive(), "hello");
+  EXPECT_TRUE(done);
+  EXPECT_EQ(index, 1u);
+  EXPECT_FALSE(never.trySend(1));
+}
+
+TEST(SelectTest, ASendCaseThatIsNotChosenDoesNotMoveItsValue) {
+  Channel<std::unique_ptr<int>> out;
+  Channel<int> in(1);
+  ASSERT_TRUE(in.trySend(1));
+  auto value = std::make_unique<int>(42);
+  std::size_t index = syncAwait([&]() -> Lazy<std::size_t> {
+    auto r = co_await select(out.sendCase(std::move(value)), in.receiveCase());
+    co_return r.index();
+  }());
+  EXPECT_EQ(index, 1u);
+  ASSERT_NE(value, nullptr);
+  EXPECT_EQ(*value, 42);
+}
+
+TEST(SelectTest, AbandonedWaitingSendCaseDoesNotMoveItsValue) {
+  Channel<std::unique_ptr<int>> out;
+  Channel<int> in;
+  auto value = std::make_unique<int>(42);
+  std::size_t index = 99;
+  auto selector = [&]() -> Lazy<void> {
+    auto r = co_await select(out.sendCase(std::move(value)), in.receiveCase());
+    index = r.index();
+  };
+  bool done = false;
+  selector().start([&](Try<void>) { done = true; });
+  EXPECT_FALSE(done);
+  EXPECT_TRUE(in.trySend(1));
+  EXPECT_TRUE(done);
+  EXPECT_EQ(index, 1u);
+  ASSERT_NE(value, nullptr);
+  EXPECT_EQ(*value, 42);
+  EXPECT_FALSE(out.tryReceive().has_value());
+}
+
+TEST(SelectTest, AClosedChannelsReceiveCaseIsReadyWithAnEmptyOptional) {
+  Channel<int> open, closed;
+  closed.close();
+  auto r = syncAwait([&]() -> Lazy<std::variant<std::optional<int>, std::optional<int>>> {
+    co_return co_await select(open.receiveCase(), closed.receiveCase());
+  }());
+  ASSERT_EQ(r.index(), 1u);
+  EXPECT_FALSE(std::get<1>(r).has_value());
+}
+
+TEST(SelectTest, ASendCaseOnAClosedChannelThrows) {
+  Channel<int> closed, other;
+  closed.close();
+  EXPECT_THROW(syncAwait([&]() -> Lazy<void> {
+                 co_await select(other.receiveCase(), closed.sendCase(1));
+               }()),
+               ChannelClosed);
+}
+
+TEST(SelectTest, CloseWakesAWaitingSelect) {
+  Channel<int> a, b;
+  std::optional<int> got = 1;
+  std::size_t index = 99;
+  bool done = false;
+  selectIndex(a, b, &got).start([&](Try<std::size_t> r) {
+    index = r.value();
+    done = true;
+  });
+  EXPECT_FALSE(done);
+  a.close();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(index, 0u);
+  EXPECT_FALSE(got.has_value());
+  EXPECT_FALSE(b.trySend(1));
+}
+
+TEST(SelectTest, CloseMakesAWaitingSendCaseThrow) {
+  Channel<int> out, in;
+  bool done = false;
+  std::exception_ptr error;
+  auto selector = [&]() -> Lazy<void> {
+    co_await select(in.receiveCase(), out.sendCase(1));
+  };
+  selector().start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  out.close();
+  EXPECT_TRUE(done);
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), ChannelClosed);
+  EXPECT_FALSE(in.trySend(1));
+}
+
+TEST(SelectTest, TwoSelectsMeetOnAnUnbufferedChannel) {
+  Channel<int> ch, idleA, idleB;
+  std::size_t senderIndex = 99;
+  auto sender = [&]() -> Lazy<void> {
+    auto r = co_await select(idleA.receiveCase(), ch.sendCase(8));
+    senderIndex = r.index();
+  };
+  bool sent = false;
+  sender().start([&](Try<void>) { sent = true; });
+  EXPECT_FALSE(sent);
+  std::optional<int> got;
+  std::size_t index = syncAwait([&]() -> Lazy<std::size_t> {
+    auto r = co_await select(idleB.receiveCase(), ch.receiveCase());
+    if (r.index() == 1) got = std::get<1>(r);
+    co_return r.index();
+  }());
+  EXPECT_TRUE(sent);
+  EXPECT_EQ(senderIndex, 1u);
+  EXPECT_EQ(index, 1u);
+  EXPECT_EQ(got, 8);
+  EXPECT_FALSE(idleA.trySend(1));
+  EXPECT_FALSE(idleB.trySend(1));
+}
+
+TEST(SelectTest, ASelectDoesNotPairWithItself) {
+  Channel<int> ch;
+  bool done = false;
+  auto selector = [&]() -> Lazy<void> {
+    auto r = co_await select(ch.sendCase(1), ch.receiveCase());
+    EXPECT_EQ(r.index(), 0u);
+  };
+  selector().start([&](Try<void> r) {
+    r.value();
+    done = true;
+  });
+  EXPECT_FALSE(done) << "its own send and receive must not meet";
+  EXPECT_EQ(ch.tryReceive(), 1);
+  EXPECT_TRUE(done);
+  EXPECT_FALSE(ch.trySend(2)) << "the abandoned receive case was unlinked";
+}
+
+TEST(SelectTest, SeveralCasesOnOneChannelCompleteOnlyOnce) {
+  Channel<int> ch;
+  std::size_t index = 99;
+  auto selector = [&]() -> Lazy<void> {
+    auto r = co_await select(ch.receiveCase(), ch.receiveCase(), ch.receiveCase());
+    index = r.index();
+  };
+  bool done = false;
+  selector().start([&](Try<void>) { done = true; });
+  EXPECT_TRUE(ch.trySend(1));
+  EXPECT_TRUE(done);
+  EXPECT_LT(index, 3u);
+  EXPECT_FALSE(ch.trySend(2)) << "only one of the three cases may take a value";
+}
+
+TEST(SelectTest, AWaitingSelectWithAnExecutorIsResumedThroughIt) {
+  ManualExecutor executor;
+  Channel<int> a, b;
+  std::optional<int> got;
+  bool done = false;
+  selectIndex(a, b, &got).via(&executor).start([&](Try<std::size_t>) { done = true; });
+  executor.runAll();
+  EXPECT_FALSE(done);
+  EXPECT_TRUE(a.trySend(3));
+  EXPECT_FALSE(done) << "the select must not run on the sender's stack";
+  EXPECT_EQ(executor.pending(), 1u);
+  executor.runAll();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(got, 3);
+}
+
+TEST(SelectTest, ValuesInSelectCasesAreNeitherLostNorDuplicated) {
+  Counted::reset();
+  {
+    Channel<Counted> a(1), b(1);
+    ASSERT_TRUE(a.trySend(Counted()));
+    std::size_t index = syncAwait([&]() -> Lazy<std::size_t> {
+      auto r = co_await select(a.receiveCase(), b.sendCase(Counted()));
+      co_return r.index();
+    }());
+    ASSERT_LT(index, 2u);
+    // Either a's value was taken (and dropped with the result), or b got one and a
+    // still holds its own.
+    EXPECT_EQ(Counted::alive(), index == 0 ? 0 : 2);
+    EXPECT_EQ(a.size(), index == 0 ? 0u : 1u);
+    EXPECT_EQ(b.size(), index == 0 ? 0u : 1u);
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+// Multi-producer, multi-consumer through selects on a 2-thread pool: consumers receive
+// from two channels with one select, producers send each value into whichever of two
+// channels is ready first. Every value must arrive exactly once.
+class SelectStressTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(SelectStressTest, EveryValueIsDeliveredExactlyOnce) {
+  Watchdog watchdog(120s, "SelectStressTest.EveryValueIsDeliveredExactlyOnce");
+  constexpr int kProducers = 3, kConsumers = 3, kPerProducer = 10000;
+  ThreadPool pool(2);
+  Channel<int> a(GetParam()), b(GetParam());
+  std::vector<std::vector<int>> received(kConsumers);
+  std::atomic<int> closedSeen{0};
+
+  auto producer = [&](int id) -> Lazy<void> {
+    for (int i = 0; i < kPerProducer; ++i) {
+      int v = id * kPerProducer + i;
+      if (i % 3 == 0) {
+        co_await a.send(v);  // some plain sends in the mix
+      } else {
+        co_await select(a.sendCase(v), b.sendCase(v));
+      }
+    }
+  };
+  auto producers = [&]() -> Lazy<void> {
+    std::vector<Lazy<void>> all;
+    for (int p = 0; p < kProducers; ++p) all.push_back(producer(p));
+    for (auto& r : co_await collectAllPara(std::move(all))) r.value();
+    a.close();
+    b.close();
+  };
+  auto consumer = [&](int id) -> Lazy<void> {
+    bool aOpen = true, bOpen = true;
+    while (aOpen || bOpen) {
+      if (aOpen && bOpen) {
+        auto r = co_await select(a.receiveCase(), b.receiveCase());
+        std::optional<int>& v = r.index() == 0 ? std::get<0>(r) : std::get<1>(r);
+        if (v) {
+          received[id].push_back(*v);
+        } else {
+          (r.index() == 0 ? aOpen : bOpen) = false;
+          ++closedSeen;
+        }
+      } else {
+        Channel<int>& ch = aOpen ? a : b;
+        if (std::optional<int> v = co_await ch.receive()) {
+          received[id].push_back(*v);
+        } else {
+          (aOpen ? aOpen : bOpen) = false;
+          ++closedSeen;
+        }
+      }
+    }
+  };
+  std::vector<Lazy<void>> everything;
+  everything.push_back(producers());
+  for (int c = 0; c < kConsumers; ++c) everything.push_back(consumer(c));
+  for (auto& r : syncAwait(collectAllPara(std::move(everything)).via(&pool))) r.value();
+
+  std::vector<int> all;
+  for (auto& values : received) all.insert(all.end(), values.begin(), values.end());
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(kProducers * kPerProducer));
+  for (int i = 0; i < kProducers * kPerProducer; ++i) ASSERT_EQ(all[i], i);
+  EXPECT_EQ(closedSeen.load(), 2 * kConsumers);
+}
+
+INSTANTIATE_TEST_SUITE_P(Capacities, SelectStressTest,
+                         ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{8}),
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return "Capacity" + std::to_string(info.param);
+                         });
+
+TEST(SelectTest, SelectsSendingAndReceivingOnTheSameChannelsUnderConcurrency) {
+  // Every participant is a select, on both ends: selects must claim each other.
+  Watchdog watchdog(120s, "SelectTest.SelectsSendingAndReceivingOnTheSameChannelsUnderConcurrency");
+  ThreadPool pool(2);
+  constexpr int kPairs = 4, kPerSender = 5000;
+  Channel<int> a, b;
+  std::atomic<long> sum{0};
+  std::atomic<int> count{0};
+  auto sender = [&](int id) -> Lazy<void> {
+    for (int i = 0; i < kPerSender; ++i) {
+      co_await select(a.sendCase(id * kPerSender + i), b.sendCase(id * kPerSender + i));
+    }
+  };
+  auto receiver = [&]() -> Lazy<void> {
+    for (int i = 0; i < kPerSender; ++i) {
+      auto r = co_await select(a.receiveCase(), b.receiveCase());
+      std::optional<int>& v = r.index() == 0 ? std::get<0>(r) : std::get<1>(r);
+      sum += *v;
+      ++count;
+    }
+  };
+  std::vector<Lazy<void>> all;
+  for (int i = 0; i < kPairs; ++i) {
+    all.push_back(sender(i));
+    all.push_back(receiver());
+  }
+  for (auto& r : syncAwait(collectAllPara(std::move(all)).via(&pool))) r.value();
+  const long n = kPairs * kPerSender;
+  EXPECT_EQ(count.load(), n);
+  EXPECT_EQ(sum.load(), n * (n - 1) / 2);
+}
+
+}  // namespace
+}  // namespace weft
