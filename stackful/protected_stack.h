@@ -83,7 +83,7 @@ class ProtectedStack {
   void* mapping_ = nullptr;
   std::size_t mappingSize_ = 0;
   std::size_t guardSize_ = 0;
-  unsigned valgrindId_ = 0;       // VALGRIND_STACK_REGISTER's id (0 outside valgrind)
+  unsigned valgrindId_ = 0;  // VALGRIND_STACK_REGISTER's id (0 outside valgrind)
 };
 
 }  // namespace weft

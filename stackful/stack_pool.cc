@@ -7,7 +7,8 @@
 namespace weft {
 
 StackPool::StackPool(std::size_t stackSize, std::size_t maxCached)
-    : stackSize_((stackSize == 0 ? ProtectedStack::pageSize() : stackSize + ProtectedStack::pageSize() - 1) /
+    : stackSize_((stackSize == 0 ? ProtectedStack::pageSize()
+                                 : stackSize + ProtectedStack::pageSize() - 1) /
                  ProtectedStack::pageSize() * ProtectedStack::pageSize()),
       maxCached_(maxCached) {
   cache_.reserve(maxCached_);

@@ -65,11 +65,11 @@ char* appendNumber(char* out, std::uint64_t value) noexcept {
 }
 
 void onSegv(int signal, siginfo_t* info, void* ucontext) {
-  const RunningStackInfo* running = tRunningStack;
-  if (running != nullptr && info != nullptr &&
-      isOverflow(*running, reinterpret_cast<std::uintptr_t>(info->si_addr),
+  RunningStackInfo running;
+  if (describeRunningFiber(running) && info != nullptr &&
+      isOverflow(running, reinterpret_cast<std::uintptr_t>(info->si_addr),
                  faultStackPointer(ucontext))) {
-    writeOverflowMessage(*running);
+    writeOverflowMessage(running);
     std::abort();
   }
   // Not ours: behave as if weft had never installed a handler.
@@ -106,8 +106,8 @@ class SignalStackOwner {
     // 64 KiB: comfortably above MINSIGSTKSZ/SIGSTKSZ, and the handler uses a few hundred
     // bytes (more if it chains to a sanitizer's handler, which symbolizes).
     size_ = 64 * 1024;
-    void* memory = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                          -1, 0);
+    void* memory =
+        ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) return;
     stack_t stack;
     stack.ss_sp = memory;

@@ -12,8 +12,7 @@
 
 namespace weft::detail {
 
-// What the handler needs to know about the fiber running on a thread. Each fiber keeps
-// one; resume() points tRunningStack at it while the fiber runs.
+// What the handler needs to know about the fiber running on a thread.
 struct RunningStackInfo {
   const void* guardBegin = nullptr;   // lowest address of the guard
   const void* stackBottom = nullptr;  // lowest usable address (the guard ends here)
@@ -22,9 +21,10 @@ struct RunningStackInfo {
   const char* name = nullptr;         // nullptr: unnamed
 };
 
-// The stack of the fiber running on this thread, nullptr on a thread's own stack.
-// constinit: no dynamic initialisation, so the signal handler may read it.
-inline constinit thread_local const RunningStackInfo* tRunningStack = nullptr;
+// Describes the fiber running on the calling thread; false on a thread's own stack.
+// Called from the signal handler: reads a constinit thread_local and the fiber's own
+// fields only (async-signal-safe). Defined with the fibers (stackful/fiber.cc).
+bool describeRunningFiber(RunningStackInfo& info) noexcept;
 
 // Installs the SIGSEGV handler, once per process (later calls return at once).
 // Thread-safe. Errors: none; if sigaction fails, overflows are plain SIGSEGVs.

@@ -50,6 +50,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 #if WEFT_VALGRIND
+#include <valgrind/memcheck.h>
 #include <valgrind/valgrind.h>
 #endif
 
@@ -129,6 +130,15 @@ inline unsigned valgrindRegisterStack(void* begin, void* end) noexcept {
 #else
   (void)begin, (void)end;
   return 0;
+#endif
+}
+// memcheck: [begin, begin + size) may be written (memory below a stack pointer, which
+// memcheck marks inaccessible, about to receive a shared-stack fiber's saved frames).
+inline void valgrindMakeWritable(void* begin, std::size_t size) noexcept {
+#if WEFT_VALGRIND
+  VALGRIND_MAKE_MEM_UNDEFINED(begin, size);
+#else
+  (void)begin, (void)size;
 #endif
 }
 inline void valgrindDeregisterStack(unsigned id) noexcept {
