@@ -1,0 +1,126 @@
+// How much memory one task of the 30,000-task echo ring costs (issue #4), the ring of
+// BM_Channel_EchoRing30000 (benchmark/coro/channel_benchmark.cc); Go's figure for the
+// same ring comes from benchmark/go/channel_echo_ring ("bytes_per_task").
+//
+// In a child process forked from a clean parent, on a ThreadPool(1):
+//  1. RSS is read (/proc/self/statm) once the pool runs;
+//  2. 30,000 channels of capacity 1 and 30,000 echo Lazys (each waiting on its own
+//     channel) are created and started, and one full round is run, so every echoer has
+//     received, replied and parked again;
+//  3. RSS is read again while they are all parked: (after - before) / 30,000 is the cost
+//     of one echo task: its coroutine frame, its channel and its share of the collect;
+//  4. the ring is shut down (every channel closed; every task must finish).
+//
+// Output, one "name value" pair a line, for benchmark/run.sh:
+//   lazy_echo_tasks 30000
+//   lazy_echo_bytes_per_task 312.4
+// Usage: channel_memory [tasks]   (default 30000)
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "coro/channel.h"
+#include "coro/collect.h"
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "coro/try.h"
+#include "executors/thread_pool.h"
+
+namespace {
+
+using weft::Channel;
+using weft::Lazy;
+
+long residentBytes() {
+  long pages = 0, resident = 0;
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr || std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) {
+    std::perror("channel_memory: reading /proc/self/statm");
+    std::exit(2);
+  }
+  std::fclose(statm);
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "channel_memory: %s\n", what);
+  std::exit(1);
+}
+
+// Steps 1-4 for Lazys; returns the RSS growth per task.
+double measureLazyRing(int tasks) {
+  weft::ThreadPool pool(1, "echo-ring");
+  Channel<int> warmed(1);
+  weft::syncAwait([&]() -> Lazy<void> { co_await warmed.send(0); }().via(&pool));
+  const long before = residentBytes();
+
+  std::deque<Channel<std::int64_t>> inputs;
+  for (int i = 0; i < tasks; ++i) inputs.emplace_back(1);
+  Channel<std::int64_t> replies(1);
+  Channel<int> measured;  // the main thread's go-ahead after measuring
+  Channel<int> parked(1);  // the driver's signal: one round done, everybody parked
+  auto echo = [&](Channel<std::int64_t>& in) -> Lazy<void> {
+    while (std::optional<std::int64_t> v = co_await in.receive()) co_await replies.send(*v);
+  };
+  auto driver = [&]() -> Lazy<void> {
+    for (int i = 0; i < tasks; ++i) co_await inputs[i].send(i);
+    std::int64_t sum = 0;
+    for (int i = 0; i < tasks; ++i) sum += *co_await replies.receive();
+    if (sum != std::int64_t{tasks} * (tasks - 1) / 2) fail("wrong echo sum");
+    co_await parked.send(1);
+    co_await measured.receive();
+    for (auto& in : inputs) in.close();
+  };
+  std::vector<Lazy<void>> all;
+  all.reserve(tasks + 1);
+  for (auto& in : inputs) all.push_back(echo(in));
+  all.push_back(driver());
+  bool finished = false;
+  weft::collectAllPara(std::move(all)).via(&pool).start([&](auto&& results) {
+    for (weft::Try<void>& result : results.value()) result.value();
+    finished = true;
+  });
+  weft::syncAwait([&]() -> Lazy<void> { co_await parked.receive(); }());
+  const long after = residentBytes();
+  weft::syncAwait([&]() -> Lazy<void> { co_await measured.send(0); }());
+  pool.shutdown();  // waits for the ring to finish
+  if (!finished) fail("the ring did not finish");
+  return double(after - before) / tasks;
+}
+
+template <class Body>
+void report(const char* name, int tasks, Body body) {
+  std::fflush(stdout);
+  pid_t child = fork();
+  if (child < 0) fail("fork failed");
+  if (child == 0) {
+    const double perTask = body();
+    std::printf("%s_echo_tasks %d\n", name, tasks);
+    std::printf("%s_echo_bytes_per_task %.1f\n", name, perTask);
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fail("a measurement failed");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int tasks = 30000;
+  if (argc > 1) tasks = std::atoi(argv[1]);
+  if (tasks <= 0) fail("usage: channel_memory [tasks > 0]");
+  report("lazy", tasks, [tasks] { return measureLazyRing(tasks); });
+  return 0;
+}

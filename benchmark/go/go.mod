@@ -1,0 +1,3 @@
+module weft/benchmark/go
+
+go 1.26
