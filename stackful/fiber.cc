@@ -13,6 +13,7 @@
 #include "stackful/detail/fiber_core.h"
 #include "stackful/detail/fiber_local_storage.h"
 #include "stackful/detail/stack_guard.h"
+#include "stackful/fiber_local.h"
 #include "stackful/shared_stack.h"
 
 namespace weft {
@@ -318,3 +319,23 @@ std::uint64_t id() {
 }
 
 }  // namespace weft::this_fiber
+
+namespace weft::detail {
+
+FiberLocalStorage& currentFiberLocalStorage() {
+  if (FiberCore* core = FiberCore::current()) {
+    FiberLocalStorage*& storage = core->localStorage();
+    if (storage == nullptr) storage = new FiberLocalStorage();
+    return *storage;
+  }
+  static thread_local FiberLocalStorage threadStorage;
+  return threadStorage;
+}
+
+std::uint64_t newFiberLocalKey() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  // relaxed: keys need only be unique.
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,344 @@
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <coroutine>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "coro/cancellation.h"
+#include "coro/detail/lazy_promise.h"
+#include "coro/detail/via_awaiter.h"
+#include "coro/lazy.h"
+#include "coro/try.h"
+#include "coro/yield.h"
+#include "executors/executor.h"
+#include "stackful/detail/await_link.h"
+#include "stackful/detail/fiber_core.h"
+#include "stackful/stack_pool.h"
+
+namespace weft {
+
+// Options of spawnFiber.
+struct SpawnOptions {
+  // Names the fiber in diagnostics (stack overflow, misuse). Copied; empty: unnamed.
+  std::string_view name;
+  // Where the fiber's stack comes from; nullptr: StackPool::defaultPool().
+  StackPool* stackPool = nullptr;
+  // The fiber's cancellation token: await() hands it to cancellation-aware awaitables,
+  // and Lazys awaited from the fiber inherit it. Default: never cancelled.
+  CancellationToken cancellationToken;
+};
+
+template <class T>
+class FiberFuture;
+
+namespace detail {
+
+struct FiberFutureAccess;
+
+// What a spawned fiber and its FiberFuture share: the result, and who is waiting for it.
+// Freed by whichever side is done with it last (see the state machine in complete()).
+template <class T>
+class SpawnState final : public CompletionSink {
+ public:
+  enum : int { kRunning, kAwaiting, kDone, kDetached };
+
+  SpawnState(Executor* executor, CancellationToken token) noexcept
+      : CompletionSink(&SpawnState::complete), executor_(executor), token_(std::move(token)) {}
+
+  Executor* executor_;
+  CancellationToken token_;  // the driver's promise points at it
+  std::uint64_t fiberId_ = 0;
+  std::coroutine_handle<> driver_;
+  Try<T> result_;
+  std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
+  Executor* awaiterExecutor_ = nullptr;  // idem
+  bool taken_ = false;                   // the future's awaiter took the result
+  std::atomic<int> state_{kRunning};
+
+  // The future is dropped: detach. Frees the state if the fiber has finished.
+  void detach() noexcept {
+    // acq_rel: acquire the result if the fiber finished; release nothing in particular
+    // but pairs with the exchange in complete() so exactly one side frees.
+    int previous = state_.exchange(kDetached, std::memory_order_acq_rel);
+    if (previous == kDone) finishDetached(this);
+  }
+
+ private:
+  [[noreturn]] static void reportDetachedException(SpawnState* self) noexcept {
+    const char* what = "unknown exception";
+    try {
+      std::rethrow_exception(self->result_.exception());
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    std::fprintf(stderr,
+                 "weft: detached fiber %llu (spawnFiber on executor '%.*s') ended with an "
+                 "exception nobody awaited: %s\n",
+                 static_cast<unsigned long long>(self->fiberId_),
+                 static_cast<int>(self->executor_->name().size()), self->executor_->name().data(),
+                 what);
+    std::abort();
+  }
+  static void finishDetached(SpawnState* self) noexcept {
+    // Nobody will see the result: an exception there would be lost silently, so it is
+    // reported, as an exception escaping a std::thread (or a Go goroutine) is.
+    if (!self->taken_ && self->result_.hasException()) reportDetachedException(self);
+    delete self;
+  }
+
+  // The driver finished (runs in its final suspend, on whatever thread ran the fiber's
+  // last step). noexcept: a final-suspend path.
+  static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+    auto* self = static_cast<SpawnState*>(sink);
+    std::exchange(self->driver_, nullptr).destroy();  // suspended at its final point
+    // acq_rel: release publishes the result to the future; acquire sees the awaiter's
+    // handle (written before its kAwaiting exchange) or the detach.
+    int previous = self->state_.exchange(kDone, std::memory_order_acq_rel);
+    if (previous == kAwaiting) {
+      // The awaiter may free the state as soon as it runs: read what we need first.
+      std::coroutine_handle<> awaiter = self->awaiter_;
+      Executor* executor = self->awaiterExecutor_;
+      if (executor == nullptr) return awaiter;
+      return resumeOnExecutor(executor, awaiter);
+    }
+    if (previous == kDetached) finishDetached(self);
+    return std::noop_coroutine();
+  }
+};
+
+// Owns a fiber: destroying the owner destroys the fiber, unwinding it if it is suspended.
+// The driver takes it as a parameter, so even a driver frame destroyed before it ever
+// ran frees its fiber.
+struct FiberDestroyer {
+  void operator()(FiberCore* core) const noexcept { core->destroy(); }
+};
+using FiberPtr = std::unique_ptr<FiberCore, FiberDestroyer>;
+
+// The fiber's body on an executor fiber: stores fn's value into the shared state.
+template <class T, class F>
+class ExecutorFiberBox final : public FiberCore {
+ public:
+  template <class G>
+  ExecutorFiberBox(G&& fn, Try<T>* out) : fn_(std::forward<G>(fn)), out_(out) {}
+
+ private:
+  void run() override {
+    if constexpr (std::is_void_v<T>) {
+      std::invoke(std::move(fn_));
+      out_->emplace();
+    } else {
+      out_->emplace(std::invoke(std::move(fn_)));
+    }
+  }
+
+  F fn_;
+  Try<T>* out_;
+};
+
+// Runs a fiber on the driver's executor: resumes it until it finishes, and in between
+// does, off the fiber's stack, what the fiber asked for when it switched out (reschedule
+// for this_fiber::yield(), co_await for weft::await()). A Lazy<void> bound to the
+// executor and carrying the fiber's token, so the awaits inherit both.
+template <class T>
+Lazy<void> driveFiber(FiberPtr fiber, SpawnState<T>* state) {
+  FiberCore* const core = fiber.get();
+  AwaitLink link;
+  link.executor = state->executor_;
+  core->setAwaitLink(&link);
+  for (;;) {
+    core->resume();  // until the fiber suspends or finishes; its exceptions stay inside
+    if (core->done()) break;
+    if (link.yieldRequested) {
+      link.yieldRequested = false;
+      try {
+        co_await weft::yield();
+      } catch (const ExecutorShutDown&) {
+        // Cannot requeue on a closed executor: the yield is simply over.
+      }
+    } else {
+      Lazy<void> pending = std::move(link.pending);
+      co_await std::move(pending);  // stores its outcome on the fiber's stack
+    }
+  }
+  if (core->hasException()) state->result_.setException(core->takeException());
+  fiber.reset();  // gives the stack back before the awaiter runs
+}
+
+}  // namespace detail
+
+// FiberFuture<T>: the result of a fiber started by spawnFiber; await it once.
+//
+// Semantics: `co_await std::move(future)` in a Lazy/Task (or `syncAwait(std::move(future))`
+// on a plain thread, or `weft::await(std::move(future))` in another fiber) waits for the
+// fiber and returns fn's value or rethrows its exception. Awaited from a coroutine bound to
+// an executor, the coroutine resumes on its own executor. Dropping the future without
+// awaiting it detaches the fiber: it runs to the end regardless, and an exception it ends
+// with is reported on stderr and aborts the process (as one escaping a std::thread does).
+//
+// Thread safety: a single-owner value; the fiber may finish on any thread.
+template <class T>
+class [[nodiscard]] FiberFuture {
+ public:
+  using ValueType = T;
+
+  FiberFuture(FiberFuture&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  FiberFuture& operator=(FiberFuture&& other) noexcept {
+    if (this != &other) {
+      release();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  ~FiberFuture() { release(); }
+
+  // Lets the fiber run on without anyone waiting for it (what the destructor does).
+  void detach() && { release(); }
+
+  // True once the fiber has finished. noexcept: one atomic load.
+  bool ready() const noexcept {
+    // acquire: pairs with the release in complete(); a true answer lets the caller read.
+    return state_ != nullptr &&
+           state_->state_.load(std::memory_order_acquire) == detail::SpawnState<T>::kDone;
+  }
+
+  class Awaiter {
+   public:
+    Awaiter(detail::SpawnState<T>* state, Executor* executor) noexcept
+        : state_(state), executor_(executor) {}
+    bool await_ready() const noexcept {
+      // acquire: see ready().
+      return state_->state_.load(std::memory_order_acquire) == detail::SpawnState<T>::kDone;
+    }
+    // noexcept: two stores and a compare-exchange.
+    bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
+      state_->awaiter_ = awaiting;
+      state_->awaiterExecutor_ = executor_;
+      int expected = detail::SpawnState<T>::kRunning;
+      // acq_rel: release publishes the handle to complete(); on failure (the fiber just
+      // finished) acquire makes its result visible, and we continue without suspending.
+      return state_->state_.compare_exchange_strong(expected, detail::SpawnState<T>::kAwaiting,
+                                                    std::memory_order_acq_rel,
+                                                    std::memory_order_acquire);
+    }
+    T await_resume() {
+      state_->taken_ = true;
+      if constexpr (std::is_void_v<T>) {
+        state_->result_.value();
+      } else if constexpr (std::is_reference_v<T>) {
+        return state_->result_.value();
+      } else {
+        return std::move(state_->result_).value();
+      }
+    }
+
+   private:
+    detail::SpawnState<T>* state_;
+    Executor* executor_;
+  };
+
+  // Used by weft coroutines' await_transform: resumes the awaiter on `awaitingExecutor`.
+  Awaiter coAwait(Executor* awaitingExecutor) && noexcept {
+    if (state_ == nullptr) abortEmpty();
+    return Awaiter(state_, awaitingExecutor);
+  }
+  // For other coroutines: resumes the awaiter on the thread that finishes the fiber.
+  Awaiter operator co_await() && noexcept { return std::move(*this).coAwait(nullptr); }
+  void operator co_await() & = delete;
+  void operator co_await() const& = delete;
+
+ private:
+  friend struct detail::FiberFutureAccess;
+
+  explicit FiberFuture(detail::SpawnState<T>* state) noexcept : state_(state) {}
+
+  [[noreturn]] static void abortEmpty() noexcept {
+    std::fprintf(stderr, "weft: co_await on an empty FiberFuture (moved-from)\n");
+    std::abort();
+  }
+
+  void release() noexcept {
+    if (detail::SpawnState<T>* state = std::exchange(state_, nullptr)) state->detach();
+  }
+
+  detail::SpawnState<T>* state_ = nullptr;
+};
+
+namespace detail {
+struct FiberFutureAccess {
+  template <class T>
+  static FiberFuture<T> make(SpawnState<T>* state) noexcept {
+    return FiberFuture<T>(state);
+  }
+};
+}  // namespace detail
+
+// spawnFiber(executor, fn): starts `fn` in a new fiber on `executor` and returns a
+// FiberFuture for its result.
+//
+// Semantics: the fiber is scheduled on the executor at once (it does not wait to be
+// awaited; drop the future to let it run detached). Inside, fn may call weft::await(x)
+// on any awaitable (the fiber parks, the thread runs other work) and
+// this_fiber::yield() (the fiber goes to the back of the executor's queue). The fiber
+// always runs on the executor's threads, and may move between them at each await or
+// yield. Its stack comes from options.stackPool (default: StackPool::defaultPool(), 256
+// KiB stacks, returned when the fiber ends).
+//
+// Preconditions: `executor` is not null (else abort).
+// Errors: fn's exception reaches the awaiter of the future. spawnFiber throws
+// ExecutorShutDown if the executor refuses the fiber (nothing ran), and what the stack
+// pool throws (std::system_error) or copying fn throws.
+// Thread safety: may be called from any thread, including from inside fibers and
+// coroutines.
+//
+// Example:
+//   weft::ThreadPool pool(2);
+//   auto future = weft::spawnFiber(&pool, [] {
+//     return weft::await(computeAsync()) + 1;  // computeAsync() returns a Lazy<int>
+//   });
+//   int v = weft::syncAwait(std::move(future));
+template <class F>
+  requires std::invocable<std::decay_t<F>&&>
+FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* executor, F&& fn,
+                                                                SpawnOptions options = {}) {
+  using T = std::invoke_result_t<std::decay_t<F>&&>;
+  if (executor == nullptr) {
+    std::fprintf(stderr, "weft: spawnFiber(nullptr, ...): a fiber needs an executor\n");
+    std::abort();
+  }
+  auto* state = new detail::SpawnState<T>(executor, std::move(options.cancellationToken));
+  detail::FiberCore* core;
+  try {
+    StackPool& pool = options.stackPool != nullptr ? *options.stackPool : StackPool::defaultPool();
+    core = detail::FiberCore::create<detail::ExecutorFiberBox<T, std::decay_t<F>>>(
+        pool, FiberOptions{options.name}, std::forward<F>(fn), &state->result_);
+  } catch (...) {
+    delete state;
+    throw;
+  }
+  state->fiberId_ = core->id();
+  Lazy<void> driver = detail::driveFiber<T>(detail::FiberPtr(core), state);
+  auto handle = detail::LazyAccess::release(driver);
+  handle.promise().setExecutor(executor);
+  handle.promise().setCancellationToken(&state->token_);
+  handle.promise().setCompletionSink(state);
+  state->driver_ = handle;
+  try {
+    executor->schedule(std::coroutine_handle<>(handle));
+  } catch (...) {
+    handle.destroy();  // destroys the never-started fiber with the frame
+    delete state;
+    throw;
+  }
+  return detail::FiberFutureAccess::make(state);
+}
+
+}  // namespace weft
