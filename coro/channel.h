@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/cancellation.h"
 #include "coro/detail/channel_core.h"
 #include "coro/detail/channel_waiter.h"
 #include "executors/executor.h"
@@ -26,91 +27,195 @@ struct ChannelAccess {
   }
 };
 
-// The awaiter of `co_await ch.send(v)`: sends at once when a receiver waits or the
-// buffer has room, else links a node (in this awaiter) into the channel and suspends
-// until a receiver takes the value or the channel is closed.
-template <class T>
-class ChannelSendAwaiter {
+// What the send and receive awaiters share: the waiter node linked into the channel
+// while the operation waits, and cancellation.
+//
+// Cancellation protocol (the node's status, read and written only under the channel
+// lock, decides who completes the operation):
+//  1. await_suspend registers a CancellationCallback (only when the token can be
+//     cancelled: no cost otherwise) before it takes the channel lock. A request made
+//     before that runs the callback right there.
+//  2. The callback, under the channel lock: a node not linked yet (kIdle) is marked
+//     kCancelled, and await_suspend sees the mark under the same lock and neither
+//     performs the operation nor suspends; a linked node (kQueued) is unlinked, marked
+//     kCancelled, and the callback resumes its waiter; a node whose operation already
+//     completed (kDone, kClosed) is left alone: cancellation never undoes a transfer.
+//  3. await_resume first deregisters the callback (waiting for it if it runs on another
+//     thread), so the status is final when it is read, then throws OperationCancelled if
+//     it is kCancelled.
+// Whoever takes the node out of the queue (the other side of the transfer, close(), or
+// the callback) owns its single resumption: no lost wake-up, no double resume.
+template <class T, bool kSender>
+class ChannelOpAwaiter {
  public:
-  ChannelSendAwaiter(ChannelCore<T>& channel, T* value, Executor* executor) noexcept
-      : channel_(&channel), value_(value), executor_(executor) {}
+  ChannelOpAwaiter(ChannelCore<T>& channel, Executor* executor,
+                   const CancellationToken* token) noexcept
+      : channel_(&channel), token_(token) {
+    node_.executor = executor;
+  }
+  ChannelOpAwaiter(const ChannelOpAwaiter&) = delete;
+  ChannelOpAwaiter& operator=(const ChannelOpAwaiter&) = delete;
 
   bool await_ready() const noexcept { return false; }
 
-  // Returns false (continue without suspending) when the send completed or failed at
-  // once. Throws std::bad_alloc if an unbounded channel cannot grow (nothing sent).
-  bool await_suspend(std::coroutine_handle<> awaiting) {
-    ChannelWaiter* wake = nullptr;
+ protected:
+  // Step 1; false if cancellation was requested before the operation started (the
+  // operation must then not run). Throws what registering a callback throws (nothing:
+  // the callback captures one pointer), before anything is linked.
+  bool armCancellation() {
+    if (token_ == nullptr) return true;
+    if (token_->isCancellationRequested()) {
+      node_.status = WaiterStatus::kCancelled;
+      return false;
+    }
+    if (token_->canBeCancelled()) callback_.emplace(*token_, [this] { cancel(); });
+    return true;
+  }
+
+  // Step 3, first half. noexcept: deregistration only unlinks (or waits).
+  void disarmCancellation() noexcept { callback_.reset(); }
+
+  // Step 2. Runs on the thread that requested cancellation; never throws.
+  void cancel() noexcept {
     ChannelLockGuard guard(channel_->lock());
-    switch (channel_->trySendLocked(*value_, wake)) {
-      case ChannelOpResult::kDone:
+    switch (node_.status) {
+      case WaiterStatus::kIdle:
+        node_.status = WaiterStatus::kCancelled;
+        return;
+      case WaiterStatus::kQueued:
+        if constexpr (kSender) {
+          channel_->removeSenderLocked(&node_);
+        } else {
+          channel_->removeReceiverLocked(&node_);
+        }
+        node_.status = WaiterStatus::kCancelled;
         guard.unlock();
-        if (wake != nullptr) resumeWaiter(wake);
+        resumeChannelWaiter(&node_);  // `this` may be gone once this starts
+        return;
+      default:
+        return;
+    }
+  }
+
+  // Under the lock, after the operation completed at once (kDone/kClosed): a callback
+  // running later must leave it alone.
+  void settleLocked(WaiterStatus status) noexcept { node_.status = status; }
+
+  // Under the lock: links the node and marks it kQueued (through the queue).
+  void enqueueLocked(std::coroutine_handle<> awaiting, void* slot) noexcept {
+    node_.slot = slot;
+    node_.handle = awaiting;
+    if constexpr (kSender) {
+      channel_->enqueueSenderLocked(&node_);
+    } else {
+      channel_->enqueueReceiverLocked(&node_);
+    }
+  }
+
+  void throwIfCancelled() const {
+    if (node_.status == WaiterStatus::kCancelled) throw OperationCancelled();
+  }
+
+  ChannelCore<T>* channel_;
+  const CancellationToken* token_;  // null: not cancellable
+  ChannelWaiter node_;
+  std::optional<CancellationCallback> callback_;
+};
+
+// The awaiter of `co_await ch.send(v)`: sends at once when a receiver waits or the
+// buffer has room, else links its node into the channel and suspends until a receiver
+// takes the value, the channel is closed, or the send is cancelled.
+template <class T>
+class ChannelSendAwaiter : public ChannelOpAwaiter<T, true> {
+  using Base = ChannelOpAwaiter<T, true>;
+
+ public:
+  ChannelSendAwaiter(ChannelCore<T>& channel, T* value, Executor* executor,
+                     const CancellationToken* token) noexcept
+      : Base(channel, executor, token), value_(value) {}
+
+  // Returns false (continue without suspending) when the send completed, failed or was
+  // cancelled at once. Throws std::bad_alloc if an unbounded channel cannot grow
+  // (nothing sent).
+  bool await_suspend(std::coroutine_handle<> awaiting) {
+    if (!this->armCancellation()) return false;
+    ChannelWaiter* wake = nullptr;
+    ChannelLockGuard guard(this->channel_->lock());
+    if (this->node_.status == WaiterStatus::kCancelled) return false;
+    switch (this->channel_->trySendLocked(*value_, wake)) {
+      case ChannelOpResult::kDone:
+        this->settleLocked(WaiterStatus::kDone);
+        guard.unlock();
+        if (wake != nullptr) resumeChannelWaiter(wake);
         return false;
       case ChannelOpResult::kClosed:
-        node_.status = WaiterStatus::kClosed;
+        this->settleLocked(WaiterStatus::kClosed);
         return false;
       case ChannelOpResult::kBlocked:
         break;
     }
-    node_.slot = value_;
-    node_.handle = awaiting;
-    node_.executor = executor_;
-    channel_->enqueueSenderLocked(&node_);
+    this->enqueueLocked(awaiting, value_);
     // The guard unlocks on return; from then on a receiver may resume us on another
     // thread, so nothing after this touches the awaiter.
     return true;
   }
 
-  void await_resume() const {
-    if (node_.status == WaiterStatus::kClosed) throwSendOnClosed();
+  void await_resume() {
+    this->disarmCancellation();
+    this->throwIfCancelled();
+    if (this->node_.status == WaiterStatus::kClosed) throwSendOnClosed();
   }
 
  private:
-  ChannelCore<T>* channel_;
   T* value_;
-  Executor* executor_;
-  ChannelWaiter node_;
 };
 
 // The awaiter of `co_await ch.receive()`.
 template <class T>
-class ChannelReceiveAwaiter {
+class ChannelReceiveAwaiter : public ChannelOpAwaiter<T, false> {
+  using Base = ChannelOpAwaiter<T, false>;
+
  public:
-  ChannelReceiveAwaiter(ChannelCore<T>& channel, Executor* executor) noexcept
-      : channel_(&channel), executor_(executor) {}
+  ChannelReceiveAwaiter(ChannelCore<T>& channel, Executor* executor,
+                        const CancellationToken* token) noexcept
+      : Base(channel, executor, token) {}
 
-  bool await_ready() const noexcept { return false; }
-
-  // noexcept: a receive cannot fail; it only waits.
-  bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
+  bool await_suspend(std::coroutine_handle<> awaiting) {
+    if (!this->armCancellation()) return false;
     ChannelWaiter* wake = nullptr;
-    ChannelLockGuard guard(channel_->lock());
-    switch (channel_->tryReceiveLocked(value_, wake)) {
+    ChannelLockGuard guard(this->channel_->lock());
+    if (this->node_.status == WaiterStatus::kCancelled) return false;
+    switch (this->channel_->tryReceiveLocked(value_, wake)) {
       case ChannelOpResult::kDone:
+        this->settleLocked(WaiterStatus::kDone);
         guard.unlock();
-        if (wake != nullptr) resumeWaiter(wake);
+        if (wake != nullptr) resumeChannelWaiter(wake);
         return false;
       case ChannelOpResult::kClosed:
+        this->settleLocked(WaiterStatus::kClosed);
         return false;
       case ChannelOpResult::kBlocked:
         break;
     }
-    node_.slot = &value_;
-    node_.handle = awaiting;
-    node_.executor = executor_;
-    channel_->enqueueReceiverLocked(&node_);
+    this->enqueueLocked(awaiting, &value_);
     return true;  // see ChannelSendAwaiter::await_suspend
   }
 
-  std::optional<T> await_resume() noexcept { return std::move(value_); }
+  std::optional<T> await_resume() {
+    this->disarmCancellation();
+    this->throwIfCancelled();
+    return std::move(value_);
+  }
 
  private:
-  ChannelCore<T>* channel_;
-  Executor* executor_;
-  ChannelWaiter node_;
   std::optional<T> value_;
 };
+
+// The token a cancellation-aware coAwait hands an awaiter: null when it can never be
+// cancelled, so the awaiter skips every cancellation step.
+inline const CancellationToken* cancellableOrNull(const CancellationToken& token) noexcept {
+  return token.canBeCancelled() ? &token : nullptr;
+}
 
 // What ch.send(v) returns. An rvalue is borrowed (moved from only if it is delivered);
 // an lvalue is copied when send() is called. Either lives until the end of the full
@@ -123,9 +228,13 @@ class [[nodiscard]] ChannelSendAwaitable {
   ChannelSendAwaitable(ChannelCore<T>& channel, const T& value)
       : channel_(&channel), borrowed_(nullptr), copy_(value) {}
 
-  // Used by weft coroutines' await_transform and by fibers' await().
+  // Used by weft coroutines' await_transform and by fibers' await(): the awaiting
+  // coroutine's executor and cancellation token.
+  ChannelSendAwaiter<T> coAwait(Executor* executor, const CancellationToken& token) && noexcept {
+    return ChannelSendAwaiter<T>(*channel_, value(), executor, cancellableOrNull(token));
+  }
   ChannelSendAwaiter<T> coAwait(Executor* executor) && noexcept {
-    return ChannelSendAwaiter<T>(*channel_, value(), executor);
+    return ChannelSendAwaiter<T>(*channel_, value(), executor, nullptr);
   }
   // For coroutines that are not weft's: resumed inline on the thread that completes it.
   ChannelSendAwaiter<T> operator co_await() && noexcept {
@@ -145,8 +254,12 @@ class [[nodiscard]] ChannelReceiveAwaitable {
  public:
   explicit ChannelReceiveAwaitable(ChannelCore<T>& channel) noexcept : channel_(&channel) {}
 
+  ChannelReceiveAwaiter<T> coAwait(Executor* executor,
+                                   const CancellationToken& token) && noexcept {
+    return ChannelReceiveAwaiter<T>(*channel_, executor, cancellableOrNull(token));
+  }
   ChannelReceiveAwaiter<T> coAwait(Executor* executor) && noexcept {
-    return ChannelReceiveAwaiter<T>(*channel_, executor);
+    return ChannelReceiveAwaiter<T>(*channel_, executor, nullptr);
   }
   ChannelReceiveAwaiter<T> operator co_await() && noexcept {
     return std::move(*this).coAwait(nullptr);
@@ -262,7 +375,7 @@ class Channel {
     switch (core_.trySendLocked(value, wake)) {
       case detail::ChannelOpResult::kDone:
         guard.unlock();
-        if (wake != nullptr) detail::resumeWaiter(wake);
+        if (wake != nullptr) detail::resumeChannelWaiter(wake);
         return true;
       case detail::ChannelOpResult::kClosed:
         guard.unlock();
@@ -286,7 +399,7 @@ class Channel {
     detail::ChannelLockGuard guard(core_.lock());
     if (core_.tryReceiveLocked(value, wake) == detail::ChannelOpResult::kDone) {
       guard.unlock();
-      if (wake != nullptr) detail::resumeWaiter(wake);
+      if (wake != nullptr) detail::resumeChannelWaiter(wake);
     }
     return value;
   }

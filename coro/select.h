@@ -13,6 +13,7 @@
 #include <utility>
 #include <variant>
 
+#include "coro/cancellation.h"
 #include "coro/channel.h"
 #include "coro/detail/channel_core.h"
 #include "coro/detail/channel_waiter.h"
@@ -149,16 +150,26 @@ class SelectAwaiter {
  public:
   using Result = std::variant<typename SelectCaseOp<Cases>::Result...>;
 
-  SelectAwaiter(Executor* executor, Cases&&... cases)
-      : ops_(SelectCaseOp<Cases>(std::move(cases))...), executor_(executor) {}
+  SelectAwaiter(Executor* executor, const CancellationToken* token, Cases&&... cases)
+      : ops_(SelectCaseOp<Cases>(std::move(cases))...), executor_(executor), token_(token) {}
+  SelectAwaiter(const SelectAwaiter&) = delete;
+  SelectAwaiter& operator=(const SelectAwaiter&) = delete;
 
   bool await_ready() const noexcept { return false; }
 
   // Throws what a chosen send case's channel throws under its lock (std::bad_alloc from
   // an unbounded channel that cannot grow): nothing was sent then.
   bool await_suspend(std::coroutine_handle<> awaiting) {
+    if (!armCancellation()) return false;
     std::array<ChannelLock*, kChannelCases> locks = channelLocks();
     lockAll(locks);
+    // relaxed: a cancellation that flipped the state is seen through the callback's own
+    // synchronisation (it ran in armCancellation, or its CAS is ordered by the one below).
+    if (state_.winner.load(std::memory_order_relaxed) == SelectState::kCancelled) {
+      chosen_ = SelectState::kCancelled;
+      unlockAll(locks);
+      return false;
+    }
     std::array<std::uint32_t, kChannelCases> order = shuffledChannelCases();
     for (std::uint32_t index : order) {
       ChannelWaiter* wake = nullptr;
@@ -173,7 +184,7 @@ class SelectAwaiter {
         if (outcome == ChannelOpResult::kClosed) setClosed(index);
         chosen_ = index;
         unlockAll(locks);
-        if (wake != nullptr) resumeWaiter(wake);
+        if (wake != nullptr) resumeChannelWaiter(wake);
         return false;
       }
     }
@@ -185,27 +196,75 @@ class SelectAwaiter {
       state_.handle = awaiting;
       state_.executor = executor_;
       enqueueAll();
-      // relaxed: the nodes become visible to other threads only through the channel
-      // locks, whose release (below) publishes this store with them.
-      state_.winner.store(SelectState::kWaiting, std::memory_order_relaxed);
       suspended_ = true;
+      // Registration done: from now on the select is claimable. acq_rel: publishes the
+      // handle and suspended_ to a cancellation callback that claims it (channel
+      // operations see the nodes only through the locks released below). It fails only
+      // if cancellation was requested during the registration: then nothing waits.
+      std::uint32_t expected = SelectState::kRegistering;
+      if (!state_.winner.compare_exchange_strong(expected, SelectState::kWaiting,
+                                                 std::memory_order_acq_rel)) {
+        suspended_ = false;
+        removeAllLocked();
+        chosen_ = SelectState::kCancelled;
+        unlockAll(locks);
+        return false;
+      }
       unlockAll(locks);  // `locks` is on the native stack; `this` is not touched again
       return true;
     }
   }
 
   Result await_resume() {
+    callback_.reset();  // waits for a callback running on another thread
     if (suspended_) {
       cleanup();
       // acquire: pairs with the claim (acq_rel); the resumption already orders it.
       chosen_ = state_.winner.load(std::memory_order_acquire);
     }
+    if (chosen_ == SelectState::kCancelled) throw OperationCancelled();
     return result(chosen_);
   }
 
  private:
   using Ops = std::tuple<SelectCaseOp<Cases>...>;
   using Indices = std::index_sequence_for<Cases...>;
+
+  // Cancellation: registered before the channels are locked (a request made earlier
+  // runs the callback right there). The callback claims the select like a channel
+  // operation would, with kCancelled: a suspended select is resumed by it; one still
+  // registering is only marked, and its registration (the CAS at the end of
+  // await_suspend, or the check after locking) notices. A select that completes a case
+  // at once ignores a concurrent request (the case completed first). False if
+  // cancellation was already requested (the select must not run).
+  bool armCancellation() {
+    if (token_ == nullptr) return true;
+    if (token_->isCancellationRequested()) {
+      chosen_ = SelectState::kCancelled;
+      return false;
+    }
+    if (token_->canBeCancelled()) callback_.emplace(*token_, [this] { cancel(); });
+    return true;
+  }
+  void cancel() noexcept {
+    std::uint32_t state = state_.winner.load(std::memory_order_acquire);
+    for (;;) {
+      if (state == SelectState::kWaiting) {
+        if (state_.winner.compare_exchange_weak(state, SelectState::kCancelled,
+                                                std::memory_order_acq_rel)) {
+          resumeSelectWaiter(&state_);  // `this` may be gone once this starts
+          return;
+        }
+      } else if (state == SelectState::kRegistering) {
+        if (state_.winner.compare_exchange_weak(state, SelectState::kCancelled,
+                                                std::memory_order_acq_rel)) {
+          return;
+        }
+      } else {
+        return;  // a case completed first (or cancelled already)
+      }
+    }
+  }
 
   // Calls f(op) for the case at runtime index `index`.
   template <class F>
@@ -292,6 +351,9 @@ class SelectAwaiter {
   void enqueueAll() noexcept {
     forEachChannelCase([&](auto& op, std::uint32_t index) { op.enqueueLocked(&state_, index); });
   }
+  void removeAllLocked() noexcept {
+    forEachChannelCase([](auto& op, std::uint32_t) { op.removeLocked(); });
+  }
   // Unlinks every node still linked (all but the winner's, unless another channel
   // operation dropped them already), one channel lock at a time.
   void cleanup() noexcept {
@@ -316,6 +378,8 @@ class SelectAwaiter {
   Ops ops_;
   SelectState state_;
   Executor* executor_;
+  const CancellationToken* token_;  // null: not cancellable
+  std::optional<CancellationCallback> callback_;
   std::uint32_t chosen_ = kNone;
   bool suspended_ = false;
 };
@@ -325,14 +389,22 @@ class [[nodiscard]] SelectAwaitable {
  public:
   explicit SelectAwaitable(Cases&&... cases) : cases_(std::move(cases)...) {}
 
-  SelectAwaiter<Cases...> coAwait(Executor* executor) && {
-    return std::apply(
-        [&](Cases&... cases) { return SelectAwaiter<Cases...>(executor, std::move(cases)...); },
-        cases_);
+  // Used by weft coroutines' await_transform and by fibers' await().
+  SelectAwaiter<Cases...> coAwait(Executor* executor, const CancellationToken& token) && {
+    return make(executor, cancellableOrNull(token));
   }
-  SelectAwaiter<Cases...> operator co_await() && { return std::move(*this).coAwait(nullptr); }
+  SelectAwaiter<Cases...> coAwait(Executor* executor) && { return make(executor, nullptr); }
+  SelectAwaiter<Cases...> operator co_await() && { return make(nullptr, nullptr); }
 
  private:
+  SelectAwaiter<Cases...> make(Executor* executor, const CancellationToken* token) {
+    return std::apply(
+        [&](Cases&... cases) {
+          return SelectAwaiter<Cases...>(executor, token, std::move(cases)...);
+        },
+        cases_);
+  }
+
   std::tuple<Cases...> cases_;
 };
 

@@ -112,7 +112,7 @@ class ChannelBuffer {
 // and select() (which completes operations on several channels at once) are built on
 // these. Every *Locked function requires lock() to be held by the caller; none resumes
 // anybody: it hands back, in `wake`, the waiter it completed, which the caller resumes
-// (resumeWaiter) after releasing the lock.
+// (resumeChannelWaiter) after releasing the lock.
 //
 // Invariants (under the lock): waiting receivers imply an empty buffer; waiting senders
 // imply a full buffer (an unbuffered channel is always full); once closed, no sender
@@ -202,7 +202,7 @@ class ChannelCore {
     closed_ = true;
     ChannelWaiter* head = nullptr;
     ChannelWaiter** tail = &head;
-    for (WaiterQueue* queue : {&receivers_, &senders_}) {
+    for (ChannelWaiterQueue* queue : {&receivers_, &senders_}) {
       while (ChannelWaiter* node = queue->popClaimable()) {
         node->status = WaiterStatus::kClosed;
         *tail = node;
@@ -217,8 +217,8 @@ class ChannelCore {
   ChannelLock lock_;
   bool closed_ = false;  // guarded by lock_
   const std::size_t capacity_;
-  WaiterQueue senders_;     // guarded by lock_
-  WaiterQueue receivers_;   // guarded by lock_
+  ChannelWaiterQueue senders_;     // guarded by lock_
+  ChannelWaiterQueue receivers_;   // guarded by lock_
   ChannelBuffer<T> buffer_;  // guarded by lock_
 };
 
@@ -227,7 +227,7 @@ class ChannelCore {
 inline void resumeChain(ChannelWaiter* node) noexcept {
   while (node != nullptr) {
     ChannelWaiter* next = node->next;
-    resumeWaiter(node);
+    resumeChannelWaiter(node);
     node = next;
   }
 }

@@ -145,7 +145,7 @@ struct ChannelWaiter {
 
 // A FIFO of waiter nodes, intrusive (the nodes are the links), O(1) removal from the
 // middle. Not thread-safe: guarded by its channel's lock.
-class WaiterQueue {
+class ChannelWaiterQueue {
  public:
   bool empty() const noexcept { return head_ == nullptr; }
 
@@ -195,17 +195,63 @@ class WaiterQueue {
   ChannelWaiter* tail_ = nullptr;
 };
 
-// Resumes the coroutine (or fiber) that waits behind `handle`: through `executor` when
-// it has one, so it never runs on the waker's stack or on a thread that is not its
-// executor's; inline, on the calling thread, when it has none (a Lazy not bound to an
-// executor resumes wherever its awaitee completes). Never called under a channel lock.
-// noexcept: a waker has nobody to report to; an executor that refuses the waiter (shut
-// down while coroutines still wait on it) is reported and the process aborts.
-inline void resumeWaiter(std::coroutine_handle<> handle, Executor* executor) noexcept {
-  if (executor == nullptr) {
-    handle.resume();
+// The per-thread trampoline for channel waiters resumed inline (they have no executor).
+// Done naively, resuming inline recurses: the resumed coroutine sends on another channel,
+// which resumes the next waiter inside that call, and so on (a pipeline of 100,000
+// executor-less stages would need 100,000 nested frames of native stack). Instead, a
+// resumption requested while this thread is already running one is queued here, and the
+// outermost one runs them in turn: the stack stays one resumption deep, in FIFO order.
+struct ChannelInlineResumer {
+  ChannelWaiter* head = nullptr;
+  ChannelWaiter* tail = nullptr;
+  bool running = false;
+};
+// constinit: zero-initialised, so access needs no TLS initialisation guard.
+inline constinit thread_local ChannelInlineResumer tChannelInlineResumer{};
+
+inline std::coroutine_handle<> handleOf(const ChannelWaiter* node) noexcept {
+  return node->select != nullptr ? node->select->handle : node->handle;
+}
+
+// noexcept: a resumed coroutine reports its exceptions through its own promise.
+inline void resumeChannelWaiterInline(ChannelWaiter* node) noexcept {
+  ChannelInlineResumer& resumer = tChannelInlineResumer;
+  node->next = nullptr;  // it has left its channel's queue: the link is ours now
+  if (resumer.running) {
+    if (resumer.tail != nullptr) {
+      resumer.tail->next = node;
+    } else {
+      resumer.head = node;
+    }
+    resumer.tail = node;
     return;
   }
+  resumer.running = true;
+  handleOf(node).resume();  // the node lives in the resumed frame: not touched after
+  while (ChannelWaiter* next = resumer.head) {
+    resumer.head = next->next;
+    if (resumer.head == nullptr) resumer.tail = nullptr;
+    handleOf(next).resume();
+  }
+  resumer.running = false;
+}
+
+// Resumes the waiter behind `node`, a node that was claimed (popped from its queue and,
+// for a select, the select claimed) or cancelled under its channel's lock, after that
+// lock was released. A waiter with an executor is resumed through it, so it never runs
+// on the waker's stack or on a thread that is not its executor's (even when the waker
+// runs on that executor: the waker's stack never grows, and it never runs the waiter's
+// code inside a send); one with no executor (a Lazy outside any Task) is resumed on the
+// calling thread, through the trampoline above. The node may be gone as soon as this
+// starts. noexcept: a waker has nobody to report to; an executor that refuses the waiter
+// (shut down while coroutines still wait on it) is reported and the process aborts.
+inline void resumeChannelWaiter(ChannelWaiter* node) noexcept {
+  Executor* executor = node->select != nullptr ? node->select->executor : node->executor;
+  if (executor == nullptr) {
+    resumeChannelWaiterInline(node);
+    return;
+  }
+  std::coroutine_handle<> handle = handleOf(node);
   try {
     executor->schedule(handle);
   } catch (...) {
@@ -213,13 +259,19 @@ inline void resumeWaiter(std::coroutine_handle<> handle, Executor* executor) noe
   }
 }
 
-// Resumes the waiter behind a node that was claimed (popped from its queue, and its
-// select claimed) under its channel's lock, after that lock was released.
-inline void resumeWaiter(ChannelWaiter* node) noexcept {
-  if (node->select != nullptr) {
-    resumeWaiter(node->select->handle, node->select->executor);
-  } else {
-    resumeWaiter(node->handle, node->executor);
+// The same for a select resumed by its cancellation callback, which has no free node to
+// queue on the trampoline (its nodes are still linked in their channels): with no
+// executor, it is resumed directly on the requesting thread (one level of nesting per
+// cancellation request).
+inline void resumeSelectWaiter(SelectState* select) noexcept {
+  if (select->executor == nullptr) {
+    select->handle.resume();
+    return;
+  }
+  try {
+    select->executor->schedule(select->handle);
+  } catch (...) {
+    abortExecutorGone(select->executor);
   }
 }
 

@@ -7,16 +7,19 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
 #include "coro/try.h"
+#include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
@@ -477,6 +480,184 @@ TEST(ChannelTest, CloseWakesEveryWaiterUnderConcurrency) {
     EXPECT_EQ(sendersDelivered.load(), valuesReceived.load());
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Cancellation: before the operation starts, while it waits, and after it completed.
+
+TEST(ChannelCancellationTest, AReceiveCancelledBeforeItStartsThrowsAndTakesNothing) {
+  Channel<int> ch(1);
+  ASSERT_TRUE(ch.trySend(1));
+  CancellationSource source;
+  source.requestCancellation();
+  EXPECT_THROW(syncAwait(withCancellation(source.token(), [&]() -> Lazy<void> {
+                 co_await ch.receive();
+               }())),
+               OperationCancelled);
+  EXPECT_EQ(ch.size(), 1u) << "the buffered value must still be there";
+}
+
+TEST(ChannelCancellationTest, ASendCancelledBeforeItStartsThrowsAndSendsNothing) {
+  Channel<std::string> ch(1);
+  CancellationSource source;
+  source.requestCancellation();
+  std::string value = "kept";
+  EXPECT_THROW(syncAwait(withCancellation(source.token(), [&]() -> Lazy<void> {
+                 co_await ch.send(std::move(value));
+               }())),
+               OperationCancelled);
+  EXPECT_EQ(ch.size(), 0u);
+  EXPECT_EQ(value, "kept");
+}
+
+TEST(ChannelCancellationTest, AWaitingReceiveIsCancelledAndLeavesTheChannel) {
+  Channel<int> ch;
+  CancellationSource source;
+  bool done = false;
+  std::exception_ptr error;
+  std::optional<int> got;
+  withCancellation(source.token(), receiveInto(ch, &got)).start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  EXPECT_FALSE(done);
+  EXPECT_TRUE(source.requestCancellation());
+  EXPECT_TRUE(done);
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+  EXPECT_FALSE(got.has_value());
+  EXPECT_FALSE(ch.trySend(1)) << "the cancelled receiver must have left the queue";
+}
+
+TEST(ChannelCancellationTest, AWaitingSendIsCancelledAndItsValueIsNotDelivered) {
+  Channel<std::unique_ptr<int>> ch;
+  CancellationSource source;
+  auto value = std::make_unique<int>(5);
+  bool done = false;
+  std::exception_ptr error;
+  auto sender = [&]() -> Lazy<void> { co_await ch.send(std::move(value)); };
+  withCancellation(source.token(), sender()).start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  EXPECT_FALSE(done);
+  source.requestCancellation();
+  EXPECT_TRUE(done);
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+  EXPECT_FALSE(ch.tryReceive().has_value()) << "the cancelled sender must have left the queue";
+  ASSERT_NE(value, nullptr) << "a cancelled send must not move its value";
+  EXPECT_EQ(*value, 5);
+}
+
+TEST(ChannelCancellationTest, CancellationAfterCompletionChangesNothing) {
+  Channel<int> ch;
+  CancellationSource source;
+  std::optional<int> got;
+  bool done = false;
+  std::exception_ptr error;
+  auto receiver = [&]() -> Lazy<void> {
+    got = co_await ch.receive();
+    source.requestCancellation();  // after the value arrived
+  };
+  withCancellation(source.token(), receiver()).start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  EXPECT_TRUE(ch.trySend(3));
+  EXPECT_TRUE(done);
+  EXPECT_FALSE(error);
+  EXPECT_EQ(got, 3);
+}
+
+TEST(ChannelCancellationTest, ACancelledWaiterIsResumedThroughItsExecutor) {
+  ManualExecutor executor;
+  Channel<int> ch;
+  CancellationSource source;
+  bool done = false;
+  std::exception_ptr error;
+  auto receiver = [&]() -> Lazy<void> { co_await ch.receive(); };
+  withCancellation(source.token(), receiver()).via(&executor).start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  executor.runAll();
+  EXPECT_FALSE(done);
+  source.requestCancellation();
+  EXPECT_FALSE(done) << "the waiter must not run inside requestCancellation()";
+  EXPECT_EQ(executor.pending(), 1u);
+  executor.runAll();
+  EXPECT_TRUE(done);
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+}
+
+// Cancellation racing with transfers on a 2-thread pool: a value is received exactly when
+// its send succeeded; cancelled operations transfer nothing.
+class ChannelCancellationStressTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ChannelCancellationStressTest, CancelledOperationsTransferNothing) {
+  Watchdog watchdog(180s, "ChannelCancellationStressTest.CancelledOperationsTransferNothing");
+  ThreadPool pool(2);
+  constexpr int kSenders = 16, kReceivers = 16, kRounds = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    Channel<int> ch(GetParam());
+    std::vector<CancellationSource> senderSources(kSenders), receiverSources(kReceivers);
+    std::vector<int> sentOk, received;  // guarded by `mutex`
+    std::mutex mutex;
+    std::atomic<int> cancelledSends{0};
+    auto sender = [&](int v) -> Lazy<void> {
+      try {
+        co_await ch.send(v);
+        std::lock_guard lock(mutex);
+        sentOk.push_back(v);
+      } catch (const OperationCancelled&) {
+        ++cancelledSends;
+      }
+    };
+    auto receiver = [&]() -> Lazy<void> {
+      try {
+        if (std::optional<int> v = co_await ch.receive()) {
+          std::lock_guard lock(mutex);
+          received.push_back(*v);
+        }
+      } catch (const OperationCancelled&) {
+        // nothing was taken: checked below
+      }
+    };
+    auto senders = [&]() -> Lazy<void> {
+      std::vector<Lazy<void>> all;
+      for (int i = 0; i < kSenders; ++i) {
+        all.push_back(withCancellation(senderSources[i].token(), sender(i)));
+      }
+      for (auto& r : co_await collectAllPara(std::move(all))) r.value();
+      ch.close();  // wakes the receivers that got no value
+    };
+    auto canceller = [&]() -> Lazy<void> {
+      for (int i = round % 2; i < kSenders; i += 2) senderSources[i].requestCancellation();
+      for (int i = round % 3; i < kReceivers; i += 3) receiverSources[i].requestCancellation();
+      co_return;
+    };
+    std::vector<Lazy<void>> everything;
+    for (int i = 0; i < kReceivers; ++i) {
+      everything.push_back(withCancellation(receiverSources[i].token(), receiver()));
+    }
+    everything.push_back(canceller());
+    everything.push_back(senders());
+    for (auto& r : syncAwait(collectAllPara(std::move(everything)).via(&pool))) r.value();
+    while (std::optional<int> v = ch.tryReceive()) received.push_back(*v);  // buffered
+    std::sort(sentOk.begin(), sentOk.end());
+    std::sort(received.begin(), received.end());
+    ASSERT_EQ(sentOk, received) << "round " << round;
+    // Every send either delivered or was cancelled (the channel closes only after all).
+    EXPECT_EQ(static_cast<int>(sentOk.size()) + cancelledSends.load(), kSenders);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Capacities, ChannelCancellationStressTest,
+                         ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{4}),
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return "Capacity" + std::to_string(info.param);
+                         });
 
 TEST(ChannelDeathTest, DestroyingAChannelWithWaitersAborts) {
   EXPECT_DEATH(

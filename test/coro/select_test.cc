@@ -7,17 +7,20 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/channel.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
 #include "coro/try.h"
+#include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
@@ -428,6 +431,152 @@ TEST(SelectTest, SelectsSendingAndReceivingOnTheSameChannelsUnderConcurrency) {
   const long n = kPairs * kPerSender;
   EXPECT_EQ(count.load(), n);
   EXPECT_EQ(sum.load(), n * (n - 1) / 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Cancellation.
+
+TEST(SelectCancellationTest, ASelectCancelledBeforeItStartsThrowsAndCompletesNothing) {
+  Channel<int> a(1), out(1);
+  ASSERT_TRUE(a.trySend(1));
+  CancellationSource source;
+  source.requestCancellation();
+  EXPECT_THROW(syncAwait(withCancellation(source.token(), [&]() -> Lazy<void> {
+                 co_await select(a.receiveCase(), out.sendCase(2));
+               }())),
+               OperationCancelled);
+  EXPECT_EQ(a.size(), 1u);
+  EXPECT_EQ(out.size(), 0u);
+}
+
+TEST(SelectCancellationTest, AWaitingSelectIsCancelledAndLeavesEveryChannel) {
+  Channel<int> a, b;
+  Channel<std::unique_ptr<int>> out;
+  auto value = std::make_unique<int>(9);
+  CancellationSource source;
+  bool done = false;
+  std::exception_ptr error;
+  auto selector = [&]() -> Lazy<void> {
+    co_await select(a.receiveCase(), b.receiveCase(), out.sendCase(std::move(value)));
+  };
+  withCancellation(source.token(), selector()).start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  EXPECT_FALSE(done);
+  source.requestCancellation();
+  EXPECT_TRUE(done);
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+  EXPECT_FALSE(a.trySend(1));
+  EXPECT_FALSE(b.trySend(1));
+  EXPECT_FALSE(out.tryReceive().has_value());
+  ASSERT_NE(value, nullptr);
+  EXPECT_EQ(*value, 9);
+}
+
+TEST(SelectCancellationTest, CancellationAfterACaseCompletedChangesNothing) {
+  Channel<int> a, b;
+  CancellationSource source;
+  std::size_t index = 99;
+  bool done = false;
+  std::exception_ptr error;
+  auto selector = [&]() -> Lazy<void> {
+    auto r = co_await select(a.receiveCase(), b.receiveCase());
+    index = r.index();
+    source.requestCancellation();
+  };
+  withCancellation(source.token(), selector()).start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  EXPECT_TRUE(b.trySend(2));
+  EXPECT_TRUE(done);
+  EXPECT_FALSE(error);
+  EXPECT_EQ(index, 1u);
+}
+
+TEST(SelectCancellationTest, ACancelledSelectIsResumedThroughItsExecutor) {
+  ManualExecutor executor;
+  Channel<int> a, b;
+  CancellationSource source;
+  bool done = false;
+  std::exception_ptr error;
+  auto selector = [&]() -> Lazy<void> { co_await select(a.receiveCase(), b.receiveCase()); };
+  withCancellation(source.token(), selector()).via(&executor).start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  executor.runAll();
+  EXPECT_FALSE(done);
+  source.requestCancellation();
+  EXPECT_FALSE(done);
+  EXPECT_EQ(executor.pending(), 1u);
+  executor.runAll();
+  EXPECT_TRUE(done);
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+}
+
+// Cancellation racing with channel operations on a 2-thread pool, selects on both ends:
+// a value arrives exactly when its send completed.
+TEST(SelectCancellationTest, CancelledSelectsTransferNothingUnderConcurrency) {
+  Watchdog watchdog(180s, "SelectCancellationTest.CancelledSelectsTransferNothingUnderConcurrency");
+  ThreadPool pool(2);
+  constexpr int kSenders = 12, kReceivers = 12, kRounds = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    Channel<int> a, b(1);
+    std::vector<CancellationSource> senderSources(kSenders), receiverSources(kReceivers);
+    std::vector<int> sentOk, received;  // guarded by `mutex`
+    std::mutex mutex;
+    std::atomic<int> cancelledSends{0};
+    auto sender = [&](int v) -> Lazy<void> {
+      try {
+        co_await select(a.sendCase(v), b.sendCase(v));
+        std::lock_guard lock(mutex);
+        sentOk.push_back(v);
+      } catch (const OperationCancelled&) {
+        ++cancelledSends;
+      }
+    };
+    auto receiver = [&]() -> Lazy<void> {
+      try {
+        auto r = co_await select(a.receiveCase(), b.receiveCase());
+        std::optional<int>& v = r.index() == 0 ? std::get<0>(r) : std::get<1>(r);
+        if (v) {
+          std::lock_guard lock(mutex);
+          received.push_back(*v);
+        }
+      } catch (const OperationCancelled&) {
+      }
+    };
+    auto senders = [&]() -> Lazy<void> {
+      std::vector<Lazy<void>> all;
+      for (int i = 0; i < kSenders; ++i) {
+        all.push_back(withCancellation(senderSources[i].token(), sender(i)));
+      }
+      for (auto& r : co_await collectAllPara(std::move(all))) r.value();
+      a.close();
+      b.close();
+    };
+    auto canceller = [&]() -> Lazy<void> {
+      for (int i = round % 2; i < kSenders; i += 2) senderSources[i].requestCancellation();
+      for (int i = round % 3; i < kReceivers; i += 3) receiverSources[i].requestCancellation();
+      co_return;
+    };
+    std::vector<Lazy<void>> everything;
+    for (int i = 0; i < kReceivers; ++i) {
+      everything.push_back(withCancellation(receiverSources[i].token(), receiver()));
+    }
+    everything.push_back(canceller());
+    everything.push_back(senders());
+    for (auto& r : syncAwait(collectAllPara(std::move(everything)).via(&pool))) r.value();
+    while (std::optional<int> v = b.tryReceive()) received.push_back(*v);
+    std::sort(sentOk.begin(), sentOk.end());
+    std::sort(received.begin(), received.end());
+    ASSERT_EQ(sentOk, received) << "round " << round;
+    EXPECT_EQ(static_cast<int>(sentOk.size()) + cancelledSends.load(), kSenders);
+  }
 }
 
 }  // namespace
