@@ -22,13 +22,16 @@ namespace detail {
 // the condition variable's until notified, then the mutex's until it holds the lock
 // again ("wait morphing": a notified waiter is moved straight into the mutex queue
 // rather than woken only to block on the mutex).
-class ConditionVariableWaitAwaiter : public SyncWaiter {
+//
+// Cancellation (see CancellableSyncWaiter) applies to the first queue only: a waiter
+// cancelled while waiting for a notification leaves the condition variable's queue and
+// then, like a notified one, reacquires the mutex before it resumes (with
+// OperationCancelled); once notified, it is no longer cancellable.
+class ConditionVariableWaitAwaiter : public CancellableSyncWaiter {
  public:
-  ConditionVariableWaitAwaiter(ConditionVariable& cv, Mutex& mutex,
-                               Executor* waiterExecutor) noexcept
-      : cv_(cv), mutex_(mutex) {
-    executor = waiterExecutor;
-  }
+  ConditionVariableWaitAwaiter(ConditionVariable& cv, Mutex& mutex, Executor* waiterExecutor,
+                               const CancellationToken* token) noexcept
+      : CancellableSyncWaiter(waiterExecutor, token), cv_(cv), mutex_(mutex) {}
   ConditionVariableWaitAwaiter(const ConditionVariableWaitAwaiter&) = delete;
   ConditionVariableWaitAwaiter& operator=(const ConditionVariableWaitAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves whichever
@@ -36,18 +39,25 @@ class ConditionVariableWaitAwaiter : public SyncWaiter {
   inline ~ConditionVariableWaitAwaiter();
 
   bool await_ready() const noexcept { return false; }
-  // noexcept: queueing is pointer writes; unlocking cannot fail.
-  inline bool await_suspend(std::coroutine_handle<> awaiting) noexcept;
-  void await_resume() noexcept { handle = {}; }
+  // Registers for cancellation, queues, then releases the mutex.
+  inline bool await_suspend(std::coroutine_handle<> awaiting);
+  // Throws OperationCancelled (with the mutex held) if the wait was cancelled.
+  void await_resume() {
+    disarmCancellation();
+    handle = {};
+    if (cvCancelled_) throw OperationCancelled();
+  }
 
  private:
   friend class weft::ConditionVariable;
 
   ConditionVariable& cv_;
   Mutex& mutex_;
-  // Where the waiter is with respect to the condition variable's queue (guarded by the
-  // condition variable's queue lock; SyncWaiter::phase is the mutex queue's).
+  // Where the waiter is with respect to the condition variable's queue, and whether its
+  // wait there was cancelled (both guarded by the condition variable's queue lock;
+  // SyncWaiter::phase and ::cancelled belong to the mutex queue).
   WaitPhase cvPhase_ = WaitPhase::kNotQueued;
+  bool cvCancelled_ = false;
 };
 
 }  // namespace detail
@@ -74,8 +84,10 @@ class ConditionVariableWaitAwaiter : public SyncWaiter {
 // Preconditions: the caller of wait() holds `mutex` (a wait on an unlocked Mutex prints a
 // message and aborts; holding it from another coroutine cannot be detected); the
 // ConditionVariable and the Mutex outlive the waiters.
-// Errors: wait() does not throw; the predicate form rethrows what the predicate throws
-// (with the mutex held). Destroying a ConditionVariable that coroutines wait on prints a
+// Errors: a wait is cancellable until it is notified: when the waiter's
+// CancellationToken is cancelled, it leaves the queue, reacquires the mutex and the
+// co_await throws OperationCancelled, with the mutex held (as on every return). The
+// predicate form rethrows what the predicate throws (with the mutex held). Destroying a ConditionVariable that coroutines wait on prints a
 // message and aborts.
 // Thread safety: every member may be called concurrently from any thread.
 //
@@ -146,8 +158,9 @@ class ConditionVariable {
     static_cast<detail::ConditionVariableWaitAwaiter*>(waiter)->mutex_.lockForWaiter(waiter);
   }
 
-  // await_suspend: queue `waiter`, then release its mutex.
-  void enqueueAndUnlock(detail::ConditionVariableWaitAwaiter* waiter) noexcept {
+  // await_suspend: queue `waiter`, then release its mutex. Returns false (mutex still
+  // held, nothing queued) if the wait was cancelled before it was queued.
+  bool enqueueAndUnlock(detail::ConditionVariableWaitAwaiter* waiter) noexcept {
     Mutex& mutex = waiter->mutex_;
     // relaxed: a diagnostic read; the caller holds the mutex, so the word is stable
     // enough to tell "locked" from "unlocked".
@@ -156,6 +169,7 @@ class ConditionVariable {
     }
     {
       std::lock_guard guard(queueLock_);
+      if (waiter->cvCancelled_) return false;
       waiter->cvPhase_ = detail::WaitPhase::kQueued;
       waiters_.pushBack(waiter);
     }
@@ -163,6 +177,22 @@ class ConditionVariable {
     // hands the mutex to the oldest mutex waiter, possibly this one. Nothing touches
     // `waiter` after this call.
     mutex.unlock();
+    return true;
+  }
+
+  // The waiter's cancellation callback: a waiter still waiting for a notification
+  // leaves our queue and goes to reacquire its mutex; one not queued yet is marked so it
+  // does not queue; a notified one is left alone.
+  void cancelWait(detail::ConditionVariableWaitAwaiter* waiter) noexcept {
+    {
+      std::lock_guard guard(queueLock_);
+      if (waiter->cvPhase_ == detail::WaitPhase::kDone) return;
+      waiter->cvCancelled_ = true;
+      if (waiter->cvPhase_ == detail::WaitPhase::kNotQueued) return;
+      waiters_.remove(waiter);
+      waiter->cvPhase_ = detail::WaitPhase::kDone;
+    }
+    reacquire(waiter);
   }
 
   // The waiter's coroutine is destroyed while suspended: take it out of whichever queue
@@ -186,12 +216,13 @@ class ConditionVariable {
 namespace detail {
 
 ConditionVariableWaitAwaiter::~ConditionVariableWaitAwaiter() {
+  disarmCancellation();
   if (handle) cv_.abandon(this);
 }
-bool ConditionVariableWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) noexcept {
+bool ConditionVariableWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
   handle = awaiting;
-  cv_.enqueueAndUnlock(this);
-  return true;
+  armCancellation([this] { cv_.cancelWait(this); });
+  return cv_.enqueueAndUnlock(this);
 }
 
 }  // namespace detail

@@ -15,11 +15,11 @@ class Event;
 namespace detail {
 
 // The awaiter of `co_await event.wait()`.
-class EventWaitAwaiter : public SyncWaiter {
+class EventWaitAwaiter : public CancellableSyncWaiter {
  public:
-  EventWaitAwaiter(Event& event, Executor* waiterExecutor) noexcept : event_(event) {
-    executor = waiterExecutor;
-  }
+  EventWaitAwaiter(Event& event, Executor* waiterExecutor,
+                   const CancellationToken* token) noexcept
+      : CancellableSyncWaiter(waiterExecutor, token), event_(event) {}
   EventWaitAwaiter(const EventWaitAwaiter&) = delete;
   EventWaitAwaiter& operator=(const EventWaitAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
@@ -27,9 +27,14 @@ class EventWaitAwaiter : public SyncWaiter {
 
   // Already set: one atomic load, no suspension.
   inline bool await_ready() const noexcept;
-  // noexcept: queueing is pointer writes under the queue lock.
-  inline bool await_suspend(std::coroutine_handle<> awaiting) noexcept;
-  void await_resume() noexcept { handle = {}; }
+  // Registers for cancellation, then queues (see CancellableSyncWaiter).
+  inline bool await_suspend(std::coroutine_handle<> awaiting);
+  // Throws OperationCancelled if the wait was cancelled before the event was set.
+  void await_resume() {
+    disarmCancellation();
+    handle = {};
+    throwIfCancelled();
+  }
 
  private:
   Event& event_;
@@ -49,8 +54,10 @@ class EventWaitAwaiter : public SyncWaiter {
 //  - Everything written before set() is visible to a waiter after its wait.
 //
 // Preconditions: the Event outlives its waiters.
-// Errors: none thrown. Destroying an Event that coroutines wait on prints a message and
-// aborts.
+// Errors: a wait is cancellable: when the waiter's CancellationToken is cancelled before
+// the event is set, it leaves the queue and the co_await throws OperationCancelled (a
+// set Event completes the wait even if cancellation was requested). Destroying an Event
+// that coroutines wait on prints a message and aborts.
 // Thread safety: every member may be called concurrently from any thread.
 //
 // Example:
@@ -110,10 +117,15 @@ class Event {
   }
 
   // Queues `waiter` unless the event is set (then returns false: do not suspend).
+  // A waiter already cancelled is not queued either (returns false).
   bool enqueue(detail::SyncWaiter* waiter) noexcept {
     std::lock_guard guard(queueLock_);
+    if (waiter->cancelled) return false;
     // relaxed: set_ is written under queueLock_, which we hold.
-    if (set_.load(std::memory_order_relaxed)) return false;
+    if (set_.load(std::memory_order_relaxed)) {
+      waiter->phase = detail::WaitPhase::kDone;  // completed: too late to cancel
+      return false;
+    }
     waiter->phase = detail::WaitPhase::kQueued;
     waiters_.pushBack(waiter);
     return true;
@@ -140,11 +152,15 @@ class Event {
 namespace detail {
 
 EventWaitAwaiter::~EventWaitAwaiter() {
+  disarmCancellation();
   if (handle) event_.cancelWaiter(this);
 }
 bool EventWaitAwaiter::await_ready() const noexcept { return event_.isSet(); }
-bool EventWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) noexcept {
+bool EventWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
   handle = awaiting;
+  armCancellation([this] {
+    if (event_.cancelWaiter(this)) resumeWaiter(this);
+  });
   return event_.enqueue(this);
 }
 

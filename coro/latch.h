@@ -30,7 +30,8 @@ namespace detail {
 // then waits like `latch.wait()`.
 class LatchArriveAwaiter : public EventWaitAwaiter {
  public:
-  inline LatchArriveAwaiter(Latch& latch, std::ptrdiff_t n, Executor* waiterExecutor) noexcept;
+  inline LatchArriveAwaiter(Latch& latch, std::ptrdiff_t n, Executor* waiterExecutor,
+                            const CancellationToken* token) noexcept;
   // Counts down first (so that it counts down exactly once, when awaited). Throws
   // LatchUnderflow from the co_await.
   inline bool await_ready();
@@ -58,8 +59,9 @@ class LatchArriveAwaiter : public EventWaitAwaiter {
 // Preconditions: the Latch outlives its waiters.
 // Errors: constructing with a negative count throws std::invalid_argument; counting down
 // below zero (or by a negative n) throws LatchUnderflow and leaves the count unchanged
-// (from arriveAndWait, the co_await throws it). Destroying a Latch that coroutines wait
-// on prints a message and aborts.
+// (from arriveAndWait, the co_await throws it). A wait is cancellable: cancelled before
+// the release, the co_await throws OperationCancelled (arriveAndWait has counted down
+// all the same). Destroying a Latch that coroutines wait on prints a message and aborts.
 // Thread safety: every member may be called concurrently from any thread.
 //
 // Example:
@@ -121,8 +123,9 @@ class Latch {
 namespace detail {
 
 LatchArriveAwaiter::LatchArriveAwaiter(Latch& latch, std::ptrdiff_t n,
-                                       Executor* waiterExecutor) noexcept
-    : EventWaitAwaiter(latch.released_, waiterExecutor), latch_(latch), n_(n) {}
+                                       Executor* waiterExecutor,
+                                       const CancellationToken* token) noexcept
+    : EventWaitAwaiter(latch.released_, waiterExecutor, token), latch_(latch), n_(n) {}
 
 bool LatchArriveAwaiter::await_ready() {
   latch_.countDown(n_);

@@ -63,11 +63,11 @@ namespace detail {
 // The awaiter of `co_await mutex.lock()` (Result = void) and of `co_await
 // mutex.scopedLock()` (Result = ScopedLock<Mutex>).
 template <class Result>
-class MutexLockAwaiter : public SyncWaiter {
+class MutexLockAwaiter : public CancellableSyncWaiter {
  public:
-  MutexLockAwaiter(Mutex& mutex, Executor* waiterExecutor) noexcept : mutex_(mutex) {
-    executor = waiterExecutor;
-  }
+  MutexLockAwaiter(Mutex& mutex, Executor* waiterExecutor,
+                   const CancellationToken* token) noexcept
+      : CancellableSyncWaiter(waiterExecutor, token), mutex_(mutex) {}
   MutexLockAwaiter(const MutexLockAwaiter&) = delete;
   MutexLockAwaiter& operator=(const MutexLockAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
@@ -75,10 +75,13 @@ class MutexLockAwaiter : public SyncWaiter {
 
   // The uncontended path: one compare-exchange, and no suspension.
   bool await_ready() noexcept;
-  // noexcept: queueing is pointer writes under the queue lock.
-  bool await_suspend(std::coroutine_handle<> awaiting) noexcept;
-  Result await_resume() noexcept {
+  // Registers for cancellation, then queues (see CancellableSyncWaiter).
+  bool await_suspend(std::coroutine_handle<> awaiting);
+  // Throws OperationCancelled if the wait was cancelled (the lock is not held then).
+  Result await_resume() {
+    disarmCancellation();
     handle = {};  // resumed: nothing left to withdraw in the destructor
+    throwIfCancelled();
     if constexpr (std::is_void_v<Result>) {
       return;
     } else {
@@ -116,8 +119,13 @@ class MutexLockAwaiter : public SyncWaiter {
 //
 // Preconditions: unlock() only while locked; the Mutex outlives its waiters and lock
 // holders.
-// Errors: lock() does not throw. unlock() of an unlocked Mutex, and destroying a Mutex
-// that coroutines are waiting on, print a message naming the misuse and abort.
+// Errors: a lock wait is cancellable: when the awaiting coroutine's (or fiber's)
+// CancellationToken is cancelled while it waits, it leaves the queue and the co_await
+// throws OperationCancelled, holding nothing. Only waiting is cancellable: a free lock is
+// acquired even if cancellation was already requested, and a wait granted before the
+// request completes normally. unlock() of an unlocked Mutex, and destroying a Mutex that
+// coroutines are waiting on, print a message naming the misuse and abort. Destroying a
+// coroutine suspended in lock() takes it out of the queue.
 // Thread safety: every member may be called concurrently from any thread.
 //
 // Example:
@@ -188,13 +196,16 @@ class Mutex {
 
   // Under queueLock_: acquires the lock for `waiter` if it is free (returns false) or
   // queues it (returns true: the waiter will be handed the lock by unlock()).
+  // A waiter already cancelled is not queued either (returns false, lock not taken).
   bool lockOrEnqueueLocked(detail::SyncWaiter* waiter) noexcept {
+    if (waiter->cancelled) return false;
     std::uint32_t state = state_.load(std::memory_order_relaxed);
     for (;;) {
       if (state == kUnlocked) {
         // acquire: as in tryLock().
         if (state_.compare_exchange_weak(state, kLocked, std::memory_order_acquire,
                                          std::memory_order_relaxed)) {
+          waiter->phase = detail::WaitPhase::kDone;  // granted: too late to cancel
           return false;
         }
       } else if (state == kLockedWithWaiters ||
@@ -211,7 +222,8 @@ class Mutex {
     }
   }
 
-  // Returns true if `waiter` was queued (it will be resumed holding the lock).
+  // Returns true if `waiter` was queued (it will be resumed holding the lock, or
+  // cancelled).
   bool lockOrEnqueue(detail::SyncWaiter* waiter) noexcept {
     std::lock_guard guard(queueLock_);
     return lockOrEnqueueLocked(waiter);
@@ -272,6 +284,7 @@ namespace detail {
 
 template <class Result>
 MutexLockAwaiter<Result>::~MutexLockAwaiter() {
+  disarmCancellation();
   if (handle) mutex_.cancelWaiter(this);
 }
 
@@ -281,8 +294,11 @@ bool MutexLockAwaiter<Result>::await_ready() noexcept {
 }
 
 template <class Result>
-bool MutexLockAwaiter<Result>::await_suspend(std::coroutine_handle<> awaiting) noexcept {
+bool MutexLockAwaiter<Result>::await_suspend(std::coroutine_handle<> awaiting) {
   handle = awaiting;
+  armCancellation([this] {
+    if (mutex_.cancelWaiter(this)) resumeWaiter(this);
+  });
   return mutex_.lockOrEnqueue(this);
 }
 

@@ -19,12 +19,11 @@ class Semaphore;
 namespace detail {
 
 // The awaiter of `co_await semaphore.acquire()`.
-class SemaphoreAcquireAwaiter : public SyncWaiter {
+class SemaphoreAcquireAwaiter : public CancellableSyncWaiter {
  public:
-  SemaphoreAcquireAwaiter(Semaphore& semaphore, Executor* waiterExecutor) noexcept
-      : semaphore_(semaphore) {
-    executor = waiterExecutor;
-  }
+  SemaphoreAcquireAwaiter(Semaphore& semaphore, Executor* waiterExecutor,
+                          const CancellationToken* token) noexcept
+      : CancellableSyncWaiter(waiterExecutor, token), semaphore_(semaphore) {}
   SemaphoreAcquireAwaiter(const SemaphoreAcquireAwaiter&) = delete;
   SemaphoreAcquireAwaiter& operator=(const SemaphoreAcquireAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
@@ -32,9 +31,14 @@ class SemaphoreAcquireAwaiter : public SyncWaiter {
 
   // A permit is free and nobody waits: one compare-exchange, no suspension.
   inline bool await_ready() noexcept;
-  // noexcept: queueing is pointer writes under the queue lock.
-  inline bool await_suspend(std::coroutine_handle<> awaiting) noexcept;
-  void await_resume() noexcept { handle = {}; }
+  // Registers for cancellation, then queues (see CancellableSyncWaiter).
+  inline bool await_suspend(std::coroutine_handle<> awaiting);
+  // Throws OperationCancelled if the wait was cancelled (no permit is held then).
+  void await_resume() {
+    disarmCancellation();
+    handle = {};
+    throwIfCancelled();
+  }
 
  private:
   Semaphore& semaphore_;
@@ -60,7 +64,10 @@ class SemaphoreAcquireAwaiter : public SyncWaiter {
 // Preconditions: the Semaphore outlives its waiters.
 // Errors: a negative initial count or release(n) with n < 0 throws std::invalid_argument;
 // a release that would take the count past max() throws std::overflow_error (nothing is
-// released). Destroying a Semaphore that coroutines wait on prints a message and aborts.
+// released). acquire() is cancellable: cancelled while it waits, it leaves the queue and
+// the co_await throws OperationCancelled, holding no permit (a free permit is taken even
+// if cancellation was requested). Destroying a Semaphore that coroutines wait on prints
+// a message and aborts.
 // Thread safety: every member may be called concurrently from any thread.
 //
 // Example:
@@ -148,14 +155,17 @@ class Semaphore {
   }
 
   // Takes a permit for `waiter` if one is free (returns false) or queues it (true).
+  // A waiter already cancelled is not queued either (returns false, no permit taken).
   bool acquireOrEnqueue(detail::SyncWaiter* waiter) noexcept {
     std::lock_guard guard(queueLock_);
+    if (waiter->cancelled) return false;
     std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
     for (;;) {
       if ((state & kWaitersBit) == 0 && state >= kPermit) {
         // acquire: as in tryAcquire().
         if (state_.compare_exchange_weak(state, state - kPermit, std::memory_order_acquire,
                                          std::memory_order_relaxed)) {
+          waiter->phase = detail::WaitPhase::kDone;  // granted: too late to cancel
           return false;
         }
       } else if ((state & kWaitersBit) != 0 ||
@@ -225,11 +235,15 @@ class Semaphore {
 namespace detail {
 
 SemaphoreAcquireAwaiter::~SemaphoreAcquireAwaiter() {
+  disarmCancellation();
   if (handle) semaphore_.cancelWaiter(this);
 }
 bool SemaphoreAcquireAwaiter::await_ready() noexcept { return semaphore_.tryAcquire(); }
-bool SemaphoreAcquireAwaiter::await_suspend(std::coroutine_handle<> awaiting) noexcept {
+bool SemaphoreAcquireAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
   handle = awaiting;
+  armCancellation([this] {
+    if (semaphore_.cancelWaiter(this)) resumeWaiter(this);
+  });
   return semaphore_.acquireOrEnqueue(this);
 }
 

@@ -66,11 +66,11 @@ enum SharedMutexWaiterKind : unsigned char { kWantsShared = 0, kWantsExclusive =
 // The awaiter of the four lock operations of SharedMutex. Result: void, ScopedLock or
 // SharedLock.
 template <bool kExclusive, class Result>
-class SharedMutexLockAwaiter : public SyncWaiter {
+class SharedMutexLockAwaiter : public CancellableSyncWaiter {
  public:
-  SharedMutexLockAwaiter(SharedMutex& mutex, Executor* waiterExecutor) noexcept
-      : mutex_(mutex) {
-    executor = waiterExecutor;
+  SharedMutexLockAwaiter(SharedMutex& mutex, Executor* waiterExecutor,
+                         const CancellationToken* token) noexcept
+      : CancellableSyncWaiter(waiterExecutor, token), mutex_(mutex) {
     kind = kExclusive ? kWantsExclusive : kWantsShared;
   }
   SharedMutexLockAwaiter(const SharedMutexLockAwaiter&) = delete;
@@ -80,10 +80,13 @@ class SharedMutexLockAwaiter : public SyncWaiter {
 
   // Uncontended: one compare-exchange, no suspension.
   bool await_ready() noexcept;
-  // noexcept: queueing is pointer writes under the queue lock.
-  bool await_suspend(std::coroutine_handle<> awaiting) noexcept;
-  Result await_resume() noexcept {
+  // Registers for cancellation, then queues (see CancellableSyncWaiter).
+  bool await_suspend(std::coroutine_handle<> awaiting);
+  // Throws OperationCancelled if the wait was cancelled (nothing is held then).
+  Result await_resume() {
+    disarmCancellation();
     handle = {};
+    throwIfCancelled();
     if constexpr (std::is_void_v<Result>) {
       return;
     } else {
@@ -117,7 +120,9 @@ class SharedMutexLockAwaiter : public SyncWaiter {
 //
 // Preconditions: unlock() only while held exclusively; unlockShared() only while held
 // shared; the SharedMutex outlives its waiters and holders.
-// Errors: lock operations do not throw. unlock() without an exclusive holder,
+// Errors: lock waits are cancellable as Mutex's are: the co_await throws
+// OperationCancelled, holding nothing, and a cancelled writer no longer blocks the
+// readers queued behind it. unlock() without an exclusive holder,
 // unlockShared() without a shared holder, and destroying a SharedMutex that coroutines
 // wait on print a message naming the misuse and abort.
 // Thread safety: every member may be called concurrently from any thread.
@@ -218,15 +223,18 @@ class SharedMutex {
   bool tryAcquire(bool exclusive) noexcept { return exclusive ? tryLock() : tryLockShared(); }
 
   // Grants `waiter` access if it can have it now (returns false) or queues it (true).
+  // A waiter already cancelled is not queued either (returns false, nothing taken).
   bool acquireOrEnqueue(detail::SyncWaiter* waiter) noexcept {
     const bool exclusive = waiter->kind == detail::kWantsExclusive;
     std::lock_guard guard(queueLock_);
+    if (waiter->cancelled) return false;
     std::uint64_t state = state_.load(std::memory_order_relaxed);
     for (;;) {
       if ((state & kWaitersBit) == 0 && (exclusive ? state == 0 : (state & kWriter) == 0)) {
         // acquire: as in tryLock().
         if (state_.compare_exchange_weak(state, exclusive ? kWriter : state + kReader,
                                          std::memory_order_acquire, std::memory_order_relaxed)) {
+          waiter->phase = detail::WaitPhase::kDone;  // granted: too late to cancel
           return false;
         }
       } else if ((state & kWaitersBit) != 0 ||
@@ -313,6 +321,7 @@ namespace detail {
 
 template <bool kExclusive, class Result>
 SharedMutexLockAwaiter<kExclusive, Result>::~SharedMutexLockAwaiter() {
+  disarmCancellation();
   if (handle) mutex_.cancelWaiter(this);
 }
 
@@ -323,8 +332,11 @@ bool SharedMutexLockAwaiter<kExclusive, Result>::await_ready() noexcept {
 
 template <bool kExclusive, class Result>
 bool SharedMutexLockAwaiter<kExclusive, Result>::await_suspend(
-    std::coroutine_handle<> awaiting) noexcept {
+    std::coroutine_handle<> awaiting) {
   handle = awaiting;
+  armCancellation([this] {
+    if (mutex_.cancelWaiter(this)) resumeWaiter(this);
+  });
   return mutex_.acquireOrEnqueue(this);
 }
 

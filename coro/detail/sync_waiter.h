@@ -3,9 +3,11 @@
 #include <coroutine>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <tuple>
 #include <utility>
 
+#include "coro/cancellation.h"
 #include "coro/detail/via_awaiter.h"
 #include "executors/executor.h"
 
@@ -33,6 +35,51 @@ struct SyncWaiter {
   bool cancelled = false;
   // Free for the primitive (SharedMutex: exclusive or shared).
   unsigned char kind = 0;
+};
+
+// A SyncWaiter whose wait can be cancelled through the awaiting coroutine's (or fiber's)
+// CancellationToken.
+//
+// The protocol, shared by every primitive (each supplies cancelWaiter(), which takes a
+// waiter out of its queue under the queue lock):
+//  1. await_suspend registers a CancellationCallback (only if the token can be
+//     cancelled: no cost otherwise) BEFORE queueing. If cancellation was already
+//     requested the callback runs right there.
+//  2. The callback calls cancelWaiter(): under the queue lock, a queued waiter is removed
+//     and marked cancelled (the callback then resumes it); a waiter not queued yet is
+//     only marked cancelled, and the queueing step, under the same lock, sees the mark
+//     and does not suspend; a waiter already granted (phase kDone) is left alone: the
+//     wait completed before the request and completes normally.
+//  3. await_resume first deregisters the callback (waiting for it if it is running on
+//     another thread), so the cancelled mark is stable when it is read, then throws
+//     OperationCancelled if it is set.
+// Whoever takes the waiter out of the queue (a granter or the canceller) owns its single
+// resumption: no lost wake-up, no double resume.
+class CancellableSyncWaiter : public SyncWaiter {
+ protected:
+  CancellableSyncWaiter(Executor* waiterExecutor, const CancellationToken* token) noexcept
+      : token_(token) {
+    executor = waiterExecutor;
+  }
+
+  // Step 1. Throws what CancellationCallback's constructor throws (std::bad_alloc only
+  // for callables over 32 bytes; weft's callbacks capture one pointer), before anything
+  // is queued.
+  template <class OnCancel>
+  void armCancellation(OnCancel&& onCancel) {
+    if (token_ != nullptr && token_->canBeCancelled()) {
+      callback_.emplace(*token_, std::forward<OnCancel>(onCancel));
+    }
+  }
+  // Step 3, first half. noexcept: deregistration only unlinks (or waits).
+  void disarmCancellation() noexcept { callback_.reset(); }
+  void throwIfCancelled() const {
+    if (cancelled) throw OperationCancelled();
+  }
+
+ private:
+  const CancellationToken* token_;
+  std::optional<CancellationCallback> callback_;
 };
 
 // An intrusive FIFO of waiters (doubly linked, so a cancelled waiter leaves from the
@@ -169,18 +216,24 @@ inline void resumeAll(WaiterQueue& queue) noexcept {
   std::abort();
 }
 
-// The object `mutex.lock()`, `event.wait()`... return: an executor-aware awaitable. A
-// weft coroutine (or a fiber's await) calls coAwait with its executor; any other
-// coroutine gets operator co_await, with no executor (resumed inline). `Args` are what
-// the awaiter is built from (the primitive, and for some an argument), followed by the
-// executor.
+// The object `mutex.lock()`, `event.wait()`... return: an executor- and
+// cancellation-aware awaitable. A weft coroutine (or a fiber's await) calls coAwait with
+// its executor and cancellation token; any other coroutine gets operator co_await, with
+// no executor (resumed inline) and no token. `Args` are what the awaiter is built from
+// (the primitive, and for some an argument), followed by the executor and a pointer to
+// the token (valid until the await completes; null for none).
 template <class Awaiter, class... Args>
 class [[nodiscard]] SyncOperation {
  public:
   explicit SyncOperation(Args... args) noexcept : args_(args...) {}
 
+  Awaiter coAwait(Executor* executor, const CancellationToken& token) const noexcept {
+    return std::apply(
+        [executor, &token](Args... args) { return Awaiter(args..., executor, &token); }, args_);
+  }
   Awaiter coAwait(Executor* executor) const noexcept {
-    return std::apply([executor](Args... args) { return Awaiter(args..., executor); }, args_);
+    return std::apply(
+        [executor](Args... args) { return Awaiter(args..., executor, nullptr); }, args_);
   }
   Awaiter operator co_await() const noexcept { return coAwait(nullptr); }
 

@@ -5,15 +5,19 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/mutex.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
+#include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
@@ -225,6 +229,124 @@ TEST(ConditionVariableTest, ProducersAndConsumersWithAPredicateOnTwoThreads) {
   EXPECT_EQ(consumedCount, n);
   EXPECT_EQ(consumedSum, n * (n - 1) / 2);
   EXPECT_TRUE(queue.empty());
+}
+
+// Locks, waits once, and reports whether the wait was cancelled and whether the mutex
+// was held when it returned (normally or not).
+Lazy<std::pair<bool, bool>> waitOrCancelled(Mutex& mutex, ConditionVariable& cv) {
+  Counted alive;
+  ScopedLock lock = co_await mutex.scopedLock();
+  bool cancelled = false;
+  try {
+    co_await cv.wait(mutex);
+  } catch (const OperationCancelled&) {
+    cancelled = true;
+  }
+  co_return std::pair{cancelled, !mutex.tryLock()};
+}
+
+TEST(ConditionVariableCancellationTest, ACancelledWaitReacquiresTheMutexThenThrows) {
+  Counted::reset();
+  Mutex mutex;
+  ConditionVariable cv;
+  CancellationSource source;
+  std::optional<std::pair<bool, bool>> result;
+  withCancellation(source.token(), waitOrCancelled(mutex, cv))
+      .start([&](Try<std::pair<bool, bool>> r) { result = r.value(); });
+  ASSERT_TRUE(mutex.tryLock());  // the waiter released it
+  source.requestCancellation();  // it leaves the cv queue and waits for the mutex
+  EXPECT_FALSE(result.has_value());
+  mutex.unlock();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(result->first);   // cancelled
+  EXPECT_TRUE(result->second);  // with the mutex held
+  EXPECT_EQ(Counted::alive(), 0);
+  cv.notifyAll();  // nobody left in the queue
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+}
+
+TEST(ConditionVariableCancellationTest, BeforeTheWaitItThrowsWithoutReleasingTheMutex) {
+  Mutex mutex;
+  ConditionVariable cv;
+  CancellationSource source;
+  source.requestCancellation();
+  auto [cancelled, held] =
+      syncAwait(withCancellation(source.token(), waitOrCancelled(mutex, cv)));
+  EXPECT_TRUE(cancelled);
+  EXPECT_TRUE(held);
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+}
+
+TEST(ConditionVariableCancellationTest, AfterTheNotificationItHasNoEffect) {
+  Mutex mutex;
+  ConditionVariable cv;
+  CancellationSource source;
+  std::optional<std::pair<bool, bool>> result;
+  withCancellation(source.token(), waitOrCancelled(mutex, cv))
+      .start([&](Try<std::pair<bool, bool>> r) { result = r.value(); });
+  ASSERT_TRUE(mutex.tryLock());
+  cv.notifyOne();                // into the mutex queue
+  source.requestCancellation();  // too late
+  mutex.unlock();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_FALSE(result->first);
+  EXPECT_TRUE(result->second);
+}
+
+TEST(ConditionVariableCancellationTest, CancellationRacingWithNotifyOnTwoThreads) {
+  Watchdog watchdog(120s, "ConditionVariableCancellationTest.RacingWithNotify");
+  Counted::reset();
+  ThreadPool pool(2);
+  long notified = 0, cancelled = 0;
+  for (int round = 0; round < 300; ++round) {
+    Mutex mutex;
+    ConditionVariable cv;
+    CancellationSource source;
+    bool go = false;  // guarded by mutex
+    std::atomic<int> waiting{0};
+    std::vector<Lazy<bool>> branches;
+    for (int i = 0; i < 4; ++i) {
+      branches.push_back(withCancellation(
+          source.token(), [](Mutex& m, ConditionVariable& c, bool& g,
+                             std::atomic<int>& w) -> Lazy<bool> {
+            Counted alive;
+            ScopedLock<Mutex> lock;
+            try {
+              lock = co_await m.scopedLock();  // this wait is cancellable too
+            } catch (const OperationCancelled&) {
+              co_return true;
+            }
+            w.fetch_add(1);
+            try {
+              co_await c.wait(m, [&] { return g; });
+            } catch (const OperationCancelled&) {
+              if (m.tryLock()) std::abort();  // must hold the mutex here
+              co_return true;
+            }
+            co_return false;
+          }(mutex, cv, go, waiting)));
+    }
+    branches.push_back([](Mutex& m, ConditionVariable& c, bool& g) -> Lazy<bool> {
+      {
+        ScopedLock lock = co_await m.scopedLock();
+        g = true;
+      }
+      c.notifyAll();
+      co_return false;
+    }(mutex, cv, go));
+    branches.push_back([](CancellationSource& s) -> Lazy<bool> {
+      s.requestCancellation();
+      co_return false;
+    }(source));
+    auto results = syncAwait(collectAllPara(std::move(branches)), &pool);
+    for (int i = 0; i < 4; ++i) (results[i].value() ? cancelled : notified) += 1;
+    EXPECT_TRUE(mutex.tryLock());
+    mutex.unlock();
+  }
+  EXPECT_EQ(notified + cancelled, 300 * 4);
+  EXPECT_EQ(Counted::alive(), 0);
 }
 
 TEST(ConditionVariableDeathTest, MisuseAborts) {

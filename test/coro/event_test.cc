@@ -6,14 +6,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/detail/config.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
+#include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
@@ -179,6 +182,84 @@ TEST(EventTest, SetRacingWithWaitNeverLosesTheWakeUp) {
     syncAwait(collectAllPara(std::move(branches)), &pool);
     ASSERT_EQ(seen, 1) << "round " << round;
   }
+}
+
+Lazy<bool> waitOrCancelled(Event& event) {
+  Counted alive;
+  try {
+    co_await event.wait();
+  } catch (const OperationCancelled&) {
+    co_return true;
+  }
+  co_return false;
+}
+
+TEST(EventCancellationTest, BeforeDuringAndAfterTheWait) {
+  Counted::reset();
+  Event event;
+  {  // before: the wait throws at once
+    CancellationSource source;
+    source.requestCancellation();
+    EXPECT_TRUE(syncAwait(withCancellation(source.token(), waitOrCancelled(event))));
+  }
+  {  // during: the waiter leaves the queue and resumes with the error
+    CancellationSource source;
+    std::optional<bool> cancelled;
+    withCancellation(source.token(), waitOrCancelled(event)).start([&](Try<bool> r) {
+      cancelled = r.value();
+    });
+    EXPECT_FALSE(cancelled.has_value());
+    source.requestCancellation();
+    ASSERT_TRUE(cancelled.has_value());
+    EXPECT_TRUE(*cancelled);
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+  {  // after the event was set: the wait completes normally
+    ManualExecutor executor;
+    CancellationSource source;
+    std::optional<bool> cancelled;
+    withCancellation(source.token(), waitOrCancelled(event).via(&executor))
+        .start([&](Try<bool> r) { cancelled = r.value(); });
+    executor.runAll();
+    event.set();
+    source.requestCancellation();
+    executor.runAll();
+    ASSERT_TRUE(cancelled.has_value());
+    EXPECT_FALSE(*cancelled);
+  }
+  {  // a set event completes the wait even if cancellation was requested first
+    CancellationSource source;
+    source.requestCancellation();
+    EXPECT_FALSE(syncAwait(withCancellation(source.token(), waitOrCancelled(event))));
+  }
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(EventCancellationTest, CancellationRacingWithSetOnTwoThreads) {
+  Watchdog watchdog(120s, "EventCancellationTest.CancellationRacingWithSet");
+  Counted::reset();
+  ThreadPool pool(2);
+  long woken = 0, cancelled = 0;
+  for (int round = 0; round < 500; ++round) {
+    Event event;
+    CancellationSource source;
+    std::vector<Lazy<bool>> branches;
+    for (int i = 0; i < 4; ++i) {
+      branches.push_back(withCancellation(source.token(), waitOrCancelled(event)));
+    }
+    branches.push_back([](Event& e) -> Lazy<bool> {
+      e.set();
+      co_return false;
+    }(event));
+    branches.push_back([](CancellationSource& s) -> Lazy<bool> {
+      s.requestCancellation();
+      co_return false;
+    }(source));
+    auto results = syncAwait(collectAllPara(std::move(branches)), &pool);
+    for (int i = 0; i < 4; ++i) (results[i].value() ? cancelled : woken) += 1;
+  }
+  EXPECT_EQ(woken + cancelled, 500 * 4);
+  EXPECT_EQ(Counted::alive(), 0);
 }
 
 TEST(EventDeathTest, DestroyingAnEventWithWaitersAborts) {

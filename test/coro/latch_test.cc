@@ -4,14 +4,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
+#include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -163,6 +166,50 @@ TEST(LatchTest, ReleasesExactlyOnceOnTwoThreads) {
     ASSERT_EQ(early.load(), 0);
     ASSERT_TRUE(latch.tryWait());
   }
+}
+
+TEST(LatchCancellationTest, ACancelledWaitThrowsAndTheOthersAreStillReleased) {
+  Latch latch(1);
+  CancellationSource source;
+  std::optional<bool> cancelled;
+  auto waitOrCancelled = [&]() -> Lazy<bool> {
+    try {
+      co_await latch.wait();
+    } catch (const OperationCancelled&) {
+      co_return true;
+    }
+    co_return false;
+  };
+  withCancellation(source.token(), waitOrCancelled()).start([&](Try<bool> r) {
+    cancelled = r.value();
+  });
+  std::atomic<int> done{0};
+  auto other = [&]() -> Lazy<> { co_await latch.wait(); };
+  startDetached(other(), done);
+  source.requestCancellation();
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_TRUE(*cancelled);
+  EXPECT_EQ(done.load(), 0);
+  latch.countDown();
+  EXPECT_EQ(done.load(), 1);
+}
+
+TEST(LatchCancellationTest, ArriveAndWaitCountsDownEvenWhenCancelled) {
+  Latch latch(2);
+  CancellationSource source;
+  source.requestCancellation();
+  bool threw = syncAwait(withCancellation(source.token(), [](Latch& l) -> Lazy<bool> {
+    try {
+      co_await l.arriveAndWait();
+    } catch (const OperationCancelled&) {
+      co_return true;
+    }
+    co_return false;
+  }(latch)));
+  EXPECT_TRUE(threw);
+  EXPECT_FALSE(latch.tryWait());
+  latch.countDown();  // the cancelled arrival counted: this is the last one
+  EXPECT_TRUE(latch.tryWait());
 }
 
 TEST(LatchDeathTest, DestroyingALatchWithWaitersAborts) {

@@ -6,14 +6,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/detail/config.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
+#include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
@@ -273,6 +276,149 @@ TEST(MutexTest, StressWithExecutorAndInlineWaitersTogether) {
   syncAwait(collectAllPara(std::move(branches)), &pool);
   for (auto& t : outside) t.join();
   EXPECT_EQ(counter, 6L * kPairs);
+}
+
+// Awaits mutex.lock() and reports whether it threw OperationCancelled; on success it
+// keeps the lock (the test unlocks). `alive` lives in the frame for the leak checks.
+Lazy<bool> lockOrCancelled(Mutex& mutex) {
+  Counted alive;
+  try {
+    co_await mutex.lock();
+  } catch (const OperationCancelled&) {
+    co_return true;
+  }
+  co_return false;
+}
+
+TEST(MutexCancellationTest, CancelledBeforeTheWaitThrowsWithoutQueueing) {
+  Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  CancellationSource source;
+  source.requestCancellation();
+  EXPECT_TRUE(syncAwait(withCancellation(source.token(), lockOrCancelled(mutex))));
+  mutex.unlock();
+  EXPECT_TRUE(mutex.tryLock());  // nobody was queued to receive it
+  mutex.unlock();
+}
+
+TEST(MutexCancellationTest, AFreeLockIsAcquiredEvenIfCancellationWasRequested) {
+  Mutex mutex;
+  CancellationSource source;
+  source.requestCancellation();
+  EXPECT_FALSE(syncAwait(withCancellation(source.token(), lockOrCancelled(mutex))));
+  EXPECT_FALSE(mutex.tryLock());
+  mutex.unlock();
+}
+
+TEST(MutexCancellationTest, CancelledWhileWaitingLeavesTheQueueOthersStillGetTheLock) {
+  Counted::reset();
+  Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  CancellationSource source;
+  std::optional<bool> cancelled;
+  withCancellation(source.token(), lockOrCancelled(mutex)).start([&](Try<bool> r) {
+    cancelled = r.value();
+  });
+  bool otherGotIt = false;
+  std::atomic<int> done{0};
+  auto other = [&]() -> Lazy<> {
+    co_await mutex.lock();
+    otherGotIt = true;
+  };
+  startDetached(other(), done);
+  EXPECT_FALSE(cancelled.has_value());
+  EXPECT_EQ(Counted::alive(), 1);
+  source.requestCancellation();  // no executor: the waiter resumes here, with the error
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_TRUE(*cancelled);
+  EXPECT_EQ(Counted::alive(), 0);  // its frame is gone
+  mutex.unlock();                  // goes to the other waiter
+  EXPECT_TRUE(otherGotIt);
+  mutex.unlock();
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+}
+
+TEST(MutexCancellationTest, ACancelledWaiterWithAnExecutorResumesThroughIt) {
+  Mutex mutex;
+  ManualExecutor executor;
+  ASSERT_TRUE(mutex.tryLock());
+  CancellationSource source;
+  std::optional<bool> cancelled;
+  withCancellation(source.token(), lockOrCancelled(mutex).via(&executor))
+      .start([&](Try<bool> r) { cancelled = r.value(); });
+  executor.runAll();
+  source.requestCancellation();
+  EXPECT_FALSE(cancelled.has_value());  // scheduled, not run inside requestCancellation()
+  EXPECT_EQ(executor.pending(), 1u);
+  executor.runAll();
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_TRUE(*cancelled);
+  mutex.unlock();
+}
+
+TEST(MutexCancellationTest, CancellationAfterTheLockWasHandedOverHasNoEffect) {
+  Mutex mutex;
+  ManualExecutor executor;
+  ASSERT_TRUE(mutex.tryLock());
+  CancellationSource source;
+  std::optional<bool> cancelled;
+  withCancellation(source.token(), lockOrCancelled(mutex).via(&executor))
+      .start([&](Try<bool> r) { cancelled = r.value(); });
+  executor.runAll();
+  mutex.unlock();                // handed to the waiter, which is scheduled
+  source.requestCancellation();  // too late: the wait is complete
+  executor.runAll();
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_FALSE(*cancelled);
+  EXPECT_FALSE(mutex.tryLock());  // the waiter holds it
+  mutex.unlock();
+}
+
+TEST(MutexCancellationTest, CancellationRacingWithHandOffOnTwoThreads) {
+  // Waiters whose tokens are cancelled at random moments (before, during and after
+  // their waits) contend with waiters that are never cancelled. Every wait must end
+  // exactly once, either holding the lock or with OperationCancelled, and no frame may
+  // leak.
+  Watchdog watchdog(120s, "MutexCancellationTest.CancellationRacingWithHandOff");
+  Counted::reset();
+  constexpr int kWaiters = 400;
+  constexpr int kRounds = 50;
+  ThreadPool pool(2);
+  Mutex mutex;
+  long counter = 0;  // guarded by mutex
+  std::atomic<long> acquired{0}, cancelled{0};
+  std::vector<CancellationSource> sources(kWaiters);
+  auto waiter = [&](int id) -> Lazy<> {
+    Counted alive;
+    for (int r = 0; r < kRounds; ++r) {
+      try {
+        ScopedLock lock = co_await mutex.scopedLock();
+        ++counter;
+        acquired.fetch_add(1);
+        if ((id + r) % 5 == 0) co_await yield();
+      } catch (const OperationCancelled&) {
+        cancelled.fetch_add(1);
+      }
+    }
+  };
+  auto canceller = [&](int first) -> Lazy<> {
+    for (int i = first; i < kWaiters; i += 4) {
+      sources[i].requestCancellation();
+      co_await yield();
+    }
+  };
+  std::vector<Lazy<>> branches;
+  for (int i = 0; i < kWaiters; ++i) {
+    branches.push_back(i % 2 == 0 ? withCancellation(sources[i].token(), waiter(i)) : waiter(i));
+    if (i % 100 == 50) branches.push_back(canceller(i % 4 == 2 ? 2 : 0));
+  }
+  syncAwait(collectAllPara(std::move(branches)), &pool);
+  EXPECT_EQ(acquired.load() + cancelled.load(), long{kWaiters} * kRounds);
+  EXPECT_EQ(counter, acquired.load());
+  EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
 }
 
 TEST(MutexDeathTest, UnlockOfAnUnlockedMutexAborts) {

@@ -5,14 +5,17 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
+#include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
@@ -167,6 +170,91 @@ TEST(SemaphoreTest, NeverAdmitsMoreHoldersThanPermitsOnTwoThreads) {
   EXPECT_LE(maxHolders.load(), kPermits);
   EXPECT_GE(maxHolders.load(), 1);
   EXPECT_EQ(semaphore.available(), kPermits);
+}
+
+Lazy<bool> acquireOrCancelled(Semaphore& semaphore) {
+  Counted alive;
+  try {
+    co_await semaphore.acquire();
+  } catch (const OperationCancelled&) {
+    co_return true;
+  }
+  co_return false;
+}
+
+TEST(SemaphoreCancellationTest, ACancelledWaiterTakesNoPermitAndTheNextOneGetsIt) {
+  Counted::reset();
+  Semaphore semaphore(0);
+  CancellationSource source;
+  std::optional<bool> cancelled;
+  withCancellation(source.token(), acquireOrCancelled(semaphore)).start([&](Try<bool> r) {
+    cancelled = r.value();
+  });
+  std::atomic<int> done{0};
+  auto other = [&]() -> Lazy<> { co_await semaphore.acquire(); };
+  startDetached(other(), done);
+  source.requestCancellation();
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_TRUE(*cancelled);
+  EXPECT_EQ(Counted::alive(), 0);
+  semaphore.release();
+  EXPECT_EQ(done.load(), 1);
+  EXPECT_EQ(semaphore.available(), 0);
+  // Cancelled before waiting: throws at once; with a free permit: takes it.
+  CancellationSource early;
+  early.requestCancellation();
+  EXPECT_TRUE(syncAwait(withCancellation(early.token(), acquireOrCancelled(semaphore))));
+  semaphore.release();
+  EXPECT_FALSE(syncAwait(withCancellation(early.token(), acquireOrCancelled(semaphore))));
+  EXPECT_EQ(semaphore.available(), 0);
+}
+
+TEST(SemaphoreCancellationTest, CancellationRacingWithReleaseNeverLosesAPermit) {
+  Watchdog watchdog(120s, "SemaphoreCancellationTest.CancellationRacingWithRelease");
+  Counted::reset();
+  constexpr int kPermits = 2;
+  constexpr int kWaiters = 400;
+  constexpr int kRounds = 50;
+  ThreadPool pool(2);
+  Semaphore semaphore(kPermits);
+  std::atomic<int> holders{0}, maxHolders{0};
+  std::atomic<long> acquired{0}, cancelled{0};
+  std::vector<CancellationSource> sources(kWaiters);
+  auto waiter = [&](int id) -> Lazy<> {
+    Counted alive;
+    for (int r = 0; r < kRounds; ++r) {
+      try {
+        co_await semaphore.acquire();
+      } catch (const OperationCancelled&) {
+        cancelled.fetch_add(1);
+        continue;
+      }
+      int now = holders.fetch_add(1) + 1;
+      int seen = maxHolders.load();
+      while (now > seen && !maxHolders.compare_exchange_weak(seen, now)) {
+      }
+      acquired.fetch_add(1);
+      if ((id + r) % 5 == 0) co_await yield();
+      holders.fetch_sub(1);
+      semaphore.release();
+    }
+  };
+  auto canceller = [&]() -> Lazy<> {
+    for (int i = 0; i < kWaiters; i += 2) {
+      sources[i].requestCancellation();
+      co_await yield();
+    }
+  };
+  std::vector<Lazy<>> branches;
+  for (int i = 0; i < kWaiters; ++i) {
+    branches.push_back(withCancellation(sources[i].token(), waiter(i)));
+    if (i == kWaiters / 4) branches.push_back(canceller());
+  }
+  syncAwait(collectAllPara(std::move(branches)), &pool);
+  EXPECT_EQ(acquired.load() + cancelled.load(), long{kWaiters} * kRounds);
+  EXPECT_LE(maxHolders.load(), kPermits);
+  EXPECT_EQ(semaphore.available(), kPermits);  // no permit lost to a cancelled waiter
+  EXPECT_EQ(Counted::alive(), 0);
 }
 
 TEST(SemaphoreDeathTest, DestroyingASemaphoreWithWaitersAborts) {

@@ -4,14 +4,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
+#include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
@@ -217,6 +220,41 @@ TEST(SharedMutexTest, ReadersNeverSeeAWriterHalfWayOnTwoThreads) {
   EXPECT_EQ(writes, long{kTasks} * kRounds / 4);
   EXPECT_EQ(first, writes);
   EXPECT_EQ(second, writes);
+}
+
+TEST(SharedMutexCancellationTest, ACancelledWriterNoLongerBlocksTheReadersBehindIt) {
+  Counted::reset();
+  SharedMutex mutex;
+  ASSERT_TRUE(mutex.tryLockShared());
+  CancellationSource source;
+  std::optional<bool> cancelled;
+  auto writer = [&]() -> Lazy<bool> {
+    Counted alive;
+    try {
+      co_await mutex.lock();
+    } catch (const OperationCancelled&) {
+      co_return true;
+    }
+    co_return false;
+  };
+  withCancellation(source.token(), writer()).start([&](Try<bool> r) { cancelled = r.value(); });
+  bool readerIn = false;
+  std::atomic<int> done{0};
+  auto reader = [&]() -> Lazy<> {
+    co_await mutex.lockShared();
+    readerIn = true;
+  };
+  startDetached(reader(), done);
+  EXPECT_FALSE(readerIn);
+  source.requestCancellation();
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_TRUE(*cancelled);
+  EXPECT_TRUE(readerIn);  // admitted beside the first reader
+  EXPECT_EQ(Counted::alive(), 0);
+  mutex.unlockShared();
+  mutex.unlockShared();
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
 }
 
 TEST(SharedMutexDeathTest, MisuseAborts) {
