@@ -12,6 +12,10 @@
 
 namespace weft {
 
+namespace detail {
+struct TimerEntry;  // executors/detail/timer_queue.h
+}  // namespace detail
+
 // Thrown by Executor::schedule when the executor no longer accepts work (it has been
 // shut down). Work scheduled before that is never dropped.
 class ExecutorShutDown : public std::runtime_error {
@@ -38,10 +42,20 @@ class ExecutorShutDown : public std::runtime_error {
 // Thread safety: schedule and currentThreadInExecutor may be called from any thread
 // concurrently.
 //
+// Timers: scheduleTimer/cancelTimer arm and disarm an intrusive detail::TimerEntry (what
+// weft::sleep uses). The default implementation shares one process-wide timer thread,
+// started by the first timer, which runs each expired entry's fire function there; the
+// fire function brings its coroutine to the executor with schedule(). So timers work on
+// every executor, InlineExecutor and user executors included. ThreadPool overrides them
+// with a timer thread of its own whose expired timers its workers run before their
+// queued work (see thread_pool.h).
+//
 // Implementing one: override schedule(std::coroutine_handle<>), currentThreadInExecutor
 // and scheduleJob, and write `using Executor::schedule;` in the derived class (the
 // override otherwise hides the callable overload). Run items inside
 // `try { item.run(); } catch (...) { detail::reportEscapedException(name()); }`.
+// Override scheduleTimer/cancelTimer only to drive timers from the executor's own event
+// loop (e.g. an epoll timeout).
 //
 // Example:
 //   weft::ThreadPool pool(2);
@@ -72,6 +86,24 @@ class Executor {
 
   // For diagnostics: names the executor in error messages. noexcept: a view of a member.
   std::string_view name() const noexcept { return name_; }
+
+  // Arms `timer` (its deadline and fire function, `complete`, set by the caller): once
+  // its deadline has passed, `timer.complete(&timer, true)` runs exactly once, on one of
+  // this executor's threads or on a timer thread (so the fire function must reach the
+  // executor itself, e.g. with schedule()), unless cancelTimer(timer) returns true first.
+  // If the executor stops its timers before the deadline (ThreadPool::shutdown), the fire
+  // function runs early with `timer.shutDown` set.
+  // Preconditions: `timer` is not armed, and stays alive until it fired or was cancelled.
+  // Errors: ExecutorShutDown if the executor accepts no more timers; std::bad_alloc;
+  // std::system_error if the timer thread cannot be started. Nothing is armed then.
+  // Thread safety: any thread.
+  virtual void scheduleTimer(detail::TimerEntry& timer);
+
+  // Disarms `timer`: true if it had not fired (its fire function will never run), false
+  // if it has fired or is firing (it runs, or ran, exactly once). noexcept: a removal
+  // from a heap, which allocates nothing. Thread safety: any thread, concurrently with
+  // the firing.
+  virtual bool cancelTimer(detail::TimerEntry& timer) noexcept;
 
  protected:
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it

@@ -65,6 +65,15 @@
 // awake and will reach the item itself. ThreadPool(1) has nobody to help, so its local
 // pushes skip it.
 //
+// Timers. The pool's TimerQueue thread delivers an expired timer (a TimerEntry, which is
+// a Job) to the due list (under injectionMutex_), publishes timerDueSize_ with a seq_cst
+// store, and applies rule (1), exactly like an outside push; sweeps check the due list
+// first, with a seq_cst load, so the final sweep of rule (2) sees it too. Running workers
+// check timerDueSize_ (relaxed) before each item and run due timers first: that is what
+// keeps sleeps accurate when queues are long. Timers never reach a closed pool:
+// shutdown() stops the timer queue (flushing its timers to the due list) before it sets
+// closing_, and the quiescence check requires the due list to be empty.
+//
 // Shutdown. shutdown() sets closing_. The pool is quiescent when every worker is parked
 // (past its final sweep, so none is running or holding stolen work) and the injection
 // queue is empty; whoever observes that (the last worker to park, or shutdown() itself)
@@ -116,7 +125,9 @@ constexpr int kSearchRounds = 4;
 }  // namespace
 
 ThreadPool::ThreadPool(std::size_t threads, std::string name)
-    : Executor(std::move(name)), solo_(threads == 1) {
+    : Executor(std::move(name)),
+      solo_(threads == 1),
+      timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this) {
   if (threads == 0) throw std::invalid_argument("weft: a ThreadPool needs at least one thread");
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
@@ -148,6 +159,43 @@ ThreadPool* ThreadPool::current() noexcept {
 
 bool ThreadPool::currentThreadInExecutor() const noexcept {
   return tlWorker != nullptr && tlWorker->pool == this;
+}
+
+void ThreadPool::scheduleTimer(detail::TimerEntry& timer) {
+  if (!timers_.add(timer)) throw ExecutorShutDown(name());
+}
+
+bool ThreadPool::cancelTimer(detail::TimerEntry& timer) noexcept { return timers_.cancel(timer); }
+
+void ThreadPool::deliverTimer(void* context, detail::TimerEntry& timer) noexcept {
+  auto* pool = static_cast<ThreadPool*>(context);
+  {
+    std::lock_guard<std::mutex> lock(pool->injectionMutex_);
+    // Never closed here: shutdown() stops the timer queue (the only caller) before the
+    // pool can close.
+    timer.next = nullptr;
+    if (pool->timerDueTail_ == nullptr) {
+      pool->timerDueHead_ = &timer;
+    } else {
+      pool->timerDueTail_->next = &timer;
+    }
+    pool->timerDueTail_ = &timer;
+    // seq_cst: this store publishes the work for the wake-up protocol (rule 1).
+    pool->timerDueSize_.store(++pool->timerDueCount_, std::memory_order_seq_cst);
+  }
+  pool->wakeWorkerIfNeeded();
+}
+
+detail::WorkItem ThreadPool::takeDueTimer() noexcept {
+  std::lock_guard<std::mutex> lock(injectionMutex_);
+  detail::Job* timer = timerDueHead_;
+  if (timer == nullptr) return {};
+  timerDueHead_ = timer->next;
+  if (timerDueHead_ == nullptr) timerDueTail_ = nullptr;
+  timer->next = nullptr;
+  // seq_cst: keeps every timerDueSize_ store in the total order S.
+  timerDueSize_.store(--timerDueCount_, std::memory_order_seq_cst);
+  return detail::WorkItem::fromJob(timer);
 }
 
 void ThreadPool::schedule(std::coroutine_handle<> h) {
@@ -244,7 +292,11 @@ void ThreadPool::workerMain(Worker& self) {
   }
 #endif
   for (;;) {
-    detail::WorkItem item = popLocal(self);
+    detail::WorkItem item;
+    // Relaxed: a stale zero only lets one more queued item run before a due timer; the
+    // delivery's wake-up (rule 1) covers the workers that are not running.
+    if (timerDueSize_.load(std::memory_order_relaxed) != 0) [[unlikely]] item = takeDueTimer();
+    if (item.empty()) item = popLocal(self);
     if (item.empty()) {
       item = findWork(self);
       if (item.empty()) break;  // the pool is closed
@@ -259,6 +311,11 @@ void ThreadPool::workerMain(Worker& self) {
 }
 
 detail::WorkItem ThreadPool::searchOnce(Worker& self) {
+  // seq_cst: a final sweep (rule 2) must not read this before its searching_ decrement.
+  if (timerDueSize_.load(std::memory_order_seq_cst) != 0) {
+    detail::WorkItem item = takeDueTimer();
+    if (!item.empty()) return item;
+  }
   const std::size_t n = workers_.size();
   if (n > 1) {
     const std::size_t start = self.random(n);
@@ -378,7 +435,8 @@ void ThreadPool::wakeWorkerIfNeeded() noexcept {
 void ThreadPool::closeIfQuiescentLocked() noexcept {
   {
     std::lock_guard<std::mutex> lock(injectionMutex_);
-    if (!injection_.empty()) return;  // its pusher is waking a worker (rule 1)
+    // Its pusher (or the timer delivery) is waking a worker (rule 1).
+    if (!injection_.empty() || timerDueHead_ != nullptr) return;
     closed_.store(true, std::memory_order_seq_cst);
   }
   for (Worker* worker : idle_) {
@@ -404,6 +462,9 @@ void ThreadPool::shutdown() {
   }
   std::lock_guard<std::mutex> shutdownLock(shutdownMutex_);
   if (joined_) return;
+  // Pending timers fire now, with shutDown set, onto the due list: the pool still accepts
+  // them and runs them while it drains. Later timers are refused.
+  timers_.stop(/*deliverPending=*/true);
   {
     std::lock_guard<std::mutex> lock(idleMutex_);
     closing_ = true;

@@ -11,6 +11,7 @@
 
 #include "executors/detail/job.h"
 #include "executors/detail/ring_buffer.h"
+#include "executors/detail/timer_queue.h"
 #include "executors/executor.h"
 
 namespace weft {
@@ -36,8 +37,17 @@ struct ThreadPoolWorker;
 //  - ThreadPool(1) is a single-threaded event loop: everything runs on its one thread, in
 //    the order it was scheduled (when one schedule call happens before another, its work
 //    runs first).
-//  - shutdown() (also run by the destructor) lets the pool finish every task it has
-//    accepted, including tasks they schedule while it drains, then joins the workers.
+//  - Timers (scheduleTimer, what weft::sleep uses): the pool has a timer thread of its
+//    own, started by its first timer (a pool that never sleeps has none). When a timer
+//    expires, the timer thread puts it on the pool's due list and wakes a worker if none
+//    is awake; workers take due timers before anything in their own queues, so a sleep
+//    ends on time even when the queues are long (timers jump the queue; FIFO order holds
+//    among scheduled work, not between it and timers).
+//  - shutdown() (also run by the destructor) first stops the pool's timers: every timer
+//    still pending fires at once with `shutDown` set (a weft::sleep then throws
+//    ExecutorShutDown instead of waiting; nothing hangs on a long sleep), and later
+//    timers are refused (ExecutorShutDown). Then it lets the pool finish every task it
+//    has accepted, including tasks they schedule while it drains, and joins the workers.
 //    From then on schedule() throws ExecutorShutDown.
 //
 // Preconditions: shutdown() and the destructor must not run on one of the pool's own
@@ -75,6 +85,14 @@ class ThreadPool final : public Executor {
   // True on this pool's worker threads. noexcept: reads a thread_local.
   bool currentThreadInExecutor() const noexcept override;
 
+  // Arms `timer` on the pool's own timer thread (see the class comment): at its
+  // deadline, a worker runs it before its queued work. Throws ExecutorShutDown once
+  // shutdown() has begun; std::bad_alloc; std::system_error if the timer thread cannot
+  // start.
+  void scheduleTimer(detail::TimerEntry& timer) override;
+  // noexcept: a heap removal.
+  bool cancelTimer(detail::TimerEntry& timer) noexcept override;
+
   // Stops accepting outside work once everything accepted has run, then joins the
   // workers. Idempotent. See the class comment for the precise semantics.
   void shutdown();
@@ -102,8 +120,14 @@ class ThreadPool final : public Executor {
   void workerMain(Worker& self);
   // The next item for an out-of-work worker, or an empty item once the pool is closed.
   detail::WorkItem findWork(Worker& self);
-  // One sweep over the other workers' queues (stealing) and the injection queue.
+  // One sweep over the due timers, the other workers' queues (stealing) and the
+  // injection queue.
   detail::WorkItem searchOnce(Worker& self);
+  // The oldest due timer, or an empty item. noexcept: a list pop under a mutex.
+  detail::WorkItem takeDueTimer() noexcept;
+  // The timer queue's delivery: appends an expired (or flushed) timer to the due list and
+  // wakes a worker. noexcept: runs on the timer thread; allocates nothing.
+  static void deliverTimer(void* pool, detail::TimerEntry& timer) noexcept;
   // Moves a share of the injection queue into `self`'s queue; returns the first item
   // when `returnFirst` (otherwise queues everything).
   detail::WorkItem takeFromInjection(Worker& self, bool returnFirst);
@@ -133,6 +157,17 @@ class ThreadPool final : public Executor {
   // Set (under injectionMutex_ and idleMutex_) once the pool has drained during
   // shutdown; from then on every schedule is refused.
   std::atomic<bool> closed_{false};
+  // Expired timers waiting for a worker: an intrusive FIFO through Job::next, guarded by
+  // injectionMutex_ (so the shutdown's quiescence check sees it with the injection
+  // queue).
+  detail::Job* timerDueHead_ = nullptr;
+  detail::Job* timerDueTail_ = nullptr;
+  std::size_t timerDueCount_ = 0;
+
+  // timerDueCount_, readable without the lock; written under injectionMutex_. Read by
+  // every worker before each item, so it has a cache line of its own that is written
+  // only when timers fire.
+  alignas(64) std::atomic<std::size_t> timerDueSize_{0};
 
   // Wake-up protocol (see thread_pool.cc): how many workers are awake and looking for
   // work, and how many are in idle_.
@@ -146,6 +181,10 @@ class ThreadPool final : public Executor {
 
   std::mutex shutdownMutex_;
   bool joined_ = false;  // guarded by shutdownMutex_
+
+  // Last: its thread calls deliverTimer, which uses the members above. (It is stopped by
+  // shutdown(), before any of them is destroyed.)
+  detail::TimerQueue timers_;
 };
 
 }  // namespace weft

@@ -1,0 +1,178 @@
+#include "executors/detail/timer_queue.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
+namespace weft::detail {
+
+TimerQueue::TimerQueue(std::string threadName, Deliver deliver, void* context)
+    : threadName_(std::move(threadName)), deliver_(deliver), context_(context) {}
+
+TimerQueue::~TimerQueue() { stop(/*deliverPending=*/false); }
+
+bool TimerQueue::earlier(const TimerEntry* a, const TimerEntry* b) const noexcept {
+  if (a->deadline != b->deadline) return a->deadline < b->deadline;
+  return a->sequence < b->sequence;
+}
+
+void TimerQueue::place(std::size_t index, TimerEntry* entry) noexcept {
+  heap_[index] = entry;
+  entry->heapIndex = index;
+}
+
+void TimerQueue::siftUp(std::size_t index) noexcept {
+  TimerEntry* entry = heap_[index];
+  while (index > 0) {
+    const std::size_t parent = (index - 1) / 2;
+    if (!earlier(entry, heap_[parent])) break;
+    place(index, heap_[parent]);
+    index = parent;
+  }
+  place(index, entry);
+}
+
+void TimerQueue::siftDown(std::size_t index) noexcept {
+  TimerEntry* entry = heap_[index];
+  const std::size_t n = heap_.size();
+  for (;;) {
+    std::size_t child = 2 * index + 1;
+    if (child >= n) break;
+    if (child + 1 < n && earlier(heap_[child + 1], heap_[child])) ++child;
+    if (!earlier(heap_[child], entry)) break;
+    place(index, heap_[child]);
+    index = child;
+  }
+  place(index, entry);
+}
+
+void TimerQueue::removeAt(std::size_t index) noexcept {
+  TimerEntry* removed = heap_[index];
+  TimerEntry* last = heap_.back();
+  heap_.pop_back();
+  removed->heapIndex = TimerEntry::kNotQueued;
+  if (removed == last) return;
+  place(index, last);
+  // The moved entry may belong above or below its new slot.
+  if (index > 0 && earlier(last, heap_[(index - 1) / 2])) {
+    siftUp(index);
+  } else {
+    siftDown(index);
+  }
+}
+
+bool TimerQueue::add(TimerEntry& entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopped_) return false;
+  heap_.reserve(heap_.size() + 1);  // may throw: nothing changed yet
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { run(); });  // may throw likewise
+#if defined(__linux__)
+    // Named from here rather than by the thread itself, so the name is visible as soon as
+    // add() returns (a debugger or /proc never sees an unnamed timer thread).
+    pthread_setname_np(thread_.native_handle(), threadName_.substr(0, 15).c_str());
+#endif
+  }
+  entry.shutDown = false;
+  entry.sequence = nextSequence_++;
+  heap_.push_back(&entry);
+  siftUp(heap_.size() - 1);
+  // A new earliest deadline: the thread may be waiting for a later one.
+  if (entry.heapIndex == 0) wake_.notify_one();
+  return true;
+}
+
+bool TimerQueue::cancel(TimerEntry& entry) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (entry.heapIndex == TimerEntry::kNotQueued) return false;
+  // No wake-up: if it was the earliest, the thread wakes at its deadline, finds a later
+  // one and waits again.
+  removeAt(entry.heapIndex);
+  return true;
+}
+
+std::size_t TimerQueue::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return heap_.size();
+}
+
+bool TimerQueue::threadStarted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return thread_.joinable();
+}
+
+void TimerQueue::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopped_) {
+    if (heap_.empty()) {
+      wake_.wait(lock);
+      continue;
+    }
+    const TimerEntry::Clock::time_point deadline = heap_.front()->deadline;
+    if (deadline > TimerEntry::Clock::now()) {
+      // time_point::max() is "never": wait without a timeout (libstdc++ would overflow
+      // converting it to a timespec).
+      if (deadline == TimerEntry::Clock::time_point::max()) {
+        wake_.wait(lock);
+      } else {
+        wake_.wait_until(lock, deadline);
+      }
+      continue;
+    }
+    TimerEntry* entry = heap_.front();
+    removeAt(0);
+    // Delivered without the lock: `deliver` may resume a coroutine that arms or cancels
+    // timers. Once out of the heap, cancel() returns false, so this is the only delivery.
+    lock.unlock();
+    deliver_(context_, *entry);
+    lock.lock();
+  }
+}
+
+void TimerQueue::stop(bool deliverPending) noexcept {
+  std::lock_guard<std::mutex> stopLock(stopMutex_);
+  if (joined_) return;
+  std::vector<TimerEntry*> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = true;
+    pending.swap(heap_);
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+  joined_ = true;
+  // Deadline order, so the flushed timers are seen in the order they would have fired.
+  std::sort(pending.begin(), pending.end(),
+            [this](const TimerEntry* a, const TimerEntry* b) { return earlier(a, b); });
+  for (TimerEntry* entry : pending) {
+    entry->heapIndex = TimerEntry::kNotQueued;
+    if (deliverPending) {
+      entry->shutDown = true;
+      deliver_(context_, *entry);
+    }
+  }
+}
+
+namespace {
+
+// The global queue delivers on its own thread: the entry's complete function knows how
+// to reach its executor (it schedules what it resumes) or, without one, runs right here.
+void deliverOnTimerThread(void*, TimerEntry& entry) noexcept { entry.complete(&entry, true); }
+
+}  // namespace
+
+TimerQueue& globalTimerQueue() {
+  // Never destroyed (see the header); stopped at exit by the handler registered below.
+  static TimerQueue* const queue = [] {
+    auto* q = new TimerQueue("weft-timer", &deliverOnTimerThread, nullptr);
+    std::atexit([] { globalTimerQueue().stop(/*deliverPending=*/false); });
+    return q;
+  }();
+  return *queue;
+}
+
+}  // namespace weft::detail

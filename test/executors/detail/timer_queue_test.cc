@@ -1,0 +1,277 @@
+#include "executors/detail/timer_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace weft::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = TimerEntry::Clock;
+
+// A timer entry with an index, so deliveries can be checked.
+struct TaggedEntry : TimerEntry {
+  int tag = 0;
+};
+
+// Records deliveries: which entry, whether stop() flushed it, and on which thread.
+struct Recorder {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<int> delivered;
+  std::vector<bool> flushed;
+  std::vector<std::thread::id> threads;
+
+  static void deliver(void* context, TimerEntry& entry) noexcept {
+    auto* self = static_cast<Recorder*>(context);
+    std::lock_guard lock(self->mutex);
+    self->delivered.push_back(static_cast<TaggedEntry&>(entry).tag);
+    self->flushed.push_back(entry.shutDown);
+    self->threads.push_back(std::this_thread::get_id());
+    self->changed.notify_all();
+  }
+
+  // Waits (at most a minute, then fails) until `count` entries were delivered.
+  bool waitFor(std::size_t count) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, 60s, [&] { return delivered.size() >= count; });
+  }
+  std::size_t count() {
+    std::lock_guard lock(mutex);
+    return delivered.size();
+  }
+};
+
+TEST(TimerQueueTest, StartsNoThreadUntilTheFirstTimer) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  EXPECT_FALSE(queue.threadStarted());
+  TaggedEntry entry;
+  entry.deadline = Clock::now();
+  ASSERT_TRUE(queue.add(entry));
+  EXPECT_TRUE(queue.threadStarted());
+  ASSERT_TRUE(recorder.waitFor(1));
+}
+
+TEST(TimerQueueTest, DeliversOnItsOwnThreadInDeadlineOrder) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  constexpr int kEntries = 100;
+  std::vector<TaggedEntry> entries(kEntries);
+  std::vector<int> order(kEntries);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(1));
+  const auto base = Clock::now() + 50ms;
+  for (int i : order) {  // armed in shuffled order
+    entries[i].tag = i;
+    entries[i].deadline = base + i * 100us;
+    ASSERT_TRUE(queue.add(entries[i]));
+  }
+  ASSERT_TRUE(recorder.waitFor(kEntries));
+  std::vector<int> expected(kEntries);
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(recorder.delivered, expected);
+  for (std::size_t i = 0; i < recorder.threads.size(); ++i) {
+    EXPECT_NE(recorder.threads[i], std::this_thread::get_id());
+    EXPECT_FALSE(recorder.flushed[i]);
+  }
+  EXPECT_EQ(queue.size(), 0u);
+}
+
+TEST(TimerQueueTest, EqualDeadlinesKeepArmingOrder) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  std::vector<TaggedEntry> entries(20);
+  const auto deadline = Clock::now() + 20ms;
+  for (int i = 0; i < 20; ++i) {
+    entries[i].tag = i;
+    entries[i].deadline = deadline;
+    ASSERT_TRUE(queue.add(entries[i]));
+  }
+  ASSERT_TRUE(recorder.waitFor(20));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(recorder.delivered[i], i);
+}
+
+TEST(TimerQueueTest, CancelRemovesAnArmedTimerAndNeverDeliversIt) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  TaggedEntry never, soon;
+  never.tag = 1;
+  never.deadline = Clock::now() + 1h;
+  soon.tag = 2;
+  soon.deadline = Clock::now() + 1ms;
+  ASSERT_TRUE(queue.add(never));
+  ASSERT_TRUE(queue.add(soon));
+  EXPECT_EQ(queue.size(), 2u);
+  EXPECT_TRUE(queue.cancel(never));
+  EXPECT_EQ(queue.size(), 1u);
+  EXPECT_FALSE(queue.cancel(never));  // not armed any more
+  ASSERT_TRUE(recorder.waitFor(1));
+  EXPECT_FALSE(queue.cancel(soon));  // already delivered
+  EXPECT_EQ(recorder.delivered, std::vector<int>{2});
+}
+
+// Random adds and cancels: the heap keeps its order through removals from the middle.
+TEST(TimerQueueTest, CancellingFromTheMiddleKeepsTheOthersInOrder) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  constexpr int kEntries = 500;
+  std::vector<TaggedEntry> entries(kEntries);
+  std::mt19937 rng(3);
+  const auto base = Clock::now() + 200ms;
+  for (int i = 0; i < kEntries; ++i) {
+    entries[i].tag = i;
+    entries[i].deadline = base + std::chrono::microseconds(rng() % 20000);
+    ASSERT_TRUE(queue.add(entries[i]));
+  }
+  std::vector<bool> cancelled(kEntries, false);
+  for (int i = 0; i < kEntries; ++i) {
+    if (rng() % 2 == 0) {
+      ASSERT_TRUE(queue.cancel(entries[i]));
+      cancelled[i] = true;
+    }
+  }
+  const auto kept = static_cast<std::size_t>(std::count(cancelled.begin(), cancelled.end(), false));
+  EXPECT_EQ(queue.size(), kept);
+  ASSERT_TRUE(recorder.waitFor(kept));
+  std::this_thread::sleep_for(25ms);  // a cancelled one would be delivered by now
+  ASSERT_EQ(recorder.count(), kept);
+  for (std::size_t k = 0; k < kept; ++k) {
+    const int i = recorder.delivered[k];
+    EXPECT_FALSE(cancelled[i]);
+    if (k > 0) {
+      const TaggedEntry& prev = entries[recorder.delivered[k - 1]];
+      EXPECT_TRUE(prev.deadline < entries[i].deadline ||
+                  (prev.deadline == entries[i].deadline && prev.tag < i));
+    }
+  }
+}
+
+TEST(TimerQueueTest, StopFlushesPendingTimersWithShutDownAndRefusesNewOnes) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  std::vector<TaggedEntry> entries(3);
+  for (int i = 0; i < 3; ++i) {
+    entries[i].tag = i;
+    entries[i].deadline = Clock::now() + std::chrono::hours(1 + 2 - i);
+    ASSERT_TRUE(queue.add(entries[i]));
+  }
+  queue.stop(/*deliverPending=*/true);
+  // Delivered on the stopping thread, in deadline order, flagged.
+  EXPECT_EQ(recorder.delivered, (std::vector<int>{2, 1, 0}));
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(recorder.flushed[i]);
+    EXPECT_EQ(recorder.threads[i], std::this_thread::get_id());
+  }
+  TaggedEntry late;
+  late.deadline = Clock::now();
+  EXPECT_FALSE(queue.add(late));
+  EXPECT_FALSE(queue.cancel(entries[0]));
+  queue.stop(true);  // idempotent
+  EXPECT_EQ(recorder.count(), 3u);
+}
+
+TEST(TimerQueueTest, StopWithoutDeliveryDropsPendingTimers) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  TaggedEntry entry;
+  entry.deadline = Clock::now() + 1h;
+  ASSERT_TRUE(queue.add(entry));
+  queue.stop(/*deliverPending=*/false);
+  EXPECT_EQ(recorder.count(), 0u);
+  EXPECT_EQ(entry.heapIndex, TimerEntry::kNotQueued);
+}
+
+TEST(TimerQueueTest, NeverDeadlineWaitsUntilCancelledOrStopped) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  TaggedEntry never, soon;
+  never.deadline = Clock::time_point::max();
+  never.tag = 1;
+  soon.tag = 2;
+  ASSERT_TRUE(queue.add(never));
+  soon.deadline = Clock::now() + 1ms;
+  ASSERT_TRUE(queue.add(soon));  // an earlier deadline wakes the waiting thread
+  ASSERT_TRUE(recorder.waitFor(1));
+  EXPECT_EQ(recorder.delivered, std::vector<int>{2});
+  EXPECT_TRUE(queue.cancel(never));
+}
+
+// A delivery may arm and cancel timers (it runs without the lock).
+struct Rearming {
+  TimerQueue* queue = nullptr;
+  std::deque<TaggedEntry> entries;
+  std::atomic<int> delivered{0};
+  static void deliver(void* context, TimerEntry& entry) noexcept {
+    auto* self = static_cast<Rearming*>(context);
+    const int n = self->delivered.fetch_add(1) + 1;
+    if (n < 50) {
+      TaggedEntry& next = self->entries.emplace_back();
+      next.deadline = Clock::now();
+      self->queue->add(next);
+      TaggedEntry& cancelled = self->entries.emplace_back();
+      cancelled.deadline = Clock::now() + 1h;
+      self->queue->add(cancelled);
+      self->queue->cancel(cancelled);
+    }
+    (void)entry;
+  }
+};
+
+TEST(TimerQueueTest, DeliveryMayArmAndCancelTimers) {
+  Rearming rearming;
+  TimerQueue queue("test-timer", &Rearming::deliver, &rearming);
+  rearming.queue = &queue;
+  TaggedEntry first;
+  first.deadline = Clock::now();
+  ASSERT_TRUE(queue.add(first));
+  for (int i = 0; i < 60000 && rearming.delivered.load() < 50; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(rearming.delivered.load(), 50);
+  queue.stop(false);
+  EXPECT_EQ(queue.size(), 0u);
+}
+
+TEST(TimerQueueTest, ConcurrentAddAndCancelFromManyThreads) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  constexpr int kThreads = 4, kPerThread = 500;
+  std::vector<TaggedEntry> entries(kThreads * kPerThread);
+  std::atomic<int> kept{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < kPerThread; ++i) {
+        TaggedEntry& e = entries[t * kPerThread + i];
+        e.tag = t * kPerThread + i;
+        e.deadline = Clock::now() + std::chrono::microseconds(rng() % 3000);
+        ASSERT_TRUE(queue.add(e));
+        // A cancel either removes it (never delivered) or finds it delivered already.
+        if (rng() % 2 == 0 && queue.cancel(e)) continue;
+        kept.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  ASSERT_TRUE(recorder.waitFor(static_cast<std::size_t>(kept.load())));
+  std::this_thread::sleep_for(10ms);
+  std::vector<int> delivered = recorder.delivered;
+  EXPECT_EQ(delivered.size(), static_cast<std::size_t>(kept.load()));
+  std::sort(delivered.begin(), delivered.end());
+  EXPECT_EQ(std::adjacent_find(delivered.begin(), delivered.end()), delivered.end());
+}
+
+}  // namespace
+}  // namespace weft::detail
