@@ -119,7 +119,7 @@ class ChannelOpAwaiter {
   ChannelCore<T>* channel_;
   const CancellationToken* token_;  // null: not cancellable
   ChannelWaiter node_;
-  std::optional<CancellationCallback> callback_;
+  OutOfLineCancellationCallback callback_;
 };
 
 // The awaiter of `co_await ch.send(v)`: sends at once when a receiver waits or the

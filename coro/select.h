@@ -379,7 +379,7 @@ class SelectAwaiter {
   SelectState state_;
   Executor* executor_;
   const CancellationToken* token_;  // null: not cancellable
-  std::optional<CancellationCallback> callback_;
+  OutOfLineCancellationCallback callback_;
   std::uint32_t chosen_ = kNone;
   bool suspended_ = false;
 };

@@ -1,6 +1,7 @@
-// How much memory one task of the 30,000-task echo ring costs (issue #4), the ring of
-// BM_Channel_EchoRing30000 (benchmark/coro/channel_benchmark.cc); Go's figure for the
-// same ring comes from benchmark/go/channel_echo_ring ("bytes_per_task").
+// How much memory one task of the 30,000-task echo ring costs (issue #4), the rings of
+// BM_Channel_EchoRing30000 (Lazys) and BM_FiberChannel_EchoRing30000 (fibers, 16 KiB
+// guarded stacks) in benchmark/coro/channel_benchmark.cc; Go's figure for the same ring
+// comes from benchmark/go/channel_echo_ring ("bytes_per_task").
 //
 // In a child process forked from a clean parent, on a ThreadPool(1):
 //  1. RSS is read (/proc/self/statm) once the pool runs;
@@ -8,12 +9,16 @@
 //     channel) are created and started, and one full round is run, so every echoer has
 //     received, replied and parked again;
 //  3. RSS is read again while they are all parked: (after - before) / 30,000 is the cost
-//     of one echo task: its coroutine frame, its channel and its share of the collect;
+//     of one echo task: its coroutine frame (for a fiber: its control block, the touched
+//     pages of its stack and the Lazy that drives it), its channel and its share of the
+//     collect;
 //  4. the ring is shut down (every channel closed; every task must finish).
 //
 // Output, one "name value" pair a line, for benchmark/run.sh:
 //   lazy_echo_tasks 30000
-//   lazy_echo_bytes_per_task 312.4
+//   lazy_echo_bytes_per_task 351.0
+//   fiber_echo_tasks 30000
+//   fiber_echo_bytes_per_task 9000.0
 // Usage: channel_memory [tasks]   (default 30000)
 
 #include <sys/wait.h>
@@ -34,6 +39,9 @@
 #include "coro/sync_await.h"
 #include "coro/try.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
+#include "stackful/stack_pool.h"
 
 namespace {
 
@@ -97,6 +105,53 @@ double measureLazyRing(int tasks) {
   return double(after - before) / tasks;
 }
 
+// The same with fibers (each on a 16 KiB guarded stack, as in the benchmark).
+double measureFiberRing(int tasks) {
+  weft::ThreadPool pool(1, "echo-ring");
+  weft::StackPool stacks(16 * 1024, 0);
+  weft::SpawnOptions options;
+  options.stackPool = &stacks;
+  Channel<int> warmed(1);
+  weft::syncAwait(weft::spawnFiber(&pool, [&] { weft::await(warmed.send(0)); }, options));
+  const long before = residentBytes();
+
+  std::deque<Channel<std::int64_t>> inputs;
+  for (int i = 0; i < tasks; ++i) inputs.emplace_back(1);
+  Channel<std::int64_t> replies(1);
+  Channel<int> measured;
+  Channel<int> parked(1);
+  std::vector<weft::FiberFuture<void>> echoes;
+  echoes.reserve(tasks);
+  for (auto& in : inputs) {
+    echoes.push_back(weft::spawnFiber(
+        &pool,
+        [&replies, &in] {
+          while (std::optional<std::int64_t> v = weft::await(in.receive())) {
+            weft::await(replies.send(*v));
+          }
+        },
+        options));
+  }
+  auto driver = weft::spawnFiber(
+      &pool,
+      [&] {
+        for (int i = 0; i < tasks; ++i) weft::await(inputs[i].send(i));
+        std::int64_t sum = 0;
+        for (int i = 0; i < tasks; ++i) sum += *weft::await(replies.receive());
+        if (sum != std::int64_t{tasks} * (tasks - 1) / 2) fail("wrong echo sum");
+        weft::await(parked.send(1));
+        weft::await(measured.receive());
+        for (auto& in : inputs) in.close();
+      },
+      options);
+  weft::syncAwait([&]() -> Lazy<void> { co_await parked.receive(); }());
+  const long after = residentBytes();
+  weft::syncAwait([&]() -> Lazy<void> { co_await measured.send(0); }());
+  weft::syncAwait(std::move(driver));
+  for (auto& echo : echoes) weft::syncAwait(std::move(echo));
+  return double(after - before) / tasks;
+}
+
 template <class Body>
 void report(const char* name, int tasks, Body body) {
   std::fflush(stdout);
@@ -122,5 +177,6 @@ int main(int argc, char** argv) {
   if (argc > 1) tasks = std::atoi(argv[1]);
   if (tasks <= 0) fail("usage: channel_memory [tasks > 0]");
   report("lazy", tasks, [tasks] { return measureLazyRing(tasks); });
+  report("fiber", tasks, [tasks] { return measureFiberRing(tasks); });
   return 0;
 }

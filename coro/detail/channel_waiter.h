@@ -3,8 +3,12 @@
 #include <atomic>
 #include <coroutine>
 #include <cstdint>
+#include <new>
 #include <thread>
+#include <utility>
 
+#include "coro/cancellation.h"
+#include "coro/detail/frame_allocator.h"
 #include "coro/detail/via_awaiter.h"
 #include "executors/executor.h"
 
@@ -89,6 +93,45 @@ class ChannelLockGuard {
 
  private:
   ChannelLock* lock_;
+};
+
+// The cancellation registration of a channel operation or select, made only when the
+// operation can be cancelled. A CancellationCallback is 80 bytes; kept inside the
+// awaiter it would grow every coroutine frame that awaits a channel (twice over for a
+// loop that sends and receives), cancellable or not. So the awaiter holds a pointer, and
+// the callback lives in a block of the frame allocator (a thread-local free list: no
+// malloc in the steady state), taken only for a cancellable token.
+class OutOfLineCancellationCallback {
+ public:
+  OutOfLineCancellationCallback() noexcept = default;
+  OutOfLineCancellationCallback(const OutOfLineCancellationCallback&) = delete;
+  OutOfLineCancellationCallback& operator=(const OutOfLineCancellationCallback&) = delete;
+  ~OutOfLineCancellationCallback() { reset(); }
+
+  // Registers `onCancel` on `token` (which runs it at once if cancellation was already
+  // requested). Throws std::bad_alloc (nothing registered).
+  template <class F>
+  void emplace(const CancellationToken& token, F&& onCancel) {
+    void* block = allocateFrame(sizeof(CancellationCallback));
+    try {
+      callback_ = ::new (block) CancellationCallback(token, std::forward<F>(onCancel));
+    } catch (...) {
+      deallocateFrame(block, sizeof(CancellationCallback));
+      throw;
+    }
+  }
+
+  // Deregisters (waiting for the callback if it runs on another thread right now).
+  // noexcept: ~CancellationCallback only unlinks or waits.
+  void reset() noexcept {
+    if (CancellationCallback* callback = std::exchange(callback_, nullptr)) {
+      callback->~CancellationCallback();
+      deallocateFrame(callback, sizeof(CancellationCallback));
+    }
+  }
+
+ private:
+  CancellationCallback* callback_ = nullptr;
 };
 
 // Where a waiter node stands. Read and written only under the lock of the channel the

@@ -13,14 +13,18 @@
 #include <thread>
 #include <vector>
 
+#include "coro/async_generator.h"
 #include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
+#include "coro/select.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
 #include "coro/try.h"
 #include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -658,6 +662,189 @@ INSTANTIATE_TEST_SUITE_P(Capacities, ChannelCancellationStressTest,
                          [](const ::testing::TestParamInfo<std::size_t>& info) {
                            return "Capacity" + std::to_string(info.param);
                          });
+
+// ---------------------------------------------------------------------------------------
+// Fibers and Lazys on the two ends of the same channels (stackful/await.h).
+
+class ChannelFiberTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ChannelFiberTest, FibersAndLazysExchangeEveryValueExactlyOnce) {
+  Watchdog watchdog(120s, "ChannelFiberTest.FibersAndLazysExchangeEveryValueExactlyOnce");
+  constexpr int kPerProducer = 5000;
+  ThreadPool pool(2);
+  Channel<int> ch(GetParam());
+  // Producers 0 and 1 are fibers, 2 and 3 Lazys; so are consumers 0, 1 and 2, 3.
+  std::vector<std::vector<int>> received(4);
+  std::vector<FiberFuture<void>> fiberProducers, fiberConsumers;
+  for (int p = 0; p < 2; ++p) {
+    fiberProducers.push_back(spawnFiber(&pool, [&ch, p] {
+      for (int i = 0; i < kPerProducer; ++i) await(ch.send(p * kPerProducer + i));
+    }));
+  }
+  for (int c = 0; c < 2; ++c) {
+    fiberConsumers.push_back(spawnFiber(&pool, [&ch, &received, c] {
+      while (std::optional<int> v = await(ch.receive())) received[c].push_back(*v);
+    }));
+  }
+  auto lazyProducer = [&](int p) -> Lazy<void> {
+    for (int i = 0; i < kPerProducer; ++i) co_await ch.send(p * kPerProducer + i);
+  };
+  auto lazyConsumer = [&](int c) -> Lazy<void> {
+    while (std::optional<int> v = co_await ch.receive()) received[c].push_back(*v);
+  };
+  auto producersThenClose = [&]() -> Lazy<void> {
+    auto [a, b] = co_await collectAllPara(lazyProducer(2), lazyProducer(3));
+    a.value();
+    b.value();
+    for (auto& fiber : fiberProducers) co_await std::move(fiber);
+    ch.close();
+  };
+  auto [producers, c2, c3] = syncAwait(
+      collectAllPara(producersThenClose(), lazyConsumer(2), lazyConsumer(3)).via(&pool));
+  producers.value();
+  c2.value();
+  c3.value();
+  for (auto& fiber : fiberConsumers) syncAwait(std::move(fiber));
+
+  std::vector<int> all;
+  for (auto& values : received) all.insert(all.end(), values.begin(), values.end());
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(4 * kPerProducer));
+  for (int i = 0; i < 4 * kPerProducer; ++i) ASSERT_EQ(all[i], i);
+}
+
+INSTANTIATE_TEST_SUITE_P(Capacities, ChannelFiberTest,
+                         ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{64}),
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return "Capacity" + std::to_string(info.param);
+                         });
+
+TEST(ChannelFiberTest, PingPongBetweenAFiberAndALazyOnOneThread) {
+  Watchdog watchdog(60s, "ChannelFiberTest.PingPongBetweenAFiberAndALazyOnOneThread");
+  ThreadPool pool(1);
+  Channel<int> ping, pong;
+  constexpr int kRounds = 5000;
+  auto fiber = spawnFiber(&pool, [&] {
+    int echoes = 0;
+    while (std::optional<int> v = await(ping.receive())) {
+      await(pong.send(*v + 1));
+      ++echoes;
+    }
+    return echoes;
+  });
+  int last = syncAwait([&]() -> Lazy<int> {
+    int v = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      co_await ping.send(v);
+      v = *co_await pong.receive();
+    }
+    ping.close();
+    co_return v;
+  }()
+                           .via(&pool));
+  EXPECT_EQ(last, kRounds);
+  EXPECT_EQ(syncAwait(std::move(fiber)), kRounds);
+}
+
+TEST(ChannelFiberTest, AFiberSelectsOverChannelsFedByLazys) {
+  Watchdog watchdog(60s, "ChannelFiberTest.AFiberSelectsOverChannelsFedByLazys");
+  ThreadPool pool(2);
+  Channel<int> numbers;
+  Channel<std::string> words;
+  auto fiber = spawnFiber(&pool, [&] {
+    int sum = 0;
+    std::string text;
+    bool numbersOpen = true, wordsOpen = true;
+    while (numbersOpen || wordsOpen) {
+      if (numbersOpen && wordsOpen) {
+        auto r = await(select(numbers.receiveCase(), words.receiveCase()));
+        if (r.index() == 0) {
+          if (std::optional<int> v = std::get<0>(r)) {
+            sum += *v;
+          } else {
+            numbersOpen = false;
+          }
+        } else if (std::optional<std::string> w = std::get<1>(r)) {
+          text += *w;
+        } else {
+          wordsOpen = false;
+        }
+      } else if (numbersOpen) {
+        if (std::optional<int> v = await(numbers.receive())) {
+          sum += *v;
+        } else {
+          numbersOpen = false;
+        }
+      } else if (std::optional<std::string> w = await(words.receive())) {
+        text += *w;
+      } else {
+        wordsOpen = false;
+      }
+    }
+    return std::pair{sum, text.size()};
+  });
+  auto feedNumbers = [&]() -> Lazy<void> {
+    for (int i = 1; i <= 100; ++i) co_await numbers.send(i);
+    numbers.close();
+  };
+  auto feedWords = [&]() -> Lazy<void> {
+    for (int i = 0; i < 50; ++i) co_await words.send(std::string("ab"));
+    words.close();
+  };
+  auto [a, b] = syncAwait(collectAllPara(feedNumbers(), feedWords()).via(&pool));
+  a.value();
+  b.value();
+  auto [sum, length] = syncAwait(std::move(fiber));
+  EXPECT_EQ(sum, 5050);
+  EXPECT_EQ(length, 100u);
+}
+
+TEST(ChannelFiberTest, AFibersCancellationTokenCancelsItsChannelWait) {
+  Watchdog watchdog(60s, "ChannelFiberTest.AFibersCancellationTokenCancelsItsChannelWait");
+  ThreadPool pool(2);
+  Channel<int> ch;
+  Channel<int> waiting(1);
+  CancellationSource source;
+  SpawnOptions options;
+  options.cancellationToken = source.token();
+  auto fiber = spawnFiber(
+      &pool,
+      [&] {
+        await(waiting.send(1));
+        try {
+          await(ch.receive());
+          return false;
+        } catch (const OperationCancelled&) {
+          return true;
+        }
+      },
+      std::move(options));
+  syncAwait(waiting.receive());
+  source.requestCancellation();
+  EXPECT_TRUE(syncAwait(std::move(fiber)));
+  EXPECT_FALSE(ch.trySend(1)) << "the cancelled fiber must have left the channel";
+}
+
+TEST(ChannelFiberTest, AFiberConsumesAnAsyncGeneratorStreamingAChannel) {
+  Watchdog watchdog(60s, "ChannelFiberTest.AFiberConsumesAnAsyncGeneratorStreamingAChannel");
+  ThreadPool pool(2);
+  Channel<int> ch(8);
+  auto squares = [](Channel<int>& in) -> AsyncGenerator<long> {
+    while (std::optional<int> v = co_await in.receive()) co_yield long{*v} * *v;
+  };
+  auto fiber = spawnFiber(&pool, [&] {
+    auto gen = squares(ch);
+    long sum = 0;
+    while (std::optional<long> v = await(gen.next())) sum += *v;
+    return sum;
+  });
+  syncAwait([&]() -> Lazy<void> {
+    for (int i = 1; i <= 10; ++i) co_await ch.send(i);
+    ch.close();
+  }()
+                .via(&pool));
+  EXPECT_EQ(syncAwait(std::move(fiber)), 385);
+}
 
 TEST(ChannelDeathTest, DestroyingAChannelWithWaitersAborts) {
   EXPECT_DEATH(
