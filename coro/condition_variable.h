@@ -5,7 +5,11 @@
 #include <coroutine>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 
+#include "coro/cancellation.h"
+#include "coro/detail/config.h"
+#include "coro/detail/lazy_promise.h"
 #include "coro/detail/spin_lock.h"
 #include "coro/detail/sync_waiter.h"
 #include "coro/lazy.h"
@@ -60,6 +64,70 @@ class ConditionVariableWaitAwaiter : public CancellableSyncWaiter {
   bool cvCancelled_ = false;
 };
 
+// The awaiter of `co_await cv.wait(mutex, predicate)`: checks the predicate first (no
+// frame, no suspension if it holds), else runs a small loop Lazy, created here rather
+// than by the caller (a fiber may change threads at every await, so nothing it creates
+// inline should depend on the thread it started on), that waits until the predicate
+// holds. The Lazy gets the executor and token this await was given.
+template <class Predicate>
+class ConditionVariablePredicateAwaiter {
+ public:
+  ConditionVariablePredicateAwaiter(ConditionVariable& cv, Mutex& mutex, Predicate&& predicate,
+                                    Executor* waiterExecutor,
+                                    const CancellationToken* token) noexcept
+      : cv_(cv),
+        mutex_(mutex),
+        predicate_(std::move(predicate)),
+        executor_(waiterExecutor),
+        token_(token != nullptr ? token : &kNoCancellationToken) {}
+
+  // The predicate already holds: done. Rethrows what it throws.
+  bool await_ready() { return static_cast<bool>(predicate_()); }
+  // Throws std::bad_alloc if the loop's frame cannot be allocated (nothing is waiting).
+  // HACK(clang-16, TLS across suspension points): not inlined, so that the frame
+  // allocator's thread_local cache is looked up on the thread running this, not taken
+  // from an address the awaiting coroutine computed before an earlier suspension, on
+  // another thread (TSan reported exactly that, with clang -O1, for a Task whose thread
+  // changed at a previous co_await).
+  WEFT_NOINLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting);
+  // Rethrows what the loop threw (OperationCancelled, the predicate's exception).
+  void await_resume() {
+    if (loop_.valid()) LazyAccess::handle(loop_).promise().result_.value();
+  }
+
+ private:
+  ConditionVariable& cv_;
+  Mutex& mutex_;
+  Predicate predicate_;
+  Executor* executor_;
+  const CancellationToken* token_;
+  Lazy<> loop_;
+};
+
+// The object `cv.wait(mutex, predicate)` returns; awaitable once, as an rvalue.
+template <class Predicate>
+class [[nodiscard]] ConditionVariablePredicateWait {
+ public:
+  ConditionVariablePredicateWait(ConditionVariable& cv, Mutex& mutex, Predicate predicate)
+      : cv_(cv), mutex_(mutex), predicate_(std::move(predicate)) {}
+
+  ConditionVariablePredicateAwaiter<Predicate> coAwait(Executor* executor,
+                                                       const CancellationToken& token) && {
+    return {cv_, mutex_, std::move(predicate_), executor, &token};
+  }
+  ConditionVariablePredicateAwaiter<Predicate> coAwait(Executor* executor) && {
+    return {cv_, mutex_, std::move(predicate_), executor, nullptr};
+  }
+  ConditionVariablePredicateAwaiter<Predicate> operator co_await() && {
+    return {cv_, mutex_, std::move(predicate_), nullptr, nullptr};
+  }
+
+ private:
+  ConditionVariable& cv_;
+  Mutex& mutex_;
+  Predicate predicate_;
+};
+
 }  // namespace detail
 
 // ConditionVariable: waits for a condition guarded by a weft::Mutex, for coroutines and
@@ -71,8 +139,9 @@ class ConditionVariableWaitAwaiter : public CancellableSyncWaiter {
 //    return without the condition being true (another waiter got there first): test it
 //    in a loop, or use the predicate form.
 //  - `co_await cv.wait(mutex, predicate)`: `while (!predicate()) co_await cv.wait(mutex);`
-//    `predicate` runs with the mutex held, on the waiting coroutine. It is a Lazy<void>
-//    (one frame from the recycling allocator) that inherits the awaiter's executor.
+//    `predicate` runs with the mutex held, on the waiting coroutine or fiber. If it
+//    holds at once nothing is allocated; otherwise the loop runs in one coroutine frame
+//    from the recycling allocator, with the awaiter's executor and cancellation token.
 //  - notifyOne() wakes the oldest waiter, notifyAll() every waiter (FIFO). A notified
 //    waiter is moved straight into the mutex's queue (or handed the mutex if it is free)
 //    and is resumed once it holds the mutex: a waiter that belongs to an executor is
@@ -114,12 +183,13 @@ class ConditionVariable {
                                  Mutex&>(*this, mutex);
   }
 
-  // Waits until `predicate()` is true (checked first, then after every wake-up), with
-  // `mutex` held whenever it is checked and on return.
+  // Awaitable: waits until `predicate()` is true (checked first, then after every
+  // wake-up), with `mutex` held whenever it is checked and on return. Await it as an
+  // rvalue, once.
   template <class Predicate>
     requires std::predicate<Predicate&>
-  Lazy<> wait(Mutex& mutex, Predicate predicate) {
-    while (!predicate()) co_await wait(mutex);
+  detail::ConditionVariablePredicateWait<Predicate> wait(Mutex& mutex, Predicate predicate) {
+    return detail::ConditionVariablePredicateWait<Predicate>(*this, mutex, std::move(predicate));
   }
 
   // Wakes the oldest waiter, if any (it resumes once it holds its mutex).
@@ -152,6 +222,16 @@ class ConditionVariable {
 
  private:
   friend class detail::ConditionVariableWaitAwaiter;
+  template <class>
+  friend class detail::ConditionVariablePredicateAwaiter;
+
+  // The loop of the predicate wait; `predicate` lives in the awaiter, which outlives it.
+  template <class Predicate>
+  Lazy<> waitLoop(Mutex& mutex, Predicate& predicate) {
+    do {
+      co_await wait(mutex);
+    } while (!predicate());
+  }
 
   // Moves a waiter that left our queue into its mutex's queue (or hands it the mutex).
   static void reacquire(detail::SyncWaiter* waiter) noexcept {
@@ -223,6 +303,18 @@ bool ConditionVariableWaitAwaiter::await_suspend(std::coroutine_handle<> awaitin
   handle = awaiting;
   armCancellation([this] { cv_.cancelWait(this); });
   return cv_.enqueueAndUnlock(this);
+}
+
+template <class Predicate>
+std::coroutine_handle<> ConditionVariablePredicateAwaiter<Predicate>::await_suspend(
+    std::coroutine_handle<> awaiting) {
+  loop_ = cv_.waitLoop(mutex_, predicate_);
+  std::coroutine_handle<LazyPromise<void>> loop = LazyAccess::handle(loop_);
+  loop.promise().setContinuation(awaiting);
+  loop.promise().setExecutor(executor_);
+  loop.promise().setCancellationToken(token_);
+  // Symmetric transfer into the loop; it transfers back to `awaiting` when it finishes.
+  return loop;
 }
 
 }  // namespace detail

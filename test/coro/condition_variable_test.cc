@@ -20,6 +20,9 @@
 #include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/fiber.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -347,6 +350,78 @@ TEST(ConditionVariableCancellationTest, CancellationRacingWithNotifyOnTwoThreads
   }
   EXPECT_EQ(notified + cancelled, 300 * 4);
   EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(ConditionVariableTest, FiberProducersAndLazyConsumersAndViceVersa) {
+  Watchdog watchdog(120s, "ConditionVariableTest.FiberProducersAndLazyConsumers");
+  constexpr int kEach = 20;     // of each kind: fiber producers, Lazy producers, ...
+  constexpr int kItems = 500;  // per producer
+  ThreadPool pool(2);
+  Mutex mutex;
+  ConditionVariable notEmpty;
+  std::deque<long> queue;  // guarded by mutex
+  int producersLeft = 2 * kEach;
+  long sum = 0, count = 0;
+  auto produceOne = [&](long value) { queue.push_back(value); };
+  std::vector<FiberFuture<void>> fibers;
+  for (int i = 0; i < kEach; ++i) {
+    fibers.push_back(spawnFiber(&pool, [&, i] {  // a producer
+      for (int k = 0; k < kItems; ++k) {
+        {
+          ScopedLock lock = await(mutex.scopedLock());
+          produceOne(long{i} * kItems + k);
+        }
+        notEmpty.notifyOne();
+      }
+      ScopedLock lock = await(mutex.scopedLock());
+      --producersLeft;
+      lock.unlock();
+      notEmpty.notifyAll();
+    }));
+    fibers.push_back(spawnFiber(&pool, [&] {  // a consumer
+      for (;;) {
+        ScopedLock lock = await(mutex.scopedLock());
+        await(notEmpty.wait(mutex, [&] { return !queue.empty() || producersLeft == 0; }));
+        if (queue.empty()) return;
+        sum += queue.front();
+        ++count;
+        queue.pop_front();
+      }
+    }));
+  }
+  auto lazyProducer = [&](int i) -> Lazy<> {
+    for (int k = 0; k < kItems; ++k) {
+      {
+        ScopedLock lock = co_await mutex.scopedLock();
+        produceOne(long{kEach + i} * kItems + k);
+      }
+      notEmpty.notifyOne();
+    }
+    ScopedLock lock = co_await mutex.scopedLock();
+    --producersLeft;
+    lock.unlock();
+    notEmpty.notifyAll();
+  };
+  auto lazyConsumer = [&]() -> Lazy<> {
+    for (;;) {
+      ScopedLock lock = co_await mutex.scopedLock();
+      co_await notEmpty.wait(mutex, [&] { return !queue.empty() || producersLeft == 0; });
+      if (queue.empty()) co_return;
+      sum += queue.front();
+      ++count;
+      queue.pop_front();
+    }
+  };
+  std::vector<Lazy<>> lazys;
+  for (int i = 0; i < kEach; ++i) {
+    lazys.push_back(lazyConsumer());
+    lazys.push_back(lazyProducer(i));
+  }
+  syncAwait(collectAllPara(std::move(lazys)), &pool);
+  for (auto& fiber : fibers) syncAwait(std::move(fiber));
+  const long n = 2L * kEach * kItems;
+  EXPECT_EQ(count, n);
+  EXPECT_EQ(sum, n * (n - 1) / 2);
 }
 
 TEST(ConditionVariableDeathTest, MisuseAborts) {

@@ -18,6 +18,9 @@
 #include "coro/task.h"
 #include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/fiber.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -260,6 +263,36 @@ TEST(EventCancellationTest, CancellationRacingWithSetOnTwoThreads) {
   }
   EXPECT_EQ(woken + cancelled, 500 * 4);
   EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(EventTest, SetWakesFibersAndLazysAlike) {
+  Watchdog watchdog(120s, "EventTest.SetWakesFibersAndLazysAlike");
+  constexpr int kEach = 100;
+  ThreadPool pool(2);
+  Event event;
+  std::atomic<int> fibersWoken{0}, lazysWoken{0};
+  std::vector<FiberFuture<void>> fibers;
+  for (int i = 0; i < kEach; ++i) {
+    fibers.push_back(spawnFiber(&pool, [&] {
+      await(event.wait());
+      fibersWoken.fetch_add(1);
+    }));
+  }
+  std::vector<Lazy<>> lazys;
+  for (int i = 0; i < kEach; ++i) {
+    lazys.push_back([](Event& e, std::atomic<int>& w) -> Lazy<> {
+      co_await e.wait();
+      w.fetch_add(1);
+    }(event, lazysWoken));
+  }
+  lazys.push_back([](Event& e) -> Lazy<> {
+    e.set();
+    co_return;
+  }(event));
+  syncAwait(collectAllPara(std::move(lazys)), &pool);
+  for (auto& fiber : fibers) syncAwait(std::move(fiber));
+  EXPECT_EQ(fibersWoken.load(), kEach);
+  EXPECT_EQ(lazysWoken.load(), kEach);
 }
 
 TEST(EventDeathTest, DestroyingAnEventWithWaitersAborts) {

@@ -16,6 +16,9 @@
 #include "coro/task.h"
 #include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/fiber.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
 
@@ -210,6 +213,37 @@ TEST(LatchCancellationTest, ArriveAndWaitCountsDownEvenWhenCancelled) {
   EXPECT_FALSE(latch.tryWait());
   latch.countDown();  // the cancelled arrival counted: this is the last one
   EXPECT_TRUE(latch.tryWait());
+}
+
+TEST(LatchTest, FibersAndLazysArriveAndWaitOnOneLatch) {
+  Watchdog watchdog(120s, "LatchTest.FibersAndLazysArriveAndWaitOnOneLatch");
+  constexpr int kEach = 100;
+  ThreadPool pool(2);
+  Latch latch(2 * kEach);
+  std::atomic<int> arrived{0}, early{0}, released{0};
+  std::vector<FiberFuture<void>> fibers;
+  for (int i = 0; i < kEach; ++i) {
+    fibers.push_back(spawnFiber(&pool, [&] {
+      arrived.fetch_add(1);
+      await(latch.arriveAndWait());
+      if (arrived.load() != 2 * kEach) early.fetch_add(1);
+      released.fetch_add(1);
+    }));
+  }
+  std::vector<Lazy<>> lazys;
+  for (int i = 0; i < kEach; ++i) {
+    lazys.push_back([](Latch& l, std::atomic<int>& a, std::atomic<int>& e,
+                       std::atomic<int>& r) -> Lazy<> {
+      a.fetch_add(1);
+      co_await l.arriveAndWait();
+      if (a.load() != 2 * kEach) e.fetch_add(1);
+      r.fetch_add(1);
+    }(latch, arrived, early, released));
+  }
+  syncAwait(collectAllPara(std::move(lazys)), &pool);
+  for (auto& fiber : fibers) syncAwait(std::move(fiber));
+  EXPECT_EQ(released.load(), 2 * kEach);
+  EXPECT_EQ(early.load(), 0);
 }
 
 TEST(LatchDeathTest, DestroyingALatchWithWaitersAborts) {

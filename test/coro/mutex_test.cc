@@ -19,6 +19,9 @@
 #include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/fiber.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -419,6 +422,37 @@ TEST(MutexCancellationTest, CancellationRacingWithHandOffOnTwoThreads) {
   EXPECT_EQ(Counted::alive(), 0);
   EXPECT_TRUE(mutex.tryLock());
   mutex.unlock();
+}
+
+TEST(MutexTest, FibersAndLazysShareOneMutex) {
+  Watchdog watchdog(120s, "MutexTest.FibersAndLazysShareOneMutex");
+  constexpr int kEach = 50;
+  constexpr int kPairs = 200;
+  ThreadPool pool(2);
+  Mutex mutex;
+  long counter = 0;
+  std::vector<FiberFuture<void>> fibers;
+  for (int i = 0; i < kEach; ++i) {
+    fibers.push_back(spawnFiber(&pool, [&, i] {
+      for (int r = 0; r < kPairs; ++r) {
+        if (r % 2 == 0) {
+          ScopedLock lock = await(mutex.scopedLock());
+          long seen = counter;
+          if ((i + r) % 8 == 0) this_fiber::yield();  // hold it across a reschedule
+          counter = seen + 1;
+        } else {
+          await(mutex.lock());
+          ++counter;
+          mutex.unlock();
+        }
+      }
+    }));
+  }
+  std::vector<Lazy<>> lazys;
+  for (int i = 0; i < kEach; ++i) lazys.push_back(addUnderLock(mutex, counter, kPairs, i % 4 == 0));
+  syncAwait(collectAllPara(std::move(lazys)), &pool);
+  for (auto& fiber : fibers) syncAwait(std::move(fiber));
+  EXPECT_EQ(counter, 2L * kEach * kPairs);
 }
 
 TEST(MutexDeathTest, UnlockOfAnUnlockedMutexAborts) {

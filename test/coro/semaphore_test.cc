@@ -18,6 +18,9 @@
 #include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/fiber.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -255,6 +258,52 @@ TEST(SemaphoreCancellationTest, CancellationRacingWithReleaseNeverLosesAPermit) 
   EXPECT_LE(maxHolders.load(), kPermits);
   EXPECT_EQ(semaphore.available(), kPermits);  // no permit lost to a cancelled waiter
   EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(SemaphoreTest, FibersAndLazysShareThePermits) {
+  Watchdog watchdog(120s, "SemaphoreTest.FibersAndLazysShareThePermits");
+  constexpr int kEach = 50;
+  constexpr int kRounds = 100;
+  constexpr int kPermits = 2;
+  ThreadPool pool(2);
+  Semaphore semaphore(kPermits);
+  std::atomic<int> holders{0}, maxHolders{0};
+  std::atomic<long> entries{0};
+  auto enter = [&] {
+    int now = holders.fetch_add(1) + 1;
+    int seen = maxHolders.load();
+    while (now > seen && !maxHolders.compare_exchange_weak(seen, now)) {
+    }
+    entries.fetch_add(1);
+  };
+  std::vector<FiberFuture<void>> fibers;
+  for (int i = 0; i < kEach; ++i) {
+    fibers.push_back(spawnFiber(&pool, [&, i] {
+      for (int r = 0; r < kRounds; ++r) {
+        await(semaphore.acquire());
+        enter();
+        if ((i + r) % 5 == 0) this_fiber::yield();
+        holders.fetch_sub(1);
+        semaphore.release();
+      }
+    }));
+  }
+  auto lazyBody = [&](int i) -> Lazy<> {
+    for (int r = 0; r < kRounds; ++r) {
+      co_await semaphore.acquire();
+      enter();
+      if ((i + r) % 5 == 0) co_await yield();
+      holders.fetch_sub(1);
+      semaphore.release();
+    }
+  };
+  std::vector<Lazy<>> lazys;
+  for (int i = 0; i < kEach; ++i) lazys.push_back(lazyBody(i));
+  syncAwait(collectAllPara(std::move(lazys)), &pool);
+  for (auto& fiber : fibers) syncAwait(std::move(fiber));
+  EXPECT_EQ(entries.load(), 2L * kEach * kRounds);
+  EXPECT_LE(maxHolders.load(), kPermits);
+  EXPECT_EQ(semaphore.available(), kPermits);
 }
 
 TEST(SemaphoreDeathTest, DestroyingASemaphoreWithWaitersAborts) {

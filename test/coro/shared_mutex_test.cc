@@ -17,6 +17,9 @@
 #include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/fiber.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -255,6 +258,61 @@ TEST(SharedMutexCancellationTest, ACancelledWriterNoLongerBlocksTheReadersBehind
   mutex.unlockShared();
   EXPECT_TRUE(mutex.tryLock());
   mutex.unlock();
+}
+
+TEST(SharedMutexTest, FibersAndLazysReadAndWriteTogether) {
+  Watchdog watchdog(120s, "SharedMutexTest.FibersAndLazysReadAndWriteTogether");
+  constexpr int kEach = 50;
+  constexpr int kRounds = 100;
+  ThreadPool pool(2);
+  SharedMutex mutex;
+  long first = 0, second = 0, writes = 0;  // not atomic: guarded by mutex
+  std::atomic<int> violations{0};
+  std::vector<FiberFuture<void>> fibers;
+  for (int i = 0; i < kEach; ++i) {
+    fibers.push_back(spawnFiber(&pool, [&, i] {
+      for (int r = 0; r < kRounds; ++r) {
+        if ((i + r) % 3 == 0) {
+          ScopedLock<SharedMutex> lock = await(mutex.scopedLock());
+          ++first;
+          if ((i + r) % 7 == 0) this_fiber::yield();
+          ++second;
+          ++writes;
+        } else {
+          SharedLock lock = await(mutex.scopedLockShared());
+          if (first != second) violations.fetch_add(1);
+        }
+      }
+    }));
+  }
+  auto lazyBody = [&](int i) -> Lazy<> {
+    for (int r = 0; r < kRounds; ++r) {
+      if ((i + r) % 3 == 0) {
+        ScopedLock<SharedMutex> lock = co_await mutex.scopedLock();
+        ++first;
+        if ((i + r) % 7 == 0) co_await yield();
+        ++second;
+        ++writes;
+      } else {
+        SharedLock lock = co_await mutex.scopedLockShared();
+        if (first != second) violations.fetch_add(1);
+        if ((i + r) % 11 == 0) co_await yield();
+        if (first != second) violations.fetch_add(1);
+      }
+    }
+  };
+  std::vector<Lazy<>> lazys;
+  for (int i = 0; i < kEach; ++i) lazys.push_back(lazyBody(i));
+  syncAwait(collectAllPara(std::move(lazys)), &pool);
+  for (auto& fiber : fibers) syncAwait(std::move(fiber));
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(first, writes);
+  EXPECT_EQ(second, writes);
+  long expectedWrites = 0;
+  for (int i = 0; i < kEach; ++i) {
+    for (int r = 0; r < kRounds; ++r) expectedWrites += (i + r) % 3 == 0 ? 2 : 0;
+  }
+  EXPECT_EQ(writes, expectedWrites);
 }
 
 TEST(SharedMutexDeathTest, MisuseAborts) {
