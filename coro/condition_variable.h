@@ -156,8 +156,8 @@ class [[nodiscard]] ConditionVariablePredicateWait {
 // Errors: a wait is cancellable until it is notified: when the waiter's
 // CancellationToken is cancelled, it leaves the queue, reacquires the mutex and the
 // co_await throws OperationCancelled, with the mutex held (as on every return). The
-// predicate form rethrows what the predicate throws (with the mutex held). Destroying a ConditionVariable that coroutines wait on prints a
-// message and aborts.
+// predicate form rethrows what the predicate throws (with the mutex held). Destroying a
+// ConditionVariable that coroutines wait on prints a message and aborts.
 // Thread safety: every member may be called concurrently from any thread.
 //
 // Example:

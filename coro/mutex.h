@@ -4,6 +4,7 @@
 #include <coroutine>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "coro/detail/spin_lock.h"
@@ -45,8 +46,13 @@ class [[nodiscard]] ScopedLock {
   explicit operator bool() const noexcept { return ownsLock(); }
   M* mutex() const noexcept { return mutex_; }
 
-  // Unlocks now. Precondition: owns the lock (else the mutex reports the misuse).
-  void unlock() noexcept { std::exchange(mutex_, nullptr)->unlock(); }
+  // Unlocks now. Precondition: owns the lock (else a message and abort).
+  void unlock() noexcept {
+    if (mutex_ == nullptr) {
+      detail::abortSyncMisuse("ScopedLock::unlock() on a ScopedLock that owns no lock");
+    }
+    std::exchange(mutex_, nullptr)->unlock();
+  }
   // Gives the lock up without unlocking: the caller must unlock it.
   M* release() noexcept { return std::exchange(mutex_, nullptr); }
 
@@ -261,8 +267,9 @@ class Mutex {
       std::lock_guard guard(queueLock_);
       next = waiters_.popFront();
       if (next == nullptr) {
-        // Unreachable while the state invariant holds (kLockedWithWaiters <=> waiters);
-        // kept so that a broken invariant unlocks rather than leaks the lock.
+        // The last waiter left (cancelled, or its coroutine destroyed) between our
+        // compare-exchange and the queue lock: a plain unlock after all.
+        // release: publishes the critical section, as in unlock().
         state_.store(kUnlocked, std::memory_order_release);
         return;
       }

@@ -46,8 +46,13 @@ class [[nodiscard]] SharedLock {
   explicit operator bool() const noexcept { return ownsLock(); }
   M* mutex() const noexcept { return mutex_; }
 
-  // Releases the shared lock now. Precondition: owns it.
-  void unlock() noexcept { std::exchange(mutex_, nullptr)->unlockShared(); }
+  // Releases the shared lock now. Precondition: owns it (else a message and abort).
+  void unlock() noexcept {
+    if (mutex_ == nullptr) {
+      detail::abortSyncMisuse("SharedLock::unlock() on a SharedLock that owns no lock");
+    }
+    std::exchange(mutex_, nullptr)->unlockShared();
+  }
   // Gives the lock up without releasing it: the caller must call unlockShared().
   M* release() noexcept { return std::exchange(mutex_, nullptr); }
 

@@ -464,6 +464,15 @@ TEST(MutexDeathTest, UnlockOfAnUnlockedMutexAborts) {
       "Mutex::unlock\\(\\) called on a Mutex that is not locked");
 }
 
+TEST(MutexDeathTest, UnlockOfAnEmptyScopedLockAborts) {
+  EXPECT_DEATH(
+      {
+        ScopedLock<Mutex> empty;
+        empty.unlock();
+      },
+      "ScopedLock::unlock\\(\\) on a ScopedLock that owns no lock");
+}
+
 TEST(MutexDeathTest, DestroyingAMutexWithWaitersAborts) {
   EXPECT_DEATH(
       {
