@@ -4,12 +4,14 @@
 #include <coroutine>
 #include <cstddef>
 #include <exception>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "coro/cancellation.h"
 #include "coro/current_executor.h"
+#include "coro/detail/cancelling_barrier.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/lazy.h"
 #include "coro/try.h"
@@ -100,20 +102,6 @@ class CollectAwaiter {
   StartAll startAll_;
 };
 
-// `co_await currentCancellationTokenPointer()`: the address of the token the current
-// coroutine carries (no reference-count traffic), for algorithms whose frame outlives
-// the Lazys they hand it to.
-struct CurrentCancellationTokenPointer {
-  struct Awaiter {
-    const CancellationToken* token;
-    bool await_ready() const noexcept { return true; }
-    void await_suspend(std::coroutine_handle<>) const noexcept {}
-    const CancellationToken* await_resume() const noexcept { return token; }
-  };
-  Awaiter coAwait(Executor*, const CancellationToken& token) const noexcept { return {&token}; }
-  Awaiter operator co_await() const noexcept { return {&kNoCancellationToken}; }
-};
-
 template <bool kParallel, class... T>
 Lazy<std::tuple<Try<T>...>> collectTuple(Lazy<T>... branches) {
   Executor* executor = co_await currentExecutor();
@@ -150,6 +138,222 @@ Lazy<std::vector<Try<T>>> collectRange(std::vector<Lazy<T>> branches) {
 template <class... T>
 void checkBranches(const Lazy<T>&... branches) {
   if (!(branches.valid() && ...)) abortInvalidLazy("collectAll of");
+}
+
+// --- collectAllFailFast -------------------------------------------------------------------
+
+// One per branch: a branch that finishes with an exception cancels the others.
+template <class T>
+class FailFastSink final : public CompletionSink {
+ public:
+  FailFastSink() noexcept : CompletionSink(&FailFastSink::complete) {}
+  CancellingBarrier* barrier = nullptr;
+  LazyPromise<T>* promise = nullptr;
+
+ private:
+  static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+    auto* self = static_cast<FailFastSink*>(sink);
+    return self->barrier->branchDone(/*cancelOthers=*/self->promise->result_.hasException());
+  }
+};
+
+// Starts one fail-fast branch (scheduled on `executor` when `parallel`), or, once the
+// branches are cancelled, records OperationCancelled in it without running it.
+template <class T>
+void startFailFastBranch(Lazy<T>& branch, FailFastSink<T>& sink, CancellingBarrier& barrier,
+                         Executor* executor, bool parallel) {
+  auto handle = LazyAccess::handle(branch);
+  LazyPromise<T>& promise = handle.promise();
+  if (barrier.branchesCancelled()) {
+    promise.result_.setException(std::make_exception_ptr(
+        OperationCancelled("weft: collectAllFailFast: not started, another branch failed")));
+    return;
+  }
+  sink.barrier = &barrier;
+  sink.promise = &promise;
+  promise.setCompletionSink(&sink);
+  promise.setExecutor(executor);
+  promise.setCancellationToken(&barrier.token());
+  barrier.addBranch();
+  if (parallel && executor != nullptr) {
+    try {
+      executor->schedule(handle);
+    } catch (...) {
+      // Not started: the refusal is the branch's failure. Not the last arrival (the
+      // collect's own is still pending), so nothing to resume.
+      promise.result_.setException(std::current_exception());
+      (void)barrier.branchDone(/*cancelOthers=*/true);
+    }
+  } else {
+    handle.resume();
+  }
+}
+
+template <bool kParallel, class... T>
+Lazy<std::tuple<Try<T>...>> collectFailFastTuple(Lazy<T>... branches) {
+  Executor* executor = co_await currentExecutor();
+  const CancellationToken* parent = co_await CurrentCancellationTokenPointer{};
+  CancellingBarrier barrier(*parent);
+  std::tuple<FailFastSink<T>...> sinks;
+  std::tuple<Lazy<T>&...> refs(branches...);
+  BarrierAwaiter awaiter(barrier, [&] {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (startFailFastBranch(std::get<I>(refs), std::get<I>(sinks), barrier, executor, kParallel),
+       ...);
+    }(std::index_sequence_for<T...>{});
+  });
+  co_await awaiter;
+  co_return std::tuple<Try<T>...>(std::move(LazyAccess::handle(branches).promise().result_)...);
+}
+
+template <bool kParallel, class T>
+Lazy<std::vector<Try<T>>> collectFailFastRange(std::vector<Lazy<T>> branches) {
+  for (const Lazy<T>& branch : branches) {
+    if (!branch.valid()) abortInvalidLazy("collectAllFailFast of a vector holding");
+  }
+  Executor* executor = co_await currentExecutor();
+  const CancellationToken* parent = co_await CurrentCancellationTokenPointer{};
+  CancellingBarrier barrier(*parent);
+  std::vector<FailFastSink<T>> sinks(branches.size());
+  BarrierAwaiter awaiter(barrier, [&] {
+    for (std::size_t i = 0; i < branches.size(); ++i) {
+      startFailFastBranch(branches[i], sinks[i], barrier, executor, kParallel);
+    }
+  });
+  co_await awaiter;
+  std::vector<Try<T>> results;
+  results.reserve(branches.size());
+  for (Lazy<T>& branch : branches) {
+    results.push_back(std::move(LazyAccess::handle(branch).promise().result_));
+  }
+  co_return results;
+}
+
+// --- collectAllWindowed -------------------------------------------------------------------
+
+// Runs a vector of branches at most `window` at a time. One sink for all branches: when
+// one finishes, it starts the next unstarted one in its place, by symmetric transfer
+// (sequential mode: no stack growth however many finish synchronously) or by scheduling
+// it (parallel mode).
+template <class T>
+class WindowBarrier final : public CompletionSink {
+ public:
+  WindowBarrier(std::vector<Lazy<T>>& branches, std::size_t window, Executor* executor,
+                const CancellationToken* token, bool parallel) noexcept
+      : CompletionSink(&WindowBarrier::complete),
+        branches_(branches),
+        executor_(executor),
+        token_(token),
+        parallel_(parallel && executor != nullptr),
+        window_(window < branches.size() ? window : branches.size()),
+        next_(window_),
+        pending_(branches.size() + 1) {}
+
+  // Starts the first `window` branches (the collect's own part of await_suspend).
+  void startFirst() {
+    for (std::size_t i = 0; i < window_; ++i) {
+      std::coroutine_handle<> branch = prepare(i);
+      if (!parallel_) {
+        branch.resume();
+        continue;
+      }
+      try {
+        executor_->schedule(branch);
+      } catch (...) {
+        handle(i).promise().result_.setException(std::current_exception());
+        // Starts a later branch in its place, or arrives for it: never the last arrival
+        // (ours is pending) and, in parallel mode, never a branch to transfer to.
+        (void)finishOne();
+      }
+    }
+  }
+
+  bool arriveAndSuspend(std::coroutine_handle<> awaiting) noexcept {
+    awaiting_ = awaiting;
+    return !arrive();
+  }
+
+ private:
+  std::coroutine_handle<LazyPromise<T>> handle(std::size_t i) const noexcept {
+    return LazyAccess::handle(branches_[i]);
+  }
+
+  std::coroutine_handle<> prepare(std::size_t i) noexcept {
+    auto branch = handle(i);
+    LazyPromise<T>& promise = branch.promise();
+    promise.setCompletionSink(this);
+    promise.setExecutor(executor_);
+    promise.setCancellationToken(token_);
+    return branch;
+  }
+
+  static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+    return static_cast<WindowBarrier*>(sink)->finishOne();
+  }
+
+  // One branch has finished: give its slot to the next unstarted branch, if any, then
+  // arrive for it. An arrival that hands its slot on is never the last (the next branch
+  // is pending). noexcept: runs in a final suspend; a refused schedule is recorded in the
+  // refused branch, which then counts as finished in turn.
+  std::coroutine_handle<> finishOne() noexcept {
+    for (;;) {
+      // Relaxed: only hands out distinct indices; results are published by arrive().
+      const std::size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= branches_.size()) return arrive() ? awaiting_ : std::noop_coroutine();
+      std::coroutine_handle<> branch = prepare(i);
+      if (!parallel_) {
+        (void)arrive();
+        return branch;
+      }
+      try {
+        executor_->schedule(branch);
+        (void)arrive();
+        return std::noop_coroutine();
+      } catch (...) {
+        handle(i).promise().result_.setException(std::current_exception());
+        (void)arrive();  // for the branch that finished; branch i finishes next round
+      }
+    }
+  }
+
+  // acq_rel: as CollectBarrier.
+  bool arrive() noexcept { return pending_.fetch_sub(1, std::memory_order_acq_rel) == 1; }
+
+  std::vector<Lazy<T>>& branches_;
+  Executor* const executor_;
+  const CancellationToken* const token_;
+  const bool parallel_;
+  const std::size_t window_;
+  std::atomic<std::size_t> next_;
+  std::atomic<std::size_t> pending_;
+  std::coroutine_handle<> awaiting_;
+};
+
+template <bool kParallel, class T>
+Lazy<std::vector<Try<T>>> collectWindowed(std::size_t window, std::vector<Lazy<T>> branches) {
+  Executor* executor = co_await currentExecutor();
+  const CancellationToken* token = co_await CurrentCancellationTokenPointer{};
+  if (!branches.empty()) {
+    WindowBarrier<T> barrier(branches, window, executor, token, kParallel);
+    BarrierAwaiter awaiter(barrier, [&] { barrier.startFirst(); });
+    co_await awaiter;
+  }
+  std::vector<Try<T>> results;
+  results.reserve(branches.size());
+  for (Lazy<T>& branch : branches) {
+    results.push_back(std::move(LazyAccess::handle(branch).promise().result_));
+  }
+  co_return results;
+}
+
+template <class T>
+void checkWindowed(std::size_t maxInFlight, const std::vector<Lazy<T>>& branches) {
+  if (maxInFlight == 0) {
+    throw std::invalid_argument("weft: collectAllWindowed with maxInFlight == 0 never runs");
+  }
+  for (const Lazy<T>& branch : branches) {
+    if (!branch.valid()) abortInvalidLazy("collectAllWindowed of a vector holding");
+  }
 }
 
 }  // namespace detail
@@ -203,6 +407,78 @@ Lazy<std::tuple<Try<T>...>> collectAllPara(Lazy<T>... branches) {
 template <class T>
 Lazy<std::vector<Try<T>>> collectAllPara(std::vector<Lazy<T>> branches) {
   return detail::collectRange<true>(std::move(branches));
+}
+
+// collectAllFailFast(a, b, ...) / collectAllFailFast(std::vector<Lazy<T>>): collectAll
+// that gives up early. When a branch finishes with an exception, every other branch is
+// cancelled (its token is cancelled, so its cancellable awaits throw OperationCancelled,
+// and branches not started yet are not started: their Try holds OperationCancelled). The
+// result is collectAll's: one Try per branch, in order, the first failure among them.
+// collectAllParaFailFast schedules the branches on the executor, like collectAllPara.
+//
+// Semantics: as collectAll otherwise. Branches carry a token of the collect's own, also
+// cancelled when the awaiting coroutine's token is. The collect completes only after
+// every started branch has finished.
+// Errors: never thrown by the collect itself; each branch's outcome is in its Try.
+// Preconditions: every Lazy is valid (else abort with a message).
+// Thread safety: as collectAll.
+//
+// Example:
+//   auto [user, orders] = co_await weft::collectAllFailFast(loadUser(id), loadOrders(id));
+//   // if loadUser threw, loadOrders was cancelled: orders holds OperationCancelled
+template <class... T>
+Lazy<std::tuple<Try<T>...>> collectAllFailFast(Lazy<T>... branches) {
+  detail::checkBranches(branches...);
+  return detail::collectFailFastTuple<false>(std::move(branches)...);
+}
+
+template <class T>
+Lazy<std::vector<Try<T>>> collectAllFailFast(std::vector<Lazy<T>> branches) {
+  return detail::collectFailFastRange<false>(std::move(branches));
+}
+
+template <class... T>
+Lazy<std::tuple<Try<T>...>> collectAllParaFailFast(Lazy<T>... branches) {
+  detail::checkBranches(branches...);
+  return detail::collectFailFastTuple<true>(std::move(branches)...);
+}
+
+template <class T>
+Lazy<std::vector<Try<T>>> collectAllParaFailFast(std::vector<Lazy<T>> branches) {
+  return detail::collectFailFastRange<true>(std::move(branches));
+}
+
+// collectAllWindowed(maxInFlight, std::vector<Lazy<T>>): collectAll that runs at most
+// `maxInFlight` branches at a time, starting them in order; each time one finishes, the
+// next one starts in its place. One Try per branch, in order.
+//
+// Semantics: collectAllWindowed starts the first window on the awaiting thread and each
+// later branch on the thread that finished the previous one (by symmetric transfer: no
+// stack growth); branches overlap only while they are suspended (I/O, timers, locks).
+// collectAllWindowedPara schedules each branch on the awaiting coroutine's executor, so
+// on a ThreadPool up to `maxInFlight` run in parallel (without an executor it is
+// collectAllWindowed). Branches inherit the executor and the cancellation token.
+//
+// Errors: std::invalid_argument (thrown by the call) when maxInFlight is 0. Branch
+// exceptions are in their Trys. A branch the executor refuses holds ExecutorShutDown.
+// Preconditions: every Lazy is valid (else abort with a message).
+// Thread safety: as collectAll.
+//
+// Example:
+//   std::vector<weft::Lazy<Page>> fetches = ...;  // 10,000 of them
+//   auto pages = co_await weft::collectAllWindowedPara(64, std::move(fetches));
+template <class T>
+Lazy<std::vector<Try<T>>> collectAllWindowed(std::size_t maxInFlight,
+                                             std::vector<Lazy<T>> branches) {
+  detail::checkWindowed(maxInFlight, branches);
+  return detail::collectWindowed<false>(maxInFlight, std::move(branches));
+}
+
+template <class T>
+Lazy<std::vector<Try<T>>> collectAllWindowedPara(std::size_t maxInFlight,
+                                                 std::vector<Lazy<T>> branches) {
+  detail::checkWindowed(maxInFlight, branches);
+  return detail::collectWindowed<true>(maxInFlight, std::move(branches));
 }
 
 }  // namespace weft

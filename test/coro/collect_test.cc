@@ -9,10 +9,14 @@
 #include <thread>
 #include <vector>
 
+#include "coro/cancellation.h"
+#include "coro/sleep.h"
 #include "coro/sync_await.h"
+#include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
+#include "test/support/watchdog.h"
 
 namespace weft {
 namespace {
@@ -228,6 +232,186 @@ TEST(CollectAllParaTest, CollectsExceptionsFromParallelBranches) {
       EXPECT_EQ(results[i].value(), i);
     }
   }
+}
+
+// --- collectAllFailFast -----------------------------------------------------------------
+
+// Sleeps (cancellably) for an hour; reports whether it was cancelled.
+Lazy<int> sleepsForever(std::atomic<int>& cancelled) {
+  Counted alive;
+  try {
+    co_await sleep(std::chrono::hours(1));
+  } catch (const OperationCancelled&) {
+    cancelled.fetch_add(1);
+    throw;
+  }
+  co_return 0;
+}
+
+Lazy<int> failsAfter(std::chrono::microseconds delay) {
+  co_await sleep(delay);
+  throw std::runtime_error("first failure");
+}
+
+TEST(CollectAllFailFastTest, FirstFailureCancelsTheOthersAndEveryTryIsReported) {
+  Counted::reset();
+  std::atomic<int> cancelled{0};
+  test::Watchdog watchdog(std::chrono::seconds(60), "CollectAllFailFastTest.FirstFailure");
+  auto [a, b, c] = syncAwait(collectAllFailFast(sleepsForever(cancelled),
+                                                failsAfter(std::chrono::milliseconds(1)),
+                                                sleepsForever(cancelled)));
+  EXPECT_THROW(a.value(), OperationCancelled);
+  EXPECT_THROW(b.value(), std::runtime_error);
+  EXPECT_THROW(c.value(), OperationCancelled);
+  EXPECT_EQ(cancelled.load(), 2);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(CollectAllFailFastTest, WithoutFailureItIsCollectAll) {
+  auto [a, b] = syncAwait(collectAllFailFast(value(1), value(2)));
+  EXPECT_EQ(a.value(), 1);
+  EXPECT_EQ(b.value(), 2);
+  std::vector<Lazy<int>> range;
+  for (int i = 0; i < 10; ++i) range.push_back(value(i));
+  std::vector<Try<int>> results = syncAwait(collectAllFailFast(std::move(range)));
+  ASSERT_EQ(results.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(results[i].value(), i);
+}
+
+TEST(CollectAllFailFastTest, BranchesAfterASynchronousFailureAreNotStarted) {
+  Counted::reset();
+  bool laterRan = false;
+  auto later = [&]() -> Lazy<int> {
+    Counted alive;
+    laterRan = true;
+    co_return 1;
+  };
+  std::vector<Lazy<int>> range;
+  range.push_back(value(0));
+  range.push_back(failing("now"));
+  range.push_back(later());
+  std::vector<Try<int>> results = syncAwait(collectAllFailFast(std::move(range)));
+  EXPECT_EQ(results[0].value(), 0);
+  EXPECT_THROW(results[1].value(), std::runtime_error);
+  EXPECT_THROW(results[2].value(), OperationCancelled);
+  EXPECT_FALSE(laterRan);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(CollectAllFailFastTest, ParallelBranchesOnAPoolAreCancelledToo) {
+  ThreadPool pool(2);
+  Counted::reset();
+  std::atomic<int> cancelled{0};
+  test::Watchdog watchdog(std::chrono::seconds(60), "CollectAllFailFastTest.Parallel");
+  std::vector<Lazy<int>> range;
+  for (int i = 0; i < 8; ++i) range.push_back(sleepsForever(cancelled));
+  range.push_back(failsAfter(std::chrono::microseconds(500)));
+  std::vector<Try<int>> results =
+      syncAwait(collectAllParaFailFast(std::move(range)), &pool);
+  for (int i = 0; i < 8; ++i) EXPECT_THROW(results[i].value(), OperationCancelled);
+  EXPECT_THROW(results[8].value(), std::runtime_error);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(CollectAllFailFastTest, CancellingTheAwaiterCancelsEveryBranch) {
+  CancellationSource source;
+  std::atomic<int> cancelled{0};
+  source.requestCancellation();
+  auto [a, b] = syncAwait(withCancellation(
+      source.token(), collectAllFailFast(sleepsForever(cancelled), sleepsForever(cancelled))));
+  EXPECT_THROW(a.value(), OperationCancelled);
+  EXPECT_THROW(b.value(), OperationCancelled);
+}
+
+// --- collectAllWindowed ------------------------------------------------------------------
+
+// Tracks how many branches run at once.
+struct InFlight {
+  std::atomic<int> now{0}, peak{0};
+  void enter() {
+    const int n = now.fetch_add(1) + 1;
+    int p = peak.load();
+    while (n > p && !peak.compare_exchange_weak(p, n)) {
+    }
+  }
+  void leave() { now.fetch_sub(1); }
+};
+
+Lazy<int> tracked(InFlight& inFlight, int v, std::chrono::microseconds hold) {
+  inFlight.enter();
+  co_await sleep(hold);
+  inFlight.leave();
+  co_return v;
+}
+
+TEST(CollectAllWindowedTest, NeverRunsMoreThanTheWindowAndKeepsOrder) {
+  InFlight inFlight;
+  std::vector<Lazy<int>> range;
+  for (int i = 0; i < 12; ++i) range.push_back(tracked(inFlight, i, std::chrono::milliseconds(10)));
+  std::vector<Try<int>> results = syncAwait(collectAllWindowed(3, std::move(range)));
+  ASSERT_EQ(results.size(), 12u);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(results[i].value(), i);
+  // Branches hold their slot on a timer far longer than starting three takes, so the
+  // window fills, and never overflows.
+  EXPECT_EQ(inFlight.peak.load(), 3);
+}
+
+TEST(CollectAllWindowedTest, ParallelOnAPoolNeverExceedsTheWindow) {
+  ThreadPool pool(2);
+  InFlight inFlight;
+  std::vector<Lazy<int>> range;
+  for (int i = 0; i < 200; ++i) {
+    range.push_back(tracked(inFlight, i, std::chrono::microseconds(i % 7 * 30)));
+  }
+  std::vector<Try<int>> results = syncAwait(collectAllWindowedPara(4, std::move(range)), &pool);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(results[i].value(), i);
+  EXPECT_LE(inFlight.peak.load(), 4);
+  EXPECT_GE(inFlight.peak.load(), 1);
+}
+
+TEST(CollectAllWindowedTest, ExceptionsStayInTheirTrys) {
+  std::vector<Lazy<int>> range;
+  range.push_back(value(1));
+  range.push_back(failing("x"));
+  range.push_back(value(3));
+  std::vector<Try<int>> results = syncAwait(collectAllWindowed(2, std::move(range)));
+  EXPECT_EQ(results[0].value(), 1);
+  EXPECT_THROW(results[1].value(), std::runtime_error);
+  EXPECT_EQ(results[2].value(), 3);
+}
+
+TEST(CollectAllWindowedTest, ZeroWindowThrowsAndEmptyRangeCompletes) {
+  EXPECT_THROW((void)collectAllWindowed(0, std::vector<Lazy<int>>()), std::invalid_argument);
+  EXPECT_TRUE(syncAwait(collectAllWindowed(5, std::vector<Lazy<int>>())).empty());
+}
+
+TEST(CollectAllWindowedTest, FreesEveryBranchFrame) {
+  Counted::reset();
+  auto counted = [](int v) -> Lazy<int> {
+    Counted alive;
+    co_await sleep(std::chrono::microseconds(10));
+    co_return v;
+  };
+  std::vector<Lazy<int>> range;
+  for (int i = 0; i < 50; ++i) range.push_back(counted(i));
+  EXPECT_EQ(syncAwait(collectAllWindowed(8, std::move(range))).size(), 50u);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+// Each branch that finishes synchronously starts the next by symmetric transfer: a
+// window of 1 over many synchronous branches must not grow the native stack.
+TEST(CollectAllWindowedTest, SynchronousBranchesDoNotGrowTheStack) {
+#if !WEFT_TAIL_CALLS_GUARANTEED
+  GTEST_SKIP() << "needs guaranteed tail calls (symmetric transfer)";
+#endif
+  constexpr int kBranches = 200'000;
+  std::vector<Lazy<int>> range;
+  range.reserve(kBranches);
+  for (int i = 0; i < kBranches; ++i) range.push_back(value(1));
+  std::vector<Try<int>> results = syncAwait(collectAllWindowed(1, std::move(range)));
+  long sum = 0;
+  for (auto& r : results) sum += r.value();
+  EXPECT_EQ(sum, kBranches);
 }
 
 }  // namespace

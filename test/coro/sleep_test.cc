@@ -7,9 +7,11 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <iterator>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "executors/inline_executor.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
+#include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -38,32 +41,7 @@ std::string currentThreadName() {
   return name;
 }
 
-// An executor forwarding to a ThreadPool that reports when timers are armed and how
-// cancellations went, so tests can cancel a sleep that is known to be armed.
-class ProbeExecutor final : public Executor {
- public:
-  explicit ProbeExecutor(ThreadPool& pool) : Executor("probe"), pool_(pool) {}
-  using Executor::schedule;
-  void schedule(std::coroutine_handle<> h) override { pool_.schedule(h); }
-  bool currentThreadInExecutor() const noexcept override { return pool_.currentThreadInExecutor(); }
-  void scheduleTimer(detail::TimerEntry& timer) override {
-    pool_.scheduleTimer(timer);
-    armed.fetch_add(1);
-  }
-  bool cancelTimer(detail::TimerEntry& timer) noexcept override {
-    bool removed = pool_.cancelTimer(timer);
-    (removed ? disarmed : disarmFailed).fetch_add(1);
-    return removed;
-  }
-
-  std::atomic<int> armed{0}, disarmed{0}, disarmFailed{0};
-
- private:
-  void scheduleJob(detail::Job* job) override {
-    pool_.schedule([job] { job->complete(job, true); });
-  }
-  ThreadPool& pool_;
-};
+using ProbeExecutor = test::TimerProbeExecutor;
 
 // The lower bound is the semantics of sleep (not a timing threshold): waking early is a
 // bug on any machine, however loaded.
@@ -80,8 +58,8 @@ TEST(SleepTest, SleepsAtLeastTheDurationOnAPool) {
 TEST(SleepTest, WithoutAnExecutorResumesOnTheTimerThread) {
   auto body = []() -> Lazy<std::string> {
     auto start = std::chrono::steady_clock::now();
-    co_await sleep(2ms);
-    EXPECT_GE(std::chrono::steady_clock::now() - start, 2ms);
+    co_await sleep(20ms);  // long enough to be armed (suspend) however slow the machine
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
     co_return currentThreadName();
   };
   EXPECT_EQ(syncAwait(body()), "weft-timer");
@@ -90,7 +68,7 @@ TEST(SleepTest, WithoutAnExecutorResumesOnTheTimerThread) {
 TEST(SleepTest, OnAnInlineExecutorResumesOnTheTimerThread) {
   InlineExecutor inlineExecutor;
   auto body = []() -> Lazy<std::string> {
-    co_await sleep(1ms);
+    co_await sleep(20ms);
     co_return currentThreadName();
   };
   EXPECT_EQ(syncAwait(body().via(&inlineExecutor)), "weft-timer");
@@ -350,29 +328,41 @@ TEST(SleepShutdownTest, ShutdownEndsPendingSleepsWithExecutorShutDown) {
   EXPECT_EQ(Counted::alive(), 0);
 }
 
-// The number of threads of this process (Linux: /proc/self/task).
-int threadCount() {
-  int count = 0;
-  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    ++count;
+// The ids of this process's threads (Linux: /proc/self/task). Compared as sets, so a
+// thread of an earlier test that is still exiting does not disturb the checks below.
+std::set<std::string> threadIds() {
+  std::set<std::string> ids;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    ids.insert(task.path().filename().string());
   }
-  return count;
+  return ids;
+}
+
+// The threads in `after` that were not in `before`.
+std::vector<std::string> newThreads(const std::set<std::string>& before,
+                                    const std::set<std::string>& after) {
+  std::vector<std::string> added;
+  std::set_difference(after.begin(), after.end(), before.begin(), before.end(),
+                      std::back_inserter(added));
+  return added;
 }
 
 TEST(SleepShutdownTest, APoolStartsItsTimerThreadOnlyWithItsFirstSleep) {
   // Start the process-wide timer thread first, so that only the pool's can appear below.
-  syncAwait(sleep(1us));
+  // (1 ms, not less: a deadline that has passed by the time it is awaited arms nothing.)
+  syncAwait(sleep(1ms));
   ThreadPool pool(1);
   syncAwait([]() -> Lazy<void> { co_return; }().via(&pool));
-  const int before = threadCount();
+  const std::set<std::string> before = threadIds();
   syncAwait([]() -> Lazy<void> { co_return; }().via(&pool));
-  EXPECT_EQ(threadCount(), before);  // pay for what you use: no timer thread yet
-  syncAwait([]() -> Lazy<void> { co_await sleep(1us); }().via(&pool));
-  EXPECT_EQ(threadCount(), before + 1);  // the pool's timer thread
-  syncAwait([]() -> Lazy<void> { co_await sleep(1us); }().via(&pool));
-  EXPECT_EQ(threadCount(), before + 1);  // and only one
+  EXPECT_TRUE(newThreads(before, threadIds()).empty());  // pay for what you use
+  syncAwait([]() -> Lazy<void> { co_await sleep(1ms); }().via(&pool));
+  const std::vector<std::string> timer = newThreads(before, threadIds());
+  ASSERT_EQ(timer.size(), 1u);  // the pool's timer thread
+  syncAwait([]() -> Lazy<void> { co_await sleep(1ms); }().via(&pool));
+  EXPECT_EQ(newThreads(before, threadIds()), timer);  // and only that one
   pool.shutdown();
-  EXPECT_EQ(threadCount(), before - 1);  // the worker and the timer thread are joined
+  EXPECT_EQ(threadIds().count(timer[0]), 0u);  // joined by shutdown
 }
 
 }  // namespace

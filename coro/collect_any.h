@@ -1,0 +1,181 @@
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "coro/cancellation.h"
+#include "coro/current_executor.h"
+#include "coro/detail/cancelling_barrier.h"
+#include "coro/detail/lazy_promise.h"
+#include "coro/lazy.h"
+#include "coro/try.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+// What collectAny over a range returns: which branch finished first (its index in the
+// range) and its outcome.
+template <class T>
+struct CollectAnyResult {
+  std::size_t index;
+  Try<T> result;
+};
+
+namespace detail {
+
+// collectAny's join point: the first branch to finish claims the win and cancels the
+// others; the collect still waits for all of them (CancellingBarrier).
+class AnyBarrier : public CancellingBarrier {
+ public:
+  static constexpr std::size_t kNoWinner = std::numeric_limits<std::size_t>::max();
+  using CancellingBarrier::CancellingBarrier;
+
+  // From a branch's completion sink. acq_rel: the winner's result is published to the
+  // collect by the barrier's count; the CAS only has to pick one winner.
+  std::coroutine_handle<> branchFinished(std::size_t index) noexcept {
+    std::size_t none = kNoWinner;
+    const bool won = winner_.compare_exchange_strong(none, index, std::memory_order_acq_rel);
+    return branchDone(/*cancelOthers=*/won);
+  }
+  // Acquire: pairs with the winner's CAS (a hint only: used to stop starting branches).
+  bool decided() const noexcept { return winner_.load(std::memory_order_acquire) != kNoWinner; }
+  std::size_t winner() const noexcept { return winner_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<std::size_t> winner_{kNoWinner};
+};
+
+// One per branch: tells the barrier which branch finished.
+class AnyBranchSink final : public CompletionSink {
+ public:
+  AnyBranchSink() noexcept : CompletionSink(&AnyBranchSink::complete) {}
+  AnyBarrier* barrier = nullptr;
+  std::size_t index = 0;
+
+ private:
+  static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+    auto* self = static_cast<AnyBranchSink*>(sink);
+    return self->barrier->branchFinished(self->index);
+  }
+};
+
+// Starts one branch of a collectAny unless the race is already decided (a branch that
+// finished while the earlier ones were being started): a branch never started is simply
+// destroyed with the collect. Returns true when it stopped starting branches.
+template <class T>
+bool startAnyBranch(Lazy<T>& branch, AnyBranchSink& sink, AnyBarrier& barrier, Executor* executor) {
+  if (barrier.decided()) return true;
+  auto handle = LazyAccess::handle(branch);
+  LazyPromise<T>& promise = handle.promise();
+  sink.barrier = &barrier;
+  promise.setCompletionSink(&sink);
+  promise.setExecutor(executor);
+  promise.setCancellationToken(&barrier.token());
+  barrier.addBranch();
+  handle.resume();
+  return false;
+}
+
+template <class... T>
+Lazy<std::variant<Try<T>...>> collectAnyTuple(Lazy<T>... branches) {
+  Executor* executor = co_await currentExecutor();
+  const CancellationToken* parent = co_await CurrentCancellationTokenPointer{};
+  AnyBarrier barrier(*parent);
+  std::array<AnyBranchSink, sizeof...(T)> sinks;
+  std::tuple<Lazy<T>&...> refs(branches...);
+  BarrierAwaiter awaiter(barrier, [&] {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((sinks[I].index = I), ...);
+      (void)(startAnyBranch(std::get<I>(refs), sinks[I], barrier, executor) || ...);
+    }(std::index_sequence_for<T...>{});
+  });
+  co_await awaiter;
+  const std::size_t winner = barrier.winner();
+  std::variant<Try<T>...> result;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (void)((winner == I && (result.template emplace<I>(
+                                std::move(LazyAccess::handle(std::get<I>(refs)).promise().result_)),
+                            true)) ||
+           ...);
+  }(std::index_sequence_for<T...>{});
+  co_return result;
+}
+
+template <class T>
+Lazy<CollectAnyResult<T>> collectAnyRange(std::vector<Lazy<T>> branches) {
+  if (branches.empty()) {
+    throw std::invalid_argument("weft: collectAny of an empty range (no branch can win)");
+  }
+  Executor* executor = co_await currentExecutor();
+  const CancellationToken* parent = co_await CurrentCancellationTokenPointer{};
+  AnyBarrier barrier(*parent);
+  std::vector<AnyBranchSink> sinks(branches.size());
+  BarrierAwaiter awaiter(barrier, [&] {
+    for (std::size_t i = 0; i < branches.size(); ++i) {
+      sinks[i].index = i;
+      if (startAnyBranch(branches[i], sinks[i], barrier, executor)) break;
+    }
+  });
+  co_await awaiter;
+  const std::size_t winner = barrier.winner();
+  co_return CollectAnyResult<T>{winner,
+                                std::move(LazyAccess::handle(branches[winner]).promise().result_)};
+}
+
+template <class... T>
+void checkAnyBranches(const Lazy<T>&... branches) {
+  if (!(branches.valid() && ...)) abortInvalidLazy("collectAny of");
+}
+
+}  // namespace detail
+
+// collectAny(a, b, ...) / collectAny(std::vector<Lazy<T>>): runs the branches as a race.
+// The first branch to finish (with a value or an exception) wins; every other branch is
+// cancelled and awaited; the result says which won and how it finished:
+//  - variadic: a std::variant<Try<A>, Try<B>, ...> whose index() is the winner's position;
+//  - range: a CollectAnyResult<T>{index, Try<T>}.
+//
+// Semantics: branches start one after another on the awaiting thread, like collectAll,
+// inheriting the awaiting coroutine's executor; once one has finished, the remaining ones
+// are not started at all (their frames are freed with the collect). Every branch carries
+// a token of the collect's own, which is cancelled when the winner finishes and whenever
+// the awaiting coroutine's token is cancelled. The collect completes only after every
+// started branch has finished: no work is left running and no frame dangles. The losers'
+// results (typically OperationCancelled) are discarded.
+//
+// Preconditions: every Lazy is valid (else abort with a message). The losers must react
+// to cancellation (through cancellable awaits or by polling their token), or the collect
+// waits for them to finish normally.
+// Errors: the winner's exception is in its Try, never thrown by the collect. The range
+// form throws std::invalid_argument from the co_await when the range is empty.
+// Thread safety: branches may finish on different threads; exactly one wins.
+//
+// Example:
+//   auto first = co_await weft::collectAny(fetch(primary), fetch(replica));
+//   std::string page = first.index() == 0 ? std::get<0>(first).value() :
+//   std::get<1>(first).value(); auto r = co_await weft::collectAny(std::move(requests));  //
+//   r.index, r.result
+template <class... T>
+  requires(sizeof...(T) > 0)
+Lazy<std::variant<Try<T>...>> collectAny(Lazy<T>... branches) {
+  detail::checkAnyBranches(branches...);
+  return detail::collectAnyTuple(std::move(branches)...);
+}
+
+template <class T>
+Lazy<CollectAnyResult<T>> collectAny(std::vector<Lazy<T>> branches) {
+  for (const Lazy<T>& branch : branches) {
+    if (!branch.valid()) detail::abortInvalidLazy("collectAny of a vector holding");
+  }
+  return detail::collectAnyRange(std::move(branches));
+}
+
+}  // namespace weft

@@ -1,0 +1,194 @@
+#include "coro/collect_any.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "coro/cancellation.h"
+#include "coro/lazy.h"
+#include "coro/sleep.h"
+#include "coro/sync_await.h"
+#include "coro/with_cancellation.h"
+#include "executors/thread_pool.h"
+#include "test/support/counted.h"
+#include "test/support/timer_probe_executor.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Counted;
+using test::TimerProbeExecutor;
+using test::Watchdog;
+
+// Waits (cancellably) for an hour; counts how it ended.
+struct Outcomes {
+  std::atomic<int> cancelled{0}, completed{0};
+};
+Lazy<int> sleepsForever(Outcomes& outcomes) {
+  Counted alive;
+  try {
+    co_await sleep(1h);
+  } catch (const OperationCancelled&) {
+    outcomes.cancelled.fetch_add(1);
+    throw;
+  }
+  outcomes.completed.fetch_add(1);
+  co_return -1;
+}
+
+Lazy<int> valueAfter(std::chrono::microseconds delay, int value) {
+  Counted alive;
+  co_await sleep(delay);
+  co_return value;
+}
+
+TEST(CollectAnyTest, FirstToFinishWinsAndTheOthersAreCancelledAndAwaited) {
+  Counted::reset();
+  Outcomes outcomes;
+  Watchdog watchdog(std::chrono::seconds(60), "CollectAnyTest.FirstToFinishWins");
+  auto result =
+      syncAwait(collectAny(sleepsForever(outcomes), valueAfter(1ms, 42), sleepsForever(outcomes)));
+  ASSERT_EQ(result.index(), 1u);
+  EXPECT_EQ(std::get<1>(result).value(), 42);
+  // Both losers were cancelled and had finished before collectAny returned.
+  EXPECT_EQ(outcomes.cancelled.load(), 2);
+  EXPECT_EQ(outcomes.completed.load(), 0);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(CollectAnyTest, HeterogeneousBranchesReportTheWinnersType) {
+  Outcomes outcomes;
+  auto text = []() -> Lazy<std::string> {
+    co_await sleep(1ms);
+    co_return "done";
+  };
+  auto result = syncAwait(collectAny(sleepsForever(outcomes), text()));
+  ASSERT_EQ(result.index(), 1u);
+  EXPECT_EQ(std::get<1>(result).value(), "done");
+}
+
+TEST(CollectAnyTest, ASynchronousWinnerMeansLaterBranchesNeverStart) {
+  Counted::reset();
+  bool laterStarted = false;
+  auto immediate = []() -> Lazy<int> { co_return 7; };
+  auto later = [&]() -> Lazy<int> {
+    Counted alive;
+    laterStarted = true;
+    co_return 8;
+  };
+  auto result = syncAwait(collectAny(immediate(), later()));
+  ASSERT_EQ(result.index(), 0u);
+  EXPECT_EQ(std::get<0>(result).value(), 7);
+  EXPECT_FALSE(laterStarted);
+  EXPECT_EQ(Counted::alive(), 0);  // its frame was freed with the collect
+}
+
+TEST(CollectAnyTest, AWinnersExceptionIsItsResult) {
+  Outcomes outcomes;
+  auto fails = []() -> Lazy<int> {
+    co_await sleep(1ms);
+    throw std::runtime_error("boom");
+  };
+  auto result = syncAwait(collectAny(sleepsForever(outcomes), fails()));
+  ASSERT_EQ(result.index(), 1u);
+  EXPECT_THROW(std::get<1>(result).value(), std::runtime_error);
+  EXPECT_EQ(outcomes.cancelled.load(), 1);
+}
+
+TEST(CollectAnyTest, RangeReportsTheWinnersIndex) {
+  Counted::reset();
+  Outcomes outcomes;
+  std::vector<Lazy<int>> branches;
+  branches.push_back(sleepsForever(outcomes));
+  branches.push_back(sleepsForever(outcomes));
+  branches.push_back(valueAfter(500us, 3));
+  branches.push_back(sleepsForever(outcomes));
+  CollectAnyResult<int> result = syncAwait(collectAny(std::move(branches)));
+  EXPECT_EQ(result.index, 2u);
+  EXPECT_EQ(result.result.value(), 3);
+  EXPECT_EQ(outcomes.cancelled.load(), 3);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(CollectAnyTest, EmptyRangeThrowsInvalidArgument) {
+  EXPECT_THROW(syncAwait(collectAny(std::vector<Lazy<int>>())), std::invalid_argument);
+}
+
+TEST(CollectAnyTest, CancellingTheAwaiterCancelsEveryBranch) {
+  ThreadPool pool(2);
+  TimerProbeExecutor probe(pool);
+  Outcomes outcomes;
+  CancellationSource source;
+  std::thread canceller([&] {
+    while (probe.armed.load() < 2) std::this_thread::yield();  // both branches asleep
+    source.requestCancellation();
+  });
+  Watchdog watchdog(std::chrono::seconds(60), "CollectAnyTest.CancellingTheAwaiter");
+  auto result = syncAwait(
+      withCancellation(source.token(), collectAny(sleepsForever(outcomes), sleepsForever(outcomes)))
+          .via(&probe));
+  canceller.join();
+  // The first branch to finish (with OperationCancelled) is the winner.
+  EXPECT_THROW(result.index() == 0 ? std::get<0>(result).value() : std::get<1>(result).value(),
+               OperationCancelled);
+  EXPECT_EQ(outcomes.cancelled.load(), 2);
+  EXPECT_EQ(probe.disarmed.load(), 2);  // both timers left the heap
+}
+
+TEST(CollectAnyTest, AwaiterAlreadyCancelledCancelsTheBranchesAtOnce) {
+  Outcomes outcomes;
+  CancellationSource source;
+  source.requestCancellation();
+  auto result = syncAwait(withCancellation(
+      source.token(), collectAny(sleepsForever(outcomes), sleepsForever(outcomes))));
+  EXPECT_EQ(result.index(), 0u);  // finished first, with OperationCancelled
+  EXPECT_THROW(std::get<0>(result).value(), OperationCancelled);
+}
+
+TEST(CollectAnyTest, ResumesOnTheAwaitersExecutor) {
+  ThreadPool pool(2);
+  Outcomes outcomes;
+  auto body = [&]() -> Lazy<bool> {
+    auto result = co_await collectAny(sleepsForever(outcomes), valueAfter(1ms, 1));
+    co_return result.index() == 1 && pool.currentThreadInExecutor();
+  };
+  EXPECT_TRUE(syncAwait(body().via(&pool)));
+}
+
+// Races on a 2-thread pool: exactly one winner per round, every loser finished, no frame
+// leaked.
+TEST(CollectAnyTest, RacingBranchesStress) {
+  ThreadPool pool(2);
+  Counted::reset();
+  Watchdog watchdog(std::chrono::seconds(120), "CollectAnyTest.RacingBranchesStress");
+  std::mt19937 rng(11);
+  for (int round = 0; round < 500; ++round) {
+    std::vector<Lazy<int>> branches;
+    std::vector<std::chrono::microseconds> delays;
+    for (int i = 0; i < 4; ++i) {
+      delays.emplace_back(rng() % 300);
+      branches.push_back(valueAfter(delays.back(), i));
+    }
+    auto body = [&]() -> Lazy<CollectAnyResult<int>> {
+      co_return co_await collectAny(std::move(branches));
+    };
+    CollectAnyResult<int> result = syncAwait(body().via(&pool));
+    ASSERT_LT(result.index, 4u);
+    // Cancellation is requested only once the winner has finished, so the winner always
+    // finished with its value.
+    ASSERT_EQ(result.result.value(), static_cast<int>(result.index));
+    ASSERT_EQ(Counted::alive(), 0) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace weft
