@@ -162,6 +162,27 @@ struct SelectState {
                                           std::memory_order_acquire);
   }
 
+  // How a claim from outside the channels (cancellation, the timeout's timer) went.
+  enum class ExternalClaim : std::uint8_t {
+    kLost,              // a case (or another outside claim) won first
+    kWhileRegistering,  // won while await_suspend still runs: it sees it and continues
+    kWhileWaiting,      // won a suspended select: the claimer must resume it
+  };
+  // Claims the select with `value` (kCancelled, or the timeout case's index), whether it
+  // is suspended or still registering. acq_rel: as tryClaim; acquiring kWaiting also
+  // makes the handle and executor stored before it visible to the claimer.
+  ExternalClaim claimExternally(std::uint32_t value) noexcept {
+    std::uint32_t state = winner.load(std::memory_order_acquire);
+    for (;;) {
+      if (state != kWaiting && state != kRegistering) return ExternalClaim::kLost;
+      const bool waiting = state == kWaiting;
+      if (winner.compare_exchange_weak(state, value, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+        return waiting ? ExternalClaim::kWhileWaiting : ExternalClaim::kWhileRegistering;
+      }
+    }
+  }
+
   std::atomic<std::uint32_t> winner{kRegistering};
   std::coroutine_handle<> handle;
   Executor* executor = nullptr;

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -577,6 +579,167 @@ TEST(SelectCancellationTest, CancelledSelectsTransferNothingUnderConcurrency) {
     ASSERT_EQ(sentOk, received) << "round " << round;
     EXPECT_EQ(static_cast<int>(sentOk.size()) + cancelledSends.load(), kSenders);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// The timeout case (Go's `case <-time.After(d)`). No timing is asserted: a timeout
+// that never fired would trip the watchdog.
+
+TEST(SelectTimeoutTest, TheTimeoutIsChosenWhenNothingArrivesAndLeavesNothingBehind) {
+  Watchdog watchdog(60s, "SelectTimeoutTest.TheTimeoutIsChosenWhenNothingArrives");
+  Channel<int> a;
+  Channel<std::string> out;
+  std::string value = "unsent";
+  std::size_t index = syncAwait([&]() -> Lazy<std::size_t> {
+    auto r = co_await select(a.receiveCase(), out.sendCase(std::move(value)), timeoutCase(5ms));
+    co_return r.index();
+  }());
+  EXPECT_EQ(index, 2u);
+  EXPECT_EQ(value, "unsent");
+  EXPECT_FALSE(a.trySend(1));
+  EXPECT_FALSE(out.tryReceive().has_value());
+}
+
+TEST(SelectTimeoutTest, AReadyCaseBeatsEvenAnExpiredTimeout) {
+  Watchdog watchdog(60s, "SelectTimeoutTest.AReadyCaseBeatsEvenAnExpiredTimeout");
+  Channel<int> a(1);
+  for (std::chrono::milliseconds timeout : {0ms, -5ms, std::chrono::milliseconds(1h)}) {
+    ASSERT_TRUE(a.trySend(4));
+    std::size_t index = syncAwait([&]() -> Lazy<std::size_t> {
+      auto r = co_await select(timeoutCase(timeout), a.receiveCase());
+      co_return r.index();
+    }());
+    EXPECT_EQ(index, 1u);
+  }
+}
+
+TEST(SelectTimeoutTest, AnExpiredTimeoutIsChosenAtOnceWhenNothingElseIsReady) {
+  Watchdog watchdog(60s, "SelectTimeoutTest.AnExpiredTimeoutIsChosenAtOnce");
+  Channel<int> a;
+  std::size_t index = syncAwait([&]() -> Lazy<std::size_t> {
+    auto r = co_await select(a.receiveCase(), timeoutCase(0s));
+    co_return r.index();
+  }());
+  EXPECT_EQ(index, 1u);
+  EXPECT_FALSE(a.trySend(1));
+}
+
+TEST(SelectTimeoutTest, AValueArrivingFirstWinsAndDisarmsTheTimer) {
+  Watchdog watchdog(60s, "SelectTimeoutTest.AValueArrivingFirstWinsAndDisarmsTheTimer");
+  ThreadPool pool(2);
+  Channel<int> a;
+  std::thread sender([&] {
+    while (!a.trySend(7)) std::this_thread::yield();  // once the select waits on `a`
+  });
+  auto [index, value, onPool] = syncAwait([&]() -> Lazy<std::tuple<std::size_t, int, bool>> {
+    auto r = co_await select(a.receiveCase(), timeoutCase(1h));
+    co_return std::tuple{r.index(), r.index() == 0 ? *std::get<0>(r) : -1,
+                         pool.currentThreadInExecutor()};
+  }()
+                                                      .via(&pool));
+  sender.join();
+  EXPECT_EQ(index, 0u);
+  EXPECT_EQ(value, 7);
+  EXPECT_TRUE(onPool);
+  // The hour-long timer was disarmed: shutting the pool down does not wait for it (it
+  // would end it early with ExecutorShutDown, which nobody is left to receive).
+}
+
+TEST(SelectTimeoutTest, ATimedOutTaskResumesOnItsPool) {
+  Watchdog watchdog(60s, "SelectTimeoutTest.ATimedOutTaskResumesOnItsPool");
+  ThreadPool pool(2);
+  Channel<int> a;
+  auto [index, onPool] = syncAwait([&]() -> Lazy<std::pair<std::size_t, bool>> {
+    auto r = co_await select(a.receiveCase(), timeoutCase(2ms));
+    co_return std::pair{r.index(), pool.currentThreadInExecutor()};
+  }()
+                                       .via(&pool));
+  EXPECT_EQ(index, 1u);
+  EXPECT_TRUE(onPool);
+}
+
+TEST(SelectTimeoutTest, CancellationBeforeTheTimeoutWins) {
+  Watchdog watchdog(60s, "SelectTimeoutTest.CancellationBeforeTheTimeoutWins");
+  Channel<int> a;
+  CancellationSource source;
+  bool done = false;
+  std::exception_ptr error;
+  auto selector = [&]() -> Lazy<void> { co_await select(a.receiveCase(), timeoutCase(1h)); };
+  withCancellation(source.token(), selector()).start([&](Try<void> r) {
+    done = true;
+    if (r.hasException()) error = r.exception();
+  });
+  EXPECT_FALSE(done);
+  source.requestCancellation();
+  EXPECT_TRUE(done);
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+  EXPECT_FALSE(a.trySend(1));
+}
+
+TEST(SelectTimeoutTest, PoolShutdownEndsAWaitingTimeoutWithExecutorShutDown) {
+  Watchdog watchdog(60s, "SelectTimeoutTest.PoolShutdownEndsAWaitingTimeout");
+  Channel<int> a;
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  {
+    ThreadPool pool(1);
+    Channel<int> started(1);
+    auto selector = [&]() -> Lazy<void> {
+      co_await started.send(0);
+      co_await select(a.receiveCase(), timeoutCase(1h));
+    };
+    selector().via(&pool).start([&](Try<void> r) {
+      if (r.hasException()) error = r.exception();
+      done = true;
+    });
+    syncAwait(started.receive());
+    pool.shutdown();
+  }
+  EXPECT_TRUE(done.load());
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), ExecutorShutDown);
+  EXPECT_FALSE(a.trySend(1));
+}
+
+// Timeouts racing with deliveries on a 2-thread pool: a value is received exactly when
+// its send completed; a select that timed out took nothing.
+TEST(SelectTimeoutTest, TimeoutsRacingWithDeliveriesLoseNothing) {
+  Watchdog watchdog(180s, "SelectTimeoutTest.TimeoutsRacingWithDeliveriesLoseNothing");
+  ThreadPool pool(2);
+  constexpr int kValues = 2000;
+  Channel<int> ch;
+  std::mutex mutex;
+  std::vector<int> sentOk, received;  // guarded by `mutex`
+  std::atomic<int> timeouts{0};
+  auto sender = [&]() -> Lazy<void> {
+    for (int i = 0; i < kValues; ++i) {
+      auto r = co_await select(ch.sendCase(i), timeoutCase(std::chrono::microseconds(i % 50)));
+      if (r.index() == 0) {
+        std::lock_guard lock(mutex);
+        sentOk.push_back(i);
+      }
+    }
+    ch.close();
+  };
+  auto receiver = [&]() -> Lazy<void> {
+    for (;;) {
+      auto r = co_await select(ch.receiveCase(), timeoutCase(std::chrono::microseconds(30)));
+      if (r.index() == 1) {
+        ++timeouts;
+        continue;
+      }
+      if (!std::get<0>(r)) break;  // closed
+      std::lock_guard lock(mutex);
+      received.push_back(*std::get<0>(r));
+    }
+  };
+  auto [a, b, c] = syncAwait(collectAllPara(sender(), receiver(), receiver()).via(&pool));
+  a.value();
+  b.value();
+  c.value();
+  std::sort(received.begin(), received.end());
+  EXPECT_EQ(sentOk, received);
 }
 
 }  // namespace

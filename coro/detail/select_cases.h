@@ -1,0 +1,140 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "coro/channel.h"
+#include "coro/detail/channel_core.h"
+#include "coro/detail/channel_waiter.h"
+#include "coro/sleep.h"
+
+// The cases of weft::select() (coro/select.h): what each kind of case is, and how the
+// select awaiter (coro/detail/select_awaiter.h) tries it, links it and unlinks it.
+
+namespace weft::detail {
+
+// The `default:` of a Go select: chosen when no other case is ready.
+struct SelectDefaultCase {};
+
+// The `case <-time.After(d):` of a Go select: chosen once `deadline` has passed.
+struct SelectTimeoutCase {
+  SleepClock::time_point deadline;
+};
+
+// One case of a select while it runs: how to try it under its channel's lock, how to
+// link and unlink its node, and what it produces. Specialised per case kind.
+template <class Case>
+class SelectCaseOp;
+
+template <class T>
+class SelectCaseOp<ChannelReceiveCase<T>> {
+ public:
+  using Result = std::optional<T>;  // empty: the channel is closed and drained
+  static constexpr bool kHasChannel = true;
+
+  explicit SelectCaseOp(ChannelReceiveCase<T>&& c) noexcept : channel_(c.channel) {}
+
+  ChannelLock* lock() const noexcept { return &channel_->lock(); }
+  ChannelOpResult tryLocked(ChannelWaiter*& wake) noexcept {
+    return channel_->tryReceiveLocked(value_, wake);
+  }
+  void enqueueLocked(SelectState* select, std::uint32_t index) noexcept {
+    node_.slot = &value_;
+    node_.select = select;
+    node_.caseIndex = index;
+    channel_->enqueueReceiverLocked(&node_);
+  }
+  void removeLocked() noexcept { channel_->removeReceiverLocked(&node_); }
+  void setClosed() noexcept {}
+  Result result() noexcept { return std::move(value_); }
+
+ private:
+  ChannelCore<T>* channel_;
+  ChannelWaiter node_;
+  std::optional<T> value_;
+};
+
+template <class T>
+class SelectCaseOp<ChannelSendCase<T>> {
+ public:
+  using Result = std::monostate;
+  static constexpr bool kHasChannel = true;
+
+  explicit SelectCaseOp(ChannelSendCase<T>&& c) noexcept(std::is_nothrow_move_constructible_v<T>)
+      : case_(std::move(c)) {}
+
+  ChannelLock* lock() const noexcept { return &case_.channel->lock(); }
+  ChannelOpResult tryLocked(ChannelWaiter*& wake) {
+    return case_.channel->trySendLocked(*case_.value(), wake);
+  }
+  void enqueueLocked(SelectState* select, std::uint32_t index) noexcept {
+    node_.slot = case_.value();
+    node_.select = select;
+    node_.caseIndex = index;
+    case_.channel->enqueueSenderLocked(&node_);
+  }
+  void removeLocked() noexcept { case_.channel->removeSenderLocked(&node_); }
+  void setClosed() noexcept { node_.status = WaiterStatus::kClosed; }
+  // Go panics when a select sends on a closed channel; weft throws.
+  Result result() const {
+    if (node_.status == WaiterStatus::kClosed) throwSendOnClosed();
+    return {};
+  }
+
+ private:
+  ChannelSendCase<T> case_;
+  ChannelWaiter node_;
+};
+
+template <>
+class SelectCaseOp<SelectDefaultCase> {
+ public:
+  using Result = std::monostate;
+  static constexpr bool kHasChannel = false;
+  explicit SelectCaseOp(SelectDefaultCase) noexcept {}
+  Result result() const noexcept { return {}; }
+};
+
+template <>
+class SelectCaseOp<SelectTimeoutCase> {
+ public:
+  using Result = std::monostate;
+  static constexpr bool kHasChannel = false;
+  explicit SelectCaseOp(SelectTimeoutCase c) noexcept : deadline(c.deadline) {}
+  Result result() const noexcept { return {}; }
+
+  SleepClock::time_point deadline;
+};
+
+// A per-thread xorshift64* generator: select's fair choice among ready cases needs
+// cheap randomness, not quality.
+inline std::uint64_t selectRandom() noexcept {
+  static constinit thread_local std::uint64_t state = 0;
+  if (state == 0) [[unlikely]] {
+    state = (reinterpret_cast<std::uintptr_t>(&state) * 0x9E3779B97F4A7C15ull) ^
+            static_cast<std::uint64_t>(
+                std::chrono::steady_clock::now().time_since_epoch().count()) ^
+            1u;
+  }
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  return state * 0x2545F4914F6CDD1Dull;
+}
+
+template <class Case>
+inline constexpr bool kIsSelectCase = false;
+template <class T>
+inline constexpr bool kIsSelectCase<ChannelReceiveCase<T>> = true;
+template <class T>
+inline constexpr bool kIsSelectCase<ChannelSendCase<T>> = true;
+template <>
+inline constexpr bool kIsSelectCase<SelectDefaultCase> = true;
+template <>
+inline constexpr bool kIsSelectCase<SelectTimeoutCase> = true;
+
+}  // namespace weft::detail
