@@ -22,8 +22,11 @@
 #include "coro/sync_await.h"
 #include "coro/task.h"
 #include "coro/with_cancellation.h"
+#include "coro/with_timeout.h"
 #include "executors/inline_executor.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
@@ -363,6 +366,95 @@ TEST(SleepShutdownTest, APoolStartsItsTimerThreadOnlyWithItsFirstSleep) {
   EXPECT_EQ(newThreads(before, threadIds()), timer);  // and only that one
   pool.shutdown();
   EXPECT_EQ(threadIds().count(timer[0]), 0u);  // joined by shutdown
+}
+
+// --- from fibers (stackful/await.h): the same awaitables, `await(x)` instead of co_await -
+
+TEST(SleepFiberTest, AFiberSleepsOnItsExecutor) {
+  ThreadPool pool(2);
+  auto future = spawnFiber(&pool, [&] {
+    auto start = std::chrono::steady_clock::now();
+    await(sleep(5ms));
+    return std::chrono::steady_clock::now() - start >= 5ms && pool.currentThreadInExecutor();
+  });
+  EXPECT_TRUE(syncAwait(std::move(future)));
+}
+
+TEST(SleepFiberTest, AFibersSleepIsCancelledByItsToken) {
+  ThreadPool pool(2);
+  ProbeExecutor probe(pool);
+  CancellationSource source;
+  SpawnOptions options;
+  options.cancellationToken = source.token();
+  auto future = spawnFiber(
+      &probe,
+      [&] {
+        CancellationToken token = await(currentCancellationToken());
+        EXPECT_EQ(token, source.token());
+        try {
+          await(sleep(1h));
+        } catch (const OperationCancelled&) {
+          return true;
+        }
+        return false;  // completed normally: it was never cancelled
+      },
+      std::move(options));
+  std::thread canceller([&] {
+    while (probe.armed.load() == 0) std::this_thread::yield();
+    source.requestCancellation();
+  });
+  Watchdog watchdog(60s, "SleepFiberTest.AFibersSleepIsCancelledByItsToken");
+  EXPECT_TRUE(syncAwait(std::move(future)));
+  canceller.join();
+  EXPECT_EQ(probe.disarmed.load(), 1);
+}
+
+TEST(SleepFiberTest, FibersAndLazysSleepingTogetherWakeInDeadlineOrder) {
+  ThreadPool pool(1);
+  std::mutex mutex;
+  std::vector<int> woke;
+  const auto base = std::chrono::steady_clock::now() + 100ms;
+  auto record = [&](int i) {
+    std::lock_guard lock(mutex);
+    woke.push_back(i);
+  };
+  // Parameters, not captures: the Lazy outlives this statement's lambda temporaries.
+  auto lazySleeper = [](auto& record, int i, auto deadline) -> Lazy<void> {
+    co_await sleepUntil(deadline);
+    record(i);
+  };
+  std::vector<FiberFuture<void>> fibers;
+  std::vector<Lazy<void>> lazys;
+  for (int i = 0; i < 20; ++i) {
+    const auto deadline = base + (19 - i) * 500us;  // later-armed ones wake first
+    if (i % 2 == 0) {
+      fibers.push_back(spawnFiber(&pool, [&, i, deadline] {
+        await(sleepUntil(deadline));
+        record(i);
+      }));
+    } else {
+      lazys.push_back(lazySleeper(record, i, deadline));
+    }
+  }
+  syncAwait(collectAllPara(std::move(lazys)), &pool);
+  for (auto& fiber : fibers) syncAwait(std::move(fiber));
+  std::vector<int> expected(20);
+  std::iota(expected.rbegin(), expected.rend(), 0);
+  EXPECT_EQ(woke, expected);
+}
+
+TEST(SleepFiberTest, WithTimeoutFromAFiber) {
+  ThreadPool pool(2);
+  auto future = spawnFiber(&pool, [] {
+    try {
+      await(withTimeout([]() -> Lazy<void> { co_await sleep(1h); }(), 2ms));
+    } catch (const TimeoutError&) {
+      return true;
+    }
+    return false;
+  });
+  Watchdog watchdog(60s, "SleepFiberTest.WithTimeoutFromAFiber");
+  EXPECT_TRUE(syncAwait(std::move(future)));
 }
 
 }  // namespace
