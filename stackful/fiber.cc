@@ -39,7 +39,18 @@ std::atomic<std::uint64_t> gNextFiberId{1};
 
 // The C++ runtime's exception globals of the calling thread (Itanium ABI: a pointer to
 // the caught-exception stack, then the uncaught count).
-EhState* ehGlobals() noexcept { return reinterpret_cast<EhState*>(abi::__cxa_get_globals()); }
+// Their address is fixed for the thread's lifetime: looked up once per thread (the lookup
+// is a call into libstdc++ and a __tls_get_addr), then read from our own thread_local.
+constinit thread_local EhState* tEhGlobals = nullptr;
+
+inline EhState* ehGlobals() noexcept {
+  EhState* eh = tEhGlobals;
+  if (eh == nullptr) [[unlikely]] {
+    eh = reinterpret_cast<EhState*>(abi::__cxa_get_globals());
+    tEhGlobals = eh;
+  }
+  return eh;
+}
 
 }  // namespace
 
@@ -58,20 +69,18 @@ void attachToSharedStack(FiberCore* /*core*/, SharedStack& stack) { ++stack.user
 
 FiberCore* FiberCore::current() noexcept { return tCurrent; }
 
-FiberCore::~FiberCore() {
-  delete locals_;
-  delete[] name_;
-}
+FiberCore::~FiberCore() { delete extras_; }
 
 void FiberCore::initCommon(const FiberOptions& options) {
   // relaxed: ids only need to be unique, not ordered with anything.
   id_ = gNextFiberId.fetch_add(1, std::memory_order_relaxed);
   if (!options.name.empty()) {
-    // nothrow: an unnamed fiber is better than a leaked one; the id is printed instead.
-    name_ = new (std::nothrow) char[options.name.size() + 1];
-    if (name_ != nullptr) {
-      std::memcpy(name_, options.name.data(), options.name.size());
-      name_[options.name.size()] = '\0';
+    // On std::bad_alloc the fiber stays unnamed (its id is printed instead): better than
+    // leaking the half-made fiber.
+    try {
+      extras_ = new FiberExtras();
+      extras_->name.assign(options.name);
+    } catch (...) {
     }
   }
 }
@@ -92,22 +101,19 @@ void* FiberCore::contextTop() const noexcept {
 }
 
 void FiberCore::abortMisuse(const char* what) const noexcept {
-  if (name_ != nullptr) {
-    std::fprintf(stderr, "weft: %s (fiber %s)\n", what, name_);
+  if (const char* fiberName = name(); fiberName != nullptr) {
+    std::fprintf(stderr, "weft: %s (fiber %s)\n", what, fiberName);
   } else {
     std::fprintf(stderr, "weft: %s (fiber %llu)\n", what, static_cast<unsigned long long>(id_));
   }
   std::abort();
 }
 
-void FiberCore::resume() {
+void FiberCore::abortBadResume() const noexcept {
   if (state_ == State::kDone) abortMisuse("resume() of a fiber that has finished");
-  if (state_ == State::kRunning) {
-    abortMisuse(
-        "resume() of a running fiber (a fiber cannot resume itself, nor a fiber that "
-        "is resuming it)");
-  }
-  switchIn(false);
+  abortMisuse(
+      "resume() of a running fiber (a fiber cannot resume itself, nor a fiber that is "
+      "resuming it)");
 }
 
 // --- shared stacks ---------------------------------------------------------------------
@@ -134,22 +140,24 @@ void FiberCore::claimSharedStack() {
         std::size_t capacity = (used + 63) & ~std::size_t{63};
         auto* save = static_cast<unsigned char*>(std::malloc(capacity));
         if (save == nullptr) throw std::bad_alloc();
-        std::free(slot.save);
+        if (other->saveOnHeap_) std::free(slot.save);
         slot.save = save;
         slot.capacity = static_cast<std::uint32_t>(capacity);
+        other->saveOnHeap_ = true;
       }
       // The frames there may carry ASan poison (redzones of locals): copying them is
       // fine, the shadow is simply cleared (poisoning resumes as functions are entered).
       asanUnpoison(low, used);
       std::memcpy(slot.save, low, used);
-      slot.saved = static_cast<std::uint32_t>(used);
       stack.owner_ = nullptr;
     }
     if (state_ == State::kSuspended) {
-      unsigned char* low = top - shared_.saved;
-      asanUnpoison(low, shared_.saved);
-      valgrindMakeWritable(low, shared_.saved);
-      std::memcpy(low, shared_.save, shared_.saved);
+      // Our suspended context handle is our stack pointer: we saved [context_, top).
+      auto* low = static_cast<unsigned char*>(context_);
+      auto saved = static_cast<std::size_t>(top - low);
+      asanUnpoison(low, saved);
+      valgrindMakeWritable(low, saved);
+      std::memcpy(low, shared_.save, saved);
     }
     stack.owner_ = this;
   }
@@ -159,24 +167,19 @@ void FiberCore::claimSharedStack() {
 void FiberCore::leaveSharedStack() noexcept {
   SharedStack& stack = *shared_.stack;
   stack.running_ = nullptr;
-  if (state_ == State::kDone) {
-    stack.owner_ = nullptr;
-    // A finished fiber has nothing left to save.
-    std::free(shared_.save);
-    shared_.save = nullptr;
-    shared_.saved = shared_.capacity = 0;
-  }
+  if (state_ == State::kDone) stack.owner_ = nullptr;  // nothing left to save
 }
 
 // --- switching -------------------------------------------------------------------------
 
 void FiberCore::switchIn(bool unwind) {
-  if (kind_ == StackKind::kShared) claimSharedStack();
-  if (state_ == State::kCreated) {
+  if (kind_ == StackKind::kShared) [[unlikely]]
+    claimSharedStack();
+  if (state_ == State::kCreated) [[unlikely]] {
     auto* top = static_cast<unsigned char*>(contextTop());
     context_ = makeContext(
         top, static_cast<std::size_t>(top - static_cast<const unsigned char*>(stackBottom())),
-        &FiberCore::entry);
+        entryPoint());
     ensureSignalStack();
   }
   FiberCore* const outer = tCurrent;
@@ -185,14 +188,17 @@ void FiberCore::switchIn(bool unwind) {
   // one lookup of the exception globals serves both swaps.
   EhState* const eh = ehGlobals();
   const EhState callerEh = *eh;
-  *eh = eh_;
+  eh->caughtExceptions = ehCaught_;
+  eh->uncaughtExceptions = ehUncaught_;
   state_ = State::kRunning;
 
+#if WEFT_ASAN
   void* fakeStack = nullptr;
   const void* bottom = stackBottom();
   asanStartSwitch(&fakeStack, bottom,
                   static_cast<std::size_t>(static_cast<const unsigned char*>(contextTop()) -
                                            static_cast<const unsigned char*>(bottom)));
+#endif
 #if WEFT_TSAN
   tsanCaller_ = tsanCurrentFiber();
   if (tsanFiber_ == nullptr) tsanFiber_ = tsanCreateFiber();
@@ -200,13 +206,17 @@ void FiberCore::switchIn(bool unwind) {
 #endif
   ContextTransfer back =
       unwind ? ontopContext(context_, this, &FiberCore::unwindOnTop) : jumpContext(context_, this);
+#if WEFT_ASAN
   asanFinishSwitch(fakeStack, nullptr, nullptr);
+#endif
 
   context_ = back.context;
-  eh_ = *eh;
+  ehCaught_ = eh->caughtExceptions;
+  ehUncaught_ = eh->uncaughtExceptions;
   *eh = callerEh;
   tCurrent = outer;
-  if (kind_ == StackKind::kShared) leaveSharedStack();
+  if (kind_ == StackKind::kShared) [[unlikely]]
+    leaveSharedStack();
 #if WEFT_TSAN
   // A TSan fiber is as heavy as a thread's state: free it as soon as the fiber is done.
   if (state_ == State::kDone) tsanDestroyFiber(std::exchange(tsanFiber_, nullptr));
@@ -214,7 +224,7 @@ void FiberCore::switchIn(bool unwind) {
 }
 
 void FiberCore::arrived(ContextTransfer transfer) noexcept {
-  caller_ = transfer.context;
+  context_ = transfer.context;  // the resumer's context: where suspend() goes back to
 #if WEFT_ASAN
   asanFinishSwitch(asanFakeStack_, &asanCallerBottom_, &asanCallerSize_);
 #endif
@@ -230,31 +240,22 @@ void FiberCore::suspend() {
 #if WEFT_TSAN
   tsanSwitchTo(tsanCaller_);
 #endif
-  ContextTransfer transfer = jumpContext(caller_, nullptr);
+  ContextTransfer transfer = jumpContext(context_, nullptr);
   // Resumed: possibly on another thread, by another caller. (ForcedUnwind, when the fiber
   // is destroyed, comes out of the jumpContext call above, thrown by unwindOnTop.)
   arrived(transfer);
 }
 
-void FiberCore::entry(ContextTransfer transfer) noexcept {
-  auto* self = static_cast<FiberCore*>(transfer.data);
-  self->arrived(transfer);  // the first arrival (ASan: no fake stack to restore yet)
-  try {
-    self->run();
-  } catch (const ForcedUnwind&) {
-    // Destroyed while suspended: the stack is unwound; nothing to report.
-  } catch (...) {
-    self->exception_ = std::current_exception();
-  }
-  self->state_ = State::kDone;
+void FiberCore::finish() noexcept {
+  state_ = State::kDone;
 #if WEFT_ASAN
   // Leaving for good: ASan may free this fiber's fake stack.
-  asanStartSwitch(nullptr, self->asanCallerBottom_, self->asanCallerSize_);
+  asanStartSwitch(nullptr, asanCallerBottom_, asanCallerSize_);
 #endif
 #if WEFT_TSAN
-  tsanSwitchTo(self->tsanCaller_);
+  tsanSwitchTo(tsanCaller_);
 #endif
-  jumpContext(self->caller_, nullptr);
+  jumpContext(context_, nullptr);
   // Nobody resumes a finished fiber.
   std::abort();
 }
@@ -285,8 +286,10 @@ void FiberCore::freeStorage() noexcept {
     SharedStack& stack = *shared_.stack;
     if (stack.owner_ == this) stack.owner_ = nullptr;
     --stack.users_;
-    std::free(shared_.save);
-    delete this;
+    if (saveOnHeap_) std::free(shared_.save);
+    void* memory = dynamic_cast<void*>(this);  // the block create() allocated
+    this->~FiberCore();
+    ::operator delete(memory);
     return;
   }
   // The object lives on the stack it gives back: move the stack out first.
@@ -323,11 +326,7 @@ std::uint64_t id() {
 namespace weft::detail {
 
 FiberLocalStorage& currentFiberLocalStorage() {
-  if (FiberCore* core = FiberCore::current()) {
-    FiberLocalStorage*& storage = core->localStorage();
-    if (storage == nullptr) storage = new FiberLocalStorage();
-    return *storage;
-  }
+  if (FiberCore* core = FiberCore::current()) return core->localStorage();
   static thread_local FiberLocalStorage threadStorage;
   return threadStorage;
 }

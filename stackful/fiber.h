@@ -19,12 +19,15 @@ namespace weft {
 
 namespace detail {
 
-// A fiber with a result slot: what Fiber<T> points to.
+// A fiber with a result slot: what Fiber<T> points to. (Fiber<void> needs none: done()
+// without an exception is success.)
 template <class T>
 class ResultFiberCore : public FiberCore {
  public:
   Try<T> result_;
 };
+template <>
+class ResultFiberCore<void> : public FiberCore {};
 
 // The concrete fiber: the body `fn` and its result.
 template <class T, class F>
@@ -33,15 +36,16 @@ class PlainFiberBox final : public ResultFiberCore<T> {
   template <class G>
   explicit PlainFiberBox(G&& fn) : fn_(std::forward<G>(fn)) {}
 
- private:
-  void run() override {
+  void runBody() {
     if constexpr (std::is_void_v<T>) {
       std::invoke(std::move(fn_));
-      this->result_.emplace();
     } else {
       this->result_.emplace(std::invoke(std::move(fn_)));
     }
   }
+
+ private:
+  ContextEntry entryPoint() const noexcept override { return &FiberCore::entryFor<PlainFiberBox>; }
 
   F fn_;
 };

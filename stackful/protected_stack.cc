@@ -23,6 +23,7 @@ std::size_t ProtectedStack::pageSize() noexcept {
 ProtectedStack::ProtectedStack(std::size_t size, std::size_t guardPages) {
   const std::size_t page = pageSize();
   if (guardPages == 0) guardPages = 1;
+  if (guardPages > 1024) guardPages = 1024;  // 4 MiB of guard (with 4 KiB pages) is plenty
   if (size == 0) size = page;
   // Round up to whole pages (checking for overflow of absurd requests).
   if (size > (std::size_t{1} << 46)) {
@@ -52,7 +53,7 @@ ProtectedStack::ProtectedStack(std::size_t size, std::size_t guardPages) {
   }
   mapping_ = mapping;
   mappingSize_ = total;
-  guardSize_ = guard;
+  guardSize_ = static_cast<std::uint32_t>(guard);
   valgrindId_ = detail::valgrindRegisterStack(bottom(), top());
   // The SIGSEGV handler that turns a guard-page hit into a diagnostic.
   detail::installStackOverflowHandler();

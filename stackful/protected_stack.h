@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 namespace weft {
@@ -48,14 +49,14 @@ class ProtectedStack {
   ProtectedStack(ProtectedStack&& other) noexcept
       : mapping_(std::exchange(other.mapping_, nullptr)),
         mappingSize_(std::exchange(other.mappingSize_, 0)),
-        guardSize_(std::exchange(other.guardSize_, 0)),
+        guardSize_(std::exchange(other.guardSize_, 0u)),
         valgrindId_(std::exchange(other.valgrindId_, 0)) {}
   ProtectedStack& operator=(ProtectedStack&& other) noexcept {
     if (this != &other) {
       release();
       mapping_ = std::exchange(other.mapping_, nullptr);
       mappingSize_ = std::exchange(other.mappingSize_, 0);
-      guardSize_ = std::exchange(other.guardSize_, 0);
+      guardSize_ = std::exchange(other.guardSize_, 0u);
       valgrindId_ = std::exchange(other.valgrindId_, 0);
     }
     return *this;
@@ -82,8 +83,8 @@ class ProtectedStack {
 
   void* mapping_ = nullptr;
   std::size_t mappingSize_ = 0;
-  std::size_t guardSize_ = 0;
-  unsigned valgrindId_ = 0;  // VALGRIND_STACK_REGISTER's id (0 outside valgrind)
+  std::uint32_t guardSize_ = 0;   // 32 bits: keeps a fiber's control block small
+  std::uint32_t valgrindId_ = 0;  // VALGRIND_STACK_REGISTER's id (0 outside valgrind)
 };
 
 }  // namespace weft

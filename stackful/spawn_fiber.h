@@ -130,14 +130,18 @@ class ExecutorFiberBox final : public FiberCore {
   template <class G>
   ExecutorFiberBox(G&& fn, Try<T>* out) : fn_(std::forward<G>(fn)), out_(out) {}
 
- private:
-  void run() override {
+  void runBody() {
     if constexpr (std::is_void_v<T>) {
       std::invoke(std::move(fn_));
       out_->emplace();
     } else {
       out_->emplace(std::invoke(std::move(fn_)));
     }
+  }
+
+ private:
+  ContextEntry entryPoint() const noexcept override {
+    return &FiberCore::entryFor<ExecutorFiberBox>;
   }
 
   F fn_;

@@ -10,11 +10,13 @@
 #include <exception>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include "stackful/detail/context.h"
+#include "stackful/detail/fiber_local_storage.h"
 #include "stackful/detail/tool_hooks.h"
 #include "stackful/protected_stack.h"
 #include "stackful/stack_pool.h"
@@ -47,7 +49,11 @@ namespace detail {
 // suspend throws it again, so it unwinds all the same.
 struct ForcedUnwind {};
 
-class FiberLocalStorage;
+// What few fibers need, allocated on first use: a name, FiberLocal values.
+struct FiberExtras {
+  std::string name;
+  FiberLocalStorage locals;
+};
 
 // The C++ runtime's per-thread exception state (Itanium C++ ABI __cxa_eh_globals: the
 // stack of caught exceptions and std::uncaught_exceptions()). Every fiber has its own,
@@ -85,7 +91,11 @@ class FiberCore {
   // that escapes the body is kept (takeException()). Preconditions (aborting with a
   // message otherwise): the fiber is created or suspended. Throws std::bad_alloc only if
   // a shared stack's save buffer cannot grow (nothing has run then).
-  void resume();
+  void resume() {
+    if (state_ == State::kDone || state_ == State::kRunning) [[unlikely]]
+      abortBadResume();
+    switchIn(false);
+  }
   // Unwinds the fiber if it is suspended (its locals' destructors run, on the calling
   // thread), then frees it and gives its stack back. Why noexcept: a destructor's work;
   // an exception that escapes the unwinding body is dropped.
@@ -95,7 +105,9 @@ class FiberCore {
   bool done() const noexcept { return state_ == State::kDone; }
   std::uint64_t id() const noexcept { return id_; }
   // nullptr when unnamed.
-  const char* name() const noexcept { return name_; }
+  const char* name() const noexcept {
+    return extras_ != nullptr && !extras_->name.empty() ? extras_->name.c_str() : nullptr;
+  }
   std::exception_ptr takeException() noexcept { return std::move(exception_); }
   bool hasException() const noexcept { return static_cast<bool>(exception_); }
 
@@ -110,7 +122,12 @@ class FiberCore {
 
   AwaitLink* awaitLink() const noexcept { return awaitLink_; }
   void setAwaitLink(AwaitLink* link) noexcept { awaitLink_ = link; }
-  FiberLocalStorage*& localStorage() noexcept { return locals_; }
+  // This fiber's FiberLocal values. Throws std::bad_alloc on the first use if memory is
+  // exhausted.
+  FiberLocalStorage& localStorage() {
+    if (extras_ == nullptr) extras_ = new FiberExtras();
+    return extras_->locals;
+  }
 
   // For the SIGSEGV handler: the bounds of the stack this fiber runs on.
   const void* guardBegin() const noexcept;
@@ -121,8 +138,13 @@ class FiberCore {
   // The stack slot (a union member) is constructed by create().
   FiberCore() noexcept {}  // NOLINT(modernize-use-equals-default): the union needs it
   virtual ~FiberCore();
-  // The body. An exception escaping it is stored (ForcedUnwind is not).
-  virtual void run() = 0;
+  // The entry of the fiber's context: entryFor<Box> of the most derived class, which
+  // calls Box::runBody() (the body; an exception escaping it is stored, ForcedUnwind is
+  // not). A template rather than a virtual run(): one frame less on every fiber's stack,
+  // which is what a parked shared-stack fiber costs. noexcept: returns a constant.
+  virtual ContextEntry entryPoint() const noexcept = 0;
+  template <class Box>
+  static void entryFor(ContextTransfer transfer) noexcept;
 
  private:
   enum class StackKind : std::uint8_t { kProtected, kShared };
@@ -134,8 +156,10 @@ class FiberCore {
   };
   struct SharedSlot {
     SharedStack* stack;
-    unsigned char* save;  // the fiber's live stack while another fiber runs on `stack`
-    std::uint32_t saved;
+    // The fiber's live stack while another fiber runs on `stack`: first the inline area
+    // allocated right after the fiber object (kSharedInlineSave bytes or a little more),
+    // a heap buffer if the fiber ever parks deeper than that.
+    unsigned char* save;
     std::uint32_t capacity;
   };
 
@@ -144,29 +168,37 @@ class FiberCore {
                            Args&&... args);
   void initCommon(const FiberOptions& options);
   void* contextTop() const noexcept;
+  [[noreturn]] void finish() noexcept;
 
   // Switches into the fiber; with `unwind`, runs ForcedUnwind on top of it instead.
   void switchIn(bool unwind);
   // Called on the fiber's stack right after each switch into it.
   void arrived(ContextTransfer transfer) noexcept;
-  static void entry(ContextTransfer transfer) noexcept;
   static ContextTransfer unwindOnTop(ContextTransfer transfer);
   void claimSharedStack();
   void leaveSharedStack() noexcept;
   void freeStorage() noexcept;
   [[noreturn]] void abortMisuse(const char* what) const noexcept;
+  [[noreturn]] void abortBadResume() const noexcept;
 
-  void* context_ = nullptr;  // the fiber's suspended context (kSuspended)
-  void* caller_ = nullptr;   // while it runs: the context that switched to it
+  // While the fiber is suspended: its own context (what resume() jumps to). While it
+  // runs: the context that resumed it (what it jumps back to). Each side stores the
+  // other's handle as it gains control, so one word serves both.
+  void* context_ = nullptr;
   std::exception_ptr exception_;
-  EhState eh_;
-  FiberLocalStorage* locals_ = nullptr;
+  // This fiber's C++ exception state (EhState) while it does not run, as two fields
+  // placed where they pack the object.
+  void* ehCaught_ = nullptr;
+  FiberExtras* extras_ = nullptr;
   AwaitLink* awaitLink_ = nullptr;
   std::uint64_t id_ = 0;
-  char* name_ = nullptr;
   State state_ = State::kCreated;
   StackKind kind_ = StackKind::kProtected;
   bool unwinding_ = false;
+  bool saveOnHeap_ = false;       // shared stacks: shared_.save is malloc'd, not inline
+  std::uint32_t ehUncaught_ = 0;  // (see ehCaught_)
+  // The layout is packed on purpose: on a shared stack a parked fiber costs this object
+  // plus its saved frames, in one heap block (<= 288 bytes on x86-64).
   union {
     ProtectedSlot protected_;
     SharedSlot shared_;
@@ -219,15 +251,46 @@ Box* FiberCore::create(ProtectedStack&& stack, const FiberOptions& options, Args
   return placeOnStack<Box>(std::move(stack), nullptr, options, std::forward<Args>(args)...);
 }
 
-// Attaches a new heap-allocated fiber to a shared stack (shared_stack.h).
+template <class Box>
+void FiberCore::entryFor(ContextTransfer transfer) noexcept {
+  auto* self = static_cast<FiberCore*>(transfer.data);
+  self->arrived(transfer);  // the first arrival
+  try {
+    static_cast<Box*>(self)->runBody();
+  } catch (const ForcedUnwind&) {
+    // Destroyed while suspended: the stack is unwound; nothing to report.
+  } catch (...) {
+    self->exception_ = std::current_exception();
+  }
+  self->finish();
+}
+
+// Attaches a new fiber to a shared stack (shared_stack.h).
 void attachToSharedStack(FiberCore* core, SharedStack& stack);
+
+// The save area allocated with every shared-stack fiber, so that parking costs one heap
+// block: at least this many bytes (rounded up so that the block fills malloc's chunk).
+// A fiber parked in a yield one or two calls below its body needs ~150-200 bytes; one
+// that parks deeper gets a heap buffer instead.
+inline constexpr std::size_t kSharedInlineSave = 176;
 
 template <class Box, class... Args>
 Box* FiberCore::create(SharedStack& stack, const FiberOptions& options, Args&&... args) {
   static_assert(std::is_base_of_v<FiberCore, Box>);
-  Box* box = new Box(std::forward<Args>(args)...);
+  static_assert(alignof(Box) <= alignof(std::max_align_t));
+  // glibc's chunks hold a request r in r + 8 bytes rounded up to 16: pick r = 8 (mod 16).
+  constexpr std::size_t kRequest = (sizeof(Box) + kSharedInlineSave + 8 + 15) / 16 * 16 - 8;
+  void* memory = ::operator new(kRequest);
+  Box* box;
+  try {
+    box = ::new (memory) Box(std::forward<Args>(args)...);
+  } catch (...) {
+    ::operator delete(memory);
+    throw;
+  }
   box->kind_ = StackKind::kShared;
-  ::new (&box->shared_) SharedSlot{&stack, nullptr, 0, 0};
+  ::new (&box->shared_) SharedSlot{&stack, static_cast<unsigned char*>(memory) + sizeof(Box),
+                                   static_cast<std::uint32_t>(kRequest - sizeof(Box))};
   box->initCommon(options);
   attachToSharedStack(box, stack);
   return box;
