@@ -90,18 +90,16 @@ weft_jump_context:
      * own stack, and ours stays above our handle. The CFI above now describes the
      * target's record, so a backtrace taken here shows the target's callers. */
     movq    %rdi, %rsp                               /* rsp = target context's handle */
+#if !(defined(__CET__) && (__CET__ & 1))
+    movq    WEFT_X86_64_RIP(%rsp), %r8               /* r8 = where the target continues, loaded
+                                                        first: the jump's target is known early */
+#endif
 #if WEFT_FIBER_SAVE_FPU_CONTROL
-    /* ldmxcsr and fldcw are slow (they serialise parts of the pipeline): skip each when the
-     * target's saved value equals ours, which is the common case. */
-    movl    WEFT_X86_64_MXCSR(%rsp), %ecx            /* ecx = the target's MXCSR */
-    cmpl    WEFT_X86_64_MXCSR(%rax), %ecx            /* the same as ours (just saved)? */
-    je      1f                                       /* yes: nothing to load */
-    ldmxcsr WEFT_X86_64_MXCSR(%rsp)                  /* no: restore the target's MXCSR */
-1:  movzwl  WEFT_X86_64_X87CW(%rsp), %ecx            /* ecx = the target's x87 control word */
-    cmpw    WEFT_X86_64_X87CW(%rax), %cx             /* the same as ours? */
-    je      2f                                       /* yes: nothing to load */
-    fldcw   WEFT_X86_64_X87CW(%rsp)                  /* no: restore the target's control word */
-2:
+    /* Loaded unconditionally: skipping the loads when the values are equal was measured
+     * slower (the compare must wait for the stmxcsr/fnstcw stores above; on this
+     * machine that costs more than ldmxcsr + fldcw). */
+    ldmxcsr WEFT_X86_64_MXCSR(%rsp)                  /* restore the target's MXCSR */
+    fldcw   WEFT_X86_64_X87CW(%rsp)                  /* restore the target's x87 control word */
 #endif
     movq    WEFT_X86_64_RBX(%rsp), %rbx              /* restore the target's rbx */
     movq    WEFT_X86_64_RBP(%rsp), %rbp              /* restore rbp */
@@ -124,7 +122,6 @@ weft_jump_context:
     movq    %rax, %rdi                               /* a new context's entry argument: {rdi, rsi} */
     ret                                              /* continue the target (rax:rdx returned) */
 #else
-    movq    WEFT_X86_64_RIP(%rsp), %r8               /* r8 = where the target continues */
     leaq    WEFT_X86_64_RECORD_SIZE(%rsp), %rsp      /* pop the record and the return address */
     .cfi_adjust_cfa_offset -WEFT_X86_64_RECORD_SIZE
     .cfi_register rip, r8                            /* the return address now lives in r8 */
