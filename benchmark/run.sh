@@ -15,6 +15,8 @@
 #      (--benchmark_enable_random_interleaving), medians; the two g++ builds of
 #      lazy_benchmark run in alternating rounds so that both see the same machine
 #   4. every benchmark/*/*_memory program
+#   4b. every Go comparison program benchmark/go/<name>/ (`go run`, offline, GOMAXPROCS set
+#      by the program), when `go` is installed: JSON in go.go_<name>.json
 #   5. callgrind instruction counts per iteration of the Lazy benchmarks and their
 #      baselines (repeatable where timings on a shared machine are not); skipped
 #      without valgrind
@@ -198,6 +200,26 @@ for label in gcc clang; do
     "${bin}" | tee "${results}/${label}.${unit}.txt"
   done < <(memory_programs_in "build/bench-${label}")
 done
+
+# Go comparison programs (benchmark/go/<name>/main.go, one `package main` each, printing
+# Google Benchmark-style JSON; see benchmark/go/go.mod). Every directory is run, so a new
+# comparison needs no edit here. Offline: no module downloads, no toolchain switch.
+if command -v go >/dev/null; then
+  while IFS= read -r dir; do
+    name="$(basename "${dir}")"
+    banner "go: ${name}"
+    if (cd benchmark/go && GOTOOLCHAIN=local GOFLAGS= GOPROXY=off go run "./${name}") \
+      >"${results}/go.go_${name}.json.part"; then
+      mv "${results}/go.go_${name}.json.part" "${results}/go.go_${name}.json"
+      echo "wrote ${results}/go.go_${name}.json"
+    else
+      rm -f "${results}/go.go_${name}.json.part"
+      echo "benchmark/go/${name} failed: no Go column for it" >&2
+    fi
+  done < <(find benchmark/go -mindepth 1 -maxdepth 1 -type d -exec test -f '{}/main.go' ';' -print | sort)
+else
+  banner "go: not installed, no Go comparison"
+fi
 
 steal_seconds="$(awk -v a="${steal_before}" -v b="$(steal_ticks)" -v hz="$(getconf CLK_TCK)" \
   'BEGIN { printf "%.1f", (b - a) / hz }')"

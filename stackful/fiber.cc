@@ -187,7 +187,11 @@ void FiberCore::switchIn(bool unwind) {
   // The resuming side never changes threads during this call (it is blocked in it), so
   // one lookup of the exception globals serves both swaps.
   EhState* const eh = ehGlobals();
-  const EhState callerEh = *eh;
+  // Field by field, not as one 16-byte struct copy: the fields were just stored
+  // separately by the previous switch, and a wide load of narrower stores stalls (store
+  // forwarding fails).
+  void* const callerCaught = eh->caughtExceptions;
+  const unsigned int callerUncaught = eh->uncaughtExceptions;
   eh->caughtExceptions = ehCaught_;
   eh->uncaughtExceptions = ehUncaught_;
   state_ = State::kRunning;
@@ -213,7 +217,8 @@ void FiberCore::switchIn(bool unwind) {
   context_ = back.context;
   ehCaught_ = eh->caughtExceptions;
   ehUncaught_ = eh->uncaughtExceptions;
-  *eh = callerEh;
+  eh->caughtExceptions = callerCaught;
+  eh->uncaughtExceptions = callerUncaught;
   tCurrent = outer;
   if (kind_ == StackKind::kShared) [[unlikely]]
     leaveSharedStack();

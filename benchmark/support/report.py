@@ -35,6 +35,21 @@ EXTRA_BASELINES = {
 }
 COMPILER_LABELS = {"gcc": "g++", "clang": "clang++"}
 
+# Issue #3's targets (stackful fibers): absolute times, and bytes per parked fiber on a
+# shared stack (benchmark/stackful/fiber_memory).
+FIBER_TIME_TARGETS_NS = {"BM_Fiber_CreateRunDestroy": 100.0}
+FIBER_MEMORY_TARGET_BYTES = 300.0
+# Go comparison (programs in benchmark/go/<name>/, results labelled "go"): C++ benchmark
+# -> (Go benchmark, maximum ratio C++ / Go, or None for information only). Go benchmarks
+# not named here are listed on their own.
+GO_BASELINES = {
+    "BM_Fiber_YieldViaExecutor": ("Go_Gosched_PingPong", 0.25),
+    "BM_Baseline_Lazy_YieldViaExecutor": ("Go_Gosched_PingPong", None),
+    "BM_Fiber_CreateRunDestroy": ("Go_Goroutine_SpawnRun", None),
+    "BM_Channel_PingPong": ("Go_Channel_PingPong", None),
+    "BM_FiberChannel_PingPong": ("Go_Channel_PingPong", None),
+}
+
 
 def base_name(run_name):
     """'BM_X/real_time' -> 'BM_X' (the name without Google Benchmark's suffixes)."""
@@ -150,6 +165,22 @@ def load_memory(path):
     return values
 
 
+def load_go_extras(paths):
+    """The keys a Go memory program adds to its JSON entries (goroutines,
+    parked_bytes_per_goroutine...): {benchmark name: {key: median value}}."""
+    standard = {"name", "run_name", "run_type", "repetition_index", "repetitions",
+                "iterations", "real_time", "cpu_time", "time_unit"}
+    values = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for b in data.get("benchmarks", []):
+            for key, value in b.items():
+                if key not in standard and isinstance(value, (int, float)):
+                    values.setdefault(b.get("run_name", b["name"]), {}).setdefault(key, []).append(value)
+    return {name: {k: median(v) for k, v in keys.items()} for name, keys in values.items()}
+
+
 def sh(*cmd):
     try:
         return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
@@ -208,6 +239,138 @@ def compile_command(build_dir, source):
 
 def verdict(ok):
     return "met" if ok else "**MISSED**"
+
+
+def find_bench(benches, wanted):
+    """The entry of benchmark `wanted` (by base name) in one binary's results, or None."""
+    return next((e for n, e in benches.items() if base_name(n) == wanted and "error" not in e), None)
+
+
+def all_benches(runs, label):
+    """Every benchmark of every binary built by `label`, merged: {name: entry}."""
+    merged = {}
+    for _, benches in runs.get(label, {}).values():
+        merged.update(benches)
+    return merged
+
+
+def stackful_section(w, runs, memory, files):
+    """Issue #3: fiber targets, shared-stack copy costs, the Go comparison and parked-fiber
+    memory. Returns the list of missed targets."""
+    misses = []
+    go = all_benches(runs, "go")
+    go_extras = load_go_extras([p for (label, _), paths in files.items() if label == "go" for p in paths])
+    labels = [label for label in ("gcc", "clang") if label in runs]
+    if not any(find_bench(all_benches(runs, l), "BM_Fiber_CreateRunDestroy") for l in labels) and not go:
+        return misses
+
+    w("## Stackful fibers (issue #3)")
+    w("")
+    w("`benchmark/stackful/fiber_benchmark`. Switch times are one-way: `BM_Fiber_ResumeYield` "
+      "is a `resume()` plus a `this_fiber::yield()` (two switches), `BM_SharedStackFiber_Switch` "
+      "resumes two fibers of one `SharedStack` in turn (four switches per iteration, two of "
+      "which copy the given number of live stack bytes out and in). `BM_Fiber_Switch` is the "
+      "bare switch core (`benchmark/stackful/detail/context_benchmark`), when present.")
+    w("")
+    w("| compiler | create + run + destroy | target | resume/yield, one way | bare switch core, one way |")
+    w("| --- | ---: | --- | ---: | ---: |")
+    for label in labels:
+        b = all_benches(runs, label)
+        crd = find_bench(b, "BM_Fiber_CreateRunDestroy")
+        ry = find_bench(b, "BM_Fiber_ResumeYield")
+        core = find_bench(b, "BM_Fiber_Switch")
+        target = FIBER_TIME_TARGETS_NS["BM_Fiber_CreateRunDestroy"]
+        cell = ""
+        if crd:
+            ok = measured(crd) is not None and measured(crd) <= target
+            cell = f"≤ {target:.0f} ns — {verdict(ok)}"
+            if not ok:
+                misses.append(f"{COMPILER_LABELS[label]}: BM_Fiber_CreateRunDestroy takes "
+                              f"{fmt_time(measured(crd))} (target ≤ {target:.0f} ns)")
+        w(f"| {COMPILER_LABELS[label]} | {fmt_time(measured(crd) if crd else None)} | {cell} | "
+          f"{fmt_time(measured(ry) / 2 if ry and measured(ry) else None)} | "
+          f"{fmt_time(measured(core) if core else None)} |")
+    w("")
+    copies = sorted({n for l in labels for n in all_benches(runs, l)
+                     if base_name(n) == "BM_SharedStackFiber_Switch"},
+                    key=lambda n: int(re.sub(r"\D", "", n.split("copy:")[-1]) or 0))
+    if copies:
+        w("| live stack copied | " + " | ".join(f"{COMPILER_LABELS[l]}, one way" for l in labels) + " |")
+        w("| --- |" + " ---: |" * len(labels))
+        for name in copies:
+            cells = []
+            for label in labels:
+                e = all_benches(runs, label).get(name)
+                cells.append(fmt_time(measured(e) / 4 if e and measured(e) else None))
+            w(f"| {name.split('copy:')[-1]} bytes | " + " | ".join(cells) + " |")
+        w("")
+
+    if go:
+        w("### Go comparison")
+        w("")
+        w("Programs in `benchmark/go/` (Go " + (sh("go", "env", "GOVERSION") or "version unknown") +
+          "), run by `benchmark/run.sh` after the C++ benchmarks, each printing medians of its "
+          "own repetitions on the same clock as the C++ benchmark it is compared with "
+          "(`GOMAXPROCS(1)`: its wall time is its CPU time). Ratio = C++ / Go: below 1, weft is faster.")
+        w("")
+        w("| C++ benchmark | compiler | C++ | Go benchmark | Go | ratio | target |")
+        w("| --- | --- | ---: | --- | ---: | ---: | --- |")
+        paired = set()
+        for cxx, (go_name, target) in GO_BASELINES.items():
+            g = find_bench(go, go_name)
+            if not g:
+                continue
+            for label in labels:
+                e = find_bench(all_benches(runs, label), cxx)
+                if not e or measured(e) is None:
+                    continue
+                paired.add(go_name)
+                ratio = measured(e) / g["real"]
+                tcell = ""
+                if target is not None:
+                    ok = ratio <= target
+                    tcell = f"≤ {target:.2f} × — {verdict(ok)}"
+                    if not ok:
+                        misses.append(f"{COMPILER_LABELS[label]}: {cxx} is {ratio:.2f} × {go_name} "
+                                      f"(target ≤ {target:.2f} ×)")
+                w(f"| `{cxx}` | {COMPILER_LABELS[label]} | {fmt_time(measured(e))} | `{go_name}` | "
+                  f"{fmt_time(g['real'])} | {ratio:.2f} × | {tcell} |")
+        for name, g in go.items():
+            if base_name(name) not in paired and "real" in g:
+                w(f"| | | | `{name}` | {fmt_time(g['real'])} | | |")
+        w("")
+
+    w("### Memory: parked fibers")
+    w("")
+    w("`benchmark/stackful/fiber_memory` parks fibers in a `this_fiber::yield()` and reports "
+      "the growth of the resident set per fiber: on one `SharedStack` (control block plus saved "
+      "live stack, one heap block) and on pooled 256 KiB protected stacks (the touched stack "
+      "pages; their number is capped by `vm.max_map_count`, each stack being two mappings). "
+      "`benchmark/go/goroutine_memory` does the same with goroutines blocked on channels.")
+    w("")
+    w("| compiler | shared stack: fibers | bytes/fiber | target | protected stacks: fibers | bytes/fiber |")
+    w("| --- | ---: | ---: | --- | ---: | ---: |")
+    for label in labels:
+        m = memory.get(label, {}).get("stackful_fiber_memory")
+        if not m:
+            continue
+        shared = m.get("shared_parked_bytes_per_fiber")
+        ok = shared is not None and shared <= FIBER_MEMORY_TARGET_BYTES
+        if not ok:
+            misses.append(f"{COMPILER_LABELS[label]}: a parked shared-stack fiber takes {shared} bytes")
+
+        def num(key, digits=1):
+            v = m.get(key)
+            return "—" if v is None else f"{v:,.{digits}f}"
+        w(f"| {COMPILER_LABELS[label]} | {num('shared_fibers', 0)} | {num('shared_parked_bytes_per_fiber')} | "
+          f"≤ {FIBER_MEMORY_TARGET_BYTES:.0f} — {verdict(ok)} | {num('pooled_fibers', 0)} | "
+          f"{num('pooled_parked_bytes_per_fiber')} |")
+    g = go_extras.get("Go_Goroutine_Parked")
+    if g:
+        w(f"| Go (goroutines) | {g.get('goroutines', 0):,.0f} | "
+          f"{g.get('parked_bytes_per_goroutine', 0):,.1f} | | | |")
+    w("")
+    return misses
 
 
 def main():
@@ -313,6 +476,15 @@ def main():
     w(f"- A parked `Lazy` (1,000,000 of them): ≤ {MEMORY_TARGET_BYTES:.0f} bytes of RSS each.")
     w("- Release flags chosen from a measured `-O2` vs `-O3` comparison (g++).")
     w("")
+    w("## Targets (issue #3, stackful fibers)")
+    w("")
+    w("- `BM_Fiber_CreateRunDestroy` (pooled stack, trivial body): ≤ "
+      f"{FIBER_TIME_TARGETS_NS['BM_Fiber_CreateRunDestroy']:.0f} ns.")
+    w("- `BM_Fiber_YieldViaExecutor` (two fibers alternating through `ThreadPool(1)`): ≤ 0.25 × "
+      "Go's `runtime.Gosched()` ping-pong with `GOMAXPROCS(1)` (`benchmark/go/gosched_pingpong`).")
+    w(f"- A parked fiber on a shared stack (1,000,000 of them): ≤ {FIBER_MEMORY_TARGET_BYTES:.0f} "
+      "bytes of RSS each.")
+    w("")
 
     for label in ("gcc", "clang"):
         if label not in runs:
@@ -400,6 +572,8 @@ def main():
     w("| --- | ---: | ---: | ---: | ---: | --- |")
     for label in ("gcc", "clang"):
         for unit, m in sorted(memory.get(label, {}).items()):
+            if unit != "coro_lazy_memory":
+                continue  # other memory programs have their own sections
             lazy = m.get("lazy_parked_bytes_per_coroutine")
             ok = lazy is not None and lazy <= MEMORY_TARGET_BYTES
             if not ok:
@@ -411,6 +585,8 @@ def main():
               f"{num('lazy_frame_request_bytes', 0)} B | {num('bare_parked_bytes_per_coroutine')} | "
               f"{num('bare_frame_request_bytes', 0)} B | ≤ {MEMORY_TARGET_BYTES:.0f} — {verdict(ok)} |")
     w("")
+
+    misses += stackful_section(w, runs, memory, files)
 
     if "gcc-alt" in runs and "gcc" in runs:
         w(f"## g++: `{args.gcc_flags}` (Release) vs `{args.alt_flags}`")
