@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "coro/cancellation.h"
+#include "coro/detail/config.h"
 #include "coro/detail/frame_allocator.h"
 #include "coro/detail/via_awaiter.h"
 #include "executors/executor.h"
@@ -122,15 +123,19 @@ class OutOfLineCancellationCallback {
   }
 
   // Deregisters (waiting for the callback if it runs on another thread right now).
-  // noexcept: ~CancellationCallback only unlinks or waits.
+  // noexcept: ~CancellationCallback only unlinks or waits. Inline test, out-of-line
+  // work: every channel operation calls this, nearly always with nothing registered.
   void reset() noexcept {
-    if (CancellationCallback* callback = std::exchange(callback_, nullptr)) {
-      callback->~CancellationCallback();
-      deallocateFrame(callback, sizeof(CancellationCallback));
-    }
+    if (callback_ != nullptr) [[unlikely]] destroy();
   }
 
  private:
+  WEFT_NOINLINE void destroy() noexcept {
+    callback_->~CancellationCallback();
+    deallocateFrame(callback_, sizeof(CancellationCallback));
+    callback_ = nullptr;
+  }
+
   CancellationCallback* callback_ = nullptr;
 };
 
