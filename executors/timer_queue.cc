@@ -149,7 +149,15 @@ void TimerQueue::stop(bool deliverPending) noexcept {
     pending.swap(heap_);
     wake_.notify_one();
   }
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      // Called from code the timer thread is running (a coroutine resumed there calling
+      // exit(), say): it cannot join itself. It exits its loop once that code returns.
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
   joined_ = true;
   // Deadline order, so the flushed timers are seen in the order they would have fired.
   std::sort(pending.begin(), pending.end(),

@@ -273,5 +273,40 @@ TEST(TimerQueueTest, ConcurrentAddAndCancelFromManyThreads) {
   EXPECT_EQ(std::adjacent_find(delivered.begin(), delivered.end()), delivered.end());
 }
 
+// A delivery that stops its own queue (as a coroutine resumed on the timer thread that
+// calls exit() does, through the process-wide queue's exit handler): no self-join.
+struct SelfStopping {
+  TimerQueue* queue = nullptr;
+  std::atomic<int> delivered{0};
+  static void deliver(void* context, TimerEntry&) noexcept {
+    auto* self = static_cast<SelfStopping*>(context);
+    if (self->delivered.fetch_add(1) == 0) self->queue->stop(/*deliverPending=*/true);
+  }
+};
+
+TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
+  // Never destroyed (like the process-wide queue): the detached timer thread still
+  // relocks the queue's mutex on its way out, after stop() has returned.
+  static auto* selfStoppingState = new SelfStopping;
+  static auto* selfStoppingQueue =
+      new TimerQueue("test-timer", &SelfStopping::deliver, selfStoppingState);
+  SelfStopping& selfStopping = *selfStoppingState;
+  TimerQueue& queue = *selfStoppingQueue;
+  selfStopping.queue = &queue;
+  TaggedEntry first, pending;
+  first.deadline = Clock::now();
+  pending.deadline = Clock::now() + 1h;
+  ASSERT_TRUE(queue.add(pending));
+  ASSERT_TRUE(queue.add(first));
+  for (int i = 0; i < 60000 && selfStopping.delivered.load() < 2; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(selfStopping.delivered.load(), 2);  // `first`, then `pending` flushed by stop
+  EXPECT_TRUE(pending.shutDown);
+  TaggedEntry late;
+  late.deadline = Clock::now();
+  EXPECT_FALSE(queue.add(late));
+}
+
 }  // namespace
 }  // namespace weft::detail
