@@ -20,6 +20,11 @@
 namespace weft {
 namespace {
 
+// kDeathTestStyleNote: death tests use the "fast" style (fork at the EXPECT_DEATH): the
+// "threadsafe" style re-executes the test binary, which fails under qemu-user without
+// binfmt_misc (the aarch64 CI step). No test leaves threads running, and death test
+// suites run first, so forking here is safe.
+
 using test::Counted;
 
 TEST(FiberTest, DoesNotRunUntilResumed) {
@@ -470,7 +475,7 @@ TEST(FiberTest, TooSmallStackIsRejected) {
 }
 
 TEST(FiberDeathTest, ResumingAFinishedFiberAborts) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   Fiber<> fiber([] {});
   fiber.resume();
   EXPECT_DEATH(fiber.resume(),
@@ -478,7 +483,7 @@ TEST(FiberDeathTest, ResumingAFinishedFiberAborts) {
 }
 
 TEST(FiberDeathTest, ResumingItselfAborts) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   EXPECT_DEATH(
       {
         Fiber<>* self = nullptr;
@@ -499,15 +504,15 @@ void overflow(int depth) {
 }
 
 TEST(FiberDeathTest, StackOverflowIsDiagnosedWithTheFibersId) {
-  // "fast": the child is forked right here, so the fiber (and its id) is the parent's.
-  GTEST_FLAG_SET(death_test_style, "fast");
+  // The child is forked right here, so the fiber (and its id) is the parent's.
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   Fiber<> fiber([] { overflow(0); }, ProtectedStack(64 * 1024));
   EXPECT_DEATH(fiber.resume(), "weft: stack overflow in fiber " + std::to_string(fiber.id()) +
                                    " \\(stack 65536 bytes\\)");
 }
 
 TEST(FiberDeathTest, StackOverflowIsDiagnosedWithTheFibersName) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   EXPECT_DEATH(
       {
         Fiber<> fiber([] { overflow(0); }, ProtectedStack(32 * 1024), FiberOptions{"parser"});
@@ -517,7 +522,7 @@ TEST(FiberDeathTest, StackOverflowIsDiagnosedWithTheFibersName) {
 }
 
 TEST(FiberDeathTest, StackOverflowOnAnotherThreadIsDiagnosed) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   EXPECT_DEATH(
       {
         std::thread([] {
@@ -529,7 +534,7 @@ TEST(FiberDeathTest, StackOverflowOnAnotherThreadIsDiagnosed) {
 }
 
 TEST(FiberDeathTest, StackOverflowOnASharedStackIsDiagnosed) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   EXPECT_DEATH(
       {
         SharedStack shared(48 * 1024);

@@ -15,6 +15,11 @@
 namespace weft {
 namespace {
 
+// kDeathTestStyleNote: death tests use the "fast" style (fork at the EXPECT_DEATH): the
+// "threadsafe" style re-executes the test binary, which fails under qemu-user without
+// binfmt_misc (the aarch64 CI step). No test leaves threads running, and death test
+// suites run first, so forking here is safe.
+
 using test::Counted;
 
 // Recurses `depth` frames, each holding a local derived from (seed, level), yields at the
@@ -133,7 +138,7 @@ TEST(SharedStackTest, ExceptionsCrossFibersOnOneStack) {
 }
 
 TEST(SharedStackDeathTest, ResumingAFiberOfTheSameStackFromInsideAborts) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   EXPECT_DEATH(
       {
         SharedStack shared(64 * 1024);
@@ -146,7 +151,7 @@ TEST(SharedStackDeathTest, ResumingAFiberOfTheSameStackFromInsideAborts) {
 }
 
 TEST(SharedStackDeathTest, DestroyingTheStackBeforeItsFibersAborts) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   EXPECT_DEATH(
       {
         auto* shared = new SharedStack(64 * 1024);

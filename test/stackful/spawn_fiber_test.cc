@@ -29,6 +29,11 @@
 namespace weft {
 namespace {
 
+// kDeathTestStyleNote: death tests use the "fast" style (fork at the EXPECT_DEATH): the
+// "threadsafe" style re-executes the test binary, which fails under qemu-user without
+// binfmt_misc (the aarch64 CI step). No test leaves threads running, and death test
+// suites run first, so forking here is safe.
+
 using namespace std::chrono_literals;
 using test::Counted;
 using test::ManualEvent;
@@ -261,7 +266,7 @@ TEST(SpawnFiberTest, FiberLocalFollowsTheFiberAcrossThreads) {
 }
 
 TEST(SpawnFiberDeathTest, DetachedFiberExceptionIsReported) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   EXPECT_DEATH(
       {
         ThreadPool pool(1, "reporter");
