@@ -41,3 +41,17 @@
 #else
 #define WEFT_NOINLINE
 #endif
+
+// WEFT_OPAQUE_CALL: a function the optimiser must call every time, learning nothing of it
+// across the call (not inlined; with g++ also no interprocedural propagation: noipa).
+// Used where a function's result depends on the calling thread: see
+// detail::localFrameCache().
+#ifndef WEFT_OPAQUE_CALL  // overridable only to show what happens without it
+#if defined(__clang__)
+#define WEFT_OPAQUE_CALL __attribute__((noinline))
+#elif defined(__GNUC__)
+#define WEFT_OPAQUE_CALL __attribute__((noinline, noipa))
+#else
+#define WEFT_OPAQUE_CALL
+#endif
+#endif

@@ -27,6 +27,8 @@ namespace weft::detail {
 //    to the global heap. At thread exit the cache is released.
 //  - Under AddressSanitizer the cached blocks are poisoned, so a use of a destroyed
 //    coroutine frame is still reported.
+//  - The cache is always reached through localFrameCache(), an opaque call, never by
+//    naming the thread_local in inline code: see there why.
 // Thread safety: each thread touches only its own lists; no atomics.
 inline constexpr std::size_t kFrameClassCount = 32;  // classes up to 504 bytes
 
@@ -44,6 +46,20 @@ struct FrameCache {
 // constinit: a zero-initialised thread_local needs no initialisation guard on access,
 // which keeps the allocation fast path free of TLS wrapper calls.
 inline constinit thread_local FrameCache tFrameCache{};
+
+// The calling thread's cache.
+//
+// HACK(clang-16, https://github.com/llvm/llvm-project/issues/47179 and /63022): compilers
+// treat the address of a thread_local as constant within a function, and a coroutine's
+// resume function may keep it in the frame across a suspension point. allocateFrame and
+// deallocateFrame are inlined into coroutine bodies (frames of callees are allocated
+// there), so a coroutine that resumed on another thread would use the free lists of the
+// thread it ran on before -- a data race on plain pointers. Seen with clang++-16 -O1
+// (FrameAllocatorTest.CoroutineMovedToAnotherThreadAllocatesFromThatThreadsCache, and
+// TSan). The same holds for fibers, which migrate between threads in the middle of
+// ordinary functions. An opaque call computes the address on the thread that runs it;
+// it costs a call and a return per allocation and per free.
+WEFT_OPAQUE_CALL inline FrameCache& localFrameCache() noexcept { return tFrameCache; }
 
 // Releases the thread's cached frames at thread exit. It has a destructor, so touching
 // it costs a guard check: it is touched only once per thread, from the slow path.
@@ -68,7 +84,7 @@ struct FrameCacheFlusher {
 inline thread_local FrameCacheFlusher tFrameCacheFlusher;
 
 WEFT_NOINLINE inline void registerFrameCacheFlush() noexcept {
-  tFrameCache.flushRegistered = true;
+  localFrameCache().flushRegistered = true;
   // Odr-using the flusher constructs it and registers its destructor for this thread.
   [[maybe_unused]] FrameCacheFlusher* volatile flusher = &tFrameCacheFlusher;
 }
@@ -76,7 +92,7 @@ WEFT_NOINLINE inline void registerFrameCacheFlush() noexcept {
 inline void* allocateFrame(std::size_t size) {
   const std::size_t cls = frameClassOf(size);
   if (cls < kFrameClassCount) {
-    FrameCache& cache = tFrameCache;
+    FrameCache& cache = localFrameCache();
     if (void* block = cache.freeLists[cls]; block != nullptr) [[likely]] {
 #if WEFT_ASAN
       __asan_unpoison_memory_region(block, frameClassSize(cls));
@@ -93,7 +109,7 @@ inline void* allocateFrame(std::size_t size) {
 inline void deallocateFrame(void* block, std::size_t size) noexcept {
   const std::size_t cls = frameClassOf(size);
   if (cls < kFrameClassCount) {
-    FrameCache& cache = tFrameCache;
+    FrameCache& cache = localFrameCache();
     const std::size_t bytes = frameClassSize(cls);
     if (cache.cachedBytes + bytes <= WEFT_FRAME_CACHE_BYTES) [[likely]] {
       if (!cache.flushRegistered) [[unlikely]] registerFrameCacheFlush();
@@ -108,6 +124,9 @@ inline void deallocateFrame(void* block, std::size_t size) noexcept {
   }
   ::operator delete(block);
 }
+
+// The bytes of freed frames the calling thread's cache holds (for tests and diagnostics).
+inline std::size_t frameCacheBytes() noexcept { return localFrameCache().cachedBytes; }
 
 // Mixed into every weft promise type: routes frame allocation through the cache.
 struct FrameAllocated {

@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <coroutine>
+#include <cstddef>
 #include <thread>
 #include <vector>
 
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
+#include "executors/thread_pool.h"
 
 namespace weft::detail {
 namespace {
@@ -81,6 +84,56 @@ TEST(FrameAllocatorTest, LazyFramesCrossThreadsSafely) {
   const long expected = long{kRounds} * (kRounds - 1) / 2;
   EXPECT_EQ(sumThere, expected);
   EXPECT_EQ(sumHere, expected);
+}
+
+// Resumes the awaiting coroutine on `pool`'s worker.
+struct HopTo {
+  ThreadPool* pool;
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) { pool->schedule(h); }
+  void await_resume() const noexcept {}
+};
+
+// The bytes the calling thread's cache holds, read independently of the allocator's own
+// accessor (not inlined, and the asm hides the address from the optimiser), so it is
+// right even in a build that breaks the allocator on purpose.
+WEFT_NOINLINE std::size_t cachedBytesHere() {
+  FrameCache* cache = &tFrameCache;
+  asm volatile("" : "+r"(cache));
+  return cache->cachedBytes;
+}
+
+// A coroutine that runs on thread A, then on thread B, then on A again... must take its
+// callees' frames from the cache of the thread it runs on at that moment. Compilers may
+// compute the address of a thread_local once and keep it in the coroutine frame across
+// suspension points (LLVM #47179, #63022: hoisted out of a loop that suspends), which
+// would make B pop A's free lists -- a data race, and the wrong thread's accounting. Each
+// round checks that the frames allocated on a thread came out of that thread's cache.
+TEST(FrameAllocatorTest, CoroutineMovingBetweenThreadsUsesEachThreadsOwnCache) {
+  ThreadPool a(1, "frames-a"), b(1, "frames-b");
+  auto warm = []() -> Lazy<void> {
+    std::vector<Lazy<int>> frames;  // held: no compiler can elide these allocations
+    for (int i = 0; i < 8; ++i) frames.push_back(frameOfSize(i));
+    co_return;  // freed here, into this thread's cache
+  };
+  syncAwait(warm(), &a);
+  syncAwait(warm(), &b);
+  constexpr int kRounds = 200;
+  auto body = [&]() -> Lazy<int> {
+    int wrongCache = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      co_await HopTo{round % 2 == 0 ? &a : &b};
+      const std::size_t before = cachedBytesHere();
+      std::vector<Lazy<int>> held;
+      held.reserve(4);
+      for (int i = 0; i < 4; ++i) held.push_back(frameOfSize(i));
+      // The four frames came from this thread's cache (it holds eight of their class).
+      if (cachedBytesHere() >= before) ++wrongCache;
+      for (auto& lazy : held) co_await std::move(lazy);
+    }
+    co_return wrongCache;
+  };
+  EXPECT_EQ(syncAwait(body()), 0) << "rounds that allocated from another thread's cache";
 }
 
 }  // namespace
