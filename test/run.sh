@@ -2,7 +2,8 @@
 # Installs what is missing, builds weft every way CI does and runs every test.
 #
 #   test/run.sh                 everything (what .ci/run does)
-#   test/run.sh gcc asan        only some steps: deps gcc clang asan consumer bazel
+#   test/run.sh gcc asan        only some steps: deps gcc clang asan consumer bazel boost
+#                               aarch64 tsan valgrind
 #
 # Steps (build trees under build/):
 #   deps      apt-get install what is missing (sudo only when not root)
@@ -13,6 +14,13 @@
 #   consumer  test/consumer built against the installed package, add_subdirectory and
 #             FetchContent (test/consumer/run.sh)
 #   bazel     bazel test //... (offline, Debian's bazel-bootstrap)
+#   boost     g++ Release with -DWEFT_FIBER_BACKEND=boost (Boost.Context switch core):
+#             the stackful tests
+#   aarch64   cross build with aarch64-linux-gnu-g++ (cmake/toolchains/): the coro and
+#             stackful tests, run by ctest under qemu-aarch64
+#   tsan      clang++-16 -O1 with ThreadSanitizer (halt on the first report): tests
+#   valgrind  the stackful tests of build/gcc-release under valgrind memcheck (any error
+#             fails)
 # Ends with a table of the steps and their times, and "summary: N passed, N failed".
 # Environment: WEFT_NO_INSTALL=1 skips deps; JOBS=n limits build parallelism.
 set -euo pipefail
@@ -20,7 +28,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo}"
 
-all_steps=(deps gcc clang asan consumer bazel)
+all_steps=(deps gcc clang asan consumer bazel boost aarch64 tsan valgrind)
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
@@ -29,7 +37,7 @@ done
 
 packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
           libboost-context-dev clang-16 libclang-rt-16-dev libc++-16-dev libc++abi-16-dev
-          bazel-bootstrap valgrind)
+          bazel-bootstrap valgrind g++-aarch64-linux-gnu qemu-user)
 CLANGXX=clang++-16
 jobs=()
 [[ -n "${JOBS:-}" ]] && jobs=(--parallel "${JOBS}")
@@ -73,8 +81,25 @@ cmake_build() {
   return ${rc}
 }
 
+# cmake_tests DIR REGEX CMAKE_ARGS...: configure, build only the test programs whose ctest
+# names match REGEX (ctest name coro/lazy_test <-> target weft_coro_lazy_test), run them.
+cmake_tests() {
+  local dir="$1" regex="$2" rc=0 targets=()
+  shift 2
+  cmake -S . -B "${dir}" -G Ninja "$@" || return 1
+  mapfile -t targets < <(ctest --test-dir "${dir}" -N -R "${regex}" |
+    sed -n 's|^ *Test *#[0-9]*: *\([^ ]*\)$|weft_\1|p' | tr / _)
+  [[ ${#targets[@]} -gt 0 ]] || { echo "test/run.sh: no test matches '${regex}' in ${dir}" >&2; return 1; }
+  cmake --build "${dir}" --target "${targets[@]}" "${jobs[@]}" -- -k 0 || rc=1
+  ctest --test-dir "${dir}" --output-on-failure --no-tests=error -R "${regex}" || rc=1
+  [[ ${rc} -eq 0 ]] || echo "test/run.sh: ${dir}: build or tests FAILED (see above)" >&2
+  return ${rc}
+}
+
+gcc_release_args=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release)
+
 step_gcc() {
-  cmake_build build/gcc-release -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release
+  cmake_build build/gcc-release "${gcc_release_args[@]}"
   # Each benchmark once, briefly: catches crashes in benchmark code. No timing is judged.
   local b args
   for b in $(find build/gcc-release/benchmark -type f -perm -u+x \( -name '*_benchmark' -o -name '*_memory' \) 2>/dev/null | sort); do
@@ -97,6 +122,49 @@ step_asan() {
       -DCMAKE_CXX_FLAGS="-O1 ${san} -D_GLIBCXX_ASSERTIONS" \
       -DCMAKE_EXE_LINKER_FLAGS="${san}" \
       -DWEFT_BUILD_BENCHMARKS=OFF
+}
+
+# The fiber tests on the other switch core. The coro/executors tests do not depend on it.
+step_boost() {
+  cmake_tests build/gcc-boost '^stackful/' "${gcc_release_args[@]}" \
+    -DWEFT_FIBER_BACKEND=boost -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_BUILD_EXAMPLES=OFF
+}
+
+# aarch64 for real: the asm switch core and the coroutine machinery under qemu-user.
+step_aarch64() {
+  cmake_tests build/aarch64 '^(coro|stackful)/' -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
+    -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_BUILD_EXAMPLES=OFF
+}
+
+step_tsan() {
+  local san="-fsanitize=thread -fno-omit-frame-pointer" options="halt_on_error=1:second_deadlock_stack=1"
+  local symbolizer
+  # Reports with function names and lines (clang-16 alone has no llvm-symbolizer here).
+  symbolizer="$(command -v llvm-symbolizer-16 llvm-symbolizer llvm-symbolizer-14 2>/dev/null | head -n 1 || true)"
+  [[ -n "${symbolizer}" ]] && options+=":external_symbolizer_path=${symbolizer}"
+  TSAN_OPTIONS="${options}" \
+    cmake_tests build/clang-tsan '.' -DCMAKE_CXX_COMPILER="${CLANGXX}" \
+      -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1 ${san}" \
+      -DCMAKE_EXE_LINKER_FLAGS="${san}" -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_BUILD_EXAMPLES=OFF
+}
+
+# valgrind understands the fibers' stacks through VALGRIND_STACK_REGISTER. Reuses the gcc
+# step's tree (building only what is missing).
+step_valgrind() {
+  local dir=build/gcc-release rc=0 names=() name
+  cmake -S . -B "${dir}" -G Ninja "${gcc_release_args[@]}" || return 1
+  mapfile -t names < <(ctest --test-dir "${dir}" -N -R '^stackful/' |
+    sed -n 's|^ *Test *#[0-9]*: *\([^ ]*\)$|\1|p')
+  [[ ${#names[@]} -gt 0 ]] || { echo "test/run.sh: no stackful tests" >&2; return 1; }
+  cmake --build "${dir}" --target $(printf 'weft_%s\n' "${names[@]}" | tr / _) "${jobs[@]}" -- -k 0 ||
+    return 1
+  for name in "${names[@]}"; do
+    echo "-- valgrind: ${dir}/test/${name}"
+    valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+      "${dir}/test/${name}" --gtest_brief=1 || { echo "test/run.sh: valgrind: ${name} FAILED" >&2; rc=1; }
+  done
+  return ${rc}
 }
 
 step_consumer() {

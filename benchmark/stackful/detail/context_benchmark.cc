@@ -10,6 +10,14 @@
 //    1.0 x BM_BoostContext_Switch.
 //  - BM_Baseline_FunctionCall: one call of a non-inlined function per iteration, the
 //    floor any switch is measured against.
+//  - BM_Fiber_SwitchFast (x86-64 only): a study of the opt-in fast path the issue
+//    mentions, NOT part of the library: the switch is inline asm that saves only the
+//    resume address and rbp, and declares every other register clobbered, so the
+//    compiler saves just the registers that are live at the call site (here: almost
+//    none). It gives up what the library core guarantees: no MXCSR/x87 saving, no CFI
+//    for the instructions of the switch (a profiler's unwinder may misread them), no
+//    ontop, and it skips the 128-byte red zone before pushing. See the comment at
+//    fastJump for what a library version would need.
 //
 // Both switch benchmarks warm up first (the stacks' pages touched, the branch predictors
 // trained) and check that every switch happened; a lost switch aborts the run.
@@ -143,6 +151,109 @@ void BM_BoostContext_Switch(benchmark::State& state) {
   state.SetLabel("one iteration = one switch (round trip / 2)");
 }
 BENCHMARK(BM_BoostContext_Switch);
+
+// --- fast path study (x86-64) ---------------------------------------------------------
+
+#if defined(__x86_64__)
+// A fast context's record, at its handle: [0] resume address, [8] rbp, and for a new
+// context [16] the entry function. 16-byte aligned like the core's.
+extern "C" void weft_bench_fast_trampoline();
+asm(R"(
+    .text
+    .type   weft_bench_fast_trampoline, @function
+    .p2align 4
+weft_bench_fast_trampoline:
+    .cfi_startproc
+    .cfi_undefined rip
+    endbr64
+    movq    (%rsp), %rcx        # the entry function (rsp = handle + 16, 16-byte aligned)
+    movq    %rax, %rdi          # ContextTransfer{from, data} from the switch: rax, rdx
+    movq    %rdx, %rsi
+    callq   *%rcx
+    ud2                         # an entry must not return
+    .cfi_endproc
+    .size   weft_bench_fast_trampoline, .-weft_bench_fast_trampoline
+)");
+
+using FastEntry = void (*)(weft::detail::ContextTransfer);
+
+void* fastMakeContext(void* stackTop, FastEntry entry) {
+  auto top = reinterpret_cast<std::uintptr_t>(stackTop) & ~std::uintptr_t{15};
+  auto* record = reinterpret_cast<void**>(top - 64);
+  record[0] = reinterpret_cast<void*>(&weft_bench_fast_trampoline);
+  record[1] = nullptr;  // rbp
+  record[2] = reinterpret_cast<void*>(entry);
+  record[3] = nullptr;
+  return record;
+}
+
+// The switch as inline asm. The compiler treats it as a statement that clobbers every
+// register but rbp and rsp (which the asm itself saves in the record), so it keeps live
+// values in memory around it -- only those that are live. What a library version would
+// still need: the clobber list for AVX-512's xmm16-31 / k0-7 when compiled for them, the
+// MXCSR/x87 control word (or a documented opt-out, as here), CFI for the asm region
+// (.cfi_remember_state / .cfi_adjust_cfa_offset inside the asm), and contexts that only
+// ever switch to other fast contexts (the record differs from the core's).
+inline weft::detail::ContextTransfer fastJump(void* to, void* data) {
+  void* from;
+  void* passed;
+  asm volatile(
+      "leaq    -128(%%rsp), %%rsp\n\t"  // skip the red zone the compiler may be using
+      "pushq   %%rbp\n\t"               // rbp: the frame pointer, not clobberable
+      "leaq    1f(%%rip), %%rcx\n\t"
+      "pushq   %%rcx\n\t"               // resume address; rsp = our handle
+      "movq    %%rsp, %%rax\n\t"        // rax = our handle (the other side's `from`)
+      "movq    %%rdi, %%rsp\n\t"        // the switch
+      "popq    %%rcx\n\t"               // the target's resume address
+      "popq    %%rbp\n\t"               // its rbp
+      "movq    %%rsi, %%rdx\n\t"        // data
+      "jmpq    *%%rcx\n"                 // resume it (rax = from, rdx = data)
+      "1:\n\t"
+      "leaq    128(%%rsp), %%rsp\n\t"   // back above our red zone
+      : "=a"(from), "=d"(passed), "+D"(to), "+S"(data)
+      :
+      : "rbx", "rcx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "xmm0", "xmm1",
+        "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+        "xmm12", "xmm13", "xmm14", "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)",
+        "st(6)", "st(7)", "memory", "cc");
+  return weft::detail::ContextTransfer{from, passed};
+}
+
+void fastPingPongEntry(weft::detail::ContextTransfer t) {
+  auto* pingPong = static_cast<PingPong*>(t.data);
+  for (;;) {
+    if (!pingPong->warmingUp) {
+      if (!pingPong->state->KeepRunning()) {
+        pingPong->done = true;
+      } else {
+        ++pingPong->contextSwitches;
+      }
+    }
+    t = fastJump(t.context, pingPong);
+  }
+}
+
+void BM_Fiber_SwitchFast(benchmark::State& state) {
+  BenchStack stack;
+  PingPong pingPong{&state};
+  void* context = fastMakeContext(stack.top(), &fastPingPongEntry);
+  for (int i = 0; i < kWarmUpRoundTrips; ++i) {
+    context = fastJump(context, &pingPong).context;
+  }
+  pingPong.warmingUp = false;
+  std::int64_t mainSwitches = 0;
+  while (state.KeepRunning()) {
+    ++mainSwitches;
+    context = fastJump(context, &pingPong).context;
+    if (pingPong.done) break;
+  }
+  if (mainSwitches + pingPong.contextSwitches != static_cast<std::int64_t>(state.iterations())) {
+    fail("BM_Fiber_SwitchFast: switches and iterations disagree");
+  }
+  state.SetLabel("study, not the library: one iteration = one switch, no FP control saving");
+}
+BENCHMARK(BM_Fiber_SwitchFast);
+#endif  // __x86_64__
 
 // --- baseline -------------------------------------------------------------------------
 
