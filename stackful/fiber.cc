@@ -172,7 +172,9 @@ void FiberCore::leaveSharedStack() noexcept {
 
 // --- switching -------------------------------------------------------------------------
 
-void FiberCore::switchIn(bool unwind) {
+void* FiberCore::enter(SwitchFrame& frame) {
+  if (state_ == State::kDone || state_ == State::kRunning) [[unlikely]]
+    abortBadResume();
   if (kind_ == StackKind::kShared) [[unlikely]]
     claimSharedStack();
   if (state_ == State::kCreated) [[unlikely]] {
@@ -182,50 +184,83 @@ void FiberCore::switchIn(bool unwind) {
         entryPoint());
     ensureSignalStack();
   }
-  FiberCore* const outer = tCurrent;
+  frame.outer = tCurrent;
   tCurrent = this;
-  // The resuming side never changes threads during this call (it is blocked in it), so
-  // one lookup of the exception globals serves both swaps.
+  // The resuming side never changes threads between enter() and leave() (it is blocked in
+  // the switch), so one lookup of the exception globals serves both swaps.
   EhState* const eh = ehGlobals();
+  frame.eh = eh;
   // Field by field, not as one 16-byte struct copy: the fields were just stored
   // separately by the previous switch, and a wide load of narrower stores stalls (store
   // forwarding fails).
-  void* const callerCaught = eh->caughtExceptions;
-  const unsigned int callerUncaught = eh->uncaughtExceptions;
+  frame.callerCaught = eh->caughtExceptions;
+  frame.callerUncaught = eh->uncaughtExceptions;
   eh->caughtExceptions = ehCaught_;
   eh->uncaughtExceptions = ehUncaught_;
   state_ = State::kRunning;
+  return context_;
+}
 
+// The sanitizers' fiber hooks must run immediately around the switch, in the same frame:
+// TSan records function entries and exits per fiber, ASan tracks the current stack. So
+// they are here, never in enter()/leave().
+void FiberCore::sanitizerStartSwitchIn(SwitchFrame& frame) noexcept {
 #if WEFT_ASAN
-  void* fakeStack = nullptr;
   const void* bottom = stackBottom();
-  asanStartSwitch(&fakeStack, bottom,
+  asanStartSwitch(&frame.fakeStack, bottom,
                   static_cast<std::size_t>(static_cast<const unsigned char*>(contextTop()) -
                                            static_cast<const unsigned char*>(bottom)));
+#else
+  (void)frame;
 #endif
 #if WEFT_TSAN
   tsanCaller_ = tsanCurrentFiber();
   if (tsanFiber_ == nullptr) tsanFiber_ = tsanCreateFiber();
+#endif
+}
+
+void FiberCore::resumeSanitized() {
+  SwitchFrame frame;
+  void* to = enter(frame);
+  sanitizerStartSwitchIn(frame);
+#if WEFT_TSAN
   tsanSwitchTo(tsanFiber_);
 #endif
-  ContextTransfer back =
-      unwind ? ontopContext(context_, this, &FiberCore::unwindOnTop) : jumpContext(context_, this);
+  ContextTransfer back = jumpContext(to, this);
 #if WEFT_ASAN
-  asanFinishSwitch(fakeStack, nullptr, nullptr);
+  asanFinishSwitch(frame.fakeStack, nullptr, nullptr);
 #endif
+  leave(frame, back);
+}
 
+void FiberCore::leave(const SwitchFrame& frame, ContextTransfer back) noexcept {
   context_ = back.context;
+  EhState* const eh = frame.eh;
   ehCaught_ = eh->caughtExceptions;
   ehUncaught_ = eh->uncaughtExceptions;
-  eh->caughtExceptions = callerCaught;
-  eh->uncaughtExceptions = callerUncaught;
-  tCurrent = outer;
+  eh->caughtExceptions = frame.callerCaught;
+  eh->uncaughtExceptions = frame.callerUncaught;
+  tCurrent = frame.outer;
   if (kind_ == StackKind::kShared) [[unlikely]]
     leaveSharedStack();
 #if WEFT_TSAN
   // A TSan fiber is as heavy as a thread's state: free it as soon as the fiber is done.
   if (state_ == State::kDone) tsanDestroyFiber(std::exchange(tsanFiber_, nullptr));
 #endif
+}
+
+void FiberCore::unwindSuspended() {
+  SwitchFrame frame;
+  void* to = enter(frame);
+  sanitizerStartSwitchIn(frame);
+#if WEFT_TSAN
+  tsanSwitchTo(tsanFiber_);
+#endif
+  ContextTransfer back = ontopContext(to, this, &FiberCore::unwindOnTop);
+#if WEFT_ASAN
+  asanFinishSwitch(frame.fakeStack, nullptr, nullptr);
+#endif
+  leave(frame, back);
 }
 
 void FiberCore::arrived(ContextTransfer transfer) noexcept {
@@ -236,19 +271,30 @@ void FiberCore::arrived(ContextTransfer transfer) noexcept {
 }
 
 void FiberCore::suspend() {
-  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
-  if (unwinding_) throw ForcedUnwind{};
-  state_ = State::kSuspended;
+  void* to = leaveForSuspend();
 #if WEFT_ASAN
   asanStartSwitch(&asanFakeStack_, asanCallerBottom_, asanCallerSize_);
 #endif
 #if WEFT_TSAN
   tsanSwitchTo(tsanCaller_);
 #endif
-  ContextTransfer transfer = jumpContext(context_, nullptr);
   // Resumed: possibly on another thread, by another caller. (ForcedUnwind, when the fiber
-  // is destroyed, comes out of the jumpContext call above, thrown by unwindOnTop.)
-  arrived(transfer);
+  // is destroyed, comes out of the jumpContext call, thrown by unwindOnTop.)
+  arrived(jumpContext(to, nullptr));
+}
+
+void* FiberCore::leaveForSuspend() {
+  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
+  if (unwinding_) throw ForcedUnwind{};
+  state_ = State::kSuspended;
+  return context_;
+}
+
+FiberCore* FiberCore::beginYield() {
+  FiberCore* core = tCurrent;
+  if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
+  if (AwaitLink* link = core->awaitLink_; link != nullptr) link->yieldRequested = true;
+  return core;
 }
 
 void FiberCore::finish() noexcept {
@@ -277,7 +323,7 @@ void FiberCore::destroy() noexcept {
   if (state_ == State::kRunning) abortMisuse("a running fiber was destroyed");
   if (state_ == State::kSuspended) {
     unwinding_ = true;
-    switchIn(true);
+    unwindSuspended();
     if (state_ != State::kDone) abortMisuse("a fiber being destroyed did not finish unwinding");
   }
   freeStorage();
@@ -310,13 +356,6 @@ void FiberCore::freeStorage() noexcept {
 }  // namespace weft
 
 namespace weft::this_fiber {
-
-void yield() {
-  detail::FiberCore* core = detail::FiberCore::current();
-  if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
-  if (detail::AwaitLink* link = core->awaitLink(); link != nullptr) link->yieldRequested = true;
-  core->suspend();
-}
 
 bool inFiber() noexcept { return detail::FiberCore::current() != nullptr; }
 

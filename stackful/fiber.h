@@ -201,7 +201,16 @@ namespace this_fiber {
 // Thread safety: affects only the calling fiber.
 // Example:
 //   while (!ready()) weft::this_fiber::yield();
-void yield();
+inline void yield() {
+  detail::FiberCore* core = detail::FiberCore::beginYield();
+#if WEFT_ASAN || WEFT_TSAN
+  core->suspend();
+#else
+  // The switch is made in the caller's frame (see FiberCore::resume()); `core` is the
+  // fiber's own object, valid on whichever thread it comes back.
+  core->arrived(detail::jumpContext(core->leaveForSuspend(), nullptr));
+#endif
+}
 
 // True when the caller runs inside a fiber. noexcept: reads a thread_local.
 bool inFiber() noexcept;

@@ -91,10 +91,20 @@ class FiberCore {
   // that escapes the body is kept (takeException()). Preconditions (aborting with a
   // message otherwise): the fiber is created or suspended. Throws std::bad_alloc only if
   // a shared stack's save buffer cannot grow (nothing has run then).
+  //
+  // The switch itself is made right here, in the caller's frame, between two out-of-line
+  // halves: a switch breaks the CPU's return-address prediction for every frame between
+  // the two switch calls, so each extra level costs a misprediction per switch.
+  // (Under ASan and TSan the switch is made out of line, in one frame with the
+  // sanitizers' fiber hooks, which must run immediately around it.)
   void resume() {
-    if (state_ == State::kDone || state_ == State::kRunning) [[unlikely]]
-      abortBadResume();
-    switchIn(false);
+#if WEFT_ASAN || WEFT_TSAN
+    resumeSanitized();
+#else
+    SwitchFrame frame;
+    void* to = enter(frame);
+    leave(frame, jumpContext(to, this));
+#endif
   }
   // Unwinds the fiber if it is suspended (its locals' destructors run, on the calling
   // thread), then frees it and gives its stack back. Why noexcept: a destructor's work;
@@ -119,6 +129,17 @@ class FiberCore {
   // Suspends the running fiber (this one) until it is resumed; returns then, possibly on
   // another thread. Throws ForcedUnwind when the fiber is being destroyed.
   void suspend();
+
+  // this_fiber::yield(), split like resume(): beginYield() (the running fiber, marked as
+  // yielding; throws NotInFiber outside a fiber), then leaveForSuspend() (the context to
+  // jump to; throws ForcedUnwind when the fiber is being destroyed), the jump in the
+  // caller's frame, then arrived(). Not inline: they read thread_locals, which must not
+  // be cached across a switch in the caller's frame. (Under ASan and TSan, yield() calls
+  // suspend() instead, which keeps the sanitizer hooks next to the switch.)
+  static FiberCore* beginYield();
+  void* leaveForSuspend();
+  // Called on the fiber's stack right after each switch into it.
+  void arrived(ContextTransfer transfer) noexcept;
 
   AwaitLink* awaitLink() const noexcept { return awaitLink_; }
   void setAwaitLink(AwaitLink* link) noexcept { awaitLink_ = link; }
@@ -170,10 +191,26 @@ class FiberCore {
   void* contextTop() const noexcept;
   [[noreturn]] void finish() noexcept;
 
-  // Switches into the fiber; with `unwind`, runs ForcedUnwind on top of it instead.
-  void switchIn(bool unwind);
-  // Called on the fiber's stack right after each switch into it.
-  void arrived(ContextTransfer transfer) noexcept;
+  // What enter() saves of the resuming side, for leave().
+  struct SwitchFrame {
+    FiberCore* outer;
+    EhState* eh;
+    void* callerCaught;
+    unsigned int callerUncaught;
+#if WEFT_ASAN
+    void* fakeStack = nullptr;
+#endif
+  };
+  // The halves of a switch into the fiber (resume()): enter() prepares it and returns the
+  // context to jump to (aborting on a bad resume; throws std::bad_alloc only when a shared
+  // stack's save buffer cannot grow, before anything changed); leave() records where the
+  // fiber stopped and restores the resuming side.
+  void* enter(SwitchFrame& frame);
+  void leave(const SwitchFrame& frame, ContextTransfer back) noexcept;
+  void sanitizerStartSwitchIn(SwitchFrame& frame) noexcept;
+  void resumeSanitized();
+  // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
+  void unwindSuspended();
   static ContextTransfer unwindOnTop(ContextTransfer transfer);
   void claimSharedStack();
   void leaveSharedStack() noexcept;
