@@ -14,18 +14,7 @@
 
 namespace weft {
 
-template <class T>
-class Channel;
-
 namespace detail {
-
-// Gives select() (coro/select.h) the core of a channel.
-struct ChannelAccess {
-  template <class T>
-  static ChannelCore<T>& core(Channel<T>& channel) noexcept {
-    return channel.core_;
-  }
-};
 
 // What the send and receive awaiters share: the waiter node linked into the channel
 // while the operation waits, and cancellation.
@@ -60,8 +49,8 @@ class ChannelOpAwaiter {
 
  protected:
   // Step 1; false if cancellation was requested before the operation started (the
-  // operation must then not run). Throws what registering a callback throws (nothing:
-  // the callback captures one pointer), before anything is linked.
+  // operation must then not run). Throws std::bad_alloc if the registration's block
+  // cannot be allocated (before anything is linked).
   bool armCancellation() {
     if (token_ == nullptr) return true;
     if (token_->isCancellationRequested()) {
@@ -306,8 +295,13 @@ struct ChannelSendCase {
 //  - A waiter that belongs to an executor (a Task, a Lazy inside one, a fiber) is
 //    resumed through that executor, never inline on the stack of the coroutine that
 //    completed its operation; a Lazy with no executor is resumed inline on the thread
-//    that completed it. A blocked operation allocates nothing: its queue node lives in
+//    that completed it (through a per-thread trampoline, so chains of such wake-ups do
+//    not grow the stack). A blocked operation allocates nothing: its queue node lives in
 //    the awaiter.
+//  - send and receive are cancellable through the awaiting coroutine's (or fiber's)
+//    cancellation token: requested before the operation, or while it waits, it throws
+//    OperationCancelled having transferred nothing; an operation that completed first
+//    completes normally.
 //  - select() (coro/select.h) waits on several channel operations and completes one.
 //
 // Preconditions: T is an object type whose move constructor and destructor do not throw
@@ -316,8 +310,9 @@ struct ChannelSendCase {
 //
 // Errors: ChannelClosed from a send on a closed channel (nothing was delivered; an rvalue
 // passed to send() was not moved from) and from close() on a closed channel.
-// std::bad_alloc from a send on an unbounded channel whose buffer cannot grow, or from
-// copying an lvalue into send().
+// OperationCancelled from a cancelled send or receive (as above). std::bad_alloc from a
+// send on an unbounded channel whose buffer cannot grow, or from copying an lvalue into
+// send().
 //
 // Thread safety: every member may be called concurrently from any thread; values and
 // their side effects before a send happen-before the matching receive returns.
@@ -440,8 +435,6 @@ class Channel {
   detail::ChannelSendCase<T> sendCase(T&& value) noexcept { return {core_, std::move(value)}; }
 
  private:
-  friend struct detail::ChannelAccess;
-
   // mutable: the const observers lock it.
   mutable detail::ChannelCore<T> core_;
 };

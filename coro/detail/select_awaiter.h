@@ -28,8 +28,8 @@
 
 namespace weft::detail {
 
-// The awaiter of `co_await select(cases...)`. See select() below for the semantics and
-// this protocol, which follows Go's runtime (selectgo):
+// The awaiter of `co_await select(cases...)`. See select() in coro/select.h for the
+// semantics. The protocol follows Go's runtime (selectgo):
 //  1. Lock every channel involved, in address order (each once), so that polling and
 //     linking are atomic with respect to every other operation on those channels, and
 //     two selects can never deadlock.
@@ -41,6 +41,10 @@ namespace weft::detail {
 //     completes that case, and every other operation that finds a node of the finished
 //     select drops it. So exactly one case completes, and no other case's value moves.
 //  4. Resumed: lock each channel again to unlink the nodes still linked.
+// Cancellation and the timeout's timer claim the select from outside the channels
+// (SelectState::claimExternally): a suspended select is resumed by whoever claims it;
+// a claim made while the select is still registering makes the registration's final
+// compare-and-swap fail, and the select then withdraws its nodes and does not suspend.
 // The unlock at the end of step 3 reads only a copy of the lock list on the native
 // stack: after the first unlock, the select may already be claimed, resumed on another
 // thread, and finished (its cleanup in step 4 waits for the remaining unlocks, and a
