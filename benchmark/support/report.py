@@ -46,8 +46,12 @@ GO_BASELINES = {
     "BM_Fiber_YieldViaExecutor": ("Go_Gosched_PingPong", 0.25),
     "BM_Baseline_Lazy_YieldViaExecutor": ("Go_Gosched_PingPong", None),
     "BM_Fiber_CreateRunDestroy": ("Go_Goroutine_SpawnRun", None),
-    "BM_Channel_PingPong": ("Go_Channel_PingPong", None),
-    "BM_FiberChannel_PingPong": ("Go_Channel_PingPong", None),
+    # Issue #4: channels (benchmark/coro/channel_benchmark.cc vs benchmark/go/channel_*).
+    "BM_Channel_PingPong": ("Go_Channel_PingPong", 0.25),
+    "BM_FiberChannel_PingPong": ("Go_Channel_PingPong", 0.25),
+    "BM_Select_PingPong": ("Go_Channel_PingPong", None),
+    "BM_Channel_EchoRing30000": ("Go_Channel_EchoRing30000", 0.25),
+    "BM_FiberChannel_EchoRing30000": ("Go_Channel_EchoRing30000", 0.25),
 }
 
 
