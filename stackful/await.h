@@ -62,15 +62,6 @@ Lazy<void> awaitInto(A awaitable, Try<T>* out) {
   }
 }
 
-// Creates the awaitInto Lazy. Not inlined, deliberately: creating a Lazy reads the
-// thread_local frame cache (coro/detail/frame_allocator.h), and a fiber may be on
-// another thread after each await; inlined into a loop of awaits, the cache's address
-// could be computed once, before the first await, and reused on the wrong thread.
-template <class T, class A>
-[[gnu::noinline]] Lazy<void> makeAwaitInto(A&& awaitable, Try<T>* out) {
-  return awaitInto<T, A>(std::forward<A>(awaitable), out);
-}
-
 }  // namespace detail
 
 // await(x): inside a fiber started by spawnFiber, suspends the fiber until the awaitable
@@ -114,7 +105,7 @@ decltype(auto) await(A&& awaitable) {
         "the fiber with weft::spawnFiber to await");
   }
   Try<T> result;
-  link->pending = detail::makeAwaitInto<T, A>(std::forward<A>(awaitable), &result);
+  link->pending = detail::awaitInto<T, A>(std::forward<A>(awaitable), &result);
   core->suspend();  // the driver awaits `pending`, then resumes us
   if constexpr (std::is_void_v<T>) {
     result.value();

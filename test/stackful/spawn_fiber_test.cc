@@ -235,16 +235,8 @@ TEST(SpawnFiberTest, RefusedByAShutDownExecutor) {
   EXPECT_EQ(Counted::alive(), 0);
 }
 
-// Creating a Lazy reads the thread_local frame cache; in a loop of a fiber that changes
-// threads at each await, an inlined creation may reuse the cache address of the thread
-// the loop started on (coro/detail/frame_allocator.h, reported). Until the cache is read
-// through an opaque call, fibers create Lazys in loops through a non-inlined function.
-// TODO(#3): call answerLater directly once the frame cache is migration-safe.
-[[gnu::noinline]] Lazy<int> answerLaterOpaque(int v) {
-  asm volatile("");
-  return answerLater(v);
-}
-
+// Each fiber creates Lazys in a loop while it moves between the pool's threads: the
+// frame allocator's thread-local cache must be looked up on the thread that runs.
 TEST(SpawnFiberTest, FiberLocalFollowsTheFiberAcrossThreads) {
   Watchdog watchdog(60s, "FiberLocalFollowsTheFiberAcrossThreads");
   ThreadPool pool(2);
@@ -256,7 +248,7 @@ TEST(SpawnFiberTest, FiberLocalFollowsTheFiberAcrossThreads) {
       *local = i;
       for (int step = 0; step < 20; ++step) {
         this_fiber::yield();
-        if (step % 5 == 0) await(answerLaterOpaque(step));
+        if (step % 5 == 0) await(answerLater(step));
         if (*local != i) return false;
       }
       return true;
