@@ -182,8 +182,8 @@ void* FiberCore::enter(SwitchFrame& frame) {
     context_ = makeContext(
         top, static_cast<std::size_t>(top - static_cast<const unsigned char*>(stackBottom())),
         entryPoint());
-    ensureSignalStack();
   }
+  ensureSignalStack();
   frame.outer = tCurrent;
   tCurrent = this;
   // The resuming side never changes threads between enter() and leave() (it is blocked in

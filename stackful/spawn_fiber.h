@@ -329,7 +329,13 @@ FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* execut
     throw;
   }
   state->fiberId_ = core->id();
-  Lazy<void> driver = detail::driveFiber<T>(detail::FiberPtr(core), state);
+  Lazy<void> driver;
+  try {
+    driver = detail::driveFiber<T>(detail::FiberPtr(core), state);  // frees core if it throws
+  } catch (...) {
+    delete state;
+    throw;
+  }
   auto handle = detail::LazyAccess::release(driver);
   handle.promise().setExecutor(executor);
   handle.promise().setCancellationToken(&state->token_);

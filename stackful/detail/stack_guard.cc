@@ -138,8 +138,6 @@ class SignalStackOwner {
   std::size_t size_ = 0;
 };
 
-constinit thread_local bool tSignalStackChecked = false;
-
 }  // namespace
 
 void installStackOverflowHandler() noexcept {
@@ -154,8 +152,7 @@ void installStackOverflowHandler() noexcept {
   });
 }
 
-void ensureSignalStack() noexcept {
-  if (tSignalStackChecked) return;
+void installSignalStack() noexcept {
   tSignalStackChecked = true;
   static thread_local SignalStackOwner owner;
   (void)owner;

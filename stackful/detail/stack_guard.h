@@ -31,10 +31,21 @@ bool describeRunningFiber(RunningStackInfo& info) noexcept;
 void installStackOverflowHandler() noexcept;
 
 // Gives the calling thread an alternate signal stack if it has none (the handler cannot
-// run on the stack that just overflowed). Cheap after the first call on a thread; the
-// stack is freed when the thread exits. Why noexcept: on failure the thread simply has
-// no alternate stack, and an overflow there dies of a plain SIGSEGV.
-void ensureSignalStack() noexcept;
+// run on the stack that just overflowed); the stack is freed when the thread exits. Why
+// noexcept: on failure the thread simply has no alternate stack, and an overflow there
+// dies of a plain SIGSEGV.
+void installSignalStack() noexcept;
+
+// True once installSignalStack() ran on this thread. constinit: a plain TLS flag.
+inline constinit thread_local bool tSignalStackChecked = false;
+
+// installSignalStack() once per thread: one thread-local load on every later call, so it
+// is called before every switch into a fiber (a fiber may be resumed on a thread that
+// never started one).
+inline void ensureSignalStack() noexcept {
+  if (!tSignalStackChecked) [[unlikely]]
+    installSignalStack();
+}
 
 // Writes the overflow message for `info` to stderr with write(2) (async-signal-safe).
 // Exposed for tests of the formatting.

@@ -533,6 +533,24 @@ TEST(FiberDeathTest, StackOverflowOnAnotherThreadIsDiagnosed) {
       "weft: stack overflow in fiber worker \\(stack 262144 bytes\\)");
 }
 
+// The fiber starts on one thread and overflows on another that never started a fiber:
+// that thread needs its alternate signal stack too.
+TEST(FiberDeathTest, StackOverflowAfterMovingToAnotherThreadIsDiagnosed) {
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
+  EXPECT_DEATH(
+      {
+        Fiber<> fiber(
+            [] {
+              this_fiber::yield();
+              overflow(0);
+            },
+            ProtectedStack(64 * 1024), FiberOptions{"mover"});
+        fiber.resume();
+        std::thread([&] { fiber.resume(); }).join();
+      },
+      "weft: stack overflow in fiber mover \\(stack 65536 bytes\\)");
+}
+
 TEST(FiberDeathTest, StackOverflowOnASharedStackIsDiagnosed) {
   GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
   EXPECT_DEATH(
