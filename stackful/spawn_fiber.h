@@ -63,7 +63,8 @@ class SpawnState final : public CompletionSink {
   bool taken_ = false;                   // the future's awaiter took the result
   std::atomic<int> state_{kRunning};
 
-  // The future is dropped: detach. Frees the state if the fiber has finished.
+  // The future is dropped: detach. Frees the state if the fiber has finished. noexcept:
+  // called from the future's destructor; an exchange and maybe a delete.
   void detach() noexcept {
     // acq_rel: acquire the result if the fiber finished; release nothing in particular
     // but pairs with the exchange in complete() so exactly one side frees.
@@ -218,6 +219,7 @@ class [[nodiscard]] FiberFuture {
    public:
     Awaiter(detail::SpawnState<T>* state, Executor* executor) noexcept
         : state_(state), executor_(executor) {}
+    // noexcept: one atomic load.
     bool await_ready() const noexcept {
       // acquire: see ready().
       return state_->state_.load(std::memory_order_acquire) == detail::SpawnState<T>::kDone;

@@ -111,6 +111,7 @@ class FiberCore {
   // an exception that escapes the unwinding body is dropped.
   void destroy() noexcept;
 
+  // noexcept on the accessors below: they read or move a member.
   State state() const noexcept { return state_; }
   bool done() const noexcept { return state_ == State::kDone; }
   std::uint64_t id() const noexcept { return id_; }
@@ -139,6 +140,7 @@ class FiberCore {
   static FiberCore* beginYield();
   void* leaveForSuspend();
   // Called on the fiber's stack right after each switch into it.
+  // noexcept: a store (and ASan's finish hook), on a path that cannot report failure.
   void arrived(ContextTransfer transfer) noexcept;
 
   AwaitLink* awaitLink() const noexcept { return awaitLink_; }
@@ -165,6 +167,8 @@ class FiberCore {
   // which is what a parked shared-stack fiber costs. noexcept: returns a constant.
   virtual ContextEntry entryPoint() const noexcept = 0;
   template <class Box>
+  // noexcept: it catches everything the body throws; nothing may unwind into the
+  // switch core's trampoline.
   static void entryFor(ContextTransfer transfer) noexcept;
 
  private:
@@ -189,6 +193,7 @@ class FiberCore {
                            Args&&... args);
   void initCommon(const FiberOptions& options);
   void* contextTop() const noexcept;
+  // Marks the fiber done and leaves its stack for good. noexcept: it never returns.
   [[noreturn]] void finish() noexcept;
 
   // What enter() saves of the resuming side, for leave().
@@ -206,6 +211,8 @@ class FiberCore {
   // stack's save buffer cannot grow, before anything changed); leave() records where the
   // fiber stopped and restores the resuming side.
   void* enter(SwitchFrame& frame);
+  // noexcept on leave() and the sanitizer hook: stores and hook calls after (before) a
+  // switch that has already happened (is committed); there is no failure to report.
   void leave(const SwitchFrame& frame, ContextTransfer back) noexcept;
   void sanitizerStartSwitchIn(SwitchFrame& frame) noexcept;
   void resumeSanitized();
@@ -213,6 +220,7 @@ class FiberCore {
   void unwindSuspended();
   static ContextTransfer unwindOnTop(ContextTransfer transfer);
   void claimSharedStack();
+  // noexcept: bookkeeping and freeing, called from destroy() and leave().
   void leaveSharedStack() noexcept;
   void freeStorage() noexcept;
   [[noreturn]] void abortMisuse(const char* what) const noexcept;
