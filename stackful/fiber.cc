@@ -263,12 +263,12 @@ void FiberCore::unwindSuspended() {
   leave(frame, back);
 }
 
-void FiberCore::arrived(ContextTransfer transfer) noexcept {
-  context_ = transfer.context;  // the resumer's context: where suspend() goes back to
 #if WEFT_ASAN
+void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
+  context_ = transfer.context;  // the resumer's context: where suspend() goes back to
   asanFinishSwitch(asanFakeStack_, &asanCallerBottom_, &asanCallerSize_);
-#endif
 }
+#endif
 
 void FiberCore::suspend() {
   void* to = leaveForSuspend();
@@ -293,7 +293,10 @@ void* FiberCore::leaveForSuspend() {
 FiberCore* FiberCore::beginYield() {
   FiberCore* core = tCurrent;
   if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
+  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
+  if (core->unwinding_) throw ForcedUnwind{};
   if (AwaitLink* link = core->awaitLink_; link != nullptr) link->yieldRequested = true;
+  core->state_ = State::kSuspended;
   return core;
 }
 

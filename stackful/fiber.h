@@ -208,7 +208,7 @@ inline void yield() {
 #else
   // The switch is made in the caller's frame (see FiberCore::resume()); `core` is the
   // fiber's own object, valid on whichever thread it comes back.
-  core->arrived(detail::jumpContext(core->leaveForSuspend(), nullptr));
+  core->arrived(detail::jumpContext(core->yieldTarget(), nullptr));
 #endif
 }
 

@@ -131,17 +131,25 @@ class FiberCore {
   // another thread. Throws ForcedUnwind when the fiber is being destroyed.
   void suspend();
 
-  // this_fiber::yield(), split like resume(): beginYield() (the running fiber, marked as
-  // yielding; throws NotInFiber outside a fiber), then leaveForSuspend() (the context to
-  // jump to; throws ForcedUnwind when the fiber is being destroyed), the jump in the
-  // caller's frame, then arrived(). Not inline: they read thread_locals, which must not
-  // be cached across a switch in the caller's frame. (Under ASan and TSan, yield() calls
-  // suspend() instead, which keeps the sanitizer hooks next to the switch.)
+  // this_fiber::yield(), split like resume(): beginYield() (out of line: it reads a
+  // thread_local, which must not be cached across a switch in the caller's frame) returns
+  // the running fiber, marked as suspended; throws NotInFiber outside a fiber and
+  // ForcedUnwind when the fiber is being destroyed. Then the caller jumps to
+  // yieldTarget() and calls arrived() with what the jump returns. (Under ASan and TSan,
+  // yield() calls suspend() instead, which keeps the sanitizer hooks next to the switch.)
   static FiberCore* beginYield();
+  void* yieldTarget() const noexcept { return context_; }  // noexcept: reads a member
   void* leaveForSuspend();
-  // Called on the fiber's stack right after each switch into it.
-  // noexcept: a store (and ASan's finish hook), on a path that cannot report failure.
-  void arrived(ContextTransfer transfer) noexcept;
+  // Called on the fiber's stack right after each switch into it: records the resuming
+  // context, where the next suspension goes back to. noexcept: a store (and ASan's finish
+  // hook), on a path that cannot report failure.
+  void arrived(ContextTransfer transfer) noexcept {
+#if WEFT_ASAN
+    arrivedSanitized(transfer);
+#else
+    context_ = transfer.context;
+#endif
+  }
 
   AwaitLink* awaitLink() const noexcept { return awaitLink_; }
   void setAwaitLink(AwaitLink* link) noexcept { awaitLink_ = link; }
@@ -211,6 +219,9 @@ class FiberCore {
   // stack's save buffer cannot grow, before anything changed); leave() records where the
   // fiber stopped and restores the resuming side.
   void* enter(SwitchFrame& frame);
+#if WEFT_ASAN
+  void arrivedSanitized(ContextTransfer transfer) noexcept;
+#endif
   // noexcept on leave() and the sanitizer hook: stores and hook calls after (before) a
   // switch that has already happened (is committed); there is no failure to report.
   void leave(const SwitchFrame& frame, ContextTransfer back) noexcept;
