@@ -18,6 +18,7 @@
 #include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
+#include "test/support/manual_event.h"
 #include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
@@ -31,10 +32,11 @@ using test::Watchdog;
 
 // Waits (cancellably) for an hour; counts how it ended.
 struct Outcomes {
-  std::atomic<int> cancelled{0}, completed{0};
+  std::atomic<int> started{0}, cancelled{0}, completed{0};
 };
 Lazy<int> sleepsForever(Outcomes& outcomes) {
   Counted alive;
+  outcomes.started.fetch_add(1);
   try {
     co_await sleep(1h);
   } catch (const OperationCancelled&) {
@@ -55,8 +57,21 @@ TEST(CollectAnyTest, FirstToFinishWinsAndTheOthersAreCancelledAndAwaited) {
   Counted::reset();
   Outcomes outcomes;
   Watchdog watchdog(std::chrono::seconds(60), "CollectAnyTest.FirstToFinishWins");
-  auto result =
-      syncAwait(collectAny(sleepsForever(outcomes), valueAfter(1ms, 42), sleepsForever(outcomes)));
+  // The winner finishes only once both losers have started, whatever the machine's
+  // speed: otherwise the third branch may never start, and only one would be cancelled.
+  test::ManualEvent bothLosersStarted;
+  std::thread releaser([&] {
+    while (outcomes.started.load() < 2) std::this_thread::yield();  // the watchdog bounds it
+    bothLosersStarted.release();
+  });
+  auto winner = [](test::ManualEvent& go) -> Lazy<int> {
+    Counted alive;
+    co_await go;
+    co_return 42;
+  };
+  auto result = syncAwait(
+      collectAny(sleepsForever(outcomes), winner(bothLosersStarted), sleepsForever(outcomes)));
+  releaser.join();
   ASSERT_EQ(result.index(), 1u);
   EXPECT_EQ(std::get<1>(result).value(), 42);
   // Both losers were cancelled and had finished before collectAny returned.
@@ -108,11 +123,24 @@ TEST(CollectAnyTest, RangeReportsTheWinnersIndex) {
   Counted::reset();
   Outcomes outcomes;
   std::vector<Lazy<int>> branches;
+  Watchdog watchdog(std::chrono::seconds(60), "CollectAnyTest.RangeReportsTheWinnersIndex");
+  // As above: the winner finishes only once all three losers have started.
+  test::ManualEvent losersStarted;
+  std::thread releaser([&] {
+    while (outcomes.started.load() < 3) std::this_thread::yield();
+    losersStarted.release();
+  });
+  auto winner = [](test::ManualEvent& go) -> Lazy<int> {
+    Counted alive;
+    co_await go;
+    co_return 3;
+  };
   branches.push_back(sleepsForever(outcomes));
   branches.push_back(sleepsForever(outcomes));
-  branches.push_back(valueAfter(500us, 3));
+  branches.push_back(winner(losersStarted));
   branches.push_back(sleepsForever(outcomes));
   CollectAnyResult<int> result = syncAwait(collectAny(std::move(branches)));
+  releaser.join();
   EXPECT_EQ(result.index, 2u);
   EXPECT_EQ(result.result.value(), 3);
   EXPECT_EQ(outcomes.cancelled.load(), 3);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -21,15 +22,40 @@ namespace {
 
 using test::ManualEvent;
 
+// The threads of a "third-party library": each completes one awaitable. Joined before
+// the test's pool is destroyed (declare it after the pool): a completer may still be
+// inside the pool's schedule() when the coroutine it resumed has already finished.
+class ForeignThreads {
+ public:
+  ~ForeignThreads() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  template <class F>
+  void spawn(F f) {
+    std::lock_guard lock(mutex_);
+    threads_.emplace_back(std::move(f));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::thread> threads_;
+};
+
 // An awaitable completed by a thread of its own, like a third-party I/O library's.
 struct CompletesOnOwnThread {
+  ForeignThreads* threads;
   std::thread::id* completer;
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) const {
-    std::thread([h, id = completer] {
+    threads->spawn([h, id = completer] {
       *id = std::this_thread::get_id();
       h.resume();
-    }).detach();
+    });
   }
   void await_resume() const noexcept {}
 };
@@ -43,10 +69,11 @@ TEST(TaskTest, StartsOnItsExecutor) {
 
 TEST(TaskTest, ResumesOnItsExecutorAfterForeignCompletion) {
   ThreadPool pool(2);
+  ForeignThreads foreign;
   std::thread::id completer;
   auto [onPool, notCompleter] = syncAwait(
       [&]() -> Lazy<std::pair<bool, bool>> {
-        co_await CompletesOnOwnThread{&completer};
+        co_await CompletesOnOwnThread{&foreign, &completer};
         co_return std::pair{pool.currentThreadInExecutor(),
                             std::this_thread::get_id() != completer};
       }()
@@ -57,10 +84,11 @@ TEST(TaskTest, ResumesOnItsExecutorAfterForeignCompletion) {
 
 TEST(TaskTest, NestedLazyInheritsExecutorAndResumesOnIt) {
   ThreadPool pool(2);
+  ForeignThreads foreign;
   std::thread::id completer;
   auto inner = [&]() -> Lazy<bool> {
     Executor* ex = co_await currentExecutor();
-    co_await CompletesOnOwnThread{&completer};
+    co_await CompletesOnOwnThread{&foreign, &completer};
     co_return ex == &pool && pool.currentThreadInExecutor() &&
         std::this_thread::get_id() != completer;
   };
@@ -73,9 +101,10 @@ TEST(TaskTest, NestedLazyInheritsExecutorAndResumesOnIt) {
 
 TEST(TaskTest, PlainLazyResumesWhereItsAwaiteeCompleted) {
   // The contrast with the test above: without an executor there is no hop back.
+  ForeignThreads foreign;
   std::thread::id completer;
   std::thread::id after = syncAwait([&]() -> Lazy<std::thread::id> {
-    co_await CompletesOnOwnThread{&completer};
+    co_await CompletesOnOwnThread{&foreign, &completer};
     co_return std::this_thread::get_id();
   }());
   EXPECT_EQ(after, completer);
