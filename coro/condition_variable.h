@@ -84,12 +84,7 @@ class ConditionVariablePredicateAwaiter {
   // The predicate already holds: done. Rethrows what it throws.
   bool await_ready() { return static_cast<bool>(predicate_()); }
   // Throws std::bad_alloc if the loop's frame cannot be allocated (nothing is waiting).
-  // HACK(clang-16, TLS across suspension points): not inlined, so that the frame
-  // allocator's thread_local cache is looked up on the thread running this, not taken
-  // from an address the awaiting coroutine computed before an earlier suspension, on
-  // another thread (TSan reported exactly that, with clang -O1, for a Task whose thread
-  // changed at a previous co_await).
-  WEFT_NOINLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting);
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting);
   // Rethrows what the loop threw (OperationCancelled, the predicate's exception).
   void await_resume() {
     if (loop_.valid()) LazyAccess::handle(loop_).promise().result_.value();

@@ -42,6 +42,19 @@
 #define WEFT_NOINLINE
 #endif
 
+// WEFT_INLINE_TLS_ADDRESS: 1 when detail::localFrameCache() computes the address of the
+// frame cache inline, from the thread pointer read by an asm volatile statement and the
+// cache's initial-exec TLS offset (x86-64 and aarch64 ELF with g++ or clang); 0 to reach
+// it through an opaque call instead (every other target; or -DWEFT_INLINE_TLS_ADDRESS=0).
+#ifndef WEFT_INLINE_TLS_ADDRESS
+#if defined(__GNUC__) && defined(__ELF__) && defined(__LP64__) && \
+    (defined(__x86_64__) || defined(__aarch64__))
+#define WEFT_INLINE_TLS_ADDRESS 1
+#else
+#define WEFT_INLINE_TLS_ADDRESS 0
+#endif
+#endif
+
 // WEFT_OPAQUE_CALL: a function the optimiser must call every time, learning nothing of it
 // across the call (not inlined; with g++ also no interprocedural propagation: noipa).
 // Used where a function's result depends on the calling thread: see

@@ -27,8 +27,8 @@ namespace weft::detail {
 //    to the global heap. At thread exit the cache is released.
 //  - Under AddressSanitizer the cached blocks are poisoned, so a use of a destroyed
 //    coroutine frame is still reported.
-//  - The cache is always reached through localFrameCache(), an opaque call, never by
-//    naming the thread_local in inline code: see there why.
+//  - The cache is always reached through localFrameCache() (an asm thread-pointer read
+//    or an opaque call), never by naming the thread_local in inline code: see there why.
 // Thread safety: each thread touches only its own lists; no atomics.
 inline constexpr std::size_t kFrameClassCount = 32;  // classes up to 504 bytes
 
@@ -37,15 +37,31 @@ constexpr std::size_t frameClassSize(std::size_t cls) noexcept { return 16 * (cl
 
 struct FrameCache {
   void* freeLists[kFrameClassCount];
-  // Bytes held in the lists. Set to a huge value once the thread's cache is torn down,
-  // which makes every later free bypass the cache without an extra branch.
+  // Bytes held in the lists, or kFrameCacheClosed while the cache takes no frames: before
+  // the thread's first free has registered the flush at thread exit, and after that
+  // flush. The free fast path thus has a single check (the bound) for all three cases.
   std::size_t cachedBytes;
-  bool flushRegistered;
+  // Set once the thread registered the flush; then tells a closed cache (flushed: freed
+  // frames go back to the heap) from one not opened yet. Read only on the slow path.
+  bool opened;
 };
 
-// constinit: a zero-initialised thread_local needs no initialisation guard on access,
-// which keeps the allocation fast path free of TLS wrapper calls.
-inline constinit thread_local FrameCache tFrameCache{};
+// More than any bound: every free goes to the slow path, which tells the cases apart.
+inline constexpr std::size_t kFrameCacheClosed = static_cast<std::size_t>(-1) / 2;
+
+// The thread's cache. constinit: constant-initialised, so access needs no initialisation
+// guard. Initial-exec TLS model: the cache lies at one fixed offset from the thread
+// pointer in every thread, which localFrameCache() relies on (a library that uses weft
+// and is dlopen'ed needs room in the static TLS block; the dynamic loader refuses to load
+// it otherwise, it does not misbehave). With WEFT_INLINE_TLS_ADDRESS it has a fixed
+// assembler name, which the asm in localFrameCache() refers to, and `used` makes every
+// translation unit that includes this header emit it.
+#if WEFT_INLINE_TLS_ADDRESS
+[[gnu::used, gnu::tls_model("initial-exec")]] inline constinit thread_local FrameCache
+    tFrameCache asm("weft_detail_frame_cache"){{}, kFrameCacheClosed, false};
+#else
+inline constinit thread_local FrameCache tFrameCache{{}, kFrameCacheClosed, false};
+#endif
 
 // The calling thread's cache.
 //
@@ -55,17 +71,42 @@ inline constinit thread_local FrameCache tFrameCache{};
 // deallocateFrame are inlined into coroutine bodies (frames of callees are allocated
 // there), so a coroutine that resumed on another thread would use the free lists of the
 // thread it ran on before -- a data race on plain pointers. Seen with clang++-16 -O1
-// (FrameAllocatorTest.CoroutineMovedToAnotherThreadAllocatesFromThatThreadsCache, and
-// TSan). The same holds for fibers, which migrate between threads in the middle of
-// ordinary functions. An opaque call computes the address on the thread that runs it;
-// it costs a call and a return per allocation and per free.
+// (FrameAllocatorTest.CoroutineMovingBetweenThreadsUsesEachThreadsOwnCache, and TSan).
+// The same holds for fibers, which migrate between threads in the middle of ordinary
+// functions. So the address is never computed by the compiler in inline code:
+//  - WEFT_INLINE_TLS_ADDRESS: an asm volatile statement reads the thread pointer and adds
+//    the cache's initial-exec offset (a GOT entry the linker fills or folds). Volatile
+//    asm is neither merged with another nor moved across a suspension point or a call,
+//    so it runs on the thread that uses its result; two instructions, no call.
+//  - otherwise an opaque call computes the address on the thread that runs it.
+#if WEFT_INLINE_TLS_ADDRESS
+inline FrameCache& localFrameCache() noexcept {
+  FrameCache* cache;
+#if defined(__x86_64__)
+  asm volatile(
+      "movq %%fs:0, %0\n\t"
+      "addq weft_detail_frame_cache@gottpoff(%%rip), %0"
+      : "=r"(cache));
+#else  // aarch64
+  void* offset;
+  asm volatile(
+      "mrs %0, tpidr_el0\n\t"
+      "adrp %1, :gottprel:weft_detail_frame_cache\n\t"
+      "ldr %1, [%1, #:gottprel_lo12:weft_detail_frame_cache]\n\t"
+      "add %0, %0, %1"
+      : "=r"(cache), "=r"(offset));
+#endif
+  return *cache;
+}
+#else
 WEFT_OPAQUE_CALL inline FrameCache& localFrameCache() noexcept { return tFrameCache; }
+#endif
 
 // Releases the thread's cached frames at thread exit. It has a destructor, so touching
 // it costs a guard check: it is touched only once per thread, from the slow path.
 struct FrameCacheFlusher {
   ~FrameCacheFlusher() {
-    FrameCache& cache = tFrameCache;
+    FrameCache& cache = localFrameCache();
     for (std::size_t cls = 0; cls < kFrameClassCount; ++cls) {
       void* block = cache.freeLists[cls];
       while (block != nullptr) {
@@ -78,15 +119,32 @@ struct FrameCacheFlusher {
       }
       cache.freeLists[cls] = nullptr;
     }
-    cache.cachedBytes = static_cast<std::size_t>(-1) / 2;
+    cache.cachedBytes = kFrameCacheClosed;
   }
 };
 inline thread_local FrameCacheFlusher tFrameCacheFlusher;
 
-WEFT_NOINLINE inline void registerFrameCacheFlush() noexcept {
-  localFrameCache().flushRegistered = true;
-  // Odr-using the flusher constructs it and registers its destructor for this thread.
-  [[maybe_unused]] FrameCacheFlusher* volatile flusher = &tFrameCacheFlusher;
+// The free path when the cache is closed or full. Not inlined: rare, and it keeps the
+// fast path short.
+WEFT_NOINLINE inline void deallocateFrameSlow(void* block, std::size_t cls) noexcept {
+  FrameCache& cache = localFrameCache();
+  const std::size_t bytes = frameClassSize(cls);
+  if (!cache.opened) {
+    cache.opened = true;
+    // Odr-using the flusher constructs it and registers its destructor for this thread.
+    [[maybe_unused]] FrameCacheFlusher* volatile flusher = &tFrameCacheFlusher;
+    cache.cachedBytes = 0;
+    if (bytes <= WEFT_FRAME_CACHE_BYTES) {
+      *static_cast<void**>(block) = cache.freeLists[cls];
+      cache.freeLists[cls] = block;
+      cache.cachedBytes = bytes;
+#if WEFT_ASAN
+      __asan_poison_memory_region(block, bytes);
+#endif
+      return;
+    }
+  }
+  ::operator delete(block);
 }
 
 inline void* allocateFrame(std::size_t size) {
@@ -111,16 +169,19 @@ inline void deallocateFrame(void* block, std::size_t size) noexcept {
   if (cls < kFrameClassCount) {
     FrameCache& cache = localFrameCache();
     const std::size_t bytes = frameClassSize(cls);
-    if (cache.cachedBytes + bytes <= WEFT_FRAME_CACHE_BYTES) [[likely]] {
-      if (!cache.flushRegistered) [[unlikely]] registerFrameCacheFlush();
+    // One check: false when the cache is full, not opened yet or closed.
+    if (const std::size_t after = cache.cachedBytes + bytes; after <= WEFT_FRAME_CACHE_BYTES)
+        [[likely]] {
       *static_cast<void**>(block) = cache.freeLists[cls];
       cache.freeLists[cls] = block;
-      cache.cachedBytes += bytes;
+      cache.cachedBytes = after;
 #if WEFT_ASAN
       __asan_poison_memory_region(block, bytes);
 #endif
       return;
     }
+    deallocateFrameSlow(block, cls);
+    return;
   }
   ::operator delete(block);
 }
