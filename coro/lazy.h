@@ -151,7 +151,10 @@ class [[nodiscard]] Lazy {
     }
     return *this;
   }
-  ~Lazy() { destroy(); }
+  // Not through destroy(): the handle dies with the Lazy, so it need not be cleared.
+  ~Lazy() {
+    if (handle_) handle_.destroy();
+  }
 
   // False for a default-constructed or moved-from Lazy.
   bool valid() const noexcept { return handle_ != nullptr; }

@@ -4,6 +4,7 @@
 #include <coroutine>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -139,7 +140,15 @@ class LazyPromise final : public LazyPromiseBase {
   template <class U = T>
     requires std::convertible_to<U&&, T>
   void return_value(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
-    result_.emplace(std::forward<U>(value));
+    if constexpr (std::is_nothrow_constructible_v<T, U&&>) {
+      // result_ is still empty here (co_return runs once, and unhandled_exception only
+      // after it), so a new Try simply takes its place: an empty Try's destructor does
+      // nothing, and this skips the emptiness check emplace() would make. Only for a
+      // value that cannot throw on construction, which would leave a half-built Try.
+      std::construct_at(&result_, std::forward<U>(value));
+    } else {
+      result_.emplace(std::forward<U>(value));
+    }
   }
   // noexcept: storing an exception_ptr cannot fail.
   void unhandled_exception() noexcept { result_.setException(std::current_exception()); }
