@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <coroutine>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -186,10 +187,14 @@ TEST(SpawnFiberTest, YieldAlternatesFibersOnASingleThread) {
       }
     };
   };
-  // Spawned from outside the pool, in order: a runs first, then b, each yielding to the
-  // back of the single worker's queue.
+  // The single worker waits at a gate until both fibers are queued (else it could run
+  // all of a before b is spawned); then a runs first, then b, each yielding to the back
+  // of the worker's queue.
+  std::promise<void> bothSpawned;
+  pool.schedule([gate = bothSpawned.get_future().share()] { gate.wait(); });
   auto a = spawnFiber(&pool, body('a'));
   auto b = spawnFiber(&pool, body('b'));
+  bothSpawned.set_value();
   syncAwait(std::move(a));
   syncAwait(std::move(b));
   EXPECT_EQ(std::string(trace.begin(), trace.end()), "ababab");
