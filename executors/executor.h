@@ -99,8 +99,12 @@ class Executor {
   // Thread safety: any thread.
   virtual void scheduleTimer(detail::TimerEntry& timer);
 
-  // Disarms `timer`: true if it had not fired (its fire function will never run), false
-  // if it has fired or is firing (it runs, or ran, exactly once). noexcept: a removal
+  // Disarms `timer`: true if its fire function will never run (not yet due, or due but
+  // not yet started: an implementation that queues fired timers for its own threads must
+  // take them back here, since the canceller may be one of those threads), false if it
+  // has run or is running, exactly once. A caller that then waits for the fire function
+  // to finish should keep retrying cancelTimer while it waits (a fired timer may be on
+  // its way to such a queue). noexcept: a removal
   // from a heap, which allocates nothing. Thread safety: any thread, concurrently with
   // the firing.
   virtual bool cancelTimer(detail::TimerEntry& timer) noexcept;

@@ -165,7 +165,25 @@ void ThreadPool::scheduleTimer(detail::TimerEntry& timer) {
   if (!timers_.add(timer)) throw ExecutorShutDown(name());
 }
 
-bool ThreadPool::cancelTimer(detail::TimerEntry& timer) noexcept { return timers_.cancel(timer); }
+bool ThreadPool::cancelTimer(detail::TimerEntry& timer) noexcept {
+  if (timers_.cancel(timer)) return true;
+  // Fired, but its fire function may still wait on the due list for a worker: take it
+  // off. Then a canceller that must wait for a fire function (select's disarm) only ever
+  // waits for one already running on another thread -- never for a worker, which it may
+  // itself be (the only free one, or the pool's only thread).
+  std::lock_guard<std::mutex> lock(injectionMutex_);
+  detail::Job* previous = nullptr;
+  for (detail::Job* job = timerDueHead_; job != nullptr; previous = job, job = job->next) {
+    if (job != &timer) continue;
+    (previous == nullptr ? timerDueHead_ : previous->next) = job->next;
+    if (timerDueTail_ == job) timerDueTail_ = previous;
+    job->next = nullptr;
+    // seq_cst: keeps every timerDueSize_ store in the total order S (as takeDueTimer).
+    timerDueSize_.store(--timerDueCount_, std::memory_order_seq_cst);
+    return true;
+  }
+  return false;
+}
 
 void ThreadPool::deliverTimer(void* context, detail::TimerEntry& timer) noexcept {
   auto* pool = static_cast<ThreadPool*>(context);

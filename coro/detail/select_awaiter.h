@@ -238,8 +238,15 @@ class SelectAwaiter {
       const bool disarmed = executor_ != nullptr ? executor_->cancelTimer(timer)
                                                  : globalTimerQueue().cancel(timer);
       if (!disarmed) {
-        // acquire: pairs with the release in onTimer; after it, the timer is done with us.
-        while (!timerFinished_.load(std::memory_order_acquire)) std::this_thread::yield();
+        // The timer fired. Its fire function may still be on its way to the executor's
+        // queue of due timers, which only the executor's threads run -- and this thread may
+        // be the only one free: keep trying to take it back (then it never runs) while
+        // waiting for it to finish. acquire: pairs with the release in onTimer; after it,
+        // the timer is done with us.
+        while (!timerFinished_.load(std::memory_order_acquire)) {
+          if (executor_ != nullptr && executor_->cancelTimer(timer)) break;
+          std::this_thread::yield();
+        }
       }
     }
   }
