@@ -259,12 +259,18 @@ class SelectAwaiter {
     if (!run) timer->shutDown = true;
     const bool resume = self->state_.claimExternally(timeoutIndex()) ==
                         SelectState::ExternalClaim::kWhileWaiting;
+    if (!resume) {
+      // Not ours to resume: the select may still be registering (writing its handle), so
+      // read nothing more of it. release: what this function wrote is visible to
+      // disarmTimer() once it sees this; the select may be gone right after it.
+      self->timerFinished_.store(true, std::memory_order_release);
+      return;
+    }
+    // Claimed while waiting: the registration published the handle and executor.
     std::coroutine_handle<> handle = self->state_.handle;
     Executor* executor = self->state_.executor;
-    // release: what this function wrote is visible to disarmTimer() once it sees this.
-    // Unless `resume`, the select may be gone right after it.
+    // release: as above.
     self->timerFinished_.store(true, std::memory_order_release);
-    if (!resume) return;
     // Like sleep(): inline when already on the executor (a ThreadPool runs expired timers
     // on its workers) or when there is none (on the timer thread); else scheduled. An
     // executor that refuses (shut down) has the select resume here, reporting
