@@ -102,6 +102,17 @@ class CollectAwaiter {
   StartAll startAll_;
 };
 
+// The result of every finished branch, in order.
+template <class T>
+std::vector<Try<T>> takeResults(std::vector<Lazy<T>>& branches) {
+  std::vector<Try<T>> results;
+  results.reserve(branches.size());
+  for (Lazy<T>& branch : branches) {
+    results.push_back(std::move(LazyAccess::handle(branch).promise().result_));
+  }
+  return results;
+}
+
 template <bool kParallel, class... T>
 Lazy<std::tuple<Try<T>...>> collectTuple(Lazy<T>... branches) {
   Executor* executor = co_await currentExecutor();
@@ -116,9 +127,7 @@ Lazy<std::tuple<Try<T>...>> collectTuple(Lazy<T>... branches) {
 
 template <bool kParallel, class T>
 Lazy<std::vector<Try<T>>> collectRange(std::vector<Lazy<T>> branches) {
-  for (const Lazy<T>& branch : branches) {
-    if (!branch.valid()) abortInvalidLazy("collectAll of a vector holding");
-  }
+  checkBranchRange("collectAll of a vector holding", branches);
   Executor* executor = co_await currentExecutor();
   const CancellationToken* token = co_await CurrentCancellationTokenPointer{};
   CollectAwaiter awaiter(branches.size(), [&](CollectBarrier& barrier) {
@@ -127,17 +136,7 @@ Lazy<std::vector<Try<T>>> collectRange(std::vector<Lazy<T>> branches) {
     }
   });
   co_await awaiter;
-  std::vector<Try<T>> results;
-  results.reserve(branches.size());
-  for (Lazy<T>& branch : branches) {
-    results.push_back(std::move(LazyAccess::handle(branch).promise().result_));
-  }
-  co_return results;
-}
-
-template <class... T>
-void checkBranches(const Lazy<T>&... branches) {
-  if (!(branches.valid() && ...)) abortInvalidLazy("collectAll of");
+  co_return takeResults(branches);
 }
 
 // --- collectAllFailFast -------------------------------------------------------------------
@@ -208,9 +207,7 @@ Lazy<std::tuple<Try<T>...>> collectFailFastTuple(Lazy<T>... branches) {
 
 template <bool kParallel, class T>
 Lazy<std::vector<Try<T>>> collectFailFastRange(std::vector<Lazy<T>> branches) {
-  for (const Lazy<T>& branch : branches) {
-    if (!branch.valid()) abortInvalidLazy("collectAllFailFast of a vector holding");
-  }
+  checkBranchRange("collectAllFailFast of a vector holding", branches);
   Executor* executor = co_await currentExecutor();
   const CancellationToken* parent = co_await CurrentCancellationTokenPointer{};
   CancellingBarrier barrier(*parent);
@@ -221,12 +218,7 @@ Lazy<std::vector<Try<T>>> collectFailFastRange(std::vector<Lazy<T>> branches) {
     }
   });
   co_await awaiter;
-  std::vector<Try<T>> results;
-  results.reserve(branches.size());
-  for (Lazy<T>& branch : branches) {
-    results.push_back(std::move(LazyAccess::handle(branch).promise().result_));
-  }
-  co_return results;
+  co_return takeResults(branches);
 }
 
 // --- collectAllWindowed -------------------------------------------------------------------
@@ -338,12 +330,7 @@ Lazy<std::vector<Try<T>>> collectWindowed(std::size_t window, std::vector<Lazy<T
     BarrierAwaiter awaiter(barrier, [&] { barrier.startFirst(); });
     co_await awaiter;
   }
-  std::vector<Try<T>> results;
-  results.reserve(branches.size());
-  for (Lazy<T>& branch : branches) {
-    results.push_back(std::move(LazyAccess::handle(branch).promise().result_));
-  }
-  co_return results;
+  co_return takeResults(branches);
 }
 
 template <class T>
@@ -351,9 +338,7 @@ void checkWindowed(std::size_t maxInFlight, const std::vector<Lazy<T>>& branches
   if (maxInFlight == 0) {
     throw std::invalid_argument("weft: collectAllWindowed with maxInFlight == 0 never runs");
   }
-  for (const Lazy<T>& branch : branches) {
-    if (!branch.valid()) abortInvalidLazy("collectAllWindowed of a vector holding");
-  }
+  checkBranchRange("collectAllWindowed of a vector holding", branches);
 }
 
 }  // namespace detail
@@ -379,7 +364,7 @@ void checkWindowed(std::size_t maxInFlight, const std::vector<Lazy<T>>& branches
 //   std::vector<weft::Try<int>> all = co_await weft::collectAll(std::move(lazies));
 template <class... T>
 Lazy<std::tuple<Try<T>...>> collectAll(Lazy<T>... branches) {
-  detail::checkBranches(branches...);
+  detail::checkBranches("collectAll of", branches...);
   return detail::collectTuple<false>(std::move(branches)...);
 }
 
@@ -400,7 +385,7 @@ Lazy<std::vector<Try<T>>> collectAll(std::vector<Lazy<T>> branches) {
 //   auto results = weft::syncAwait(weft::collectAllPara(std::move(lazies)), &pool);
 template <class... T>
 Lazy<std::tuple<Try<T>...>> collectAllPara(Lazy<T>... branches) {
-  detail::checkBranches(branches...);
+  detail::checkBranches("collectAllPara of", branches...);
   return detail::collectTuple<true>(std::move(branches)...);
 }
 
@@ -428,7 +413,7 @@ Lazy<std::vector<Try<T>>> collectAllPara(std::vector<Lazy<T>> branches) {
 //   // if loadUser threw, loadOrders was cancelled: orders holds OperationCancelled
 template <class... T>
 Lazy<std::tuple<Try<T>...>> collectAllFailFast(Lazy<T>... branches) {
-  detail::checkBranches(branches...);
+  detail::checkBranches("collectAllFailFast of", branches...);
   return detail::collectFailFastTuple<false>(std::move(branches)...);
 }
 
@@ -439,7 +424,7 @@ Lazy<std::vector<Try<T>>> collectAllFailFast(std::vector<Lazy<T>> branches) {
 
 template <class... T>
 Lazy<std::tuple<Try<T>...>> collectAllParaFailFast(Lazy<T>... branches) {
-  detail::checkBranches(branches...);
+  detail::checkBranches("collectAllParaFailFast of", branches...);
   return detail::collectFailFastTuple<true>(std::move(branches)...);
 }
 

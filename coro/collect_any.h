@@ -130,11 +130,6 @@ Lazy<CollectAnyResult<T>> collectAnyRange(std::vector<Lazy<T>> branches) {
                                 std::move(LazyAccess::handle(branches[winner]).promise().result_)};
 }
 
-template <class... T>
-void checkAnyBranches(const Lazy<T>&... branches) {
-  if (!(branches.valid() && ...)) abortInvalidLazy("collectAny of");
-}
-
 }  // namespace detail
 
 // collectAny(a, b, ...) / collectAny(std::vector<Lazy<T>>): runs the branches as a race.
@@ -166,15 +161,13 @@ void checkAnyBranches(const Lazy<T>&... branches) {
 template <class... T>
   requires(sizeof...(T) > 0)
 Lazy<std::variant<Try<T>...>> collectAny(Lazy<T>... branches) {
-  detail::checkAnyBranches(branches...);
+  detail::checkBranches("collectAny of", branches...);
   return detail::collectAnyTuple(std::move(branches)...);
 }
 
 template <class T>
 Lazy<CollectAnyResult<T>> collectAny(std::vector<Lazy<T>> branches) {
-  for (const Lazy<T>& branch : branches) {
-    if (!branch.valid()) detail::abortInvalidLazy("collectAny of a vector holding");
-  }
+  detail::checkBranchRange("collectAny of a vector holding", branches);
   return detail::collectAnyRange(std::move(branches));
 }
 

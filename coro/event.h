@@ -31,9 +31,7 @@ class EventWaitAwaiter : public CancellableSyncWaiter {
   inline bool await_suspend(std::coroutine_handle<> awaiting);
   // Throws OperationCancelled if the wait was cancelled before the event was set.
   void await_resume() {
-    disarmCancellation();
-    handle = {};
-    throwIfCancelled();
+    finishWait();
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <exception>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "coro/detail/lazy_promise.h"
 #include "coro/try.h"
@@ -209,6 +210,19 @@ Lazy<T&> LazyPromise<T&>::get_return_object() noexcept {
 }
 inline Lazy<void> LazyPromise<void>::get_return_object() noexcept {
   return Lazy<void>(std::coroutine_handle<LazyPromise<void>>::from_promise(*this));
+}
+
+// The precondition of the algorithms that take Lazys (collectAll, collectAny, ...):
+// every branch is valid. Aborts with a message naming `algorithm` otherwise.
+template <class... T>
+void checkBranches(const char* algorithm, const Lazy<T>&... branches) {
+  if (!(branches.valid() && ...)) abortInvalidLazy(algorithm);
+}
+template <class T>
+void checkBranchRange(const char* algorithm, const std::vector<Lazy<T>>& branches) {
+  for (const Lazy<T>& branch : branches) {
+    if (!branch.valid()) abortInvalidLazy(algorithm);
+  }
 }
 
 }  // namespace detail

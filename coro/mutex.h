@@ -85,9 +85,7 @@ class MutexLockAwaiter : public CancellableSyncWaiter {
   bool await_suspend(std::coroutine_handle<> awaiting);
   // Throws OperationCancelled if the wait was cancelled (the lock is not held then).
   Result await_resume() {
-    disarmCancellation();
-    handle = {};  // resumed: nothing left to withdraw in the destructor
-    throwIfCancelled();
+    finishWait();
     if constexpr (std::is_void_v<Result>) {
       return;
     } else {

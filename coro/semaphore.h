@@ -35,9 +35,7 @@ class SemaphoreAcquireAwaiter : public CancellableSyncWaiter {
   inline bool await_suspend(std::coroutine_handle<> awaiting);
   // Throws OperationCancelled if the wait was cancelled (no permit is held then).
   void await_resume() {
-    disarmCancellation();
-    handle = {};
-    throwIfCancelled();
+    finishWait();
   }
 
  private:

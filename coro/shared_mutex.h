@@ -89,9 +89,7 @@ class SharedMutexLockAwaiter : public CancellableSyncWaiter {
   bool await_suspend(std::coroutine_handle<> awaiting);
   // Throws OperationCancelled if the wait was cancelled (nothing is held then).
   Result await_resume() {
-    disarmCancellation();
-    handle = {};
-    throwIfCancelled();
+    finishWait();
     if constexpr (std::is_void_v<Result>) {
       return;
     } else {

@@ -3,13 +3,14 @@
 #include <atomic>
 #include <coroutine>
 #include <cstdint>
+#include <mutex>
 #include <new>
-#include <thread>
 #include <utility>
 
 #include "coro/cancellation.h"
 #include "coro/detail/config.h"
 #include "coro/detail/frame_allocator.h"
+#include "coro/detail/spin_lock.h"
 #include "coro/detail/via_awaiter.h"
 #include "executors/executor.h"
 
@@ -19,82 +20,18 @@
 
 namespace weft::detail {
 
-// ChannelLock: a one-byte test-and-test-and-set lock guarding a channel's buffer, queues
-// and closed flag, held for a few dozen instructions at a time (plus the move of one
-// value). Chosen over std::mutex for two reasons:
-//  - unlock() is one release store and touches the lock no more afterwards, so the
-//    channel may be destroyed by another thread the instant it is released; select's
-//    registration depends on this (coro/select.h: after its first unlock, the select may
-//    be resumed and finish while it still releases the other channels);
-//  - an uncontended lock/unlock pair is one exchange and one plain store.
-// lock() spins with a CPU pause for a while, then yields the thread, so that a holder
-// the OS preempted (likely on a busy machine) gets the CPU back. Not recursive.
-class ChannelLock {
- public:
-  ChannelLock() noexcept = default;
-  ChannelLock(const ChannelLock&) = delete;
-  ChannelLock& operator=(const ChannelLock&) = delete;
+// ChannelLock: the lock guarding a channel's buffer, queues and closed flag, held for a
+// few dozen instructions at a time (plus the move of one value). A SpinLock rather than
+// std::mutex: its unlock() is one release store that touches the lock no more
+// afterwards, so the channel may be destroyed by another thread the instant it is
+// released, which select's registration depends on (coro/select.h: after its first
+// unlock, the select may be resumed and finish while it still releases the other
+// channels); and an uncontended lock/unlock pair is one exchange and one plain store.
+using ChannelLock = SpinLock;
 
-  // noexcept: atomic operations and sched_yield only.
-  void lock() noexcept {
-    // acquire: the critical section sees what the previous holder wrote before its
-    // release store in unlock().
-    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
-    lockSlow();
-  }
-  // release: publishes the critical section to the next holder's acquire.
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-
- private:
-  static void pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__) || defined(__arm__)
-    asm volatile("yield" ::: "memory");
-#endif
-  }
-
-  void lockSlow() noexcept {
-    for (unsigned spins = 0;; ++spins) {
-      // relaxed load: only a hint that saves a write (a cache-line steal) while the lock
-      // is held; the exchange is what acquires.
-      if (!locked_.load(std::memory_order_relaxed) &&
-          !locked_.exchange(true, std::memory_order_acquire)) {
-        return;
-      }
-      if (spins < kSpinsBeforeYield) {
-        pause();
-      } else {
-        std::this_thread::yield();
-      }
-    }
-  }
-
-  // Long enough to cover a critical section running on another core, short enough not
-  // to burn a time slice waiting for a preempted holder.
-  static constexpr unsigned kSpinsBeforeYield = 64;
-
-  std::atomic<bool> locked_{false};
-};
-
-// RAII holder of a ChannelLock that can be released early (before resuming waiters,
-// which is never done under the lock).
-class ChannelLockGuard {
- public:
-  explicit ChannelLockGuard(ChannelLock& lock) noexcept : lock_(&lock) { lock.lock(); }
-  ChannelLockGuard(const ChannelLockGuard&) = delete;
-  ChannelLockGuard& operator=(const ChannelLockGuard&) = delete;
-  ~ChannelLockGuard() {
-    if (lock_ != nullptr) lock_->unlock();
-  }
-  void unlock() noexcept {
-    lock_->unlock();
-    lock_ = nullptr;
-  }
-
- private:
-  ChannelLock* lock_;
-};
+// Holds a ChannelLock and can release it early (before resuming waiters, which is never
+// done under the lock).
+using ChannelLockGuard = std::unique_lock<ChannelLock>;
 
 // The cancellation registration of a channel operation or select, made only when the
 // operation can be cancelled. A CancellationCallback is 80 bytes; kept inside the

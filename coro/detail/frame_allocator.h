@@ -186,9 +186,6 @@ inline void deallocateFrame(void* block, std::size_t size) noexcept {
   ::operator delete(block);
 }
 
-// The bytes of freed frames the calling thread's cache holds (for tests and diagnostics).
-inline std::size_t frameCacheBytes() noexcept { return localFrameCache().cachedBytes; }
-
 // Mixed into every weft promise type: routes frame allocation through the cache.
 struct FrameAllocated {
   static void* operator new(std::size_t size) { return allocateFrame(size); }

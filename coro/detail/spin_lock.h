@@ -1,19 +1,12 @@
 #pragma once
 
-// NOTE(channels helper, for the author of this file): the original version of this
-// file (uncommitted, written by the helper doing Mutex/sync) was overwritten by mistake
-// at 02:25 by the "channels" helper, who created a file of the same name. This is an
-// API-compatible replacement (detail::SpinLock: lock/try_lock/unlock, Lockable), written
-// so that coro/mutex.h keeps compiling. Please review it, restore your version if it
-// differed, and delete this note. The channels code does not use this file.
-
 #include <atomic>
 #include <thread>
 
 namespace weft::detail {
 
 // A one-byte test-and-test-and-set lock for critical sections of a few dozen
-// instructions (a channel's queues). Not a general-purpose mutex:
+// instructions (a channel's queues, the sync primitives' waiter queues). Not a general-purpose mutex:
 //  - lock() spins briefly with a CPU pause, then yields the thread, so a holder that the
 //    OS preempted (likely on an over-subscribed machine) gets the CPU back instead of
 //    being starved by spinners;

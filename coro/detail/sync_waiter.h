@@ -76,6 +76,14 @@ class CancellableSyncWaiter : public SyncWaiter {
   void throwIfCancelled() const {
     if (cancelled) throw OperationCancelled();
   }
+  // The end of a wait, in await_resume: disarms cancellation, forgets the handle (resumed:
+  // nothing is left to withdraw in the destructor), and throws OperationCancelled if the
+  // wait was cancelled.
+  void finishWait() {
+    disarmCancellation();
+    handle = {};
+    throwIfCancelled();
+  }
 
  private:
   const CancellationToken* token_;

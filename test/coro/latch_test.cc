@@ -20,6 +20,7 @@
 #include "stackful/fiber.h"
 #include "stackful/spawn_fiber.h"
 #include "test/support/manual_executor.h"
+#include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -27,14 +28,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::ManualExecutor;
+using test::startDetached;
 using test::Watchdog;
-
-void startDetached(Lazy<> lazy, std::atomic<int>& done) {
-  std::move(lazy).start([&done](Try<void> result) {
-    EXPECT_TRUE(result.hasValue());
-    done.fetch_add(1);
-  });
-}
 
 TEST(LatchTest, ALatchOfZeroIsReleasedAtOnce) {
   Latch latch(0);

@@ -24,6 +24,8 @@
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
+#include "test/support/stack_address.h"
+#include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -32,19 +34,9 @@ namespace {
 using namespace std::chrono_literals;
 using test::Counted;
 using test::ManualExecutor;
+using test::nativeStackAddress;
+using test::startDetached;
 using test::Watchdog;
-
-// Starts `lazy` detached on the calling thread; `done` counts its completion.
-void startDetached(Lazy<> lazy, std::atomic<int>& done) {
-  std::move(lazy).start([&done](Try<void> result) {
-    EXPECT_TRUE(result.hasValue());
-    done.fetch_add(1);
-  });
-}
-
-WEFT_NOINLINE std::uintptr_t nativeStackAddress() {
-  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-}
 
 TEST(MutexTest, TryLockSucceedsOnlyWhileUnlocked) {
   Mutex mutex;

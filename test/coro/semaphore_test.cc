@@ -23,6 +23,7 @@
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
+#include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -31,14 +32,8 @@ namespace {
 using namespace std::chrono_literals;
 using test::Counted;
 using test::ManualExecutor;
+using test::startDetached;
 using test::Watchdog;
-
-void startDetached(Lazy<> lazy, std::atomic<int>& done) {
-  std::move(lazy).start([&done](Try<void> result) {
-    EXPECT_TRUE(result.hasValue());
-    done.fetch_add(1);
-  });
-}
 
 TEST(SemaphoreTest, TryAcquireTakesOnlyAvailablePermits) {
   Semaphore semaphore(2);
