@@ -2,6 +2,7 @@
 
 #include <coroutine>
 #include <exception>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -9,7 +10,6 @@
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
 #include "coro/lazy.h"
-#include "coro/try.h"
 #include "executors/executor.h"
 #include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
@@ -18,49 +18,53 @@ namespace weft {
 
 namespace detail {
 
-// The awaiter `co_await a` uses inside a Lazy with an executor and a token, chosen as
-// LazyPromiseBase::await_transform chooses it.
+// The awaiter `co_await a` uses inside a Lazy bound to `executor` and carrying `token`,
+// chosen as LazyPromiseBase::await_transform chooses it (then operator co_await applied):
+//  - a Lazy: its own awaiter (it inherits the driver's executor and token on suspend);
+//  - a cancellation-aware awaitable: coAwait(executor, token);
+//  - an executor-aware awaitable: coAwait(executor);
+//  - anything else: wrapped so that the fiber is resumed through its executor.
+// Returned by value, except a reference to `awaitable` itself when it is its own awaiter
+// (it outlives the await). What coAwait returns is a temporary: when it is its own
+// awaiter it is returned as is, by value (not as a reference to the temporary).
 template <class A>
-decltype(auto) transformedAwaiter(A&& awaitable) {
+decltype(auto) fiberAwaiter(A&& awaitable, Executor* executor, const CancellationToken& token) {
   if constexpr (kIsLazy<std::remove_cvref_t<A>>) {
     return getAwaiter(std::forward<A>(awaitable));
   } else if constexpr (CancellationAwareAwaitable<A>) {
-    return getAwaiter(
-        std::forward<A>(awaitable).coAwait(static_cast<Executor*>(nullptr), kNoCancellationToken));
+    using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor, token));
+    if constexpr (std::is_reference_v<AwaiterOf<Transformed>>) {
+      return std::forward<A>(awaitable).coAwait(executor, token);
+    } else {
+      return getAwaiter(std::forward<A>(awaitable).coAwait(executor, token));
+    }
   } else if constexpr (ExecutorAwareAwaitable<A>) {
-    return getAwaiter(std::forward<A>(awaitable).coAwait(static_cast<Executor*>(nullptr)));
+    using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor));
+    if constexpr (std::is_reference_v<AwaiterOf<Transformed>>) {
+      return std::forward<A>(awaitable).coAwait(executor);
+    } else {
+      return getAwaiter(std::forward<A>(awaitable).coAwait(executor));
+    }
   } else {
-    return getAwaiter(std::forward<A>(awaitable));
+    return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor);
   }
 }
 
+template <class A>
+using FiberAwaiterOf = decltype(fiberAwaiter(std::declval<A>(), std::declval<Executor*>(),
+                                             std::declval<const CancellationToken&>()));
+
 // What await(a) returns: the type of `co_await a` in a Lazy, rvalue references decayed
-// to values (the result is moved out of a slot on the fiber's stack).
+// to values (the awaiter they would refer to dies when await returns).
 template <class A>
 using FiberAwaitResultRaw =
-    decltype(std::declval<decltype(transformedAwaiter(std::declval<A>()))&>().await_resume());
+    decltype(std::declval<std::remove_reference_t<FiberAwaiterOf<A>>&>().await_resume());
 template <class A>
 using FiberAwaitResult =
     std::conditional_t<std::is_rvalue_reference_v<FiberAwaitResultRaw<A>>,
                        std::remove_cvref_t<FiberAwaitResultRaw<A>>, FiberAwaitResultRaw<A>>;
 
-// The Lazy a fiber hands to its driver: awaits `awaitable` (in the driver's coroutine
-// world: with the fiber's executor and token) and stores the outcome in `*out`, a slot on
-// the waiting fiber's stack. `A` is a reference type for an lvalue awaitable (the fiber
-// is parked until this finishes, so the lvalue outlives it), a value type for an rvalue.
-template <class T, class A>
-Lazy<void> awaitInto(A awaitable, Try<T>* out) {
-  try {
-    if constexpr (std::is_void_v<T>) {
-      co_await static_cast<A&&>(awaitable);
-      out->emplace();
-    } else {
-      out->emplace(co_await static_cast<A&&>(awaitable));
-    }
-  } catch (...) {
-    out->setException(std::current_exception());
-  }
-}
+[[noreturn]] void throwAwaitOutsideExecutorFiber(bool inFiber);
 
 }  // namespace detail
 
@@ -94,25 +98,28 @@ Lazy<void> awaitInto(A awaitable, Try<T>* out) {
 //     return a + weft::await(fetch(2));
 //   });
 template <class A>
-decltype(auto) await(A&& awaitable) {
+detail::FiberAwaitResult<A> await(A&& awaitable) {
   using T = detail::FiberAwaitResult<A>;
   detail::FiberCore* core = detail::FiberCore::current();
-  if (core == nullptr) throw NotInFiber("weft::await() called outside a fiber");
-  detail::AwaitLink* link = core->awaitLink();
-  if (link == nullptr) {
-    throw NotInFiber(
-        "weft::await() called in a plain Fiber, which has no executor to resume it: start "
-        "the fiber with weft::spawnFiber to await");
+  detail::AwaitLink* link = core != nullptr ? core->awaitLink() : nullptr;
+  if (link == nullptr) [[unlikely]]
+    detail::throwAwaitOutsideExecutorFiber(core != nullptr);
+  // The awaiter lives here, on the fiber's stack, for the whole await: the fiber stays
+  // parked until it is resumed, so the driver may use it from the thread's stack.
+  auto&& awaiter = detail::fiberAwaiter(std::forward<A>(awaitable), link->executor, *link->token);
+  using Awaiter = std::remove_reference_t<decltype(awaiter)>;
+  // Ready (a channel with a value waiting, a free mutex, ...): no switch at all.
+  if (!awaiter.await_ready()) {
+    link->awaiter = static_cast<void*>(std::addressof(awaiter));
+    link->suspendOn = &detail::suspendDriverOn<Awaiter>;
+    core->suspend();  // the driver suspends on the awaiter; its resumption resumes us
+    if (link->suspendError) [[unlikely]]
+      std::rethrow_exception(std::exchange(link->suspendError, nullptr));
   }
-  Try<T> result;
-  link->pending = detail::awaitInto<T, A>(std::forward<A>(awaitable), &result);
-  core->suspend();  // the driver awaits `pending`, then resumes us
   if constexpr (std::is_void_v<T>) {
-    result.value();
-  } else if constexpr (std::is_reference_v<T>) {
-    return result.value();
+    awaiter.await_resume();
   } else {
-    return T(std::move(result).value());
+    return static_cast<T>(awaiter.await_resume());
   }
 }
 

@@ -358,6 +358,17 @@ void FiberCore::freeStorage() noexcept {
 }  // namespace detail
 }  // namespace weft
 
+namespace weft::detail {
+
+void throwAwaitOutsideExecutorFiber(bool inFiber) {
+  if (!inFiber) throw NotInFiber("weft::await() called outside a fiber");
+  throw NotInFiber(
+      "weft::await() called in a plain Fiber, which has no executor to resume it: start "
+      "the fiber with weft::spawnFiber to await");
+}
+
+}  // namespace weft::detail
+
 namespace weft::this_fiber {
 
 bool inFiber() noexcept { return detail::FiberCore::current() != nullptr; }

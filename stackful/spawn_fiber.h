@@ -151,13 +151,19 @@ class ExecutorFiberBox final : public FiberCore {
 
 // Runs a fiber on the driver's executor: resumes it until it finishes, and in between
 // does, off the fiber's stack, what the fiber asked for when it switched out (reschedule
-// for this_fiber::yield(), co_await for weft::await()). A Lazy<void> bound to the
-// executor and carrying the fiber's token, so the awaits inherit both.
+// for this_fiber::yield(), suspend on the fiber's awaiter for weft::await()). A
+// Lazy<void> bound to the executor and carrying the fiber's token, so the awaits inherit
+// both.
 template <class T>
 Lazy<void> driveFiber(FiberPtr fiber, SpawnState<T>* state) {
-  FiberCore* const core = fiber.get();
   AwaitLink link;
   link.executor = state->executor_;
+  link.token = &state->token_;
+  // Owned from here by a local declared after the link, so that a driver destroyed while
+  // the fiber is parked unwinds the fiber while the link it points at still exists. (A
+  // driver destroyed before it ever ran frees the fiber through the parameter.)
+  FiberPtr owned = std::move(fiber);
+  FiberCore* const core = owned.get();
   core->setAwaitLink(&link);
   for (;;) {
     core->resume();  // until the fiber suspends or finishes; its exceptions stay inside
@@ -170,12 +176,15 @@ Lazy<void> driveFiber(FiberPtr fiber, SpawnState<T>* state) {
         // Cannot requeue on a closed executor: the yield is simply over.
       }
     } else {
-      Lazy<void> pending = std::move(link.pending);
-      co_await std::move(pending);  // stores its outcome on the fiber's stack
+      try {
+        co_await LinkedAwaiter(&link);  // the fiber's await_resume runs on its stack
+      } catch (...) {
+        link.suspendError = std::current_exception();
+      }
     }
   }
   if (core->hasException()) state->result_.setException(core->takeException());
-  fiber.reset();  // gives the stack back before the awaiter runs
+  owned.reset();  // gives the stack back before the awaiter runs
 }
 
 }  // namespace detail

@@ -157,6 +157,70 @@ TEST(SpawnFiberTest, AwaitGivesTheFibersCancellationToken) {
   EXPECT_TRUE(cancelled);
 }
 
+// An awaiter that records how await() drives it. `ready` and `suspendResult` choose the
+// path; `throwOnSuspend` makes await_suspend throw. Resumes the awaiting coroutine inline.
+struct ProbeAwaiter {
+  bool ready = false;
+  bool suspendResult = true;
+  bool throwOnSuspend = false;
+  int suspends = 0;
+  bool resumedInFiber = false;
+
+  bool await_ready() const noexcept { return ready; }
+  bool await_suspend(std::coroutine_handle<> awaiting) {
+    ++suspends;
+    if (throwOnSuspend) throw std::runtime_error("from await_suspend");
+    if (!suspendResult) return false;
+    awaiting.resume();  // completes at once, from the driver's side
+    return true;
+  }
+  int await_resume() noexcept {
+    resumedInFiber = this_fiber::inFiber();
+    return 7;
+  }
+};
+
+TEST(SpawnFiberTest, AwaitOfAReadyAwaitableDoesNotSuspend) {
+  ThreadPool pool(1);
+  ProbeAwaiter probe{.ready = true};
+  EXPECT_EQ(syncAwait(spawnFiber(&pool, [&] { return await(probe); })), 7);
+  EXPECT_EQ(probe.suspends, 0);
+  EXPECT_TRUE(probe.resumedInFiber);
+}
+
+TEST(SpawnFiberTest, AwaitResumesOnTheFibersStackAfterSuspending) {
+  ThreadPool pool(1);
+  ProbeAwaiter probe;
+  EXPECT_EQ(syncAwait(spawnFiber(&pool, [&] { return await(probe); })), 7);
+  EXPECT_EQ(probe.suspends, 1);
+  EXPECT_TRUE(probe.resumedInFiber);
+}
+
+TEST(SpawnFiberTest, AwaitSuspendReturningFalseContinuesTheFiber) {
+  ThreadPool pool(1);
+  ProbeAwaiter probe{.suspendResult = false};
+  EXPECT_EQ(syncAwait(spawnFiber(&pool, [&] { return await(probe) + await(answerLater(4)); })),
+            15);
+  EXPECT_EQ(probe.suspends, 1);
+}
+
+TEST(SpawnFiberTest, AwaitSuspendThrowingReachesTheFiberWhichGoesOn) {
+  ThreadPool pool(1);
+  ProbeAwaiter probe{.throwOnSuspend = true};
+  std::string caught = syncAwait(spawnFiber(&pool, [&] {
+    std::string what;
+    try {
+      await(probe);
+    } catch (const std::runtime_error& e) {
+      what = e.what();
+    }
+    return what + std::to_string(await(answerLater(21)));
+  }));
+  EXPECT_EQ(caught, "from await_suspend42");
+  EXPECT_EQ(probe.suspends, 1);
+  EXPECT_FALSE(probe.resumedInFiber);  // await_resume is not called after a throw
+}
+
 TEST(SpawnFiberTest, AwaitOutsideAFiberThrows) { EXPECT_THROW(await(answerLater(1)), NotInFiber); }
 
 TEST(SpawnFiberTest, AwaitInAPlainFiberThrows) {
