@@ -16,9 +16,15 @@ namespace weft::detail {
 // Coroutine frames are small, short-lived and allocated in bursts (a chain of awaits
 // allocates one per level), so each thread keeps freed frames in per-size-class free
 // lists and hands them out again without calling malloc. Design points:
-//  - Size classes are 16 bytes apart and sized 16k - 8 (24, 40, 56, ...): glibc's malloc
-//    adds an 8-byte header and rounds to 16, so a class block fills its malloc chunk
-//    exactly and a parked frame wastes no more than 15 bytes.
+//  - Size classes are 16 bytes apart up to 504 bytes, then 128 bytes apart up to 4600,
+//    and sized 16k - 8 (24, 40, 56, ..., 504, 632, 760, ...): glibc's malloc adds an
+//    8-byte header and rounds to 16, so a class block fills its malloc chunk exactly. A
+//    small frame wastes at most 15 bytes, a large one at most 127 (under 3% from 4 KiB).
+//    Large frames are what clang makes when it folds a whole chain of awaited Lazys into
+//    their caller's frame; caching them matters when many are alive at once (a fan-out of
+//    thousands of branches): handed back to malloc, the memory tends to go back to the
+//    kernel at once (glibc trims the top of its heap) and is page-faulted in again by
+//    the next burst, which costs more than the coroutines' own work.
 //  - No header per frame: the compiler passes the frame size back to the sized
 //    operator delete of the promise, which is enough to find the class.
 //  - A frame freed on another thread simply joins that thread's lists: every block came
@@ -30,10 +36,21 @@ namespace weft::detail {
 //  - The cache is always reached through localFrameCache() (an asm thread-pointer read
 //    or an opaque call), never by naming the thread_local in inline code: see there why.
 // Thread safety: each thread touches only its own lists; no atomics.
-inline constexpr std::size_t kFrameClassCount = 32;  // classes up to 504 bytes
+inline constexpr std::size_t kSmallFrameClasses = 32;  // 16 bytes apart, up to 504 bytes
+inline constexpr std::size_t kSmallFrameMax = 16 * kSmallFrameClasses - 8;
+inline constexpr std::size_t kLargeFrameStep = 128;
+inline constexpr std::size_t kFrameClassCount = 64;  // then 128 apart, up to 4600 bytes
 
-constexpr std::size_t frameClassOf(std::size_t size) noexcept { return (size + 7) / 16; }
-constexpr std::size_t frameClassSize(std::size_t cls) noexcept { return 16 * (cls + 1) - 8; }
+// Frame sizes are compile-time constants at each allocation site, so the branch folds.
+constexpr std::size_t frameClassOf(std::size_t size) noexcept {
+  return size <= kSmallFrameMax ? (size + 7) / 16
+                                : kSmallFrameClasses + (size - kSmallFrameMax - 1) / kLargeFrameStep;
+}
+constexpr std::size_t frameClassSize(std::size_t cls) noexcept {
+  return cls < kSmallFrameClasses ? 16 * (cls + 1) - 8
+                                  : kSmallFrameMax + kLargeFrameStep * (cls - kSmallFrameClasses + 1);
+}
+static_assert(frameClassSize(kFrameClassCount - 1) % 16 == 8);
 
 struct FrameCache {
   void* freeLists[kFrameClassCount];

@@ -33,6 +33,17 @@ TEST(FrameAllocatorTest, ReusesFreedFrames) {
   deallocateFrame(b, 97);
 }
 
+// Frames of a few KiB (a chain of Lazys clang folded into one frame) are cached too.
+TEST(FrameAllocatorTest, ReusesFreedFramesOfAFewKiB) {
+  void* a = allocateFrame(3000);
+  deallocateFrame(a, 3000);
+  void* b = allocateFrame(2990);  // same class (128 bytes apart there)
+  EXPECT_EQ(a, b);
+  deallocateFrame(b, 2990);
+  EXPECT_EQ(frameClassOf(3000), frameClassOf(2990));
+  EXPECT_NE(frameClassOf(3000), frameClassOf(3000 + kLargeFrameStep));
+}
+
 TEST(FrameAllocatorTest, LargeFramesBypassTheCache) {
   const std::size_t big = frameClassSize(kFrameClassCount - 1) + 1;
   const std::size_t before = tFrameCache.cachedBytes;
