@@ -14,7 +14,8 @@
 #   3. every benchmark/*/*_benchmark binary: repetitions randomly interleaved
 #      (--benchmark_enable_random_interleaving), medians; the two g++ builds of
 #      lazy_benchmark run in alternating rounds so that both see the same machine
-#   4. every benchmark/*/*_memory program
+#   4. every benchmark/*/*_memory program (as root, vm.max_map_count is raised to 262144
+#      first, so that 100,000 guarded fiber stacks fit)
 #   4b. every Go comparison program benchmark/go/<name>/ (`go run`, offline, GOMAXPROCS set
 #      by the program), when `go` is installed: JSON in go.go_<name>.json
 #   5. callgrind instruction counts per iteration of the Lazy benchmarks and their
@@ -193,6 +194,19 @@ if [[ -n "${alt_flags}" ]]; then
   done
 fi
 
+# 100,000 fibers on guarded stacks (stackful/fiber_memory) need two memory mappings each;
+# the kernel's default vm.max_map_count (65530) caps them near 32,000. Raise it when we
+# may (root); otherwise the program reports the cap.
+map_count="$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)"
+if ((map_count < 262144)); then
+  if [[ -w /proc/sys/vm/max_map_count ]]; then
+    echo 262144 >/proc/sys/vm/max_map_count
+    echo "raised vm.max_map_count from ${map_count} to 262144 (pooled-stack fiber memory)"
+  else
+    echo "vm.max_map_count is ${map_count}: the pooled-stack fiber memory program will be" \
+      "capped (as root: sysctl vm.max_map_count=262144)"
+  fi
+fi
 for label in gcc clang; do
   while IFS= read -r bin; do
     unit="$(basename "$(dirname "${bin}")")_$(basename "${bin}")"
