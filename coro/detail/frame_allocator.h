@@ -29,8 +29,10 @@ namespace weft::detail {
 //    operator delete of the promise, which is enough to find the class.
 //  - A frame freed on another thread simply joins that thread's lists: every block came
 //    from the global heap, so any thread may reuse or release it.
-//  - The cache is bounded (WEFT_FRAME_CACHE_BYTES per thread); past it, frames go back
-//    to the global heap. At thread exit the cache is released.
+//  - The cache is bounded: WEFT_FRAME_CACHE_BYTES per thread for small frames, and as
+//    much again for large ones, counted apart so that a burst of large frames never
+//    crowds the small ones (every ordinary await) out. Past the bound, frames go back to
+//    the global heap. At thread exit the cache is released.
 //  - Under AddressSanitizer the cached blocks are poisoned, so a use of a destroyed
 //    coroutine frame is still reported.
 //  - The cache is always reached through localFrameCache() (an asm thread-pointer read
@@ -54,10 +56,12 @@ static_assert(frameClassSize(kFrameClassCount - 1) % 16 == 8);
 
 struct FrameCache {
   void* freeLists[kFrameClassCount];
-  // Bytes held in the lists, or kFrameCacheClosed while the cache takes no frames: before
-  // the thread's first free has registered the flush at thread exit, and after that
-  // flush. The free fast path thus has a single check (the bound) for all three cases.
+  // Bytes held in the small (cachedBytes) and the large (cachedLargeBytes) classes' lists,
+  // or kFrameCacheClosed while the cache takes no frames: before the thread's first free
+  // has registered the flush at thread exit, and after that flush. The free fast path
+  // thus has a single check (the bound) for all three cases.
   std::size_t cachedBytes;
+  std::size_t cachedLargeBytes;
   // Set once the thread registered the flush; then tells a closed cache (flushed: freed
   // frames go back to the heap) from one not opened yet. Read only on the slow path.
   bool opened;
@@ -75,9 +79,10 @@ inline constexpr std::size_t kFrameCacheClosed = static_cast<std::size_t>(-1) / 
 // translation unit that includes this header emit it.
 #if WEFT_INLINE_TLS_ADDRESS
 [[gnu::used, gnu::tls_model("initial-exec")]] inline constinit thread_local FrameCache
-    tFrameCache asm("weft_detail_frame_cache"){{}, kFrameCacheClosed, false};
+    tFrameCache asm("weft_detail_frame_cache"){{}, kFrameCacheClosed, kFrameCacheClosed, false};
 #else
-inline constinit thread_local FrameCache tFrameCache{{}, kFrameCacheClosed, false};
+inline constinit thread_local FrameCache tFrameCache{{}, kFrameCacheClosed, kFrameCacheClosed,
+                                                     false};
 #endif
 
 // The calling thread's cache.
@@ -137,9 +142,15 @@ struct FrameCacheFlusher {
       cache.freeLists[cls] = nullptr;
     }
     cache.cachedBytes = kFrameCacheClosed;
+    cache.cachedLargeBytes = kFrameCacheClosed;
   }
 };
 inline thread_local FrameCacheFlusher tFrameCacheFlusher;
+
+// The byte count of `cls`'s half of the cache. Folds: the class is a constant.
+inline std::size_t& cachedBytesOf(FrameCache& cache, std::size_t cls) noexcept {
+  return cls < kSmallFrameClasses ? cache.cachedBytes : cache.cachedLargeBytes;
+}
 
 // The free path when the cache is closed or full. Not inlined: rare, and it keeps the
 // fast path short.
@@ -151,10 +162,11 @@ WEFT_NOINLINE inline void deallocateFrameSlow(void* block, std::size_t cls) noex
     // Odr-using the flusher constructs it and registers its destructor for this thread.
     [[maybe_unused]] FrameCacheFlusher* volatile flusher = &tFrameCacheFlusher;
     cache.cachedBytes = 0;
+    cache.cachedLargeBytes = 0;
     if (bytes <= WEFT_FRAME_CACHE_BYTES) {
       *static_cast<void**>(block) = cache.freeLists[cls];
       cache.freeLists[cls] = block;
-      cache.cachedBytes = bytes;
+      cachedBytesOf(cache, cls) = bytes;
 #if WEFT_ASAN
       __asan_poison_memory_region(block, bytes);
 #endif
@@ -173,7 +185,7 @@ inline void* allocateFrame(std::size_t size) {
       __asan_unpoison_memory_region(block, frameClassSize(cls));
 #endif
       cache.freeLists[cls] = *static_cast<void**>(block);
-      cache.cachedBytes -= frameClassSize(cls);
+      cachedBytesOf(cache, cls) -= frameClassSize(cls);
       return block;
     }
     return ::operator new(frameClassSize(cls));
@@ -187,11 +199,11 @@ inline void deallocateFrame(void* block, std::size_t size) noexcept {
     FrameCache& cache = localFrameCache();
     const std::size_t bytes = frameClassSize(cls);
     // One check: false when the cache is full, not opened yet or closed.
-    if (const std::size_t after = cache.cachedBytes + bytes; after <= WEFT_FRAME_CACHE_BYTES)
-        [[likely]] {
+    std::size_t& cached = cachedBytesOf(cache, cls);
+    if (const std::size_t after = cached + bytes; after <= WEFT_FRAME_CACHE_BYTES) [[likely]] {
       *static_cast<void**>(block) = cache.freeLists[cls];
       cache.freeLists[cls] = block;
-      cache.cachedBytes = after;
+      cached = after;
 #if WEFT_ASAN
       __asan_poison_memory_region(block, bytes);
 #endif

@@ -44,6 +44,26 @@ TEST(FrameAllocatorTest, ReusesFreedFramesOfAFewKiB) {
   EXPECT_NE(frameClassOf(3000), frameClassOf(3000 + kLargeFrameStep));
 }
 
+// A burst of large frames filling their half of the cache leaves small frames cached.
+TEST(FrameAllocatorTest, LargeFramesDoNotCrowdOutSmallOnes) {
+  std::vector<void*> large;
+  const std::size_t count = WEFT_FRAME_CACHE_BYTES / frameClassSize(frameClassOf(3000)) + 10;
+  for (std::size_t i = 0; i < count; ++i) large.push_back(allocateFrame(3000));
+  for (void* b : large) deallocateFrame(b, 3000);
+  EXPECT_LE(tFrameCache.cachedLargeBytes, std::size_t{WEFT_FRAME_CACHE_BYTES});
+  std::vector<void*> small;
+  for (int i = 0; i < 1000; ++i) small.push_back(allocateFrame(100));
+  const std::size_t before = tFrameCache.cachedBytes;
+  for (void* block : small) deallocateFrame(block, 100);
+  // Every one of them was cached (with one budget for both, ~3 KiB was left for them).
+  EXPECT_EQ(tFrameCache.cachedBytes - before, 1000 * frameClassSize(frameClassOf(100)));
+  for (void*& block : small) block = allocateFrame(100);
+  for (void* block : small) ::operator delete(block);
+  // Leave the large lists empty again for the tests that follow.
+  for (std::size_t i = 0; i < count; ++i) large[i] = allocateFrame(3000);
+  for (void* block : large) ::operator delete(block);
+}
+
 TEST(FrameAllocatorTest, LargeFramesBypassTheCache) {
   const std::size_t big = frameClassSize(kFrameClassCount - 1) + 1;
   const std::size_t before = tFrameCache.cachedBytes;
