@@ -21,8 +21,6 @@
 //   fiber_echo_bytes_per_task 9000.0
 // Usage: channel_memory [tasks]   (default 30000)
 
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "benchmark/support/memory_probe.h"
 #include "coro/channel.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
@@ -45,24 +44,14 @@
 
 namespace {
 
+constexpr const char* kProgram = "channel_memory";
+
 using weft::Channel;
 using weft::Lazy;
 
-long residentBytes() {
-  long pages = 0, resident = 0;
-  std::FILE* statm = std::fopen("/proc/self/statm", "r");
-  if (statm == nullptr || std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) {
-    std::perror("channel_memory: reading /proc/self/statm");
-    std::exit(2);
-  }
-  std::fclose(statm);
-  return resident * sysconf(_SC_PAGESIZE);
-}
+long residentBytes() { return weft::bench::residentBytes(kProgram); }
 
-[[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "channel_memory: %s\n", what);
-  std::exit(1);
-}
+[[noreturn]] void fail(const char* what) { weft::bench::failMeasurement(kProgram, what); }
 
 // Steps 1-4 for Lazys; returns the RSS growth per task.
 double measureLazyRing(int tasks) {
@@ -154,20 +143,11 @@ double measureFiberRing(int tasks) {
 
 template <class Body>
 void report(const char* name, int tasks, Body body) {
-  std::fflush(stdout);
-  pid_t child = fork();
-  if (child < 0) fail("fork failed");
-  if (child == 0) {
+  weft::bench::runInChild(kProgram, [&] {
     const double perTask = body();
     std::printf("%s_echo_tasks %d\n", name, tasks);
     std::printf("%s_echo_bytes_per_task %.1f\n", name, perTask);
-    std::fflush(stdout);
-    std::_Exit(0);
-  }
-  int status = 0;
-  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fail("a measurement failed");
-  }
+  });
 }
 
 }  // namespace

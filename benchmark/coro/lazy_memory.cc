@@ -23,8 +23,6 @@
 //   ...
 // Usage: lazy_memory [coroutines]   (default 1000000)
 
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <coroutine>
 #include <cstddef>
@@ -35,6 +33,7 @@
 #include <vector>
 
 #include "benchmark/support/bare_task.h"
+#include "benchmark/support/memory_probe.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/try.h"
@@ -43,6 +42,8 @@
 // asked for (weft rounds frames up to its size classes; malloc adds its own header).
 // Replacing the global operator new changes nothing else: it is malloc either way.
 namespace {
+
+constexpr const char* kProgram = "lazy_memory";
 constexpr std::size_t kCountedSizes = 1024;
 bool gCounting = false;
 std::size_t gRequests = 0;
@@ -89,21 +90,9 @@ weft::bench::BareTask<void> parkedBare() {
   ++gLot.finished;
 }
 
-long residentBytes() {
-  long pages = 0, resident = 0;
-  std::FILE* statm = std::fopen("/proc/self/statm", "r");
-  if (statm == nullptr || std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) {
-    std::perror("lazy_memory: reading /proc/self/statm");
-    std::exit(2);
-  }
-  std::fclose(statm);
-  return resident * sysconf(_SC_PAGESIZE);
-}
+long residentBytes() { return weft::bench::residentBytes(kProgram); }
 
-[[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "lazy_memory: %s\n", what);
-  std::exit(1);
-}
+[[noreturn]] void fail(const char* what) { weft::bench::failMeasurement(kProgram, what); }
 
 struct Measurement {
   long rssBefore;
@@ -142,10 +131,7 @@ Measurement measure(std::size_t n, Make make, StartCollect startCollect) {
 // Runs `body` (which returns a Measurement) in a child and prints its results.
 template <class Body>
 void report(const char* name, std::size_t n, Body body) {
-  std::fflush(stdout);
-  pid_t child = fork();
-  if (child < 0) fail("fork failed");
-  if (child == 0) {
+  weft::bench::runInChild(kProgram, [&] {
     Measurement m = body();
     const double perCoroutine = double(m.rssParked - m.rssBefore) / double(n);
     // The most frequent heap request is the frame; gRequests also counts the collect's
@@ -160,13 +146,7 @@ void report(const char* name, std::size_t n, Body body) {
     std::printf("%s_parked_bytes_per_coroutine %.1f\n", name, perCoroutine);
     std::printf("%s_frame_request_bytes %zu\n", name, frameRequest);
     std::printf("%s_heap_requests %zu\n", name, gRequests);
-    std::fflush(stdout);
-    std::_Exit(0);
-  }
-  int status = 0;
-  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fail("a measurement failed");
-  }
+  });
 }
 
 }  // namespace

@@ -24,8 +24,6 @@
 // Usage: fiber_memory [shared fibers] [pooled fibers]   (defaults 1000000 100000)
 
 #include <malloc.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdio>
@@ -36,26 +34,18 @@
 #include <vector>
 
 #include "stackful/fiber.h"
+#include "benchmark/support/memory_probe.h"
 #include "stackful/protected_stack.h"
 #include "stackful/shared_stack.h"
 #include "stackful/stack_pool.h"
 
 namespace {
 
-[[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "fiber_memory: %s\n", what);
-  std::exit(1);
-}
+constexpr const char* kProgram = "fiber_memory";
 
-long residentBytes() {
-  long pages = 0, resident = 0;
-  std::FILE* statm = std::fopen("/proc/self/statm", "r");
-  if (statm == nullptr || std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) {
-    fail("cannot read /proc/self/statm");
-  }
-  std::fclose(statm);
-  return resident * sysconf(_SC_PAGESIZE);
-}
+[[noreturn]] void fail(const char* what) { weft::bench::failMeasurement(kProgram, what); }
+
+long residentBytes() { return weft::bench::residentBytes(kProgram); }
 
 std::size_t heapInUse() { return mallinfo2().uordblks; }
 
@@ -115,10 +105,7 @@ Measurement measure(std::size_t n, MakeFiber makeFiber) {
 // Runs `body` (returning a Measurement) in a child and prints its results as `name_*`.
 template <class Body>
 void report(const char* name, std::size_t n, Body body) {
-  std::fflush(stdout);
-  pid_t child = fork();
-  if (child < 0) fail("fork failed");
-  if (child == 0) {
+  weft::bench::runInChild(kProgram, [&] {
     Measurement m = body();
     std::printf("%s_fibers %zu\n", name, n);
     std::printf("%s_rss_before_bytes %ld\n", name, m.rssBefore);
@@ -129,13 +116,7 @@ void report(const char* name, std::size_t n, Body body) {
                 double(m.heapParked) > double(m.heapBefore)
                     ? double(m.heapParked - m.heapBefore) / double(n)
                     : 0.0);
-    std::fflush(stdout);
-    std::_Exit(0);
-  }
-  int status = 0;
-  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fail("a measurement failed");
-  }
+  });
 }
 
 }  // namespace
