@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "benchmark/support/echo_ring.h"
 #include "coro/channel.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
@@ -196,25 +197,16 @@ constexpr int kEchoRepetitions = 5;
 
 void BM_Channel_EchoRing30000(benchmark::State& state) {
   weft::ThreadPool pool(1, "echo-ring");
-  std::deque<Channel<std::int64_t>> inputs;
-  for (int i = 0; i < kEchoTasks; ++i) inputs.emplace_back(1);
-  Channel<std::int64_t> replies(1);
-  auto echo = [&](Channel<std::int64_t>& in) -> Lazy<void> {
-    while (std::optional<std::int64_t> v = co_await in.receive()) co_await replies.send(*v);
-  };
+  weft::bench::EchoRing ring(kEchoTasks);
   auto driver = [&]() -> Lazy<void> {
-    constexpr std::int64_t expected = std::int64_t{kEchoTasks} * (kEchoTasks - 1) / 2;
     while (state.KeepRunningBatch(2 * kEchoTasks)) {
-      for (int i = 0; i < kEchoTasks; ++i) co_await inputs[i].send(i);
-      std::int64_t sum = 0;
-      for (int i = 0; i < kEchoTasks; ++i) sum += *co_await replies.receive();
-      check(sum == expected, "BM_Channel_EchoRing30000");
+      check(co_await ring.lazyRound(), "BM_Channel_EchoRing30000");
     }
-    for (auto& in : inputs) in.close();
+    ring.close();
   };
   std::vector<Lazy<void>> all;
   all.reserve(kEchoTasks + 1);
-  for (auto& in : inputs) all.push_back(echo(in));
+  for (int i = 0; i < kEchoTasks; ++i) all.push_back(ring.lazyEcho(i));
   all.push_back(driver());  // started last: every echoer is waiting by then
   runOn(pool, std::move(all));
   state.SetItemsProcessed(state.iterations());
@@ -261,34 +253,21 @@ weft::StackPool& echoStacks() {
 
 void BM_FiberChannel_EchoRing30000(benchmark::State& state) {
   weft::ThreadPool pool(1, "echo-ring");
-  std::deque<Channel<std::int64_t>> inputs;
-  for (int i = 0; i < kEchoTasks; ++i) inputs.emplace_back(1);
-  Channel<std::int64_t> replies(1);
+  weft::bench::EchoRing ring(kEchoTasks);
   weft::SpawnOptions options;
   options.stackPool = &echoStacks();
   std::vector<weft::FiberFuture<void>> echoes;
   echoes.reserve(kEchoTasks);
-  for (auto& in : inputs) {
-    echoes.push_back(weft::spawnFiber(
-        &pool,
-        [&replies, &in] {
-          while (std::optional<std::int64_t> v = weft::await(in.receive())) {
-            weft::await(replies.send(*v));
-          }
-        },
-        options));
+  for (int i = 0; i < kEchoTasks; ++i) {
+    echoes.push_back(weft::spawnFiber(&pool, [&ring, i] { ring.fiberEcho(i); }, options));
   }
   auto driver = weft::spawnFiber(
       &pool,
       [&] {
-        constexpr std::int64_t expected = std::int64_t{kEchoTasks} * (kEchoTasks - 1) / 2;
         while (state.KeepRunningBatch(2 * kEchoTasks)) {
-          for (int i = 0; i < kEchoTasks; ++i) weft::await(inputs[i].send(i));
-          std::int64_t sum = 0;
-          for (int i = 0; i < kEchoTasks; ++i) sum += *weft::await(replies.receive());
-          check(sum == expected, "BM_FiberChannel_EchoRing30000");
+          check(ring.fiberRound(), "BM_FiberChannel_EchoRing30000");
         }
-        for (auto& in : inputs) in.close();
+        ring.close();
       },
       options);
   weft::syncAwait(std::move(driver));

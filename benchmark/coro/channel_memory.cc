@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "benchmark/support/echo_ring.h"
 #include "benchmark/support/memory_probe.h"
 #include "coro/channel.h"
 #include "coro/collect.h"
@@ -60,26 +61,18 @@ double measureLazyRing(int tasks) {
   weft::syncAwait([&]() -> Lazy<void> { co_await warmed.send(0); }().via(&pool));
   const long before = residentBytes();
 
-  std::deque<Channel<std::int64_t>> inputs;
-  for (int i = 0; i < tasks; ++i) inputs.emplace_back(1);
-  Channel<std::int64_t> replies(1);
+  weft::bench::EchoRing ring(tasks);
   Channel<int> measured;  // the main thread's go-ahead after measuring
   Channel<int> parked(1);  // the driver's signal: one round done, everybody parked
-  auto echo = [&](Channel<std::int64_t>& in) -> Lazy<void> {
-    while (std::optional<std::int64_t> v = co_await in.receive()) co_await replies.send(*v);
-  };
   auto driver = [&]() -> Lazy<void> {
-    for (int i = 0; i < tasks; ++i) co_await inputs[i].send(i);
-    std::int64_t sum = 0;
-    for (int i = 0; i < tasks; ++i) sum += *co_await replies.receive();
-    if (sum != std::int64_t{tasks} * (tasks - 1) / 2) fail("wrong echo sum");
+    if (!co_await ring.lazyRound()) fail("wrong echo sum");
     co_await parked.send(1);
     co_await measured.receive();
-    for (auto& in : inputs) in.close();
+    ring.close();
   };
   std::vector<Lazy<void>> all;
   all.reserve(tasks + 1);
-  for (auto& in : inputs) all.push_back(echo(in));
+  for (int i = 0; i < tasks; ++i) all.push_back(ring.lazyEcho(i));
   all.push_back(driver());
   bool finished = false;
   weft::collectAllPara(std::move(all)).via(&pool).start([&](auto&& results) {
@@ -104,33 +97,21 @@ double measureFiberRing(int tasks) {
   weft::syncAwait(weft::spawnFiber(&pool, [&] { weft::await(warmed.send(0)); }, options));
   const long before = residentBytes();
 
-  std::deque<Channel<std::int64_t>> inputs;
-  for (int i = 0; i < tasks; ++i) inputs.emplace_back(1);
-  Channel<std::int64_t> replies(1);
+  weft::bench::EchoRing ring(tasks);
   Channel<int> measured;
   Channel<int> parked(1);
   std::vector<weft::FiberFuture<void>> echoes;
   echoes.reserve(tasks);
-  for (auto& in : inputs) {
-    echoes.push_back(weft::spawnFiber(
-        &pool,
-        [&replies, &in] {
-          while (std::optional<std::int64_t> v = weft::await(in.receive())) {
-            weft::await(replies.send(*v));
-          }
-        },
-        options));
+  for (int i = 0; i < tasks; ++i) {
+    echoes.push_back(weft::spawnFiber(&pool, [&ring, i] { ring.fiberEcho(i); }, options));
   }
   auto driver = weft::spawnFiber(
       &pool,
       [&] {
-        for (int i = 0; i < tasks; ++i) weft::await(inputs[i].send(i));
-        std::int64_t sum = 0;
-        for (int i = 0; i < tasks; ++i) sum += *weft::await(replies.receive());
-        if (sum != std::int64_t{tasks} * (tasks - 1) / 2) fail("wrong echo sum");
+        if (!ring.fiberRound()) fail("wrong echo sum");
         weft::await(parked.send(1));
         weft::await(measured.receive());
-        for (auto& in : inputs) in.close();
+        ring.close();
       },
       options);
   weft::syncAwait([&]() -> Lazy<void> { co_await parked.receive(); }());
