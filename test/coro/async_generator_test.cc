@@ -21,6 +21,7 @@
 #include "coro/try.h"
 #include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
+#include "test/support/cancellable_start.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
 #include "test/support/watchdog.h"
@@ -175,18 +176,10 @@ TEST(AsyncGeneratorTest, CancellingTheConsumerCancelsTheBodysAwaits) {
   Channel<int> ch;
   CancellationSource source;
   auto gen = evens(ch);
-  bool done = false;
-  std::exception_ptr error;
   auto consumer = [&]() -> Lazy<void> { co_await gen.next(); };
-  withCancellation(source.token(), consumer()).start([&](Try<void> r) {
-    done = true;
-    if (r.hasException()) error = r.exception();
-  });
-  EXPECT_FALSE(done);
-  source.requestCancellation();
-  EXPECT_TRUE(done);
-  ASSERT_TRUE(error);
-  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+  test::CancellableOutcome outcome;
+  test::startCancellable(source.token(), consumer(), outcome);
+  test::expectCancellationEndsTheWait(source, outcome);
 }
 
 TEST(AsyncGeneratorTest, AnExceptionReachesTheConsumerAndEndsTheSequence) {

@@ -25,6 +25,7 @@
 #include "executors/thread_pool.h"
 #include "stackful/await.h"
 #include "stackful/spawn_fiber.h"
+#include "test/support/cancellable_start.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -536,18 +537,10 @@ TEST(ChannelCancellationTest, AWaitingSendIsCancelledAndItsValueIsNotDelivered) 
   Channel<std::unique_ptr<int>> ch;
   CancellationSource source;
   auto value = std::make_unique<int>(5);
-  bool done = false;
-  std::exception_ptr error;
   auto sender = [&]() -> Lazy<void> { co_await ch.send(std::move(value)); };
-  withCancellation(source.token(), sender()).start([&](Try<void> r) {
-    done = true;
-    if (r.hasException()) error = r.exception();
-  });
-  EXPECT_FALSE(done);
-  source.requestCancellation();
-  EXPECT_TRUE(done);
-  ASSERT_TRUE(error);
-  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+  test::CancellableOutcome outcome;
+  test::startCancellable(source.token(), sender(), outcome);
+  test::expectCancellationEndsTheWait(source, outcome);
   EXPECT_FALSE(ch.tryReceive().has_value()) << "the cancelled sender must have left the queue";
   ASSERT_NE(value, nullptr) << "a cancelled send must not move its value";
   EXPECT_EQ(*value, 5);
@@ -557,19 +550,15 @@ TEST(ChannelCancellationTest, CancellationAfterCompletionChangesNothing) {
   Channel<int> ch;
   CancellationSource source;
   std::optional<int> got;
-  bool done = false;
-  std::exception_ptr error;
   auto receiver = [&]() -> Lazy<void> {
     got = co_await ch.receive();
     source.requestCancellation();  // after the value arrived
   };
-  withCancellation(source.token(), receiver()).start([&](Try<void> r) {
-    done = true;
-    if (r.hasException()) error = r.exception();
-  });
+  test::CancellableOutcome outcome;
+  test::startCancellable(source.token(), receiver(), outcome);
   EXPECT_TRUE(ch.trySend(3));
-  EXPECT_TRUE(done);
-  EXPECT_FALSE(error);
+  EXPECT_TRUE(outcome.done);
+  EXPECT_FALSE(outcome.error);
   EXPECT_EQ(got, 3);
 }
 

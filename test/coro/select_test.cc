@@ -24,6 +24,7 @@
 #include "coro/try.h"
 #include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
+#include "test/support/cancellable_start.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
@@ -456,20 +457,12 @@ TEST(SelectCancellationTest, AWaitingSelectIsCancelledAndLeavesEveryChannel) {
   Channel<std::unique_ptr<int>> out;
   auto value = std::make_unique<int>(9);
   CancellationSource source;
-  bool done = false;
-  std::exception_ptr error;
   auto selector = [&]() -> Lazy<void> {
     co_await select(a.receiveCase(), b.receiveCase(), out.sendCase(std::move(value)));
   };
-  withCancellation(source.token(), selector()).start([&](Try<void> r) {
-    done = true;
-    if (r.hasException()) error = r.exception();
-  });
-  EXPECT_FALSE(done);
-  source.requestCancellation();
-  EXPECT_TRUE(done);
-  ASSERT_TRUE(error);
-  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+  test::CancellableOutcome outcome;
+  test::startCancellable(source.token(), selector(), outcome);
+  test::expectCancellationEndsTheWait(source, outcome);
   EXPECT_FALSE(a.trySend(1));
   EXPECT_FALSE(b.trySend(1));
   EXPECT_FALSE(out.tryReceive().has_value());
@@ -481,20 +474,16 @@ TEST(SelectCancellationTest, CancellationAfterACaseCompletedChangesNothing) {
   Channel<int> a, b;
   CancellationSource source;
   std::size_t index = 99;
-  bool done = false;
-  std::exception_ptr error;
   auto selector = [&]() -> Lazy<void> {
     auto r = co_await select(a.receiveCase(), b.receiveCase());
     index = r.index();
     source.requestCancellation();
   };
-  withCancellation(source.token(), selector()).start([&](Try<void> r) {
-    done = true;
-    if (r.hasException()) error = r.exception();
-  });
+  test::CancellableOutcome outcome;
+  test::startCancellable(source.token(), selector(), outcome);
   EXPECT_TRUE(b.trySend(2));
-  EXPECT_TRUE(done);
-  EXPECT_FALSE(error);
+  EXPECT_TRUE(outcome.done);
+  EXPECT_FALSE(outcome.error);
   EXPECT_EQ(index, 1u);
 }
 
@@ -662,18 +651,10 @@ TEST(SelectTimeoutTest, CancellationBeforeTheTimeoutWins) {
   Watchdog watchdog(60s, "SelectTimeoutTest.CancellationBeforeTheTimeoutWins");
   Channel<int> a;
   CancellationSource source;
-  bool done = false;
-  std::exception_ptr error;
   auto selector = [&]() -> Lazy<void> { co_await select(a.receiveCase(), timeoutCase(1h)); };
-  withCancellation(source.token(), selector()).start([&](Try<void> r) {
-    done = true;
-    if (r.hasException()) error = r.exception();
-  });
-  EXPECT_FALSE(done);
-  source.requestCancellation();
-  EXPECT_TRUE(done);
-  ASSERT_TRUE(error);
-  EXPECT_THROW(std::rethrow_exception(error), OperationCancelled);
+  test::CancellableOutcome outcome;
+  test::startCancellable(source.token(), selector(), outcome);
+  test::expectCancellationEndsTheWait(source, outcome);
   EXPECT_FALSE(a.trySend(1));
 }
 
