@@ -219,19 +219,21 @@ void FiberCore::sanitizerStartSwitchIn(SwitchFrame& frame) noexcept {
 #endif
 }
 
-void FiberCore::resumeSanitized() {
+void FiberCore::switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer)) {
   SwitchFrame frame;
   void* to = enter(frame);
   sanitizerStartSwitchIn(frame);
 #if WEFT_TSAN
   tsanSwitchTo(tsanFiber_);
 #endif
-  ContextTransfer back = jumpContext(to, this);
+  ContextTransfer back = onTop == nullptr ? jumpContext(to, this) : ontopContext(to, this, onTop);
 #if WEFT_ASAN
   asanFinishSwitch(frame.fakeStack, nullptr, nullptr);
 #endif
   leave(frame, back);
 }
+
+void FiberCore::resumeSanitized() { switchInWithHooks(nullptr); }
 
 void FiberCore::leave(const SwitchFrame& frame, ContextTransfer back) noexcept {
   context_ = back.context;
@@ -249,19 +251,7 @@ void FiberCore::leave(const SwitchFrame& frame, ContextTransfer back) noexcept {
 #endif
 }
 
-void FiberCore::unwindSuspended() {
-  SwitchFrame frame;
-  void* to = enter(frame);
-  sanitizerStartSwitchIn(frame);
-#if WEFT_TSAN
-  tsanSwitchTo(tsanFiber_);
-#endif
-  ContextTransfer back = ontopContext(to, this, &FiberCore::unwindOnTop);
-#if WEFT_ASAN
-  asanFinishSwitch(frame.fakeStack, nullptr, nullptr);
-#endif
-  leave(frame, back);
-}
+void FiberCore::unwindSuspended() { switchInWithHooks(&FiberCore::unwindOnTop); }
 
 #if WEFT_ASAN
 void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {

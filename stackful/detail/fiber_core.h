@@ -226,6 +226,9 @@ class FiberCore {
   // switch that has already happened (is committed); there is no failure to report.
   void leave(const SwitchFrame& frame, ContextTransfer back) noexcept;
   void sanitizerStartSwitchIn(SwitchFrame& frame) noexcept;
+  // A whole switch into the fiber out of line, with the sanitizer hooks around it: a plain
+  // jump, or, with `onTop`, running onTop on the fiber's stack first (ontopContext).
+  void switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer));
   void resumeSanitized();
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
   void unwindSuspended();
