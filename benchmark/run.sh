@@ -216,7 +216,8 @@ for label in gcc clang; do
 done
 
 # Go comparison programs (benchmark/go/<name>/main.go, one `package main` each, printing
-# Google Benchmark-style JSON; see benchmark/go/go.mod). Every directory is run, so a new
+# Google Benchmark-style JSON through benchmark/go/internal/gbench; see benchmark/go/go.mod).
+# Every directory with a main.go is run, so a new
 # comparison needs no edit here. Offline: no module downloads, no toolchain switch.
 if command -v go >/dev/null; then
   while IFS= read -r dir; do

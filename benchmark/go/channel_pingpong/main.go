@@ -11,25 +11,12 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
-	"os"
 	"runtime"
-	"syscall"
 	"time"
-)
 
-type entry struct {
-	Name            string  `json:"name"`
-	RunName         string  `json:"run_name"`
-	RunType         string  `json:"run_type"`
-	RepetitionIndex int     `json:"repetition_index"`
-	Repetitions     int     `json:"repetitions"`
-	Iterations      int64   `json:"iterations"`
-	RealTime        float64 `json:"real_time"`
-	CPUTime         float64 `json:"cpu_time"`
-	TimeUnit        string  `json:"time_unit"`
-}
+	"weft/benchmark/go/internal/gbench"
+)
 
 // pingPong sends `messages` values back and forth (messages/2 round trips) and returns
 // the elapsed wall time and CPU time.
@@ -43,13 +30,13 @@ func pingPong(messages int64) (time.Duration, time.Duration) {
 		}
 		close(done)
 	}()
-	start, startCPU := time.Now(), cpuTime()
+	start, startCPU := time.Now(), gbench.CPUTime()
 	var v int64
 	for i := int64(0); i < messages/2; i++ {
 		ping <- v
 		v = <-pong
 	}
-	elapsed, elapsedCPU := time.Since(start), cpuTime()-startCPU
+	elapsed, elapsedCPU := time.Since(start), gbench.CPUTime()-startCPU
 	close(ping)
 	<-done
 	if v != messages/2 {
@@ -58,39 +45,17 @@ func pingPong(messages int64) (time.Duration, time.Duration) {
 	return elapsed, elapsedCPU
 }
 
-// cpuTime: the CPU time (user + system) this process has used so far. With
-// GOMAXPROCS(1) nearly all of it is the one thread running goroutines, so it is the
-// counterpart of Google Benchmark's cpu_time, and unlike wall time it does not grow when
-// other processes share the machine.
-func cpuTime() time.Duration {
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		panic(err)
-	}
-	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
-}
-
 func main() {
 	repetitions := flag.Int("repetitions", 9, "repetitions")
 	messages := flag.Int64("messages", 2000000, "messages per repetition (even)")
 	flag.Parse()
 	runtime.GOMAXPROCS(1)
 	pingPong(*messages / 10) // warm-up
-	out := struct {
-		Benchmarks []entry `json:"benchmarks"`
-	}{}
+	var entries []gbench.Entry
 	for r := 0; r < *repetitions; r++ {
 		wall, cpu := pingPong(*messages)
-		out.Benchmarks = append(out.Benchmarks, entry{
-			Name: "Go_Channel_PingPong", RunName: "Go_Channel_PingPong", RunType: "iteration",
-			RepetitionIndex: r, Repetitions: *repetitions, Iterations: *messages,
-			RealTime: float64(wall.Nanoseconds()) / float64(*messages),
-			CPUTime:  float64(cpu.Nanoseconds()) / float64(*messages), TimeUnit: "ns",
-		})
+		entries = append(entries,
+			gbench.Iteration("Go_Channel_PingPong", r, *repetitions, *messages, wall, cpu))
 	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		panic(err)
-	}
+	gbench.Print(entries)
 }
