@@ -19,13 +19,21 @@ namespace detail {
 // What the send and receive awaiters share: the waiter node linked into the channel
 // while the operation waits, and cancellation.
 //
+// The operation is tried in await_ready, so that one that can complete at once (a
+// receiver waits, the buffer has room or a value) never suspends: for a fiber, that is
+// an await with no switch at all. When it must wait, await_ready returns false with the
+// channel lock still held, and await_suspend (which always follows) links the node and
+// releases it: nothing can change in between, so the attempt is not repeated. (If the
+// await is abandoned in between, as when a fiber being destroyed cannot park, the
+// awaiter's destructor releases the lock.)
+//
 // Cancellation protocol (the node's status, read and written only under the channel
 // lock, decides who completes the operation):
-//  1. await_suspend registers a CancellationCallback (only when the token can be
+//  1. await_ready registers a CancellationCallback (only when the token can be
 //     cancelled: no cost otherwise) before it takes the channel lock. A request made
 //     before that runs the callback right there.
 //  2. The callback, under the channel lock: a node not linked yet (kIdle) is marked
-//     kCancelled, and await_suspend sees the mark under the same lock and neither
+//     kCancelled, and await_ready sees the mark under the same lock and neither
 //     performs the operation nor suspends; a linked node (kQueued) is unlinked, marked
 //     kCancelled, and the callback resumes its waiter; a node whose operation already
 //     completed (kDone, kClosed) is left alone: cancellation never undoes a transfer.
@@ -45,9 +53,54 @@ class ChannelOpAwaiter {
   ChannelOpAwaiter(const ChannelOpAwaiter&) = delete;
   ChannelOpAwaiter& operator=(const ChannelOpAwaiter&) = delete;
 
-  bool await_ready() const noexcept { return false; }
+  // Links the node and suspends: the operation could not complete in await_ready, which
+  // left the channel lock held. noexcept: two links and an unlock.
+  void await_suspend(std::coroutine_handle<> awaiting) noexcept {
+    node_.handle = awaiting;
+    if constexpr (kSender) {
+      channel_->enqueueSenderLocked(&node_);
+    } else {
+      channel_->enqueueReceiverLocked(&node_);
+    }
+    // From the unlock on, the other side may resume us on another thread and the
+    // awaiter may be gone: take the lock out of the awaiter first, touch nothing after.
+    ChannelLock* lock = lock_.release();
+    lock->unlock();
+  }
 
  protected:
+  // await_ready's work, with the operation `tryLocked(wake)` (trySendLocked or
+  // tryReceiveLocked bound to the operand, which `slot` points at): true when the
+  // operation completed, found the channel closed, or was cancelled before it started
+  // (await_resume tells which); false with the lock held when it must wait. Throws
+  // std::bad_alloc (registering cancellation, growing an unbounded channel; nothing
+  // happened then).
+  template <class TryLocked>
+  bool tryAtOnce(TryLocked&& tryLocked, void* slot) {
+    if (!armCancellation()) return true;
+    lock_ = ChannelLockGuard(channel_->lock());
+    if (node_.status == WaiterStatus::kCancelled) {
+      lock_.unlock();
+      return true;
+    }
+    ChannelWaiter* wake = nullptr;
+    switch (tryLocked(wake)) {
+      case ChannelOpResult::kDone:
+        node_.status = WaiterStatus::kDone;  // a callback running later leaves it alone
+        lock_.unlock();
+        if (wake != nullptr) resumeChannelWaiter(wake);
+        return true;
+      case ChannelOpResult::kClosed:
+        node_.status = WaiterStatus::kClosed;
+        lock_.unlock();
+        return true;
+      case ChannelOpResult::kBlocked:
+        break;
+    }
+    node_.slot = slot;
+    return false;
+  }
+
   // Step 1; false if cancellation was requested before the operation started (the
   // operation must then not run). Throws std::bad_alloc if the registration's block
   // cannot be allocated (before anything is linked).
@@ -86,21 +139,6 @@ class ChannelOpAwaiter {
     }
   }
 
-  // Under the lock, after the operation completed at once (kDone/kClosed): a callback
-  // running later must leave it alone.
-  void settleLocked(WaiterStatus status) noexcept { node_.status = status; }
-
-  // Under the lock: links the node and marks it kQueued (through the queue).
-  void enqueueLocked(std::coroutine_handle<> awaiting, void* slot) noexcept {
-    node_.slot = slot;
-    node_.handle = awaiting;
-    if constexpr (kSender) {
-      channel_->enqueueSenderLocked(&node_);
-    } else {
-      channel_->enqueueReceiverLocked(&node_);
-    }
-  }
-
   void throwIfCancelled() const {
     if (node_.status == WaiterStatus::kCancelled) throw OperationCancelled();
   }
@@ -109,6 +147,7 @@ class ChannelOpAwaiter {
   const CancellationToken* token_;  // null: not cancellable
   ChannelWaiter node_;
   OutOfLineCancellationCallback callback_;
+  ChannelLockGuard lock_;  // held from a blocked await_ready to await_suspend
 };
 
 // The awaiter of `co_await ch.send(v)`: sends at once when a receiver waits or the
@@ -123,30 +162,13 @@ class ChannelSendAwaiter : public ChannelOpAwaiter<T, true> {
                      const CancellationToken* token) noexcept
       : Base(channel, executor, token), value_(value) {}
 
-  // Returns false (continue without suspending) when the send completed, failed or was
-  // cancelled at once. Throws std::bad_alloc if an unbounded channel cannot grow
-  // (nothing sent).
-  bool await_suspend(std::coroutine_handle<> awaiting) {
-    if (!this->armCancellation()) return false;
-    ChannelWaiter* wake = nullptr;
-    ChannelLockGuard guard(this->channel_->lock());
-    if (this->node_.status == WaiterStatus::kCancelled) return false;
-    switch (this->channel_->trySendLocked(*value_, wake)) {
-      case ChannelOpResult::kDone:
-        this->settleLocked(WaiterStatus::kDone);
-        guard.unlock();
-        if (wake != nullptr) resumeChannelWaiter(wake);
-        return false;
-      case ChannelOpResult::kClosed:
-        this->settleLocked(WaiterStatus::kClosed);
-        return false;
-      case ChannelOpResult::kBlocked:
-        break;
-    }
-    this->enqueueLocked(awaiting, value_);
-    // The guard unlocks on return; from then on a receiver may resume us on another
-    // thread, so nothing after this touches the awaiter.
-    return true;
+  // True (no suspension) when the send completed, failed or was cancelled at once; see
+  // ChannelOpAwaiter. Throws std::bad_alloc if an unbounded channel cannot grow (nothing
+  // sent).
+  bool await_ready() {
+    return this->tryAtOnce(
+        [this](ChannelWaiter*& wake) { return this->channel_->trySendLocked(*value_, wake); },
+        value_);
   }
 
   void await_resume() {
@@ -169,25 +191,11 @@ class ChannelReceiveAwaiter : public ChannelOpAwaiter<T, false> {
                         const CancellationToken* token) noexcept
       : Base(channel, executor, token) {}
 
-  bool await_suspend(std::coroutine_handle<> awaiting) {
-    if (!this->armCancellation()) return false;
-    ChannelWaiter* wake = nullptr;
-    ChannelLockGuard guard(this->channel_->lock());
-    if (this->node_.status == WaiterStatus::kCancelled) return false;
-    switch (this->channel_->tryReceiveLocked(value_, wake)) {
-      case ChannelOpResult::kDone:
-        this->settleLocked(WaiterStatus::kDone);
-        guard.unlock();
-        if (wake != nullptr) resumeChannelWaiter(wake);
-        return false;
-      case ChannelOpResult::kClosed:
-        this->settleLocked(WaiterStatus::kClosed);
-        return false;
-      case ChannelOpResult::kBlocked:
-        break;
-    }
-    this->enqueueLocked(awaiting, &value_);
-    return true;  // see ChannelSendAwaiter::await_suspend
+  // See ChannelSendAwaiter::await_ready.
+  bool await_ready() {
+    return this->tryAtOnce(
+        [this](ChannelWaiter*& wake) { return this->channel_->tryReceiveLocked(value_, wake); },
+        &value_);
   }
 
   std::optional<T> await_resume() {

@@ -12,4 +12,6 @@ bool Executor::cancelTimer(detail::TimerEntry& timer) noexcept {
   return detail::globalTimerQueue().cancel(timer);
 }
 
+std::coroutine_handle<> Executor::takeNextHandle() noexcept { return {}; }
+
 }  // namespace weft

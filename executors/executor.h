@@ -109,6 +109,19 @@ class Executor {
   // the firing.
   virtual bool cancelTimer(detail::TimerEntry& timer) noexcept;
 
+  // For schedulers that switch straight from one coroutine to the next on the same thread
+  // without going back to the executor's loop (weft's fibers: stackful/spawn_fiber.h).
+  // If the calling thread is one of this executor's threads and the next item its loop
+  // would run is a coroutine handle, removes that handle from the queue and returns it:
+  // the caller then owns its one resumption, and must resume it on this thread (or do,
+  // on this thread, exactly what resuming it would do). Otherwise returns a null handle
+  // and changes nothing: off the executor's threads, with nothing queued, or when the
+  // loop would first run something else (a callable, a due timer).
+  // The default answers null: no executor is required to support it. noexcept: a queue
+  // pop, or nothing.
+  // Thread safety: any thread (only an executor's own threads can get a handle).
+  virtual std::coroutine_handle<> takeNextHandle() noexcept;
+
  protected:
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it
   // with job->complete(job, false) and throws ExecutorShutDown.

@@ -273,6 +273,22 @@ detail::WorkItem ThreadPool::popLocal(Worker& self) noexcept {
   return self.queue.pop();
 }
 
+std::coroutine_handle<> ThreadPool::takeNextHandle() noexcept {
+  Worker* self = tlWorker;
+  if (self == nullptr || self->pool != this) return {};
+  // Relaxed: as in workerMain, which would run a due timer before its next item.
+  if (timerDueSize_.load(std::memory_order_relaxed) != 0) return {};
+  detail::WorkItem item;
+  if (solo_) {
+    if (self->soloQueue.empty() || self->soloQueue.front().isJob()) return {};
+    item = self->soloQueue.pop();
+  } else {
+    item = self->queue.popIf([](detail::WorkItem next) noexcept { return !next.isJob(); });
+    if (item.empty()) return {};
+  }
+  return item.handle();
+}
+
 detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
   // seq_cst: a final sweep (rule 2) must not read this before its searching_ decrement.
   if (injectionSize_.load(std::memory_order_seq_cst) == 0) return {};

@@ -93,6 +93,11 @@ class ThreadPool final : public Executor {
   // noexcept: a heap removal.
   bool cancelTimer(detail::TimerEntry& timer) noexcept override;
 
+  // On one of this pool's workers: takes the oldest item of the worker's own queue if it
+  // is a coroutine handle and no due timer is waiting (see Executor::takeNextHandle).
+  // noexcept: a queue pop.
+  std::coroutine_handle<> takeNextHandle() noexcept override;
+
   // Stops accepting outside work once everything accepted has run, then joins the
   // workers. Idempotent. See the class comment for the precise semantics.
   void shutdown();

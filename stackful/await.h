@@ -112,7 +112,8 @@ detail::FiberAwaitResult<A> await(A&& awaitable) {
   if (!awaiter.await_ready()) {
     link->awaiter = static_cast<void*>(std::addressof(awaiter));
     link->suspendOn = &detail::suspendDriverOn<Awaiter>;
-    core->suspend();  // the driver suspends on the awaiter; its resumption resumes us
+    link->mayHandOff = detail::kParkMayHandOff<Awaiter>;
+    core->suspend();  // the driver is suspended on the awaiter; its resumption resumes us
     if (link->suspendError) [[unlikely]]
       std::rethrow_exception(std::exchange(link->suspendError, nullptr));
   }

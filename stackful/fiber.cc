@@ -235,6 +235,23 @@ void FiberCore::switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer)) {
 
 void FiberCore::resumeSanitized() { switchInWithHooks(nullptr); }
 
+FiberCore* FiberCore::resumeUntilParked() {
+#if WEFT_ASAN || WEFT_TSAN
+  // No hand-offs under the sanitizers (suspend()): the fiber that comes back is this one.
+  switchInWithHooks(nullptr);
+  return this;
+#else
+  SwitchFrame frame;
+  void* to = enter(frame);
+  ContextTransfer back = jumpContext(to, this);
+  // Every switch out of a fiber passes the fiber itself: this one, or the last fiber of
+  // a chain of hand-offs that started with it.
+  auto* parked = static_cast<FiberCore*>(back.data);
+  parked->leave(frame, back);
+  return parked;
+#endif
+}
+
 void FiberCore::leave(const SwitchFrame& frame, ContextTransfer back) noexcept {
   context_ = back.context;
   EhState* const eh = frame.eh;
@@ -262,6 +279,19 @@ void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
 
 void FiberCore::suspend() {
   void* to = leaveForSuspend();
+#if !WEFT_ASAN && !WEFT_TSAN
+  // (Under the sanitizers a switch must be annotated in one frame with its hooks; the
+  // hand-off is left out there, and every park goes back to the resumer.)
+  if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
+    if (std::coroutine_handle<> next = awaitLink_->executor->takeNextHandle()) {
+      if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) {
+        suspendInto(fiber);
+        return;
+      }
+      awaitLink_->pending = next;
+    }
+  }
+#endif
 #if WEFT_ASAN
   asanStartSwitch(&asanFakeStack_, asanCallerBottom_, asanCallerSize_);
 #endif
@@ -270,7 +300,33 @@ void FiberCore::suspend() {
 #endif
   // Resumed: possibly on another thread, by another caller. (ForcedUnwind, when the fiber
   // is destroyed, comes out of the jumpContext call, thrown by unwindOnTop.)
-  arrived(jumpContext(to, nullptr));
+  arrived(jumpContext(to, this));
+}
+
+void FiberCore::suspendInto(FiberCore* next) {
+  // What leave() and enter() would do around a switch back to the resumer and into
+  // `next`, done at once: the exception state goes from this fiber to next, next becomes
+  // the running fiber and inherits our resumer (its suspended context is read first).
+  EhState* const eh = ehGlobals();
+  ehCaught_ = eh->caughtExceptions;
+  ehUncaught_ = eh->uncaughtExceptions;
+  eh->caughtExceptions = next->ehCaught_;
+  eh->uncaughtExceptions = next->ehUncaught_;
+  void* const to = next->context_;
+  next->context_ = context_;
+  next->state_ = State::kRunning;
+  tCurrent = next;
+  // Resumed later like after suspend(): by a resumer's switch, or by another hand-off.
+  arrived(ontopContext(to, this, &FiberCore::handOffOnTop));
+}
+
+ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
+  auto* parked = static_cast<FiberCore*>(transfer.data);
+  parked->context_ = transfer.context;  // before the park is acted on: then it may resume
+  finishHandOff(parked);
+  // What the running fiber's pending switch returns: its resumer, which it already has.
+  FiberCore* running = tCurrent;
+  return ContextTransfer{running->context_, running};
 }
 
 void* FiberCore::leaveForSuspend() {
@@ -285,7 +341,10 @@ FiberCore* FiberCore::beginYield() {
   if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
   // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
   if (core->unwinding_) throw ForcedUnwind{};
-  if (AwaitLink* link = core->awaitLink_; link != nullptr) link->yieldRequested = true;
+  if (AwaitLink* link = core->awaitLink_; link != nullptr) {
+    link->yieldRequested = true;
+    link->mayHandOff = true;
+  }
   core->state_ = State::kSuspended;
   return core;
 }
@@ -299,7 +358,7 @@ void FiberCore::finish() noexcept {
 #if WEFT_TSAN
   tsanSwitchTo(tsanCaller_);
 #endif
-  jumpContext(context_, nullptr);
+  jumpContext(context_, this);
   // Nobody resumes a finished fiber.
   std::abort();
 }

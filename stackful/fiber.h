@@ -206,9 +206,15 @@ inline void yield() {
 #if WEFT_ASAN || WEFT_TSAN
   core->suspend();
 #else
-  // The switch is made in the caller's frame (see FiberCore::resume()); `core` is the
-  // fiber's own object, valid on whichever thread it comes back.
-  core->arrived(detail::jumpContext(core->yieldTarget(), nullptr));
+  // A fiber of spawnFiber parks through suspend(), which may switch straight to the next
+  // fiber in its executor's queue.
+  if (core->awaitLink() != nullptr) {
+    core->suspend();
+    return;
+  }
+  // A plain Fiber: the switch is made in the caller's frame (see FiberCore::resume());
+  // `core` is the fiber's own object, valid on whichever thread it comes back.
+  core->arrived(detail::jumpContext(core->yieldTarget(), core));
 #endif
 }
 

@@ -15,9 +15,7 @@
 #include "coro/cancellation.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
-#include "coro/lazy.h"
 #include "coro/try.h"
-#include "coro/yield.h"
 #include "executors/executor.h"
 #include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
@@ -51,12 +49,15 @@ class SpawnState final : public CompletionSink {
   enum : int { kRunning, kAwaiting, kDone, kDetached };
 
   SpawnState(Executor* executor, CancellationToken token) noexcept
-      : CompletionSink(&SpawnState::complete), executor_(executor), token_(std::move(token)) {}
+      : CompletionSink(&SpawnState::complete), executor_(executor), token_(std::move(token)) {
+    link_.executor = executor;
+    link_.token = &token_;
+  }
 
   Executor* executor_;
-  CancellationToken token_;  // the driver's promise points at it
+  CancellationToken token_;  // the driver's promise and the link point at it
   std::uint64_t fiberId_ = 0;
-  std::coroutine_handle<> driver_;
+  AwaitLink link_;  // link_.driver: the driver, until it completes
   Try<T> result_;
   std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
   Executor* awaiterExecutor_ = nullptr;  // idem
@@ -100,7 +101,7 @@ class SpawnState final : public CompletionSink {
   // last step). noexcept: a final-suspend path.
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<SpawnState*>(sink);
-    std::exchange(self->driver_, nullptr).destroy();  // suspended at its final point
+    std::exchange(self->link_.driver, nullptr).destroy();  // suspended at its final point
     // acq_rel: release publishes the result to the future; acquire sees the awaiter's
     // handle (written before its kAwaiting exchange) or the detach.
     int previous = self->state_.exchange(kDone, std::memory_order_acq_rel);
@@ -124,7 +125,8 @@ struct FiberDestroyer {
 };
 using FiberPtr = std::unique_ptr<FiberCore, FiberDestroyer>;
 
-// The fiber's body on an executor fiber: stores fn's value into the shared state.
+// The fiber's body on an executor fiber: stores fn's value or exception into the shared
+// state.
 template <class T, class F>
 class ExecutorFiberBox final : public FiberCore {
  public:
@@ -132,11 +134,17 @@ class ExecutorFiberBox final : public FiberCore {
   ExecutorFiberBox(G&& fn, Try<T>* out) : fn_(std::forward<G>(fn)), out_(out) {}
 
   void runBody() {
-    if constexpr (std::is_void_v<T>) {
-      std::invoke(std::move(fn_));
-      out_->emplace();
-    } else {
-      out_->emplace(std::invoke(std::move(fn_)));
+    try {
+      if constexpr (std::is_void_v<T>) {
+        std::invoke(std::move(fn_));
+        out_->emplace();
+      } else {
+        out_->emplace(std::invoke(std::move(fn_)));
+      }
+    } catch (const ForcedUnwind&) {
+      throw;  // the fiber is being destroyed: nobody waits for a result
+    } catch (...) {
+      out_->setException(std::current_exception());
     }
   }
 
@@ -149,43 +157,20 @@ class ExecutorFiberBox final : public FiberCore {
   Try<T>* out_;
 };
 
-// Runs a fiber on the driver's executor: resumes it until it finishes, and in between
-// does, off the fiber's stack, what the fiber asked for when it switched out (reschedule
-// for this_fiber::yield(), suspend on the fiber's awaiter for weft::await()). A
-// Lazy<void> bound to the executor and carrying the fiber's token, so the awaits inherit
-// both.
-template <class T>
-Lazy<void> driveFiber(FiberPtr fiber, SpawnState<T>* state) {
-  AwaitLink link;
-  link.executor = state->executor_;
-  link.token = &state->token_;
-  // Owned from here by a local declared after the link, so that a driver destroyed while
-  // the fiber is parked unwinds the fiber while the link it points at still exists. (A
-  // driver destroyed before it ever ran frees the fiber through the parameter.)
-  FiberPtr owned = std::move(fiber);
-  FiberCore* const core = owned.get();
-  core->setAwaitLink(&link);
-  for (;;) {
-    core->resume();  // until the fiber suspends or finishes; its exceptions stay inside
-    if (core->done()) break;
-    if (link.yieldRequested) {
-      link.yieldRequested = false;
-      try {
-        co_await weft::yield();
-      } catch (const ExecutorShutDown&) {
-        // Cannot requeue on a closed executor: the yield is simply over.
-      }
-    } else {
-      try {
-        co_await LinkedAwaiter(&link);  // the fiber's await_resume runs on its stack
-      } catch (...) {
-        link.suspendError = std::current_exception();
-      }
-    }
-  }
-  if (core->hasException()) state->result_.setException(core->takeException());
-  owned.reset();  // gives the stack back before the awaiter runs
-}
+// The coroutine that runs a fiber on its executor (spawn_fiber.cc): resumes it until it
+// finishes. In between, the fiber's parks are acted on (AwaitLink) and the driver waits
+// in the awaiter the fiber parked on, so that resuming the driver resumes the fiber.
+// Bound by spawnFiber to the executor and the fiber's token, so the awaits inherit both.
+struct FiberDriver {
+  using promise_type = FiberDriverPromise;
+  FiberDriver(FiberDriverHandle h) noexcept : handle(h) {}  // NOLINT: the promise's return
+  FiberDriverHandle handle;
+};
+FiberDriver driveFiber(FiberPtr fiber);
+
+// Records that `driver` is a fiber's driver, so that a fiber may recognize it in its
+// executor's queue (fiberToSwitchTo). noexcept: an atomic store.
+void noteFiberDriver(FiberDriverHandle driver) noexcept;
 
 }  // namespace detail
 
@@ -340,18 +325,21 @@ FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* execut
     throw;
   }
   state->fiberId_ = core->id();
-  Lazy<void> driver;
+  state->link_.core = core;
+  core->setAwaitLink(&state->link_);
+  detail::FiberDriverHandle handle;
   try {
-    driver = detail::driveFiber<T>(detail::FiberPtr(core), state);  // frees core if it throws
+    handle = detail::driveFiber(detail::FiberPtr(core)).handle;  // frees core if it throws
   } catch (...) {
     delete state;
     throw;
   }
-  auto handle = detail::LazyAccess::release(driver);
   handle.promise().setExecutor(executor);
   handle.promise().setCancellationToken(&state->token_);
   handle.promise().setCompletionSink(state);
-  state->driver_ = handle;
+  handle.promise().setLink(&state->link_);
+  state->link_.driver = handle;
+  detail::noteFiberDriver(handle);
   try {
     executor->schedule(std::coroutine_handle<>(handle));
   } catch (...) {

@@ -38,6 +38,9 @@ class RingBuffer {
     if (capacity_ - size() < n) grow(size() + n);
   }
 
+  // The oldest value, left in place. Precondition: !empty().
+  const T& front() const noexcept { return slots_[head_ & (capacity_ - 1)]; }
+
   // Removes and returns the oldest value. Precondition: !empty().
   T pop() noexcept {
     T value = slots_[head_ & (capacity_ - 1)];

@@ -86,6 +86,14 @@ class WorkStealingQueue {
   // Any thread. Removes and returns the oldest item, or an empty WorkItem if the queue
   // was empty at some instant during the call.
   WorkItem pop() noexcept {
+    return popIf([](WorkItem) noexcept { return true; });
+  }
+  // Any thread. Like pop(), but only if `accept(oldest)` is true; otherwise (or if the
+  // queue was empty) returns an empty WorkItem and leaves the queue as it is. `accept`
+  // sees only the item's bits (it must not dereference them: a stale item may already be
+  // running elsewhere), may be called more than once, and must not throw.
+  template <class Accept>
+  WorkItem popIf(Accept&& accept) noexcept {
     // Acquire: a stale head only makes the CAS below fail and retry.
     std::uint64_t head = head_.load(std::memory_order_acquire);
     for (;;) {
@@ -99,6 +107,15 @@ class WorkStealingQueue {
       Buffer* buffer = buffer_.load(std::memory_order_acquire);
       // Relaxed: the acquire load of tail_ above made the slot's write visible.
       const std::uintptr_t bits = buffer->at(head).load(std::memory_order_relaxed);
+      // `bits` may be stale (another consumer took the slot meanwhile): then a refusal
+      // is re-checked against the new oldest item, and an acceptance fails the CAS.
+      if (!accept(WorkItem::fromBits(bits))) {
+        // Acquire: see the first load of head_.
+        const std::uint64_t now = head_.load(std::memory_order_acquire);
+        if (now == head) return WorkItem();
+        head = now;
+        continue;
+      }
       // acq_rel on success: release so the owner, once it sees head_ move past this slot
       // (acquire in reserve()), overwrites it only after our read above. On failure
       // `head` is reloaded (acquire) and we retry.

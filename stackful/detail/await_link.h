@@ -10,31 +10,66 @@
 
 namespace weft::detail {
 
-// The driver of an executor fiber (spawn_fiber.h) is a Lazy<void>; this is its handle.
-using FiberDriverHandle = std::coroutine_handle<LazyPromise<void>>;
+class FiberCore;
+struct AwaitLink;
+
+// The promise of the coroutine that drives a fiber started by spawnFiber (its "driver",
+// spawn_fiber.cc). A Lazy promise, so that awaiting through it behaves exactly as
+// awaiting in a Lazy bound to the fiber's executor and token (a Lazy awaited from the
+// fiber inherits both); plus the link to the fiber it drives.
+class FiberDriverPromise final : public LazyPromiseBase {
+ public:
+  std::coroutine_handle<FiberDriverPromise> get_return_object() noexcept {
+    return std::coroutine_handle<FiberDriverPromise>::from_promise(*this);
+  }
+  void return_void() noexcept {}
+  // noexcept: the driver's body throws nothing (its only await is noexcept).
+  [[noreturn]] void unhandled_exception() noexcept { std::terminate(); }
+
+  AwaitLink* link() const noexcept { return link_; }
+  void setLink(AwaitLink* link) noexcept { link_ = link; }
+
+ private:
+  AwaitLink* link_ = nullptr;
+};
+
+using FiberDriverHandle = std::coroutine_handle<FiberDriverPromise>;
 
 // Suspends the driver on an awaiter that lives on the parked fiber's stack: calls its
-// await_suspend(driver) and maps the three return forms to the handle to transfer to.
+// await_suspend(driver) and maps the three return forms to the coroutine to run next: a
+// null handle when the driver is suspended and nothing is to run, the driver itself when
+// await_suspend declined to suspend (returned false), else what await_suspend returned.
 // May throw what await_suspend throws (the await did not suspend then).
 using SuspendDriverOn = std::coroutine_handle<> (*)(void* awaiter, FiberDriverHandle driver);
 
-// How a fiber started by spawnFiber talks to its driver (the Lazy that runs it on its
-// executor): before switching out, the fiber leaves here what it wants done once it is
-// off its stack. Done off the stack because the moment an awaiter has the driver's
-// handle, another thread may resume the driver, and with it the fiber.
-//  - await(x): `awaiter` (on the fiber's stack) and `suspendOn`; the driver co_awaits
-//    them, exactly as a Lazy running on the driver's executor with its token would, and
-//    resumes the fiber when the awaiter resumes it. If await_suspend throws, the driver
-//    puts the exception in `suspendError` and resumes the fiber, which rethrows it.
-//  - this_fiber::yield(): `yieldRequested`; the driver reschedules itself on the executor.
-// Lives in the driver's coroutine frame; the fiber points at it (FiberCore::awaitLink()).
+// How a fiber started by spawnFiber talks to the code that runs it on its executor.
+// Before switching out, the fiber leaves here what it wants done once it is off its
+// stack: done off the stack because the moment an awaiter has the driver's handle,
+// another thread may resume the driver, and with it the fiber (switch, then act).
+//  - await(x): `awaiter` (on the fiber's stack) and `suspendOn`: the awaiter's
+//    await_suspend is called with the driver's handle, exactly as a Lazy running on the
+//    executor with the fiber's token would call it; the fiber continues when the awaiter
+//    resumes the driver. If await_suspend throws, the exception goes to `suspendError`
+//    and the fiber continues at once, to rethrow it.
+//  - this_fiber::yield(): `yieldRequested`; the driver is rescheduled on the executor.
+// Who does it: the thread's stack the fiber was resumed from, or, when the fiber hands
+// the thread straight to the next fiber in the executor's queue (FiberCore::suspend),
+// that fiber's stack just before it continues. `mayHandOff` says whether this park may
+// do so: not when await_suspend returns a coroutine to run next (that one runs first).
+// `pending`: a coroutine the fiber took from the executor's queue (takeNextHandle) but
+// could not switch to directly; whoever acts on the park resumes it.
+// Lives in the fiber's shared state (spawn_fiber.h), as long as the driver.
 struct AwaitLink {
   Executor* executor = nullptr;
   const CancellationToken* token = &kNoCancellationToken;
+  FiberCore* core = nullptr;
+  FiberDriverHandle driver;
   void* awaiter = nullptr;
   SuspendDriverOn suspendOn = nullptr;
   std::exception_ptr suspendError;
+  std::coroutine_handle<> pending;
   bool yieldRequested = false;
+  bool mayHandOff = false;
 };
 
 template <class Awaiter>
@@ -43,31 +78,32 @@ std::coroutine_handle<> suspendDriverOn(void* awaiter, FiberDriverHandle driver)
   using Result = decltype(a.await_suspend(driver));
   if constexpr (std::is_void_v<Result>) {
     a.await_suspend(driver);
-    return std::noop_coroutine();
+    return {};
   } else if constexpr (std::is_same_v<Result, bool>) {
     // false: not suspended after all; the driver continues at once (and resumes us).
-    if (a.await_suspend(driver)) return std::noop_coroutine();
+    if (a.await_suspend(driver)) return {};
     return driver;
   } else {
     return a.await_suspend(driver);
   }
 }
 
-// What the driver co_awaits for an await(): the awaiter the fiber left in the link.
-// coAwait(Executor*) makes the driver's await_transform pass it through unwrapped (the
-// fiber's awaiter was already chosen with the executor in mind).
-class LinkedAwaiter {
- public:
-  explicit LinkedAwaiter(AwaitLink* link) noexcept : link_(link) {}
-  LinkedAwaiter coAwait(Executor* /*executor*/) && noexcept { return *this; }
-  bool await_ready() const noexcept { return false; }
-  std::coroutine_handle<> await_suspend(FiberDriverHandle driver) {
-    return link_->suspendOn(link_->awaiter, driver);
-  }
-  void await_resume() const noexcept {}
+// True when the driver's suspension on `Awaiter` leaves nothing to run next (its
+// await_suspend returns void or bool, not a coroutine to transfer to), so the fiber may
+// hand the thread straight to the next fiber.
+template <class Awaiter>
+inline constexpr bool kParkMayHandOff =
+    !std::is_convertible_v<decltype(std::declval<Awaiter&>().await_suspend(
+                               std::declval<FiberDriverHandle>())),
+                           std::coroutine_handle<>>;
 
- private:
-  AwaitLink* link_;
-};
+// The executor-fiber side of a park, in spawn_fiber.cc:
+//  - fiberToSwitchTo: if `next` (a coroutine taken from the executor's queue) is the
+//    driver of a suspended executor fiber, that fiber; else nullptr.
+//  - finishHandOff: acts on the park of `parked` (see AwaitLink) on the stack of the fiber
+//    it handed the thread to. noexcept: it runs on top of that fiber, where an exception
+//    has nowhere to go (a failure to requeue aborts with a message).
+FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept;
+void finishHandOff(FiberCore* parked) noexcept;
 
 }  // namespace weft::detail

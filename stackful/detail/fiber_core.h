@@ -106,6 +106,13 @@ class FiberCore {
     leave(frame, jumpContext(to, this));
 #endif
   }
+  // resume() for the fibers of spawnFiber, which may hand the thread straight to another
+  // such fiber when they park (suspend()): runs this fiber, and returns the fiber that
+  // switched back to this point (this one, or the last of a chain of hand-offs), parked
+  // or finished, with the resuming side restored. After the switch nothing of `this` is
+  // touched: once a fiber handed the thread on, another thread may already run it.
+  // Preconditions and errors as resume().
+  FiberCore* resumeUntilParked();
   // Unwinds the fiber if it is suspended (its locals' destructors run, on the calling
   // thread), then frees it and gives its stack back. Why noexcept: a destructor's work;
   // an exception that escapes the unwinding body is dropped.
@@ -129,6 +136,12 @@ class FiberCore {
   static FiberCore* current() noexcept;
   // Suspends the running fiber (this one) until it is resumed; returns then, possibly on
   // another thread. Throws ForcedUnwind when the fiber is being destroyed.
+  // A fiber of spawnFiber whose park allows it (AwaitLink::mayHandOff) first takes the
+  // next coroutine of its executor's queue on this thread: if that is another such
+  // fiber's driver, it switches straight to that fiber (one switch instead of two, and
+  // no trip through the executor's loop); the park is then acted on from that fiber's
+  // stack. Otherwise it switches back to whoever resumed it, leaving what it took in
+  // AwaitLink::pending.
   void suspend();
 
   // this_fiber::yield(), split like resume(): beginYield() (out of line: it reads a
@@ -160,6 +173,7 @@ class FiberCore {
     return extras_->locals;
   }
 
+  bool onSharedStack() const noexcept { return kind_ == StackKind::kShared; }
   // For the SIGSEGV handler: the bounds of the stack this fiber runs on.
   const void* guardBegin() const noexcept;
   const void* stackBottom() const noexcept;
@@ -230,6 +244,11 @@ class FiberCore {
   // jump, or, with `onTop`, running onTop on the fiber's stack first (ontopContext).
   void switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer));
   void resumeSanitized();
+  // suspend()'s hand-off: parks this fiber and switches straight into `next` (suspended,
+  // on this thread), which takes over this fiber's resumer; handOffOnTop, run on next's
+  // stack before it continues, records where this fiber stopped and acts on its park.
+  void suspendInto(FiberCore* next);
+  static ContextTransfer handOffOnTop(ContextTransfer transfer) noexcept;
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
   void unwindSuspended();
   static ContextTransfer unwindOnTop(ContextTransfer transfer);

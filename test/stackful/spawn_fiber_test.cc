@@ -19,6 +19,7 @@
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
+#include "coro/yield.h"
 #include "executors/thread_pool.h"
 #include "stackful/await.h"
 #include "stackful/fiber.h"
