@@ -113,7 +113,13 @@ detail::FiberAwaitResult<A> await(A&& awaitable) {
     link->awaiter = static_cast<void*>(std::addressof(awaiter));
     link->suspendOn = &detail::suspendDriverOn<Awaiter>;
     link->mayHandOff = detail::kParkMayHandOff<Awaiter>;
-    core->suspend();  // the driver is suspended on the awaiter; its resumption resumes us
+    // The driver is suspended on the awaiter; its resumption resumes us. The switch is
+    // made here, in the caller's frame (see FiberCore::prepareSuspend).
+#if WEFT_ASAN || WEFT_TSAN
+    core->suspend();
+#else
+    detail::FiberCore::switchOut(core->prepareSuspend());
+#endif
     if (link->suspendError) [[unlikely]]
       std::rethrow_exception(std::exchange(link->suspendError, nullptr));
   }

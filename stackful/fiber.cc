@@ -278,20 +278,12 @@ void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
 #endif
 
 void FiberCore::suspend() {
-  void* to = leaveForSuspend();
-#if !WEFT_ASAN && !WEFT_TSAN
+#if WEFT_ASAN || WEFT_TSAN
+  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
+  if (unwinding_) throw ForcedUnwind{};
+  state_ = State::kSuspended;
   // (Under the sanitizers a switch must be annotated in one frame with its hooks; the
   // hand-off is left out there, and every park goes back to the resumer.)
-  if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
-    if (std::coroutine_handle<> next = awaitLink_->executor->takeNextHandle()) {
-      if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) {
-        suspendInto(fiber);
-        return;
-      }
-      awaitLink_->pending = next;
-    }
-  }
-#endif
 #if WEFT_ASAN
   asanStartSwitch(&asanFakeStack_, asanCallerBottom_, asanCallerSize_);
 #endif
@@ -300,10 +292,28 @@ void FiberCore::suspend() {
 #endif
   // Resumed: possibly on another thread, by another caller. (ForcedUnwind, when the fiber
   // is destroyed, comes out of the jumpContext call, thrown by unwindOnTop.)
-  arrived(jumpContext(to, this));
+  arrived(jumpContext(context_, this));
+#else
+  switchOut(prepareSuspend());
+#endif
 }
 
-void FiberCore::suspendInto(FiberCore* next) {
+FiberCore::ParkSwitch FiberCore::prepareSuspend() {
+  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
+  if (unwinding_) throw ForcedUnwind{};
+  state_ = State::kSuspended;
+#if !WEFT_ASAN && !WEFT_TSAN
+  if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
+    if (std::coroutine_handle<> next = awaitLink_->executor->takeNextHandle()) {
+      if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) return handOffTo(fiber);
+      awaitLink_->pending = next;
+    }
+  }
+#endif
+  return ParkSwitch{this, context_, nullptr};
+}
+
+FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
   // What leave() and enter() would do around a switch back to the resumer and into
   // `next`, done at once: the exception state goes from this fiber to next, next becomes
   // the running fiber and inherits our resumer (its suspended context is read first).
@@ -316,8 +326,7 @@ void FiberCore::suspendInto(FiberCore* next) {
   next->context_ = context_;
   next->state_ = State::kRunning;
   tCurrent = next;
-  // Resumed later like after suspend(): by a resumer's switch, or by another hand-off.
-  arrived(ontopContext(to, this, &FiberCore::handOffOnTop));
+  return ParkSwitch{this, to, &FiberCore::handOffOnTop};
 }
 
 ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
@@ -329,14 +338,7 @@ ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
   return ContextTransfer{running->context_, running};
 }
 
-void* FiberCore::leaveForSuspend() {
-  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
-  if (unwinding_) throw ForcedUnwind{};
-  state_ = State::kSuspended;
-  return context_;
-}
-
-FiberCore* FiberCore::beginYield() {
+FiberCore::ParkSwitch FiberCore::beginYield() {
   FiberCore* core = tCurrent;
   if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
   // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
@@ -345,8 +347,7 @@ FiberCore* FiberCore::beginYield() {
     link->yieldRequested = true;
     link->mayHandOff = true;
   }
-  core->state_ = State::kSuspended;
-  return core;
+  return core->prepareSuspend();
 }
 
 void FiberCore::finish() noexcept {

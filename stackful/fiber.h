@@ -202,19 +202,12 @@ namespace this_fiber {
 // Example:
 //   while (!ready()) weft::this_fiber::yield();
 inline void yield() {
-  detail::FiberCore* core = detail::FiberCore::beginYield();
+  const detail::FiberCore::ParkSwitch park = detail::FiberCore::beginYield();
 #if WEFT_ASAN || WEFT_TSAN
-  core->suspend();
+  park.fiber->suspend();  // beginYield did not hand off: suspend() switches with the hooks
 #else
-  // A fiber of spawnFiber parks through suspend(), which may switch straight to the next
-  // fiber in its executor's queue.
-  if (core->awaitLink() != nullptr) {
-    core->suspend();
-    return;
-  }
-  // A plain Fiber: the switch is made in the caller's frame (see FiberCore::resume());
-  // `core` is the fiber's own object, valid on whichever thread it comes back.
-  core->arrived(detail::jumpContext(core->yieldTarget(), core));
+  // The switch is made in the caller's frame (see FiberCore::resume()).
+  detail::FiberCore::switchOut(park);
 #endif
 }
 

@@ -22,7 +22,7 @@
 //    resumes the next driver, which switches into its fiber: two switches per park.
 //  - The hand-off: before switching, the fiber takes the next coroutine of its executor's
 //    queue (Executor::takeNextHandle). If that is the driver of a suspended fiber, it
-//    switches straight into that fiber (FiberCore::suspendInto), which inherits its
+//    switches straight into that fiber (FiberCore::handOffTo), which inherits its
 //    resumer, and the park is acted on from that fiber's stack before it continues (an
 //    ontop switch): one switch per park, and no trip through the loop. The driver taken
 //    from the queue stays suspended where it was: switching into its fiber is what
@@ -162,7 +162,7 @@ FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept {
   if (driverResume == nullptr || resumeFunctionOf(next) != driverResume) return nullptr;
   FiberCore* fiber = FiberDriverHandle::from_address(next.address()).promise().link()->core;
   // A fiber's first run goes through its driver, which makes its context. (An executor
-  // fiber never runs on a shared stack; checked all the same, since suspendInto does not
+  // fiber never runs on a shared stack; checked all the same, since handOffTo does not
   // swap stack contents.)
   if (fiber->state() != FiberCore::State::kSuspended || fiber->onSharedStack()) return nullptr;
   return fiber;

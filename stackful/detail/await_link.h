@@ -6,6 +6,7 @@
 
 #include "coro/cancellation.h"
 #include "coro/detail/lazy_promise.h"
+#include "coro/detail/via_awaiter.h"
 #include "executors/executor.h"
 
 namespace weft::detail {
@@ -84,18 +85,38 @@ std::coroutine_handle<> suspendDriverOn(void* awaiter, FiberDriverHandle driver)
     if (a.await_suspend(driver)) return {};
     return driver;
   } else {
-    return a.await_suspend(driver);
+    std::coroutine_handle<> next = a.await_suspend(driver);
+    // std::noop_coroutine() says "suspended, nothing to run" (ViaAwaiter returns it).
+    if (next.address() == std::noop_coroutine().address()) return {};
+    return next;
   }
 }
 
-// True when the driver's suspension on `Awaiter` leaves nothing to run next (its
-// await_suspend returns void or bool, not a coroutine to transfer to), so the fiber may
-// hand the thread straight to the next fiber.
+// True when the driver's suspension on `Awaiter` leaves nothing to run next, so the
+// fiber may hand the thread straight to the next fiber: its await_suspend returns void or
+// bool, not a coroutine to transfer to. A ViaAwaiter (a foreign awaitable) returns a
+// coroutine, but only its awaiting one or std::noop_coroutine() when the awaitable's own
+// await_suspend returns void or bool.
 template <class Awaiter>
-inline constexpr bool kParkMayHandOff =
-    !std::is_convertible_v<decltype(std::declval<Awaiter&>().await_suspend(
-                               std::declval<FiberDriverHandle>())),
-                           std::coroutine_handle<>>;
+struct ParkMayHandOff
+    : std::bool_constant<!std::is_convertible_v<decltype(std::declval<Awaiter&>().await_suspend(
+                                                    std::declval<FiberDriverHandle>())),
+                                                std::coroutine_handle<>>> {};
+template <class Inner>
+struct ParkMayHandOff<ViaAwaiter<Inner>> {
+  static constexpr bool value = [] {
+    using Plain = std::remove_reference_t<Inner>;
+    if constexpr (requires(Plain& a, std::coroutine_handle<> h) { a.await_suspend(h); }) {
+      using Result =
+          decltype(std::declval<Plain&>().await_suspend(std::declval<std::coroutine_handle<>>()));
+      return std::is_void_v<Result> || std::is_same_v<Result, bool>;
+    } else {
+      return false;
+    }
+  }();
+};
+template <class Awaiter>
+inline constexpr bool kParkMayHandOff = ParkMayHandOff<std::remove_cv_t<Awaiter>>::value;
 
 // The executor-fiber side of a park, in spawn_fiber.cc:
 //  - fiberToSwitchTo: if `next` (a coroutine taken from the executor's queue) is the

@@ -144,15 +144,33 @@ class FiberCore {
   // AwaitLink::pending.
   void suspend();
 
-  // this_fiber::yield(), split like resume(): beginYield() (out of line: it reads a
-  // thread_local, which must not be cached across a switch in the caller's frame) returns
-  // the running fiber, marked as suspended; throws NotInFiber outside a fiber and
-  // ForcedUnwind when the fiber is being destroyed. Then the caller jumps to
-  // yieldTarget() and calls arrived() with what the jump returns. (Under ASan and TSan,
-  // yield() calls suspend() instead, which keeps the sanitizer hooks next to the switch.)
-  static FiberCore* beginYield();
-  void* yieldTarget() const noexcept { return context_; }  // noexcept: reads a member
-  void* leaveForSuspend();
+  // suspend() in two halves, so that callers on hot paths (await(), this_fiber::yield())
+  // make the switch in their own frame, as resume() does: prepareSuspend() (out of line:
+  // it reads thread_locals, which must not be cached across a switch in the caller's
+  // frame) marks this running fiber suspended, decides where it goes and does the
+  // bookkeeping of a hand-off; then switchOut() makes the switch and, once the fiber is
+  // resumed, records its new resumer. prepareSuspend throws ForcedUnwind when the fiber
+  // is being destroyed (nothing changed then). Not under ASan or TSan, where suspend()
+  // keeps the sanitizer hooks next to the switch.
+  struct ParkSwitch {
+    FiberCore* fiber;
+    void* to;
+    // null: a plain switch back to the resumer; else the hand-off's act (run on `to`).
+    ContextTransfer (*onTop)(ContextTransfer);
+  };
+  ParkSwitch prepareSuspend();
+  // Throws ForcedUnwind when the fiber is destroyed while parked here (unwindOnTop).
+  static void switchOut(const ParkSwitch& park) {
+    FiberCore* fiber = park.fiber;
+    fiber->arrived(park.onTop != nullptr ? ontopContext(park.to, fiber, park.onTop)
+                                         : jumpContext(park.to, fiber));
+  }
+
+  // this_fiber::yield()'s prepareSuspend(): for the running fiber, which it finds (out of
+  // line: a thread_local); for a fiber of spawnFiber it also asks the driver to requeue
+  // it. Throws NotInFiber outside a fiber and ForcedUnwind when the fiber is being
+  // destroyed.
+  static ParkSwitch beginYield();
   // Called on the fiber's stack right after each switch into it: records the resuming
   // context, where the next suspension goes back to. noexcept: a store (and ASan's finish
   // hook), on a path that cannot report failure.
@@ -244,10 +262,10 @@ class FiberCore {
   // jump, or, with `onTop`, running onTop on the fiber's stack first (ontopContext).
   void switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer));
   void resumeSanitized();
-  // suspend()'s hand-off: parks this fiber and switches straight into `next` (suspended,
-  // on this thread), which takes over this fiber's resumer; handOffOnTop, run on next's
-  // stack before it continues, records where this fiber stopped and acts on its park.
-  void suspendInto(FiberCore* next);
+  // prepareSuspend()'s hand-off to `next` (suspended, on this thread): next takes over
+  // this fiber's resumer and the thread's fiber state; handOffOnTop, run on next's stack
+  // before it continues, records where this fiber stopped and acts on its park.
+  ParkSwitch handOffTo(FiberCore* next) noexcept;
   static ContextTransfer handOffOnTop(ContextTransfer transfer) noexcept;
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
   void unwindSuspended();

@@ -1,0 +1,259 @@
+// The direct hand-off between fibers of spawnFiber (stackful/spawn_fiber.cc): a parking
+// fiber switches straight into the next fiber of its executor's queue and its park is
+// acted on from that fiber's stack. These tests pin down what must not change with it:
+// the executor's order, the per-fiber thread state, and every outcome of await_suspend
+// (suspended, declined, thrown, resumed inline) when it runs on another fiber's stack.
+// Under ASan and TSan there is no hand-off; the tests then check the plain path.
+
+#include <gtest/gtest.h>
+
+#include <coroutine>
+#include <exception>
+#include <future>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/yield.h"
+#include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/fiber.h"
+#include "stackful/fiber_local.h"
+#include "stackful/detail/tool_hooks.h"
+#include "stackful/spawn_fiber.h"
+
+namespace weft {
+namespace {
+
+// Whether this build hands off (not under ASan or TSan: see spawn_fiber.cc).
+constexpr bool kHandOff = !WEFT_ASAN && !WEFT_TSAN;
+
+// Holds a ThreadPool(1)'s only worker until release(), so that everything scheduled
+// meanwhile is queued in a known order.
+class Gate {
+ public:
+  explicit Gate(ThreadPool& pool) {
+    pool.schedule([opened = opened_.get_future().share()] { opened.wait(); });
+  }
+  void release() { opened_.set_value(); }
+
+ private:
+  std::promise<void> opened_;
+};
+
+// Only touched by the pool's single worker.
+using Trace = std::string;
+
+TEST(SpawnFiberHandOffTest, YieldKeepsRoundRobinOrderOfManyFibers) {
+  ThreadPool pool(1);
+  Trace trace;
+  Gate gate(pool);
+  std::vector<FiberFuture<void>> fibers;
+  for (char name : std::string("abcd")) {
+    fibers.push_back(spawnFiber(&pool, [&trace, name] {
+      for (int i = 0; i < 4; ++i) {
+        trace.push_back(name);
+        this_fiber::yield();
+      }
+    }));
+  }
+  gate.release();
+  for (auto& f : fibers) syncAwait(std::move(f));
+  EXPECT_EQ(trace, "abcdabcdabcdabcd");
+}
+
+// A Lazy queued between two fibers is taken by the parking fiber, which cannot switch
+// into it: it runs next all the same, in its turn.
+TEST(SpawnFiberHandOffTest, ALazyQueuedBetweenFibersRunsInItsTurn) {
+  ThreadPool pool(1);
+  Trace trace;
+  Gate gate(pool);
+  auto fiberBody = [&trace](char name) {
+    return [&trace, name] {
+      for (int i = 0; i < 3; ++i) {
+        trace.push_back(name);
+        this_fiber::yield();
+      }
+    };
+  };
+  auto a = spawnFiber(&pool, fiberBody('a'));
+  auto lazyBody = [&trace]() -> Lazy<void> {
+    for (int i = 0; i < 3; ++i) {
+      trace.push_back('L');
+      co_await yield();
+    }
+  };
+  std::promise<void> lazyDone;
+  lazyBody().via(&pool).start([&lazyDone](Try<void> result) {
+    EXPECT_TRUE(result.hasValue());
+    lazyDone.set_value();
+  });
+  auto b = spawnFiber(&pool, fiberBody('b'));
+  gate.release();
+  syncAwait(std::move(a));
+  syncAwait(std::move(b));
+  lazyDone.get_future().wait();
+  EXPECT_EQ(trace, "aLbaLbaLb");
+}
+
+// Completes from await_suspend as the probe is told to, recording the order of events.
+struct OrderProbe {
+  Trace* trace = nullptr;
+  bool suspendResult = true;
+  bool throwOnSuspend = false;
+  bool resumeInline = false;
+
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> awaiting) {
+    trace->push_back('s');
+    if (throwOnSuspend) throw std::runtime_error("from await_suspend");
+    if (!suspendResult) return false;
+    if (resumeInline) awaiting.resume();
+    return true;
+  }
+  int await_resume() const noexcept { return 7; }
+};
+
+// `a` and `b` have each run once (so `b` is parked in the queue, a fiber `a` can switch
+// into) when `a` awaits `probe`; `b` yields twice. Returns the trace.
+Trace awaitProbeWhileAnotherFiberWaits(OrderProbe probe, std::string* caught = nullptr) {
+  ThreadPool pool(1);
+  Trace trace;
+  probe.trace = &trace;
+  Gate gate(pool);
+  auto a = spawnFiber(&pool, [&] {
+    trace.push_back('a');
+    this_fiber::yield();
+    trace.push_back('a');
+    try {
+      int v = await(probe);
+      trace.push_back(v == 7 ? 'A' : '?');
+    } catch (const std::runtime_error& e) {
+      if (caught != nullptr) *caught = e.what();
+      trace.push_back('E');
+    }
+  });
+  auto b = spawnFiber(&pool, [&] {
+    for (int i = 0; i < 3; ++i) {
+      trace.push_back('b');
+      this_fiber::yield();
+    }
+  });
+  gate.release();
+  syncAwait(std::move(a));
+  syncAwait(std::move(b));
+  return trace;
+}
+
+// a, b, then a parks on the probe with b next in the queue: await_suspend ('s') runs
+// before b goes on. When it declines (false) or throws, a continues at once, or, if it
+// had already handed the thread to b, right after b's turn (documented in
+// stackful/spawn_fiber.h).
+TEST(SpawnFiberHandOffTest, AwaitSuspendDecliningAfterAHandOff) {
+  Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.suspendResult = false});
+  EXPECT_EQ(trace, kHandOff ? "abasbAb" : "abasAbb");
+}
+
+TEST(SpawnFiberHandOffTest, AwaitSuspendThrowingReachesTheFiberAfterAHandOff) {
+  std::string caught;
+  Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.throwOnSuspend = true}, &caught);
+  EXPECT_EQ(trace, kHandOff ? "abasbEb" : "abasEbb");
+  EXPECT_EQ(caught, "from await_suspend");
+}
+
+// await_suspend resumes the fiber's driver inline, while it runs on top of the fiber it
+// handed the thread to: `a` runs nested there, to its end, before `b` goes on.
+TEST(SpawnFiberHandOffTest, AwaitSuspendResumingInlineDuringAHandOff) {
+  Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.resumeInline = true});
+  EXPECT_EQ(trace, "abasAbb");
+}
+
+// Each fiber keeps its own exception state, id and FiberLocal values across hand-offs:
+// `a` yields inside a catch block; `b`, switched into directly, must not see a's
+// exception.
+TEST(SpawnFiberHandOffTest, ThreadStateFollowsEachFiber) {
+  ThreadPool pool(1);
+  FiberLocal<int> local;
+  Gate gate(pool);
+  auto a = spawnFiber(&pool, [&local] {
+    std::uint64_t id = this_fiber::id();
+    *local = 1;
+    bool ok = true;
+    try {
+      throw std::runtime_error("a's");
+    } catch (const std::runtime_error&) {
+      for (int i = 0; i < 3; ++i) {
+        this_fiber::yield();
+        ok = ok && std::current_exception() != nullptr && this_fiber::id() == id && *local == 1;
+      }
+    }
+    return ok && std::current_exception() == nullptr;
+  });
+  auto b = spawnFiber(&pool, [&local] {
+    std::uint64_t id = this_fiber::id();
+    *local = 2;
+    bool ok = true;
+    for (int i = 0; i < 3; ++i) {
+      this_fiber::yield();
+      ok = ok && std::current_exception() == nullptr && std::uncaught_exceptions() == 0 &&
+           this_fiber::id() == id && *local == 2;
+    }
+    return ok;
+  });
+  gate.release();
+  EXPECT_TRUE(syncAwait(std::move(a)));
+  EXPECT_TRUE(syncAwait(std::move(b)));
+}
+
+// A fiber that finishes right after another fiber handed the thread to it: the chain of
+// hand-offs ends at the driver that started it, which must finish the right fiber.
+TEST(SpawnFiberHandOffTest, AFiberSwitchedIntoCanFinish) {
+  ThreadPool pool(1);
+  Gate gate(pool);
+  auto a = spawnFiber(&pool, [] {
+    this_fiber::yield();
+    this_fiber::yield();
+    return 'a';
+  });
+  auto b = spawnFiber(&pool, [] {
+    this_fiber::yield();
+    return 'b';
+  });
+  gate.release();
+  EXPECT_EQ(syncAwait(std::move(b)), 'b');
+  EXPECT_EQ(syncAwait(std::move(a)), 'a');
+}
+
+// Fibers awaiting Lazys (which start by symmetric transfer, with no hand-off) and Tasks
+// on another pool (resumed through this pool's queue, where a hand-off may take them)
+// while yielding to each other on two threads: every value arrives.
+TEST(SpawnFiberHandOffTest, MixedAwaitsOnTwoThreads) {
+  ThreadPool pool(2);
+  ThreadPool other(1);
+  auto twice = [](int v) -> Lazy<int> { co_return 2 * v; };
+  auto onOther = [](int v) -> Lazy<int> { co_return v + 1; };
+  std::vector<FiberFuture<long>> fibers;
+  for (int f = 0; f < 64; ++f) {
+    fibers.push_back(spawnFiber(&pool, [&, f] {
+      long sum = 0;
+      for (int i = 0; i < 100; ++i) {
+        sum += await(twice(i));
+        if (i % 10 == f % 10) sum += await(onOther(i).via(&other));
+        this_fiber::yield();
+      }
+      return sum;
+    }));
+  }
+  for (int f = 0; f < 64; ++f) {
+    long expected = 0;
+    for (int i = 0; i < 100; ++i) expected += 2 * i + (i % 10 == f % 10 ? i + 1 : 0);
+    EXPECT_EQ(syncAwait(std::move(fibers[f])), expected) << f;
+  }
+}
+
+}  // namespace
+}  // namespace weft
