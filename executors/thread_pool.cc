@@ -216,6 +216,57 @@ detail::WorkItem ThreadPool::takeDueTimer() noexcept {
   return detail::WorkItem::fromJob(timer);
 }
 
+// pushLocal and popLocal are the hot path of every hop (a yield, a channel hand-off, a
+// fiber's requeue): inline, with ThreadPool(1)'s plain ring first, and the shared queue's
+// push (which also runs the wake-up check) out of line, so that the ring's path is a few
+// instructions with no register saves.
+inline void ThreadPool::pushLocal(Worker& self, detail::WorkItem item) {
+  if (solo_) {
+    self.soloQueue.push(item);  // the only worker is this one, and it is awake
+    return;
+  }
+  pushShared(self, item);
+}
+
+void ThreadPool::pushShared(Worker& self, detail::WorkItem item) {
+  self.queue.push(item);
+  wakeWorkerIfNeeded();  // an idle worker may steal it
+}
+
+inline detail::WorkItem ThreadPool::popLocal(Worker& self) noexcept {
+  // noexcept: both pops are noexcept.
+  if (solo_) return self.soloQueue.empty() ? detail::WorkItem() : self.soloQueue.pop();
+  return self.queue.pop();
+}
+
+inline bool ThreadPool::push(detail::WorkItem item) {
+  Worker* self = tlWorker;
+  if (self != nullptr && self->pool == this) {
+    // Relaxed: a stale zero only defers the move to the next push or to when this
+    // worker runs dry. An outside push that happens-before this call is seen anyway
+    // (write-read coherence), which is what ThreadPool(1)'s FIFO order needs.
+    if (injectionSize_.load(std::memory_order_relaxed) != 0) {
+      takeFromInjection(*self, /*returnFirst=*/false);
+    }
+    pushLocal(*self, item);
+    return true;
+  }
+  return pushOutside(item);
+}
+
+bool ThreadPool::pushOutside(detail::WorkItem item) {
+  {
+    std::lock_guard<std::mutex> lock(injectionMutex_);
+    // Relaxed: closed_ is written under injectionMutex_, which we hold.
+    if (closed_.load(std::memory_order_relaxed)) return false;
+    injection_.push(item);
+    // seq_cst: this store publishes the work for the wake-up protocol (rule 1).
+    injectionSize_.store(injection_.size(), std::memory_order_seq_cst);
+  }
+  wakeWorkerIfNeeded();
+  return true;
+}
+
 void ThreadPool::schedule(std::coroutine_handle<> h) {
   if (!push(detail::WorkItem::fromHandle(h))) throw ExecutorShutDown(name());
 }
@@ -232,45 +283,6 @@ void ThreadPool::scheduleJob(detail::Job* job) {
     job->complete(job, false);
     throw ExecutorShutDown(name());
   }
-}
-
-bool ThreadPool::push(detail::WorkItem item) {
-  Worker* self = tlWorker;
-  if (self != nullptr && self->pool == this) {
-    // Relaxed: a stale zero only defers the move to the next push or to when this
-    // worker runs dry. An outside push that happens-before this call is seen anyway
-    // (write-read coherence), which is what ThreadPool(1)'s FIFO order needs.
-    if (injectionSize_.load(std::memory_order_relaxed) != 0) {
-      takeFromInjection(*self, /*returnFirst=*/false);
-    }
-    pushLocal(*self, item);
-    return true;
-  }
-  {
-    std::lock_guard<std::mutex> lock(injectionMutex_);
-    // Relaxed: closed_ is written under injectionMutex_, which we hold.
-    if (closed_.load(std::memory_order_relaxed)) return false;
-    injection_.push(item);
-    // seq_cst: this store publishes the work for the wake-up protocol (rule 1).
-    injectionSize_.store(injection_.size(), std::memory_order_seq_cst);
-  }
-  wakeWorkerIfNeeded();
-  return true;
-}
-
-void ThreadPool::pushLocal(Worker& self, detail::WorkItem item) {
-  if (solo_) {
-    self.soloQueue.push(item);  // the only worker is this one, and it is awake
-    return;
-  }
-  self.queue.push(item);
-  wakeWorkerIfNeeded();  // an idle worker may steal it
-}
-
-detail::WorkItem ThreadPool::popLocal(Worker& self) noexcept {
-  // noexcept: both pops are noexcept.
-  if (solo_) return self.soloQueue.empty() ? detail::WorkItem() : self.soloQueue.pop();
-  return self.queue.pop();
 }
 
 std::coroutine_handle<> ThreadPool::takeNextHandle() noexcept {

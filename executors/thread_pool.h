@@ -119,8 +119,12 @@ class ThreadPool final : public Executor {
   void scheduleJob(detail::Job* job) override;
   // Queues `item`; false if the pool is shut down (nothing was queued).
   bool push(detail::WorkItem item);
+  // push() from a thread outside the pool: the injection queue.
+  [[gnu::noinline]] bool pushOutside(detail::WorkItem item);
   // The calling worker's own queue.
   void pushLocal(Worker& self, detail::WorkItem item);
+  // pushLocal's path for a pool of several workers.
+  [[gnu::noinline]] void pushShared(Worker& self, detail::WorkItem item);
   detail::WorkItem popLocal(Worker& self) noexcept;
   void workerMain(Worker& self);
   // The next item for an out-of-work worker, or an empty item once the pool is closed.

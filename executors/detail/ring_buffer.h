@@ -49,7 +49,8 @@ class RingBuffer {
   }
 
  private:
-  void grow(std::size_t needed) {
+  // Out of line: it keeps push() small enough to inline on the executors' hot paths.
+  [[gnu::noinline]] void grow(std::size_t needed) {
     std::size_t newCapacity = capacity_ == 0 ? kInitialCapacity : capacity_ * 2;
     while (newCapacity < needed) newCapacity *= 2;
     std::unique_ptr<T[]> slots(new T[newCapacity]);
