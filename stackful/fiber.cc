@@ -298,22 +298,7 @@ void FiberCore::suspend() {
 #endif
 }
 
-FiberCore::ParkSwitch FiberCore::prepareSuspend() {
-  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
-  if (unwinding_) throw ForcedUnwind{};
-  state_ = State::kSuspended;
-#if !WEFT_ASAN && !WEFT_TSAN
-  if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
-    if (std::coroutine_handle<> next = awaitLink_->executor->takeNextHandle()) {
-      if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) return handOffTo(fiber);
-      awaitLink_->pending = next;
-    }
-  }
-#endif
-  return ParkSwitch{this, context_, nullptr};
-}
-
-FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
+inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
   // What leave() and enter() would do around a switch back to the resumer and into
   // `next`, done at once: the exception state goes from this fiber to next, next becomes
   // the running fiber and inherits our resumer (its suspended context is read first).
@@ -328,6 +313,44 @@ FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
   tCurrent = next;
   return ParkSwitch{this, to, &FiberCore::handOffOnTop};
 }
+
+namespace {
+
+// If `next` (a coroutine taken from an executor's queue) is the driver of a suspended
+// fiber of spawnFiber, that fiber; else nullptr. noexcept: loads and compares.
+inline FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept {
+  // Relaxed: a thread that does not see the value yet just does not hand off.
+  void* const driverResume = gFiberDriverResume.load(std::memory_order_relaxed);
+  if (driverResume == nullptr || *static_cast<void* const*>(next.address()) != driverResume) {
+    return nullptr;
+  }
+  FiberCore* fiber = FiberDriverHandle::from_address(next.address()).promise().link()->core;
+  // A fiber's first run goes through its driver, which makes its context. (A fiber of
+  // spawnFiber never runs on a shared stack; checked all the same, since handOffTo does
+  // not swap stack contents.)
+  if (fiber->state() != FiberCore::State::kSuspended || fiber->onSharedStack()) return nullptr;
+  return fiber;
+}
+
+}  // namespace
+
+inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
+  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
+  if (unwinding_) throw ForcedUnwind{};
+  state_ = State::kSuspended;
+#if !WEFT_ASAN && !WEFT_TSAN
+  if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
+    if (std::coroutine_handle<> next = awaitLink_->executor->takeNextHandle()) {
+      if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) return handOffTo(fiber);
+      awaitLink_->pending = next;
+    }
+  }
+#endif
+  return ParkSwitch{this, context_, nullptr};
+}
+
+FiberCore::ParkSwitch FiberCore::prepareSuspend() { return prepareSuspendInline(); }
+
 
 ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
   auto* parked = static_cast<FiberCore*>(transfer.data);
@@ -347,7 +370,7 @@ FiberCore::ParkSwitch FiberCore::beginYield() {
     link->yieldRequested = true;
     link->mayHandOff = true;
   }
-  return core->prepareSuspend();
+  return core->prepareSuspendInline();
 }
 
 void FiberCore::finish() noexcept {

@@ -37,14 +37,14 @@
 
 namespace weft::detail {
 
-namespace {
-
 // What tells a fiber's driver apart from any other coroutine in an executor's queue:
 // the first word of a coroutine frame is the address of the coroutine's resume function
 // with gcc, clang and MSVC (the layout std::coroutine_handle::resume relies on), and
 // driveFiber has one. Null until the first fiber is spawned, and on other compilers
 // (then fibers never hand off).
-std::atomic<void*> gDriverResume{nullptr};
+constinit std::atomic<void*> gFiberDriverResume{nullptr};
+
+namespace {
 
 void* resumeFunctionOf(std::coroutine_handle<> h) noexcept {
   return *static_cast<void* const*>(h.address());
@@ -77,7 +77,7 @@ void requeue(Executor* executor, std::coroutine_handle<> h) noexcept {
 // requeued). Once the driver's handle is out, another thread may run the fiber: nothing
 // of `parked` or its link is read after that. noexcept: await_suspend's exception goes
 // to the fiber.
-std::coroutine_handle<> actOnPark(FiberCore* parked) noexcept {
+inline std::coroutine_handle<> actOnPark(FiberCore* parked) noexcept {
   AwaitLink& link = *parked->awaitLink();
   if (parked->done()) return link.driver;  // the driver finishes
   if (link.yieldRequested) {
@@ -148,25 +148,14 @@ void noteFiberDriver(FiberDriverHandle driver) noexcept {
 #if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
   void* resume = resumeFunctionOf(driver);
   // Relaxed: a thread that does not see it yet just does not hand off.
-  if (gDriverResume.load(std::memory_order_relaxed) != resume) {
-    gDriverResume.store(resume, std::memory_order_relaxed);
+  if (gFiberDriverResume.load(std::memory_order_relaxed) != resume) {
+    gFiberDriverResume.store(resume, std::memory_order_relaxed);
   }
 #else
   (void)driver;
 #endif
 }
 
-FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept {
-  // Relaxed: see noteFiberDriver.
-  void* const driverResume = gDriverResume.load(std::memory_order_relaxed);
-  if (driverResume == nullptr || resumeFunctionOf(next) != driverResume) return nullptr;
-  FiberCore* fiber = FiberDriverHandle::from_address(next.address()).promise().link()->core;
-  // A fiber's first run goes through its driver, which makes its context. (An executor
-  // fiber never runs on a shared stack; checked all the same, since handOffTo does not
-  // swap stack contents.)
-  if (fiber->state() != FiberCore::State::kSuspended || fiber->onSharedStack()) return nullptr;
-  return fiber;
-}
 
 void finishHandOff(FiberCore* parked) noexcept {
   Executor* const executor = parked->awaitLink()->executor;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <coroutine>
 #include <exception>
 #include <type_traits>
@@ -118,13 +119,13 @@ struct ParkMayHandOff<ViaAwaiter<Inner>> {
 template <class Awaiter>
 inline constexpr bool kParkMayHandOff = ParkMayHandOff<std::remove_cv_t<Awaiter>>::value;
 
-// The executor-fiber side of a park, in spawn_fiber.cc:
-//  - fiberToSwitchTo: if `next` (a coroutine taken from the executor's queue) is the
-//    driver of a suspended executor fiber, that fiber; else nullptr.
-//  - finishHandOff: acts on the park of `parked` (see AwaitLink) on the stack of the fiber
-//    it handed the thread to. noexcept: it runs on top of that fiber, where an exception
-//    has nowhere to go (a failure to requeue aborts with a message).
-FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept;
+// The resume function of fiber drivers' frames (spawn_fiber.cc), how FiberCore's
+// hand-off recognizes one in an executor's queue; null until the first spawnFiber.
+extern constinit std::atomic<void*> gFiberDriverResume;
+
+// Acts on the park of `parked` (see AwaitLink) on the stack of the fiber it handed the
+// thread to (spawn_fiber.cc). noexcept: it runs on top of that fiber, where an exception
+// has nowhere to go (a failure to requeue aborts with a message).
 void finishHandOff(FiberCore* parked) noexcept;
 
 }  // namespace weft::detail

@@ -266,6 +266,7 @@ class FiberCore {
   // this fiber's resumer and the thread's fiber state; handOffOnTop, run on next's stack
   // before it continues, records where this fiber stopped and acts on its park.
   ParkSwitch handOffTo(FiberCore* next) noexcept;
+  ParkSwitch prepareSuspendInline();
   static ContextTransfer handOffOnTop(ContextTransfer transfer) noexcept;
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
   void unwindSuspended();
