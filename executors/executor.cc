@@ -14,4 +14,9 @@ bool Executor::cancelTimer(detail::TimerEntry& timer) noexcept {
 
 std::coroutine_handle<> Executor::takeNextHandle() noexcept { return {}; }
 
+std::coroutine_handle<> Executor::exchangeNextHandle(HandleFilter /*accept*/,
+                                                     std::coroutine_handle<> /*requeue*/) noexcept {
+  return {};
+}
+
 }  // namespace weft

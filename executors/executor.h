@@ -122,6 +122,19 @@ class Executor {
   // Thread safety: any thread (only an executor's own threads can get a handle).
   virtual std::coroutine_handle<> takeNextHandle() noexcept;
 
+  // The same for a coroutine that yields (requeues itself), in one step and before it
+  // has left the thread: if the next item is a coroutine handle `h` with `accept(h)`
+  // true, and this executor guarantees that what the calling thread queues now can only
+  // be taken by the calling thread itself (so `requeue` cannot run before the caller is
+  // done with it: ThreadPool(1)), removes `h`, queues `requeue` at the back and returns
+  // `h`. Otherwise returns a null handle and changes nothing. `accept` may read `h`'s
+  // frame: under that guarantee the item cannot be running elsewhere. The default
+  // answers null. noexcept: a pop and a push into the room the pop made.
+  // Thread safety: any thread.
+  using HandleFilter = bool (*)(std::coroutine_handle<> h) noexcept;
+  virtual std::coroutine_handle<> exchangeNextHandle(HandleFilter accept,
+                                                     std::coroutine_handle<> requeue) noexcept;
+
  protected:
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it
   // with job->complete(job, false) and throws ExecutorShutDown.

@@ -301,6 +301,25 @@ std::coroutine_handle<> ThreadPool::takeNextHandle() noexcept {
   return item.handle();
 }
 
+std::coroutine_handle<> ThreadPool::exchangeNextHandle(HandleFilter accept,
+                                                       std::coroutine_handle<> requeue) noexcept {
+  if (!solo_) return {};
+  Worker* self = tlWorker;
+  if (self == nullptr || self->pool != this) return {};
+  // Relaxed: as in workerMain and push(). Outside work or a due timer waiting: decline,
+  // so that the caller's requeue goes through push(), which orders it after them.
+  if (timerDueSize_.load(std::memory_order_relaxed) != 0 ||
+      injectionSize_.load(std::memory_order_relaxed) != 0) {
+    return {};
+  }
+  if (self->soloQueue.empty()) return {};
+  const detail::WorkItem next = self->soloQueue.front();
+  if (next.isJob() || !accept(next.handle())) return {};
+  self->soloQueue.pop();
+  self->soloQueue.push(detail::WorkItem::fromHandle(requeue));  // into the slot just freed
+  return next.handle();
+}
+
 detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
   // seq_cst: a final sweep (rule 2) must not read this before its searching_ decrement.
   if (injectionSize_.load(std::memory_order_seq_cst) == 0) return {};

@@ -97,6 +97,10 @@ class ThreadPool final : public Executor {
   // is a coroutine handle and no due timer is waiting (see Executor::takeNextHandle).
   // noexcept: a queue pop.
   std::coroutine_handle<> takeNextHandle() noexcept override;
+  // ThreadPool(1) only (nobody steals from its worker), on its worker, with nothing
+  // waiting in the injection queue or the due timers (see Executor::exchangeNextHandle).
+  std::coroutine_handle<> exchangeNextHandle(HandleFilter accept,
+                                             std::coroutine_handle<> requeue) noexcept override;
 
   // Stops accepting outside work once everything accepted has run, then joins the
   // workers. Idempotent. See the class comment for the precise semantics.

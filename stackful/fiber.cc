@@ -298,7 +298,8 @@ void FiberCore::suspend() {
 #endif
 }
 
-inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
+inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next,
+                                                  ContextTransfer (*onTop)(ContextTransfer)) noexcept {
   // What leave() and enter() would do around a switch back to the resumer and into
   // `next`, done at once: the exception state goes from this fiber to next, next becomes
   // the running fiber and inherits our resumer (its suspended context is read first).
@@ -311,7 +312,7 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
   next->context_ = context_;
   next->state_ = State::kRunning;
   tCurrent = next;
-  return ParkSwitch{this, to, &FiberCore::handOffOnTop};
+  return ParkSwitch{this, to, onTop};
 }
 
 namespace {
@@ -332,6 +333,10 @@ inline FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept {
   return fiber;
 }
 
+bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
+  return fiberToSwitchTo(h) != nullptr;
+}
+
 }  // namespace
 
 inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
@@ -340,9 +345,21 @@ inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
   state_ = State::kSuspended;
 #if !WEFT_ASAN && !WEFT_TSAN
   if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
-    if (std::coroutine_handle<> next = awaitLink_->executor->takeNextHandle()) {
-      if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) return handOffTo(fiber);
-      awaitLink_->pending = next;
+    AwaitLink& link = *awaitLink_;
+    // A yield on an executor where only this thread takes what it queues (ThreadPool(1)):
+    // the requeue is done here, with the take, and nothing is left to act on.
+    if (link.yieldRequested) {
+      if (std::coroutine_handle<> next =
+              link.executor->exchangeNextHandle(&isSuspendedFiberDriver, link.driver)) {
+        link.yieldRequested = false;
+        return handOffTo(fiberToSwitchTo(next), &FiberCore::handOffOnTopRequeued);
+      }
+    }
+    if (std::coroutine_handle<> next = link.executor->takeNextHandle()) {
+      if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) {
+        return handOffTo(fiber, &FiberCore::handOffOnTop);
+      }
+      link.pending = next;
     }
   }
 #endif
@@ -351,6 +368,12 @@ inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
 
 FiberCore::ParkSwitch FiberCore::prepareSuspend() { return prepareSuspendInline(); }
 
+
+ContextTransfer FiberCore::handOffOnTopRequeued(ContextTransfer transfer) noexcept {
+  static_cast<FiberCore*>(transfer.data)->context_ = transfer.context;
+  FiberCore* running = tCurrent;
+  return ContextTransfer{running->context_, running};
+}
 
 ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
   auto* parked = static_cast<FiberCore*>(transfer.data);

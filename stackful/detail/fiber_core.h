@@ -263,11 +263,13 @@ class FiberCore {
   void switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer));
   void resumeSanitized();
   // prepareSuspend()'s hand-off to `next` (suspended, on this thread): next takes over
-  // this fiber's resumer and the thread's fiber state; handOffOnTop, run on next's stack
-  // before it continues, records where this fiber stopped and acts on its park.
-  ParkSwitch handOffTo(FiberCore* next) noexcept;
+  // this fiber's resumer and the thread's fiber state; `onTop`, run on next's stack
+  // before it continues, records where this fiber stopped and, for handOffOnTop, acts on
+  // its park (handOffOnTopRequeued: a yield whose requeue was already done).
+  ParkSwitch handOffTo(FiberCore* next, ContextTransfer (*onTop)(ContextTransfer)) noexcept;
   ParkSwitch prepareSuspendInline();
   static ContextTransfer handOffOnTop(ContextTransfer transfer) noexcept;
+  static ContextTransfer handOffOnTopRequeued(ContextTransfer transfer) noexcept;
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
   void unwindSuspended();
   static ContextTransfer unwindOnTop(ContextTransfer transfer);
