@@ -339,7 +339,8 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
 
 }  // namespace
 
-inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
+// Forced inline into prepareSuspend and beginYield (clang otherwise calls it from both).
+[[gnu::always_inline]] inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
   // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
   if (unwinding_) throw ForcedUnwind{};
   state_ = State::kSuspended;
