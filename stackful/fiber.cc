@@ -315,6 +315,7 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next,
   return ParkSwitch{this, to, onTop};
 }
 
+#if !WEFT_ASAN && !WEFT_TSAN  // no hand-off under the sanitizers (see suspend())
 namespace {
 
 // If `next` (a coroutine taken from an executor's queue) is the driver of a suspended
@@ -338,6 +339,7 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
 }
 
 }  // namespace
+#endif
 
 // Forced inline into prepareSuspend and beginYield (clang otherwise calls it from both).
 [[gnu::always_inline]] inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
