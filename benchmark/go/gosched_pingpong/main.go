@@ -14,25 +14,13 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
-	"os"
 	"runtime"
 	"sync"
 	"time"
-)
 
-type entry struct {
-	Name            string  `json:"name"`
-	RunName         string  `json:"run_name"`
-	RunType         string  `json:"run_type"`
-	RepetitionIndex int     `json:"repetition_index"`
-	Repetitions     int     `json:"repetitions"`
-	Iterations      int64   `json:"iterations"`
-	RealTime        float64 `json:"real_time"`
-	CPUTime         float64 `json:"cpu_time"`
-	TimeUnit        string  `json:"time_unit"`
-}
+	"weft/benchmark/go/internal/gbench"
+)
 
 // pingPong runs two goroutines that each call runtime.Gosched() switches/2 times and
 // returns the elapsed wall time.
@@ -87,25 +75,15 @@ func main() {
 	runtime.GOMAXPROCS(1)
 	pingPong(*switches / 10) // warm-up
 	spawnRun(*spawns / 10)
-	out := struct {
-		Benchmarks []entry `json:"benchmarks"`
-	}{}
+	var out []gbench.Entry
 	add := func(name string, r int, n int64, d time.Duration) {
 		// With GOMAXPROCS(1) the process CPU time is the wall time (nothing else runs).
-		ns := float64(d.Nanoseconds()) / float64(n)
-		out.Benchmarks = append(out.Benchmarks, entry{
-			Name: name, RunName: name, RunType: "iteration", RepetitionIndex: r,
-			Repetitions: *repetitions, Iterations: n, RealTime: ns, CPUTime: ns, TimeUnit: "ns",
-		})
+		out = append(out, gbench.Iteration(name, r, *repetitions, n, d, d))
 	}
 	// Interleaved, as --benchmark_enable_random_interleaving does for the C++ side.
 	for r := 0; r < *repetitions; r++ {
 		add("Go_Gosched_PingPong", r, *switches, pingPong(*switches))
 		add("Go_Goroutine_SpawnRun", r, *spawns, spawnRun(*spawns))
 	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		panic(err)
-	}
+	gbench.Print(out)
 }
