@@ -52,6 +52,12 @@ class ChannelOpAwaiter {
   }
   ChannelOpAwaiter(const ChannelOpAwaiter&) = delete;
   ChannelOpAwaiter& operator=(const ChannelOpAwaiter&) = delete;
+  // Releases the channel lock if await_ready left it held and no await_suspend followed
+  // (the await was abandoned, or trying the operation threw).
+  [[gnu::always_inline]] ~ChannelOpAwaiter() {
+    if (heldLock_ != nullptr) [[unlikely]]
+      heldLock_->unlock();
+  }
 
   // Links the node and suspends: the operation could not complete in await_ready, which
   // left the channel lock held. noexcept: two links and an unlock.
@@ -64,48 +70,49 @@ class ChannelOpAwaiter {
     }
     // From the unlock on, the other side may resume us on another thread and the
     // awaiter may be gone: take the lock out of the awaiter first, touch nothing after.
-    ChannelLock* lock = lock_.release();
-    lock->unlock();
+    std::exchange(heldLock_, nullptr)->unlock();
   }
 
  protected:
-  // await_ready's work, with the operation `tryLocked(wake)` (trySendLocked or
-  // tryReceiveLocked bound to the operand, which `slot` points at): true when the
-  // operation completed, found the channel closed, or was cancelled before it started
-  // (await_resume tells which); false with the lock held when it must wait. Throws
-  // std::bad_alloc (registering cancellation, growing an unbounded channel; nothing
-  // happened then).
-  template <class TryLocked>
-  bool tryAtOnce(TryLocked&& tryLocked, void* slot) {
-    if (!armCancellation()) return true;
-    lock_ = ChannelLockGuard(channel_->lock());
-    if (node_.status == WaiterStatus::kCancelled) {
-      lock_.unlock();
+  // await_ready's work: tries the operation on its operand `slot` (a sender's T*, a
+  // receiver's std::optional<T>*). True when it completed, found the channel closed, or
+  // was cancelled before it started (await_resume tells which); false with the lock held
+  // when it must wait. Throws std::bad_alloc (registering cancellation, growing an
+  // unbounded channel; nothing happened then). Forced inline: it is the whole of
+  // await_ready, on every channel operation's path.
+  [[gnu::always_inline]] bool tryAtOnce(void* slot) {
+    if (token_ != nullptr && !armCancellation()) return true;
+    ChannelLock& lock = channel_->lock();
+    lock.lock();
+    heldLock_ = &lock;  // released by the destructor if the operation throws
+    if (node_.status == WaiterStatus::kCancelled) [[unlikely]] {
+      heldLock_ = nullptr;
+      lock.unlock();
       return true;
     }
     ChannelWaiter* wake = nullptr;
-    switch (tryLocked(wake)) {
-      case ChannelOpResult::kDone:
-        node_.status = WaiterStatus::kDone;  // a callback running later leaves it alone
-        lock_.unlock();
-        if (wake != nullptr) resumeChannelWaiter(wake);
-        return true;
-      case ChannelOpResult::kClosed:
-        node_.status = WaiterStatus::kClosed;
-        lock_.unlock();
-        return true;
-      case ChannelOpResult::kBlocked:
-        break;
+    ChannelOpResult result;
+    if constexpr (kSender) {
+      result = channel_->trySendLocked(*static_cast<T*>(slot), wake);
+    } else {
+      result = channel_->tryReceiveLocked(*static_cast<std::optional<T>*>(slot), wake);
     }
-    node_.slot = slot;
-    return false;
+    if (result == ChannelOpResult::kBlocked) {
+      node_.slot = slot;
+      return false;  // the lock stays held for await_suspend
+    }
+    // A cancellation callback running later leaves a kDone or kClosed node alone.
+    node_.status = result == ChannelOpResult::kDone ? WaiterStatus::kDone : WaiterStatus::kClosed;
+    heldLock_ = nullptr;
+    lock.unlock();
+    if (wake != nullptr) resumeChannelWaiter(wake);
+    return true;
   }
 
-  // Step 1; false if cancellation was requested before the operation started (the
-  // operation must then not run). Throws std::bad_alloc if the registration's block
-  // cannot be allocated (before anything is linked).
+  // Step 1 (token_ is not null); false if cancellation was requested before the
+  // operation started (the operation must then not run). Throws std::bad_alloc if the
+  // registration's block cannot be allocated (before anything is linked).
   bool armCancellation() {
-    if (token_ == nullptr) return true;
     if (token_->isCancellationRequested()) {
       node_.status = WaiterStatus::kCancelled;
       return false;
@@ -147,7 +154,10 @@ class ChannelOpAwaiter {
   const CancellationToken* token_;  // null: not cancellable
   ChannelWaiter node_;
   OutOfLineCancellationCallback callback_;
-  ChannelLockGuard lock_;  // held from a blocked await_ready to await_suspend
+  // The channel lock while this awaiter holds it: from a blocked await_ready to
+  // await_suspend. A raw pointer, not a std::unique_lock: nothing to test or call on
+  // the paths where it is not held.
+  ChannelLock* heldLock_ = nullptr;
 };
 
 // The awaiter of `co_await ch.send(v)`: sends at once when a receiver waits or the
@@ -164,12 +174,8 @@ class ChannelSendAwaiter : public ChannelOpAwaiter<T, true> {
 
   // True (no suspension) when the send completed, failed or was cancelled at once; see
   // ChannelOpAwaiter. Throws std::bad_alloc if an unbounded channel cannot grow (nothing
-  // sent).
-  bool await_ready() {
-    return this->tryAtOnce(
-        [this](ChannelWaiter*& wake) { return this->channel_->trySendLocked(*value_, wake); },
-        value_);
-  }
+  // sent). Forced inline, as tryAtOnce: an out-of-line call costs a full register save.
+  [[gnu::always_inline]] bool await_ready() { return this->tryAtOnce(value_); }
 
   void await_resume() {
     this->disarmCancellation();
@@ -192,11 +198,7 @@ class ChannelReceiveAwaiter : public ChannelOpAwaiter<T, false> {
       : Base(channel, executor, token) {}
 
   // See ChannelSendAwaiter::await_ready.
-  bool await_ready() {
-    return this->tryAtOnce(
-        [this](ChannelWaiter*& wake) { return this->channel_->tryReceiveLocked(value_, wake); },
-        &value_);
-  }
+  [[gnu::always_inline]] bool await_ready() { return this->tryAtOnce(&value_); }
 
   std::optional<T> await_resume() {
     this->disarmCancellation();
@@ -251,8 +253,7 @@ class [[nodiscard]] ChannelReceiveAwaitable {
  public:
   explicit ChannelReceiveAwaitable(ChannelCore<T>& channel) noexcept : channel_(&channel) {}
 
-  ChannelReceiveAwaiter<T> coAwait(Executor* executor,
-                                   const CancellationToken& token) && noexcept {
+  ChannelReceiveAwaiter<T> coAwait(Executor* executor, const CancellationToken& token) && noexcept {
     return ChannelReceiveAwaiter<T>(*channel_, executor, cancellableOrNull(token));
   }
   ChannelReceiveAwaiter<T> coAwait(Executor* executor) && noexcept {
@@ -274,7 +275,8 @@ struct ChannelReceiveCase {
 template <class T>
 struct ChannelSendCase {
   ChannelSendCase(ChannelCore<T>& c, T&& value) noexcept : channel(&c), borrowed(&value) {}
-  ChannelSendCase(ChannelCore<T>& c, const T& value) : channel(&c), borrowed(nullptr), copy(value) {}
+  ChannelSendCase(ChannelCore<T>& c, const T& value)
+      : channel(&c), borrowed(nullptr), copy(value) {}
   T* value() noexcept { return borrowed != nullptr ? borrowed : &*copy; }
 
   ChannelCore<T>* channel;

@@ -73,7 +73,8 @@ class ChannelBuffer {
   }
 
   // Doubles the ring (at least 1 slot). Throws std::bad_alloc (the buffer is unchanged).
-  void grow() {
+  // Out of line: rare, and kept off the inlined send path.
+  [[gnu::noinline]] void grow() {
     const std::size_t capacity = capacity_ == 0 ? 1 : 2 * capacity_;
     T* slots = std::allocator<T>().allocate(capacity);
     for (std::size_t i = 0; i < size_; ++i) {
@@ -137,8 +138,9 @@ class ChannelCore {
 
   // Sends `value` if that needs no waiting: to a waiting receiver, or into the buffer.
   // `value` is moved from only on kDone. Throws std::bad_alloc if an unbounded buffer
-  // cannot grow (nothing sent).
-  ChannelOpResult trySendLocked(T& value, ChannelWaiter*& wake) {
+  // cannot grow (nothing sent). Forced inline (as tryReceiveLocked): the channel
+  // operations' path; the buffer's growth stays out of line.
+  [[gnu::always_inline]] ChannelOpResult trySendLocked(T& value, ChannelWaiter*& wake) {
     if (closed_) return ChannelOpResult::kClosed;
     if (ChannelWaiter* receiver = receivers_.popClaimable()) {
       static_cast<std::optional<T>*>(receiver->slot)->emplace(std::move(value));
@@ -157,7 +159,8 @@ class ChannelCore {
   // Receives into `out` if that needs no waiting: from the buffer (refilled from the
   // first waiting sender), or straight from a waiting sender. kClosed once the channel
   // is closed and drained (`out` untouched).
-  ChannelOpResult tryReceiveLocked(std::optional<T>& out, ChannelWaiter*& wake) noexcept {
+  [[gnu::always_inline]] ChannelOpResult tryReceiveLocked(std::optional<T>& out,
+                                                          ChannelWaiter*& wake) noexcept {
     if (!buffer_.empty()) {
       buffer_.popInto(out);
       if (ChannelWaiter* sender = senders_.popClaimable()) {
@@ -217,9 +220,9 @@ class ChannelCore {
   ChannelLock lock_;
   bool closed_ = false;  // guarded by lock_
   const std::size_t capacity_;
-  ChannelWaiterQueue senders_;     // guarded by lock_
-  ChannelWaiterQueue receivers_;   // guarded by lock_
-  ChannelBuffer<T> buffer_;  // guarded by lock_
+  ChannelWaiterQueue senders_;    // guarded by lock_
+  ChannelWaiterQueue receivers_;  // guarded by lock_
+  ChannelBuffer<T> buffer_;       // guarded by lock_
 };
 
 // Resumes a chain returned by closeLocked(). Reads each node's `next` before resuming

@@ -63,7 +63,8 @@ class OutOfLineCancellationCallback {
   // noexcept: ~CancellationCallback only unlinks or waits. Inline test, out-of-line
   // work: every channel operation calls this, nearly always with nothing registered.
   void reset() noexcept {
-    if (callback_ != nullptr) [[unlikely]] destroy();
+    if (callback_ != nullptr) [[unlikely]]
+      destroy();
   }
 
  private:
@@ -219,8 +220,9 @@ inline std::coroutine_handle<> handleOf(const ChannelWaiter* node) noexcept {
   return node->select != nullptr ? node->select->handle : node->handle;
 }
 
-// noexcept: a resumed coroutine reports its exceptions through its own promise.
-inline void resumeChannelWaiterInline(ChannelWaiter* node) noexcept {
+// noexcept: a resumed coroutine reports its exceptions through its own promise. Out of
+// line: the rare case, kept off resumeChannelWaiter's inlined path.
+WEFT_NOINLINE inline void resumeChannelWaiterInline(ChannelWaiter* node) noexcept {
   ChannelInlineResumer& resumer = tChannelInlineResumer;
   node->next = nullptr;  // it has left its channel's queue: the link is ours now
   if (resumer.running) {
@@ -251,7 +253,8 @@ inline void resumeChannelWaiterInline(ChannelWaiter* node) noexcept {
 // calling thread, through the trampoline above. The node may be gone as soon as this
 // starts. noexcept: a waker has nobody to report to; an executor that refuses the waiter
 // (shut down while coroutines still wait on it) is reported and the process aborts.
-inline void resumeChannelWaiter(ChannelWaiter* node) noexcept {
+// Forced inline: every completed channel operation that woke somebody runs it.
+[[gnu::always_inline]] inline void resumeChannelWaiter(ChannelWaiter* node) noexcept {
   Executor* executor = node->select != nullptr ? node->select->executor : node->executor;
   if (executor == nullptr) {
     resumeChannelWaiterInline(node);
