@@ -315,8 +315,7 @@ std::coroutine_handle<> ThreadPool::exchangeNextHandle(HandleFilter accept,
   if (self->soloQueue.empty()) return {};
   const detail::WorkItem next = self->soloQueue.front();
   if (next.isJob() || !accept(next.handle())) return {};
-  self->soloQueue.pop();
-  self->soloQueue.push(detail::WorkItem::fromHandle(requeue));  // into the slot just freed
+  self->soloQueue.rotate(detail::WorkItem::fromHandle(requeue));  // next out, requeue in
   return next.handle();
 }
 

@@ -318,6 +318,11 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next,
 #if !WEFT_ASAN && !WEFT_TSAN  // no hand-off under the sanitizers (see suspend())
 namespace {
 
+// The fiber that `driver`, a fiber driver's handle, drives.
+inline FiberCore* fiberOfDriver(std::coroutine_handle<> driver) noexcept {
+  return FiberDriverHandle::from_address(driver.address()).promise().link()->core;
+}
+
 // If `next` (a coroutine taken from an executor's queue) is the driver of a suspended
 // fiber of spawnFiber, that fiber; else nullptr. noexcept: loads and compares.
 inline FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept {
@@ -326,7 +331,7 @@ inline FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept {
   if (driverResume == nullptr || *static_cast<void* const*>(next.address()) != driverResume) {
     return nullptr;
   }
-  FiberCore* fiber = FiberDriverHandle::from_address(next.address()).promise().link()->core;
+  FiberCore* fiber = fiberOfDriver(next);
   // A fiber's first run goes through its driver, which makes its context. (A fiber of
   // spawnFiber never runs on a shared stack; checked all the same, since handOffTo does
   // not swap stack contents.)
@@ -355,7 +360,8 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
       if (std::coroutine_handle<> next =
               link.executor->exchangeNextHandle(&isSuspendedFiberDriver, link.driver)) {
         link.yieldRequested = false;
-        return handOffTo(fiberToSwitchTo(next), &FiberCore::handOffOnTopRequeued);
+        // The filter has checked it is a suspended fiber's driver.
+        return handOffTo(fiberOfDriver(next), &FiberCore::handOffOnTopRequeued);
       }
     }
     if (std::coroutine_handle<> next = link.executor->takeNextHandle()) {

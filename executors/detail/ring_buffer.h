@@ -50,6 +50,17 @@ class RingBuffer {
     return value;
   }
 
+  // pop() then push(value) in one step, into the slot the pop frees (so it never grows).
+  // Precondition: !empty().
+  [[gnu::always_inline]] T rotate(T value) noexcept {
+    const std::size_t mask = capacity_ - 1;
+    T oldest = slots_[head_ & mask];
+    slots_[tail_ & mask] = value;  // the same slot as the oldest's when the ring is full
+    ++head_;
+    ++tail_;
+    return oldest;
+  }
+
  private:
   // Out of line: it keeps push() small enough to inline on the executors' hot paths.
   [[gnu::noinline]] void grow(std::size_t needed) {

@@ -46,5 +46,32 @@ TEST(RingBufferTest, ReserveForMakesRoomWithoutLosingValues) {
   EXPECT_TRUE(ring.empty());
 }
 
+TEST(RingBufferTest, RotateIsPopThenPush) {
+  RingBuffer<int> ring;
+  for (int i = 0; i < 3; ++i) ring.push(i);
+  EXPECT_EQ(ring.rotate(3), 0);
+  EXPECT_EQ(ring.rotate(4), 1);
+  EXPECT_EQ(ring.size(), 3u);
+  for (int i = 2; i < 5; ++i) EXPECT_EQ(ring.pop(), i);
+  EXPECT_TRUE(ring.empty());
+}
+
+TEST(RingBufferTest, RotateOnAFullRingReusesTheFreedSlot) {
+  RingBuffer<int> ring;
+  int next = 0;
+  int expected = 0;
+  // Move the window off slot 0, then fill the ring to its initial capacity (256 slots):
+  // the slot a rotate writes is then the one it reads.
+  for (int i = 0; i < 100; ++i) {
+    ring.push(next++);
+    ASSERT_EQ(ring.pop(), expected++);
+  }
+  while (ring.size() < 256) ring.push(next++);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(ring.rotate(next++), expected++);
+  EXPECT_EQ(ring.size(), 256u);
+  while (!ring.empty()) ASSERT_EQ(ring.pop(), expected++);
+  EXPECT_EQ(expected, next);
+}
+
 }  // namespace
 }  // namespace weft::detail
