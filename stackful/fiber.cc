@@ -298,8 +298,8 @@ void FiberCore::suspend() {
 #endif
 }
 
-inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next,
-                                                  ContextTransfer (*onTop)(ContextTransfer)) noexcept {
+inline FiberCore::ParkSwitch FiberCore::handOffTo(
+    FiberCore* next, ContextTransfer (*onTop)(ContextTransfer)) noexcept {
   // What leave() and enter() would do around a switch back to the resumer and into
   // `next`, done at once: the exception state goes from this fiber to next, next becomes
   // the running fiber and inherits our resumer (its suspended context is read first).
@@ -376,7 +376,6 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
 }
 
 FiberCore::ParkSwitch FiberCore::prepareSuspend() { return prepareSuspendInline(); }
-
 
 ContextTransfer FiberCore::handOffOnTopRequeued(ContextTransfer transfer) noexcept {
   static_cast<FiberCore*>(transfer.data)->context_ = transfer.context;
