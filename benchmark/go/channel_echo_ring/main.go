@@ -8,8 +8,9 @@
 // the C++ side runs on ThreadPool(1).
 //
 // Output: Google Benchmark-style JSON, one entry per repetition. real_time (wall) and
-// cpu_time (the process's CPU time) are nanoseconds per hop: a round is 60,000 hops (30,000 values out, 30,000 back), each
-// of which makes a blocked goroutine runnable, so this is the time per switch. Every
+// cpu_time (the process's CPU time) are nanoseconds per hop: a round is 60,000 hops
+// (30,000 values out, 30,000 back), each of which makes a blocked goroutine runnable, so
+// this is the time per switch. Every
 // entry also carries "bytes_per_task": the growth of the resident set per echoer (its
 // goroutine, its stack and its channel), measured once, at the first start, in a fresh
 // process.
@@ -18,43 +19,13 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
+
+	"weft/benchmark/go/internal/gbench"
 )
-
-type entry struct {
-	Name            string  `json:"name"`
-	RunName         string  `json:"run_name"`
-	RunType         string  `json:"run_type"`
-	RepetitionIndex int     `json:"repetition_index"`
-	Repetitions     int     `json:"repetitions"`
-	Iterations      int64   `json:"iterations"`
-	RealTime        float64 `json:"real_time"`
-	CPUTime         float64 `json:"cpu_time"`
-	TimeUnit        string  `json:"time_unit"`
-	BytesPerTask    float64 `json:"bytes_per_task"`
-}
-
-// residentBytes: the resident set size of this process (/proc/self/statm).
-func residentBytes() float64 {
-	data, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		panic(err)
-	}
-	fields := strings.Fields(string(data))
-	pages, err := strconv.ParseFloat(fields[1], 64)
-	if err != nil {
-		panic(err)
-	}
-	return pages * float64(os.Getpagesize())
-}
 
 type ring struct {
 	ins  []chan int64
@@ -105,18 +76,6 @@ func (r *ring) stop() {
 	}
 }
 
-// cpuTime: the CPU time (user + system) this process has used so far. With
-// GOMAXPROCS(1) nearly all of it is the one thread running goroutines, so it is the
-// counterpart of Google Benchmark's cpu_time, and unlike wall time it does not grow when
-// other processes share the machine.
-func cpuTime() time.Duration {
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		panic(err)
-	}
-	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
-}
-
 func main() {
 	repetitions := flag.Int("repetitions", 5, "repetitions")
 	rounds := flag.Int("rounds", 1000, "rounds per repetition")
@@ -128,32 +87,22 @@ func main() {
 	// what each echoer costs, as the C++ side counts its channels.
 	runtime.GC()
 	debug.FreeOSMemory()
-	before := residentBytes()
+	before := gbench.ResidentBytes()
 	r := startRing(*tasks)
 	r.runRounds(1) // every goroutine has run and parked on its channel
-	bytesPerTask := (residentBytes() - before) / float64(*tasks)
+	bytesPerTask := float64(gbench.ResidentBytes()-before) / float64(*tasks)
 	r.runRounds(*rounds / 10) // warm-up
 
-	out := struct {
-		Benchmarks []entry `json:"benchmarks"`
-	}{}
+	var entries []gbench.Entry
 	hops := int64(*rounds) * int64(*tasks) * 2
 	for rep := 0; rep < *repetitions; rep++ {
-		start, startCPU := time.Now(), cpuTime()
+		start, startCPU := time.Now(), gbench.CPUTime()
 		r.runRounds(*rounds)
-		wall, cpu := time.Since(start), cpuTime()-startCPU
-		out.Benchmarks = append(out.Benchmarks, entry{
-			Name: "Go_Channel_EchoRing30000", RunName: "Go_Channel_EchoRing30000",
-			RunType: "iteration", RepetitionIndex: rep, Repetitions: *repetitions,
-			Iterations: hops, RealTime: float64(wall.Nanoseconds()) / float64(hops),
-			CPUTime: float64(cpu.Nanoseconds()) / float64(hops), TimeUnit: "ns",
-			BytesPerTask: bytesPerTask,
-		})
+		wall, cpu := time.Since(start), gbench.CPUTime()-startCPU
+		e := gbench.Iteration("Go_Channel_EchoRing30000", rep, *repetitions, hops, wall, cpu)
+		e.BytesPerTask = bytesPerTask
+		entries = append(entries, e)
 	}
 	r.stop()
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		panic(err)
-	}
+	gbench.Print(entries)
 }
