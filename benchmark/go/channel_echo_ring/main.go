@@ -10,10 +10,9 @@
 // Output: Google Benchmark-style JSON, one entry per repetition. real_time (wall) and
 // cpu_time (the process's CPU time) are nanoseconds per hop: a round is 60,000 hops
 // (30,000 values out, 30,000 back), each of which makes a blocked goroutine runnable, so
-// this is the time per switch. Every
-// entry also carries "bytes_per_task": the growth of the resident set per echoer (its
-// goroutine, its stack and its channel), measured once, at the first start, in a fresh
-// process.
+// this is the time per switch. Every entry also carries "bytes_per_task": the growth of
+// the resident set per echoer (its goroutine, its stack and its channel), measured once,
+// at the first start, in a fresh process.
 //
 //	go run ./benchmark/go/channel_echo_ring [-repetitions 5] [-rounds 1000] [-tasks 30000]
 package main
