@@ -17,7 +17,8 @@
 #   4. every benchmark/*/*_memory program (as root, vm.max_map_count is raised to 262144
 #      first, so that 100,000 guarded fiber stacks fit)
 #   4b. every Go comparison program benchmark/go/<name>/ (`go run`, offline, GOMAXPROCS set
-#      by the program), when `go` is installed: JSON in go.go_<name>.json
+#      by the program), when `go` is installed, in three rounds spread over step 3 (before,
+#      between and after the C++ builds' runs): JSON in go.go_<name>.r<k>.json
 #   5. callgrind instruction counts per iteration of the Lazy benchmarks and their
 #      baselines (repeatable where timings on a shared machine are not); skipped
 #      without valgrind
@@ -143,6 +144,51 @@ count_instructions() {
   done
 }
 
+# Go comparison programs (benchmark/go/<name>/main.go, one `package main` each, printing
+# Google Benchmark-style JSON through benchmark/go/internal/gbench; see benchmark/go/go.mod).
+# Every directory with a main.go is run, so a new comparison needs no edit here. Offline:
+# no module downloads, no toolchain switch. The machine's speed drifts over the minutes a
+# run takes (a Go program once measured 1.8 x slower after the C++ benchmarks than in the
+# run before), so the Go side is spread over the same window as the C++ side: each
+# program that takes -repetitions runs in `go_rounds` rounds (before, between and after
+# the C++ benchmarks), each round a share of its repetitions, pooled by report.py like
+# any other rounds (go.go_<name>.r<k>.json). A program without -repetitions (the memory
+# program) runs once, in the last round.
+go_rounds=3
+go_programs() {
+  find benchmark/go -mindepth 1 -maxdepth 1 -type d -exec test -f '{}/main.go' ';' -print | sort
+}
+# The default of a program's -repetitions flag, or nothing if it has none.
+go_default_repetitions() {
+  sed -n 's/.*flag\.Int("repetitions", \([0-9][0-9]*\),.*/\1/p' "$1/main.go" | head -n 1
+}
+run_go_round() {
+  local round="$1"
+  command -v go >/dev/null || return 0
+  local dir name reps args
+  while IFS= read -r dir; do
+    name="$(basename "${dir}")"
+    reps="$(go_default_repetitions "${dir}")"
+    if [[ -n "${reps}" ]]; then
+      args=(-repetitions "$(((reps + go_rounds - 1) / go_rounds))")
+    elif ((round == go_rounds)); then
+      args=()
+    else
+      continue
+    fi
+    banner "go: ${name} (round ${round} of ${go_rounds})"
+    local out="${results}/go.go_${name}.r${round}.json"
+    if (cd benchmark/go && GOTOOLCHAIN=local GOFLAGS= GOPROXY=off go run "./${name}" "${args[@]}") \
+      >"${out}.part"; then
+      mv "${out}.part" "${out}"
+      echo "wrote ${out}"
+    else
+      rm -f "${out}.part"
+      echo "benchmark/go/${name} failed in round ${round}: no Go figures from it" >&2
+    fi
+  done < <(go_programs)
+}
+
 start_seconds=${SECONDS}
 banner "packages"
 install_missing
@@ -178,7 +224,10 @@ fi
 steal_ticks() { awk '/^cpu /{print $9}' /proc/stat; }
 steal_before="$(steal_ticks)"
 measure_start=${SECONDS}
+command -v go >/dev/null || banner "go: not installed, no Go comparison"
+run_go_round 1
 for label in gcc clang; do
+  [[ "${label}" == clang ]] && run_go_round 2
   while IFS= read -r bin; do
     if [[ "${label}" == gcc && -n "${alt_flags}" && "${bin}" == "build/bench-gcc/benchmark/coro/lazy_benchmark" ]]; then
       continue  # run below, alternating with the -O2/-O3 build
@@ -186,6 +235,7 @@ for label in gcc clang; do
     run_benchmark "${bin}" "${label}" "${repetitions}" 1
   done < <(benchmarks_in "build/bench-${label}")
 done
+run_go_round 3
 if [[ -n "${alt_flags}" ]]; then
   per_round=$(((repetitions + rounds - 1) / rounds))
   for round in $(seq 1 "${rounds}"); do
@@ -214,27 +264,6 @@ for label in gcc clang; do
     "${bin}" | tee "${results}/${label}.${unit}.txt"
   done < <(memory_programs_in "build/bench-${label}")
 done
-
-# Go comparison programs (benchmark/go/<name>/main.go, one `package main` each, printing
-# Google Benchmark-style JSON through benchmark/go/internal/gbench; see benchmark/go/go.mod).
-# Every directory with a main.go is run, so a new
-# comparison needs no edit here. Offline: no module downloads, no toolchain switch.
-if command -v go >/dev/null; then
-  while IFS= read -r dir; do
-    name="$(basename "${dir}")"
-    banner "go: ${name}"
-    if (cd benchmark/go && GOTOOLCHAIN=local GOFLAGS= GOPROXY=off go run "./${name}") \
-      >"${results}/go.go_${name}.json.part"; then
-      mv "${results}/go.go_${name}.json.part" "${results}/go.go_${name}.json"
-      echo "wrote ${results}/go.go_${name}.json"
-    else
-      rm -f "${results}/go.go_${name}.json.part"
-      echo "benchmark/go/${name} failed: no Go column for it" >&2
-    fi
-  done < <(find benchmark/go -mindepth 1 -maxdepth 1 -type d -exec test -f '{}/main.go' ';' -print | sort)
-else
-  banner "go: not installed, no Go comparison"
-fi
 
 steal_seconds="$(awk -v a="${steal_before}" -v b="$(steal_ticks)" -v hz="$(getconf CLK_TCK)" \
   'BEGIN { printf "%.1f", (b - a) / hz }')"

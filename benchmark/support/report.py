@@ -313,8 +313,9 @@ def stackful_section(w, runs, memory, files):
         w("### Go comparison")
         w("")
         w("Programs in `benchmark/go/` (Go " + (sh("go", "env", "GOVERSION") or "version unknown") +
-          "), run by `benchmark/run.sh` after the C++ benchmarks, each printing medians of its "
-          "own repetitions on the same clock as the C++ benchmark it is compared with "
+          "), run by `benchmark/run.sh` in three rounds spread over the C++ benchmarks' run "
+          "(before, between and after the two compilers' builds), their repetitions pooled; "
+          "medians, on the same clock as the C++ benchmark each is compared with "
           "(`GOMAXPROCS(1)`: its wall time is its CPU time). Ratio = C++ / Go: below 1, weft is faster.")
         w("")
         w("| C++ benchmark | compiler | C++ | Go benchmark | Go | ratio | target |")
