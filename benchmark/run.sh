@@ -154,7 +154,7 @@ count_instructions() {
 # the C++ benchmarks), each round a share of its repetitions, pooled by report.py like
 # any other rounds (go.go_<name>.r<k>.json). A program without -repetitions (the memory
 # program) runs once, in the last round.
-go_rounds=3
+go_rounds=3  # the run_go_round calls in step 3: before, between and after the C++ runs
 go_programs() {
   find benchmark/go -mindepth 1 -maxdepth 1 -type d -exec test -f '{}/main.go' ';' -print | sort
 }

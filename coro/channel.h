@@ -56,7 +56,7 @@ class ChannelOpAwaiter {
   // (the await was abandoned, or trying the operation threw).
   [[gnu::always_inline]] ~ChannelOpAwaiter() {
     if (heldLock_ != nullptr) [[unlikely]]
-      heldLock_->unlock();
+      releaseHeldLock();
   }
 
   // Links the node and suspends: the operation could not complete in await_ready, which
@@ -69,8 +69,8 @@ class ChannelOpAwaiter {
       channel_->enqueueReceiverLocked(&node_);
     }
     // From the unlock on, the other side may resume us on another thread and the
-    // awaiter may be gone: take the lock out of the awaiter first, touch nothing after.
-    std::exchange(heldLock_, nullptr)->unlock();
+    // awaiter may be gone: releaseHeldLock touches nothing of it after the unlock.
+    releaseHeldLock();
   }
 
  protected:
@@ -86,8 +86,7 @@ class ChannelOpAwaiter {
     lock.lock();
     heldLock_ = &lock;  // released by the destructor if the operation throws
     if (node_.status == WaiterStatus::kCancelled) [[unlikely]] {
-      heldLock_ = nullptr;
-      lock.unlock();
+      releaseHeldLock();
       return true;
     }
     ChannelWaiter* wake = nullptr;
@@ -103,11 +102,15 @@ class ChannelOpAwaiter {
     }
     // A cancellation callback running later leaves a kDone or kClosed node alone.
     node_.status = result == ChannelOpResult::kDone ? WaiterStatus::kDone : WaiterStatus::kClosed;
-    heldLock_ = nullptr;
-    lock.unlock();
+    releaseHeldLock();
     if (wake != nullptr) resumeChannelWaiter(wake);
     return true;
   }
+
+  // Takes the held channel lock out of the awaiter, then releases it: nothing of the
+  // awaiter is touched after the unlock (once await_suspend has linked the node, the
+  // awaiter may be gone by then).
+  void releaseHeldLock() noexcept { std::exchange(heldLock_, nullptr)->unlock(); }
 
   // Step 1 (token_ is not null); false if cancellation was requested before the
   // operation started (the operation must then not run). Throws std::bad_alloc if the

@@ -263,7 +263,11 @@ def stackful_section(w, runs, memory, files):
     memory. Returns the list of missed targets."""
     misses = []
     go = all_benches(runs, "go")
-    go_extras = load_go_extras([p for (label, _), paths in files.items() if label == "go" for p in paths])
+    go_paths = [p for (label, _), paths in files.items() if label == "go" for p in paths]
+    go_extras = load_go_extras(go_paths)
+    # How many rounds run.sh spread the Go programs over: the r<k> of their files.
+    go_rounds = len({m.group(1) for p in go_paths
+                     if (m := re.search(r"\.r(\d+)\.json$", os.path.basename(p)))}) or 1
     labels = [label for label in ("gcc", "clang") if label in runs]
     if not any(find_bench(all_benches(runs, l), "BM_Fiber_CreateRunDestroy") for l in labels) and not go:
         return misses
@@ -313,9 +317,9 @@ def stackful_section(w, runs, memory, files):
         w("### Go comparison")
         w("")
         w("Programs in `benchmark/go/` (Go " + (sh("go", "env", "GOVERSION") or "version unknown") +
-          "), run by `benchmark/run.sh` in three rounds spread over the C++ benchmarks' run "
-          "(before, between and after the two compilers' builds), their repetitions pooled; "
-          "medians, on the same clock as the C++ benchmark each is compared with "
+          "), run by `benchmark/run.sh` in rounds spread over the C++ benchmarks' run (" +
+          str(go_rounds) + " here), their repetitions pooled; medians, on the same clock as "
+          "the C++ benchmark each is compared with "
           "(`GOMAXPROCS(1)`: its wall time is its CPU time). Ratio = C++ / Go: below 1, weft is faster.")
         w("")
         w("| C++ benchmark | compiler | C++ | Go benchmark | Go | ratio | target |")
