@@ -13,7 +13,8 @@
 namespace weft {
 
 namespace detail {
-struct TimerEntry;  // executors/detail/timer_queue.h
+struct TimerEntry;   // executors/detail/timer_queue.h
+class SoloRunQueue;  // executors/detail/solo_run_queue.h
 }  // namespace detail
 
 // Thrown by Executor::schedule when the executor no longer accepts work (it has been
@@ -135,13 +136,22 @@ class Executor {
   virtual std::coroutine_handle<> exchangeNextHandle(HandleFilter accept,
                                                      std::coroutine_handle<> requeue) noexcept;
 
+  // The run queue of a single-worker ThreadPool, through which the two functions above
+  // can be done inline (detail::SoloRunQueue says why and how); null for every other
+  // executor. noexcept: reads a member fixed at construction.
+  detail::SoloRunQueue* soloRunQueue() const noexcept { return soloRunQueue_; }
+
  protected:
+  // Set once, by the constructor of an executor that has such a queue.
+  void setSoloRunQueue(detail::SoloRunQueue* queue) noexcept { soloRunQueue_ = queue; }
+
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it
   // with job->complete(job, false) and throws ExecutorShutDown.
   virtual void scheduleJob(detail::Job* job) = 0;
 
  private:
   std::string name_;
+  detail::SoloRunQueue* soloRunQueue_ = nullptr;
 };
 
 }  // namespace weft

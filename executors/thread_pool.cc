@@ -100,8 +100,7 @@ struct alignas(64) ThreadPoolWorker {
 
   ThreadPool* const pool;
   const std::size_t index;
-  WorkStealingQueue queue;         // used when the pool has several workers
-  RingBuffer<WorkItem> soloQueue;  // used by ThreadPool(1) instead
+  WorkStealingQueue queue;  // used when the pool has several workers
   // 1 when the worker has been woken (or told to exit); it waits while it is 0.
   std::atomic<std::uint32_t> wakeToken{0};
   bool inIdle = false;  // guarded by ThreadPool::idleMutex_
@@ -129,6 +128,7 @@ ThreadPool::ThreadPool(std::size_t threads, std::string name)
       solo_(threads == 1),
       timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this) {
   if (threads == 0) throw std::invalid_argument("weft: a ThreadPool needs at least one thread");
+  if (solo_) setSoloRunQueue(&soloRun_);
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i));
@@ -222,7 +222,7 @@ detail::WorkItem ThreadPool::takeDueTimer() noexcept {
 // instructions with no register saves.
 inline void ThreadPool::pushLocal(Worker& self, detail::WorkItem item) {
   if (solo_) {
-    self.soloQueue.push(item);  // the only worker is this one, and it is awake
+    soloRun_.items.push(item);  // the only worker is this one, and it is awake
     return;
   }
   pushShared(self, item);
@@ -235,7 +235,7 @@ void ThreadPool::pushShared(Worker& self, detail::WorkItem item) {
 
 inline detail::WorkItem ThreadPool::popLocal(Worker& self) noexcept {
   // noexcept: both pops are noexcept.
-  if (solo_) return self.soloQueue.empty() ? detail::WorkItem() : self.soloQueue.pop();
+  if (solo_) return soloRun_.items.empty() ? detail::WorkItem() : soloRun_.items.pop();
   return self.queue.pop();
 }
 
@@ -286,37 +286,23 @@ void ThreadPool::scheduleJob(detail::Job* job) {
 }
 
 std::coroutine_handle<> ThreadPool::takeNextHandle() noexcept {
+  if (solo_) return soloRun_.takeNextHandle();
   Worker* self = tlWorker;
   if (self == nullptr || self->pool != this) return {};
   // Relaxed: as in workerMain, which would run a due timer before its next item.
   if (timerDueSize_.load(std::memory_order_relaxed) != 0) return {};
-  detail::WorkItem item;
-  if (solo_) {
-    if (self->soloQueue.empty() || self->soloQueue.front().isJob()) return {};
-    item = self->soloQueue.pop();
-  } else {
-    item = self->queue.popIf([](detail::WorkItem next) noexcept { return !next.isJob(); });
-    if (item.empty()) return {};
-  }
+  detail::WorkItem item =
+      self->queue.popIf([](detail::WorkItem next) noexcept { return !next.isJob(); });
+  if (item.empty()) return {};
   return item.handle();
 }
 
 std::coroutine_handle<> ThreadPool::exchangeNextHandle(HandleFilter accept,
                                                        std::coroutine_handle<> requeue) noexcept {
+  // Only ThreadPool(1) can promise that `requeue` is not taken by another worker before
+  // the caller is done with it.
   if (!solo_) return {};
-  Worker* self = tlWorker;
-  if (self == nullptr || self->pool != this) return {};
-  // Relaxed: as in workerMain and push(). Outside work or a due timer waiting: decline,
-  // so that the caller's requeue goes through push(), which orders it after them.
-  if (timerDueSize_.load(std::memory_order_relaxed) != 0 ||
-      injectionSize_.load(std::memory_order_relaxed) != 0) {
-    return {};
-  }
-  if (self->soloQueue.empty()) return {};
-  const detail::WorkItem next = self->soloQueue.front();
-  if (next.isJob() || !accept(next.handle())) return {};
-  self->soloQueue.rotate(detail::WorkItem::fromHandle(requeue));  // next out, requeue in
-  return next.handle();
+  return soloRun_.exchangeNextHandle(accept, requeue);
 }
 
 detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
@@ -335,8 +321,8 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
     return injection_.pop();
   };
   if (solo_) {
-    self.soloQueue.reserveFor(queued);
-    for (std::size_t i = 0; i < queued; ++i) self.soloQueue.push(next());
+    soloRun_.items.reserveFor(queued);
+    for (std::size_t i = 0; i < queued; ++i) soloRun_.items.push(next());
   } else {
     self.queue.pushBatch(queued, next);
   }
@@ -348,6 +334,7 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
 
 void ThreadPool::workerMain(Worker& self) {
   tlWorker = &self;
+  if (solo_) soloRun_.bind();
 #if defined(__linux__)
   {
     std::string threadName = std::string(name()) + "-" + std::to_string(self.index);
@@ -359,7 +346,8 @@ void ThreadPool::workerMain(Worker& self) {
     detail::WorkItem item;
     // Relaxed: a stale zero only lets one more queued item run before a due timer; the
     // delivery's wake-up (rule 1) covers the workers that are not running.
-    if (timerDueSize_.load(std::memory_order_relaxed) != 0) [[unlikely]] item = takeDueTimer();
+    if (timerDueSize_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      item = takeDueTimer();
     if (item.empty()) item = popLocal(self);
     if (item.empty()) {
       item = findWork(self);
@@ -372,6 +360,7 @@ void ThreadPool::workerMain(Worker& self) {
     }
   }
   tlWorker = nullptr;
+  detail::SoloRunQueue::unbind();
 }
 
 detail::WorkItem ThreadPool::searchOnce(Worker& self) {

@@ -11,6 +11,7 @@
 
 #include "executors/detail/job.h"
 #include "executors/detail/ring_buffer.h"
+#include "executors/detail/solo_run_queue.h"
 #include "executors/detail/timer_queue.h"
 #include "executors/executor.h"
 
@@ -181,6 +182,10 @@ class ThreadPool final : public Executor {
   // every worker before each item, so it has a cache line of its own that is written
   // only when timers fire.
   alignas(64) std::atomic<std::size_t> timerDueSize_{0};
+
+  // ThreadPool(1)'s worker queue (nobody steals from it: no atomics). After the two
+  // counters it reads; unused by a pool of several workers.
+  detail::SoloRunQueue soloRun_{timerDueSize_, injectionSize_};
 
   // Wake-up protocol (see thread_pool.cc): how many workers are awake and looking for
   // work, and how many are in idle_.

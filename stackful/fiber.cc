@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "executors/detail/solo_run_queue.h"
 #include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
 #include "stackful/detail/fiber_local_storage.h"
@@ -354,17 +355,30 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
 #if !WEFT_ASAN && !WEFT_TSAN
   if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
     AwaitLink& link = *awaitLink_;
+    // ThreadPool(1)'s queue is taken from inline (detail::SoloRunQueue says why); other
+    // executors through their virtual functions.
+    SoloRunQueue* const solo = link.executor->soloRunQueue();
     // A yield on an executor where only this thread takes what it queues (ThreadPool(1)):
     // the requeue is done here, with the take, and nothing is left to act on.
     if (link.yieldRequested) {
-      if (std::coroutine_handle<> next =
-              link.executor->exchangeNextHandle(&isSuspendedFiberDriver, link.driver)) {
+      FiberCore* fiber = nullptr;
+      const std::coroutine_handle<> next =
+          solo != nullptr ? solo->exchangeNextHandle(
+                                [&fiber](std::coroutine_handle<> h) noexcept {
+                                  fiber = fiberToSwitchTo(h);
+                                  return fiber != nullptr;
+                                },
+                                link.driver)
+                          : link.executor->exchangeNextHandle(&isSuspendedFiberDriver, link.driver);
+      if (next) {
         link.yieldRequested = false;
         // The filter has checked it is a suspended fiber's driver.
-        return handOffTo(fiberOfDriver(next), &FiberCore::handOffOnTopRequeued);
+        return handOffTo(fiber != nullptr ? fiber : fiberOfDriver(next),
+                         &FiberCore::handOffOnTopRequeued);
       }
     }
-    if (std::coroutine_handle<> next = link.executor->takeNextHandle()) {
+    if (std::coroutine_handle<> next =
+            solo != nullptr ? solo->takeNextHandle() : link.executor->takeNextHandle()) {
       if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) {
         return handOffTo(fiber, &FiberCore::handOffOnTop);
       }

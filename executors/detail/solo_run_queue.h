@@ -1,0 +1,92 @@
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstddef>
+
+#include "executors/detail/job.h"
+#include "executors/detail/ring_buffer.h"
+
+namespace weft::detail {
+
+class SoloRunQueue;
+
+// The SoloRunQueue whose worker is the calling thread, or nullptr. constinit and a plain
+// pointer: reading it is one thread-pointer-relative load, no TLS wrapper call.
+inline constinit thread_local SoloRunQueue* tlOwnedSoloRunQueue = nullptr;
+
+// The run queue of ThreadPool(1)'s only worker, and the two rules that decide whether
+// that worker may take its next item straight from it instead of going back to its loop.
+//
+// Why it is visible outside the pool: the fibers' hand-off (stackful/fiber.cc) takes the
+// next coroutine of its executor's queue at every park and every yield. Through the
+// virtual Executor::takeNextHandle/exchangeNextHandle that is a virtual call, a call
+// through the filter and their register saves (about a quarter of a fiber yield's
+// instructions); with the queue in reach (Executor::soloRunQueue()) it is a few inline
+// loads. ThreadPool's own overrides call the same functions, so both paths follow the
+// same rules.
+//
+// Nobody steals from ThreadPool(1)'s worker, so `items` needs no atomics: only the worker
+// touches it. Every other thread pushes to the pool's injection queue. The two counters it
+// reads belong to the pool: expired timers waiting (which the loop runs first), and
+// outside work waiting (which the pool orders before the worker's next local push).
+//
+// Thread safety: takeNextHandle and exchangeNextHandle may be called from any thread;
+// they answer null everywhere but on the owning worker. Everything else: the owning
+// worker only (and the pool while no worker runs).
+class SoloRunQueue {
+ public:
+  SoloRunQueue(const std::atomic<std::size_t>& timerDueSize,
+               const std::atomic<std::size_t>& injectionSize) noexcept
+      : timerDueSize_(timerDueSize), injectionSize_(injectionSize) {}
+  SoloRunQueue(const SoloRunQueue&) = delete;
+  SoloRunQueue& operator=(const SoloRunQueue&) = delete;
+
+  // The worker's queue. Owner only.
+  RingBuffer<WorkItem> items;
+
+  // The worker calls bind() when it starts and unbind() when it exits. noexcept: a
+  // thread_local store.
+  void bind() noexcept { tlOwnedSoloRunQueue = this; }
+  static void unbind() noexcept { tlOwnedSoloRunQueue = nullptr; }
+  // True on the owning worker. noexcept: a thread_local load.
+  bool ownedByCallingThread() const noexcept { return tlOwnedSoloRunQueue == this; }
+
+  // Executor::takeNextHandle: on the worker, with no due timer waiting, pops the oldest
+  // item if it is a coroutine handle. noexcept: loads and a pop.
+  [[gnu::always_inline]] std::coroutine_handle<> takeNextHandle() noexcept {
+    if (!ownedByCallingThread()) return {};
+    // Relaxed: as the worker's loop, which would run a due timer before its next item.
+    if (timerDueSize_.load(std::memory_order_relaxed) != 0) return {};
+    if (items.empty() || items.front().isJob()) return {};
+    return items.pop().handle();
+  }
+
+  // Executor::exchangeNextHandle: on the worker, with no due timer and no outside work
+  // waiting (so that `requeue` goes behind them, through a normal schedule), if the
+  // oldest item is a coroutine handle `h` with accept(h), replaces it by `requeue` at the
+  // back and returns h. `accept` is any callable bool(std::coroutine_handle<>) noexcept,
+  // inlined. noexcept: loads and a rotation.
+  template <class Accept>
+  [[gnu::always_inline]] std::coroutine_handle<> exchangeNextHandle(
+      Accept&& accept, std::coroutine_handle<> requeue) noexcept {
+    if (!ownedByCallingThread()) return {};
+    // Relaxed: as the worker's loop and the pool's push, which take these counters as
+    // hints; what happens-before this call is seen (coherence).
+    if (timerDueSize_.load(std::memory_order_relaxed) != 0 ||
+        injectionSize_.load(std::memory_order_relaxed) != 0) {
+      return {};
+    }
+    if (items.empty()) return {};
+    const WorkItem next = items.front();
+    if (next.isJob() || !accept(next.handle())) return {};
+    items.rotate(WorkItem::fromHandle(requeue));  // next out, requeue in
+    return next.handle();
+  }
+
+ private:
+  const std::atomic<std::size_t>& timerDueSize_;
+  const std::atomic<std::size_t>& injectionSize_;
+};
+
+}  // namespace weft::detail
