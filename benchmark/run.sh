@@ -19,6 +19,9 @@
 #   4b. every Go comparison program benchmark/go/<name>/ (`go run`, offline, GOMAXPROCS set
 #      by the program), when `go` is installed, in three rounds spread over step 3 (before,
 #      between and after the C++ builds' runs): JSON in go.go_<name>.r<k>.json
+#   4c. paired rounds (when `go` is installed): each Go comparison that has a target, its
+#      C++ benchmarks and its Go program run right after each other, 5 times: JSON in
+#      paired/ (report.py judges those targets on the median of the per-round ratios)
 #   5. callgrind instruction counts per iteration of the Lazy benchmarks and their
 #      baselines (repeatable where timings on a shared machine are not); skipped
 #      without valgrind
@@ -31,6 +34,7 @@
 #   WEFT_BENCH_FILTER=regex    --benchmark_filter (default: all)
 #   WEFT_BENCH_SKIP_ALT=1      no -O2/-O3 comparison
 #   WEFT_BENCH_SKIP_CALLGRIND=1  no instruction counts
+#   WEFT_BENCH_SKIP_PAIRED=1   no paired rounds (step 4c)
 #   JOBS=n                     build parallelism
 # About 12 minutes on 2 cores, half of it compiling the 1000-deep template chains. Run it
 # on an idle machine: the report records the load average at the start.
@@ -189,6 +193,47 @@ run_go_round() {
   done < <(go_programs)
 }
 
+# Paired rounds: the Go comparisons that have a target, measured a second way. Even
+# spread over the run, a Go program and the C++ benchmark it is compared with may run
+# minutes apart, on a machine whose speed drifts by 2 x over minutes. Here each round runs
+# the C++ benchmarks of one pair (g++ and clang++ builds) and then its Go program, right
+# after each other, and report.py takes the ratio within each round: the median over the
+# rounds is what the targets are judged on. Files in ${results}/paired/:
+# <label>.<module>_<unit>.r<k>.json and go.go_<name>.r<k>.json.
+paired_rounds=5
+paired_repetitions=3
+# <benchmark binary under benchmark/>|<--benchmark_filter>|<benchmark/go program>
+paired_comparisons=(
+  "stackful/fiber_benchmark|^BM_Fiber_YieldViaExecutor(/|\$)|gosched_pingpong"
+  "coro/channel_benchmark|^BM_(Fiber)?Channel_PingPong(/|\$)|channel_pingpong"
+)
+run_paired_rounds() {
+  command -v go >/dev/null || return 0
+  local dir="${results}/paired" round comparison bin regex program label unit out
+  mkdir -p "${dir}"
+  for round in $(seq 1 "${paired_rounds}"); do
+    for comparison in "${paired_comparisons[@]}"; do
+      IFS='|' read -r bin regex program <<<"${comparison}"
+      unit="$(dirname "${bin}")_$(basename "${bin}")"
+      banner "paired round ${round} of ${paired_rounds}: ${bin} ${regex} / go ${program}"
+      for label in gcc clang; do
+        "build/bench-${label}/benchmark/${bin}" --benchmark_filter="${regex}" \
+          --benchmark_repetitions="${paired_repetitions}" --benchmark_min_time="${min_time}" \
+          --benchmark_display_aggregates_only=true --benchmark_out_format=json \
+          --benchmark_out="${dir}/${label}.${unit}.r${round}.json"
+      done
+      out="${dir}/go.go_${program}.r${round}.json"
+      if (cd benchmark/go && GOTOOLCHAIN=local GOFLAGS= GOPROXY=off \
+            go run "./${program}" -repetitions "${paired_repetitions}") >"${out}.part"; then
+        mv "${out}.part" "${out}"
+      else
+        rm -f "${out}.part"
+        echo "benchmark/go/${program} failed in paired round ${round}" >&2
+      fi
+    done
+  done
+}
+
 start_seconds=${SECONDS}
 banner "packages"
 install_missing
@@ -236,6 +281,7 @@ for label in gcc clang; do
   done < <(benchmarks_in "build/bench-${label}")
 done
 run_go_round 3
+[[ "${WEFT_BENCH_SKIP_PAIRED:-0}" == 1 ]] || run_paired_rounds
 if [[ -n "${alt_flags}" ]]; then
   per_round=$(((repetitions + rounds - 1) / rounds))
   for round in $(seq 1 "${rounds}"); do
