@@ -196,40 +196,47 @@ run_go_round() {
 # Paired rounds: the Go comparisons that have a target, measured a second way. Even
 # spread over the run, a Go program and the C++ benchmark it is compared with may run
 # minutes apart, on a machine whose speed drifts by 2 x over minutes. Here each round runs
-# the C++ benchmarks of one pair (g++ and clang++ builds) and then its Go program, right
-# after each other, and report.py takes the ratio within each round: the median over the
+# the C++ benchmarks of one pair (g++ and clang++ builds) and its Go program, right after
+# each other, and report.py takes the ratio within each round: the median over the
 # rounds is what the targets are judged on. Files in ${results}/paired/:
 # <label>.<module>_<unit>.r<k>.json and go.go_<name>.r<k>.json.
 paired_rounds=5
 paired_repetitions=3
-# <benchmark binary under benchmark/>|<--benchmark_filter>|<benchmark/go program>
+# "<benchmark binary under benchmark/> <--benchmark_filter> <benchmark/go program>"
+# (space-separated: the filters contain `|`)
 paired_comparisons=(
-  "stackful/fiber_benchmark|^BM_Fiber_YieldViaExecutor(/|\$)|gosched_pingpong"
-  "coro/channel_benchmark|^BM_(Fiber)?Channel_PingPong(/|\$)|channel_pingpong"
+  "stackful/fiber_benchmark ^BM_Fiber_YieldViaExecutor(/|\$) gosched_pingpong"
+  "coro/channel_benchmark ^BM_(Fiber)?Channel_PingPong(/|\$) channel_pingpong"
 )
 run_paired_rounds() {
   command -v go >/dev/null || return 0
-  local dir="${results}/paired" round comparison bin regex program label unit out
+  local dir="${results}/paired" round comparison bin regex program label unit out order
   mkdir -p "${dir}"
   for round in $(seq 1 "${paired_rounds}"); do
     for comparison in "${paired_comparisons[@]}"; do
-      IFS='|' read -r bin regex program <<<"${comparison}"
+      read -r bin regex program <<<"${comparison}"
       unit="$(dirname "${bin}")_$(basename "${bin}")"
       banner "paired round ${round} of ${paired_rounds}: ${bin} ${regex} / go ${program}"
-      for label in gcc clang; do
-        "build/bench-${label}/benchmark/${bin}" --benchmark_filter="${regex}" \
-          --benchmark_repetitions="${paired_repetitions}" --benchmark_min_time="${min_time}" \
-          --benchmark_display_aggregates_only=true --benchmark_out_format=json \
-          --benchmark_out="${dir}/${label}.${unit}.r${round}.json"
+      # Odd rounds run g++, clang++, Go; even rounds the reverse: no side always goes first.
+      order=(gcc clang go)
+      ((round % 2 == 0)) && order=(go clang gcc)
+      for label in "${order[@]}"; do
+        if [[ "${label}" != go ]]; then
+          "build/bench-${label}/benchmark/${bin}" --benchmark_filter="${regex}" \
+            --benchmark_repetitions="${paired_repetitions}" --benchmark_min_time="${min_time}" \
+            --benchmark_display_aggregates_only=true --benchmark_out_format=json \
+            --benchmark_out="${dir}/${label}.${unit}.r${round}.json"
+          continue
+        fi
+        out="${dir}/go.go_${program}.r${round}.json"
+        if (cd benchmark/go && GOTOOLCHAIN=local GOFLAGS= GOPROXY=off \
+              go run "./${program}" -repetitions "${paired_repetitions}") >"${out}.part"; then
+          mv "${out}.part" "${out}"
+        else
+          rm -f "${out}.part"
+          echo "benchmark/go/${program} failed in paired round ${round}" >&2
+        fi
       done
-      out="${dir}/go.go_${program}.r${round}.json"
-      if (cd benchmark/go && GOTOOLCHAIN=local GOFLAGS= GOPROXY=off \
-            go run "./${program}" -repetitions "${paired_repetitions}") >"${out}.part"; then
-        mv "${out}.part" "${out}"
-      else
-        rm -f "${out}.part"
-        echo "benchmark/go/${program} failed in paired round ${round}" >&2
-      fi
     done
   done
 }

@@ -292,7 +292,7 @@ def paired_table(w, paired, misses):
     w("#### Paired rounds: the targets")
     w("")
     w("The table above pairs medians taken minutes apart. Here each round ran a comparison's "
-      "C++ benchmarks and then its Go program, right after each other "
+      "C++ benchmarks and its Go program right after each other, in alternating order "
       "(`benchmark/run.sh` step 4c); the ratio is taken within each round, and the targets "
       "are judged on the median of those ratios. The spread of the ratios shows how far "
       "the machine's drift moves them.")
