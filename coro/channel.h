@@ -50,6 +50,11 @@ class ChannelOpAwaiter {
       : channel_(&channel), token_(token) {
     node_.executor = executor;
   }
+  // Made with an executor, a waiter is resumed only by scheduling it there (see
+  // resumeChannelWaiter), never by await_suspend: a fiber on ThreadPool(1) may act on
+  // its park before it switches out (stackful/detail/await_link.h).
+  static constexpr bool kResumesOnlyThroughExecutor = true;
+
   ChannelOpAwaiter(const ChannelOpAwaiter&) = delete;
   ChannelOpAwaiter& operator=(const ChannelOpAwaiter&) = delete;
   // Releases the channel lock if await_ready left it held and no await_suspend followed

@@ -10,6 +10,7 @@
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
 #include "coro/lazy.h"
+#include "executors/detail/solo_run_queue.h"
 #include "executors/executor.h"
 #include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
@@ -66,6 +67,39 @@ using FiberAwaitResult =
 
 [[noreturn]] void throwAwaitOutsideExecutorFiber(bool inFiber);
 
+// await()'s park when the fiber may act on it before switching out (see
+// ResumesOnlyThroughExecutor): on ThreadPool(1)'s own thread, calls await_suspend with
+// the driver's handle, then switches to the next fiber in the queue (or back to the
+// resumer) with nothing left to do after the switch. False, having done nothing, on any
+// other executor or thread. Errors: ForcedUnwind when the fiber is being destroyed; what
+// await_suspend throws (the await did not suspend then).
+template <class Awaiter>
+[[gnu::always_inline]] inline bool parkActingFirst(FiberCore* core, AwaitLink& link,
+                                                   Awaiter& awaiter) {
+  SoloRunQueue* const solo = link.executor->soloRunQueue();
+  if (solo == nullptr || !solo->ownedByCallingThread()) return false;
+  core->throwIfUnwinding();  // before the driver's handle is out
+  bool suspended;
+  if constexpr (std::is_void_v<decltype(awaiter.await_suspend(link.driver))>) {
+    awaiter.await_suspend(link.driver);
+    suspended = true;
+  } else {
+    static_assert(std::is_same_v<decltype(awaiter.await_suspend(link.driver)), bool>,
+                  "kResumesOnlyThroughExecutor: await_suspend returns void or bool");
+    suspended = awaiter.await_suspend(link.driver);
+  }
+  if (suspended) {
+#if WEFT_ASAN || WEFT_TSAN
+    link.suspendOn = nullptr;  // acted on: the resumer has nothing left to do
+    core->suspend();
+#else
+    const FiberCore::ParkSwitch park = core->prepareSuspendActedOn(*solo);
+    if (park.fiber != nullptr) FiberCore::switchOut(park);
+#endif
+  }
+  return true;
+}
+
 }  // namespace detail
 
 // await(x): inside a fiber started by spawnFiber, suspends the fiber until the awaitable
@@ -110,18 +144,24 @@ detail::FiberAwaitResult<A> await(A&& awaitable) {
   using Awaiter = std::remove_reference_t<decltype(awaiter)>;
   // Ready (a channel with a value waiting, a free mutex, ...): no switch at all.
   if (!awaiter.await_ready()) {
-    link->awaiter = static_cast<void*>(std::addressof(awaiter));
-    link->suspendOn = &detail::suspendDriverOn<Awaiter>;
-    link->mayHandOff = detail::kParkMayHandOff<Awaiter>;
-    // The driver is suspended on the awaiter; its resumption resumes us. The switch is
-    // made here, in the caller's frame (see FiberCore::prepareSuspend).
+    bool actedOn = false;
+    if constexpr (detail::ResumesOnlyThroughExecutor<Awaiter>) {
+      actedOn = detail::parkActingFirst(core, *link, awaiter);
+    }
+    if (!actedOn) {
+      link->awaiter = static_cast<void*>(std::addressof(awaiter));
+      link->suspendOn = &detail::suspendDriverOn<Awaiter>;
+      link->mayHandOff = detail::kParkMayHandOff<Awaiter>;
+      // The driver is suspended on the awaiter; its resumption resumes us. The switch is
+      // made here, in the caller's frame (see FiberCore::prepareSuspend).
 #if WEFT_ASAN || WEFT_TSAN
-    core->suspend();
+      core->suspend();
 #else
-    detail::FiberCore::switchOut(core->prepareSuspend());
+      detail::FiberCore::switchOut(core->prepareSuspend());
 #endif
-    if (link->suspendError) [[unlikely]]
-      std::rethrow_exception(std::exchange(link->suspendError, nullptr));
+      if (link->suspendError) [[unlikely]]
+        std::rethrow_exception(std::exchange(link->suspendError, nullptr));
+    }
   }
   if constexpr (std::is_void_v<T>) {
     awaiter.await_resume();

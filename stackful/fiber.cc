@@ -372,9 +372,9 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
                           : link.executor->exchangeNextHandle(&isSuspendedFiberDriver, link.driver);
       if (next) {
         link.yieldRequested = false;
-        // The filter has checked it is a suspended fiber's driver.
-        return handOffTo(fiber != nullptr ? fiber : fiberOfDriver(next),
-                         &FiberCore::handOffOnTopRequeued);
+        // The filter has checked it is a suspended fiber's driver. Nothing is left to act
+        // on: a plain switch (next's arrived() records where we stopped).
+        return handOffTo(fiber != nullptr ? fiber : fiberOfDriver(next), nullptr);
       }
     }
     if (std::coroutine_handle<> next =
@@ -391,10 +391,27 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
 
 FiberCore::ParkSwitch FiberCore::prepareSuspend() { return prepareSuspendInline(); }
 
-ContextTransfer FiberCore::handOffOnTopRequeued(ContextTransfer transfer) noexcept {
-  static_cast<FiberCore*>(transfer.data)->context_ = transfer.context;
-  FiberCore* running = tCurrent;
-  return ContextTransfer{running->context_, running};
+FiberCore::ParkSwitch FiberCore::prepareSuspendActedOn(SoloRunQueue& solo) noexcept {
+  state_ = State::kSuspended;
+  AwaitLink& link = *awaitLink_;
+  link.suspendOn = nullptr;  // acted on: nothing is left for whoever runs the driver next
+#if !WEFT_ASAN && !WEFT_TSAN
+  if (std::coroutine_handle<> next = solo.takeNextHandle()) {
+    if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) {
+      if (fiber == this) [[unlikely]] {
+        // Our own driver, woken already (a cancellation that fired as the awaiter armed
+        // it): taking it from the queue is resuming us. Go on without switching.
+        state_ = State::kRunning;
+        return ParkSwitch{nullptr, nullptr, nullptr};
+      }
+      return handOffTo(fiber, nullptr);
+    }
+    link.pending = next;
+  }
+#else
+  (void)solo;
+#endif
+  return ParkSwitch{this, context_, nullptr};
 }
 
 ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {

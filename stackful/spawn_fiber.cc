@@ -31,6 +31,12 @@
 //  - Not under ASan or TSan (their switch hooks must run in the frame of the switch), and
 //    not when await_suspend returns a coroutine to run next (await(lazy) starts the Lazy
 //    at once, by symmetric transfer from the thread's stack).
+//  - Acting first: on ThreadPool(1)'s own thread, an awaiter that resumes only through
+//    the executor (ResumesOnlyThroughExecutor: channel operations) has its await_suspend
+//    called by the fiber itself before it switches out (await(), parkActingFirst):
+//    nobody can run the driver before this thread is back at its queue. The hand-off is
+//    then a plain switch, with nothing to do on the other side, as for a yield whose
+//    requeue was done with the take.
 // Order is the executor's: the fiber runs what the loop would have run next (the
 // executor declines when a due timer comes first), and a yield requeues the fiber behind
 // everything already queued, as the loop would.
@@ -91,6 +97,7 @@ inline std::coroutine_handle<> actOnPark(FiberCore* parked) noexcept {
       return driver;
     }
   }
+  if (link.suspendOn == nullptr) return {};  // await() acted on it before switching out
   try {
     return link.suspendOn(link.awaiter, link.driver);
   } catch (...) {
@@ -155,7 +162,6 @@ void noteFiberDriver(FiberDriverHandle driver) noexcept {
   (void)driver;
 #endif
 }
-
 
 void finishHandOff(FiberCore* parked) noexcept {
   Executor* const executor = parked->awaitLink()->executor;

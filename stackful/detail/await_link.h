@@ -119,6 +119,17 @@ struct ParkMayHandOff<ViaAwaiter<Inner>> {
 template <class Awaiter>
 inline constexpr bool kParkMayHandOff = ParkMayHandOff<std::remove_cv_t<Awaiter>>::value;
 
+// Awaiters that declare `static constexpr bool kResumesOnlyThroughExecutor = true`
+// promise, when made with an executor (coAwait(executor, ...)): await_suspend(h) returns
+// void or bool, does not resume h itself, and h is resumed later only by scheduling it on
+// that executor, from whichever thread completes or cancels the operation. Then, on
+// ThreadPool(1)'s own thread, a fiber may call await_suspend itself before it switches
+// out (await()): nobody can run the driver before this thread, busy with the switch,
+// gets back to its queue. That saves the act after the switch (finishHandOff).
+template <class Awaiter>
+concept ResumesOnlyThroughExecutor =
+    requires { requires bool(std::remove_cvref_t<Awaiter>::kResumesOnlyThroughExecutor); };
+
 // The resume function of fiber drivers' frames (spawn_fiber.cc), how FiberCore's
 // hand-off recognizes one in an executor's queue; null until the first spawnFiber.
 extern constinit std::atomic<void*> gFiberDriverResume;

@@ -66,6 +66,7 @@ struct EhState {
 
 // What an executor fiber's driver (spawn_fiber.h) and await() exchange across a switch.
 struct AwaitLink;
+class SoloRunQueue;
 
 class FiberCore {
  public:
@@ -159,6 +160,18 @@ class FiberCore {
     ContextTransfer (*onTop)(ContextTransfer);
   };
   ParkSwitch prepareSuspend();
+  // prepareSuspend() for a park already acted on by the fiber itself (await(), on
+  // ThreadPool(1)'s thread, for an awaiter that resumes only through the executor: see
+  // AwaitLink): it only decides where to go, handing the thread to the next fiber of
+  // `solo` or going back to the resumer. A null `fiber` in the result means "do not
+  // switch": the next coroutine in the queue was this fiber's own driver, already woken.
+  ParkSwitch prepareSuspendActedOn(SoloRunQueue& solo) noexcept;
+  // Throws ForcedUnwind when the fiber is being destroyed: it cannot park again (whoever
+  // caught ForcedUnwind gets it back). For await(), before it acts on a park itself.
+  void throwIfUnwinding() const {
+    if (unwinding_) [[unlikely]]
+      throw ForcedUnwind{};
+  }
   // Throws ForcedUnwind when the fiber is destroyed while parked here (unwindOnTop).
   static void switchOut(const ParkSwitch& park) {
     FiberCore* fiber = park.fiber;
@@ -171,14 +184,17 @@ class FiberCore {
   // it. Throws NotInFiber outside a fiber and ForcedUnwind when the fiber is being
   // destroyed.
   static ParkSwitch beginYield();
-  // Called on the fiber's stack right after each switch into it: records the resuming
-  // context, where the next suspension goes back to. noexcept: a store (and ASan's finish
-  // hook), on a path that cannot report failure.
+  // Called on the fiber's stack right after each switch into it: records the context
+  // that switched here in the fiber that sent it (transfer.data). A resumer passes the
+  // fiber it resumes, so that is this fiber's resuming context, where its next suspension
+  // goes back to; a fiber that hands the thread over passes itself, so its own context
+  // is recorded before it can be resumed (this fiber inherited its resumer, handOffTo).
+  // noexcept: a store (and ASan's finish hook), on a path that cannot report failure.
   void arrived(ContextTransfer transfer) noexcept {
 #if WEFT_ASAN
-    arrivedSanitized(transfer);
+    arrivedSanitized(transfer);  // no hand-offs under ASan: the sender is the resumer
 #else
-    context_ = transfer.context;
+    static_cast<FiberCore*>(transfer.data)->context_ = transfer.context;
 #endif
   }
 
@@ -263,13 +279,13 @@ class FiberCore {
   void switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer));
   void resumeSanitized();
   // prepareSuspend()'s hand-off to `next` (suspended, on this thread): next takes over
-  // this fiber's resumer and the thread's fiber state; `onTop`, run on next's stack
-  // before it continues, records where this fiber stopped and, for handOffOnTop, acts on
-  // its park (handOffOnTopRequeued: a yield whose requeue was already done).
+  // this fiber's resumer and the thread's fiber state. Where this fiber stopped is
+  // recorded by next's arrived(); `onTop` (handOffOnTop), when the park is still to be
+  // acted on, runs on next's stack before it continues. Null when there is nothing to do
+  // (a yield whose requeue was done with the take, a park acted on before the switch).
   ParkSwitch handOffTo(FiberCore* next, ContextTransfer (*onTop)(ContextTransfer)) noexcept;
   ParkSwitch prepareSuspendInline();
   static ContextTransfer handOffOnTop(ContextTransfer transfer) noexcept;
-  static ContextTransfer handOffOnTopRequeued(ContextTransfer transfer) noexcept;
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
   void unwindSuspended();
   static ContextTransfer unwindOnTop(ContextTransfer transfer);

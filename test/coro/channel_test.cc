@@ -50,9 +50,7 @@ void startDetached(Lazy<T> lazy, bool* done, std::exception_ptr* error = nullptr
 
 Lazy<void> sendOne(Channel<int>& ch, int value) { co_await ch.send(value); }
 
-Lazy<void> receiveInto(Channel<int>& ch, std::optional<int>* out) {
-  *out = co_await ch.receive();
-}
+Lazy<void> receiveInto(Channel<int>& ch, std::optional<int>* out) { *out = co_await ch.receive(); }
 
 TEST(ChannelTest, UnbufferedSendWaitsForAReceiver) {
   Channel<int> ch;
@@ -223,9 +221,8 @@ TEST(ChannelTest, CloseOfAClosedChannelThrows) {
 TEST(ChannelTest, ReceiveOnAClosedEmptyChannelReturnsAtOnce) {
   Channel<int> ch(4);
   ch.close();
-  std::optional<int> got = syncAwait([&]() -> Lazy<std::optional<int>> {
-    co_return co_await ch.receive();
-  }());
+  std::optional<int> got =
+      syncAwait([&]() -> Lazy<std::optional<int>> { co_return co_await ch.receive(); }());
   EXPECT_FALSE(got.has_value());
 }
 
@@ -335,13 +332,12 @@ TEST(ChannelTest, TaskWaiterResumesOnItsPoolWhenTheSenderIsElsewhere) {
     std::this_thread::sleep_for(1ms);  // let the receiver block (not required either way)
     syncAwait([&]() -> Lazy<void> { co_await ch.send(3); }());
   });
-  bool onPool = syncAwait(
-      [&]() -> Lazy<bool> {
-        waiting = true;
-        std::optional<int> v = co_await ch.receive();
-        co_return v == 3 && pool.currentThreadInExecutor();
-      }()
-                  .via(&pool));
+  bool onPool = syncAwait([&]() -> Lazy<bool> {
+    waiting = true;
+    std::optional<int> v = co_await ch.receive();
+    co_return v == 3 && pool.currentThreadInExecutor();
+  }()
+                                       .via(&pool));
   sender.join();
   EXPECT_TRUE(onPool);
 }
@@ -494,10 +490,9 @@ TEST(ChannelCancellationTest, AReceiveCancelledBeforeItStartsThrowsAndTakesNothi
   ASSERT_TRUE(ch.trySend(1));
   CancellationSource source;
   source.requestCancellation();
-  EXPECT_THROW(syncAwait(withCancellation(source.token(), [&]() -> Lazy<void> {
-                 co_await ch.receive();
-               }())),
-               OperationCancelled);
+  EXPECT_THROW(
+      syncAwait(withCancellation(source.token(), [&]() -> Lazy<void> { co_await ch.receive(); }())),
+      OperationCancelled);
   EXPECT_EQ(ch.size(), 1u) << "the buffered value must still be there";
 }
 
@@ -506,9 +501,8 @@ TEST(ChannelCancellationTest, ASendCancelledBeforeItStartsThrowsAndSendsNothing)
   CancellationSource source;
   source.requestCancellation();
   std::string value = "kept";
-  EXPECT_THROW(syncAwait(withCancellation(source.token(), [&]() -> Lazy<void> {
-                 co_await ch.send(std::move(value));
-               }())),
+  EXPECT_THROW(syncAwait(withCancellation(
+                   source.token(), [&]() -> Lazy<void> { co_await ch.send(std::move(value)); }())),
                OperationCancelled);
   EXPECT_EQ(ch.size(), 0u);
   EXPECT_EQ(value, "kept");
@@ -688,8 +682,8 @@ TEST_P(ChannelFiberTest, FibersAndLazysExchangeEveryValueExactlyOnce) {
     for (auto& fiber : fiberProducers) co_await std::move(fiber);
     ch.close();
   };
-  auto [producers, c2, c3] = syncAwait(
-      collectAllPara(producersThenClose(), lazyConsumer(2), lazyConsumer(3)).via(&pool));
+  auto [producers, c2, c3] =
+      syncAwait(collectAllPara(producersThenClose(), lazyConsumer(2), lazyConsumer(3)).via(&pool));
   producers.value();
   c2.value();
   c3.value();
@@ -707,6 +701,82 @@ INSTANTIATE_TEST_SUITE_P(Capacities, ChannelFiberTest,
                          [](const ::testing::TestParamInfo<std::size_t>& info) {
                            return "Capacity" + std::to_string(info.param);
                          });
+
+// Fibers on a ThreadPool(1) act on their channel parks before they switch out (see
+// stackful/await.h); outside threads send to and receive from them meanwhile: every value
+// arrives exactly once, whatever thread completes the operation.
+TEST_P(ChannelFiberTest, FibersOnOneThreadExchangeWithOutsideThreads) {
+  Watchdog watchdog(120s, "ChannelFiberTest.FibersOnOneThreadExchangeWithOutsideThreads");
+  constexpr int kPerProducer = 5000;
+  ThreadPool pool(1);
+  Channel<int> ch(GetParam());
+  // Producers 0, 1 and consumers 0, 1 are fibers; producers 2, 3 and consumers 2, 3 are
+  // plain threads (syncAwait on the channel).
+  std::vector<std::vector<int>> received(4);
+  std::vector<FiberFuture<void>> fiberProducers, fiberConsumers;
+  for (int p = 0; p < 2; ++p) {
+    fiberProducers.push_back(spawnFiber(&pool, [&ch, p] {
+      for (int i = 0; i < kPerProducer; ++i) await(ch.send(p * kPerProducer + i));
+    }));
+  }
+  for (int c = 0; c < 2; ++c) {
+    fiberConsumers.push_back(spawnFiber(&pool, [&ch, &received, c] {
+      while (std::optional<int> v = await(ch.receive())) received[c].push_back(*v);
+    }));
+  }
+  std::vector<std::thread> threads;
+  for (int p = 2; p < 4; ++p) {
+    threads.emplace_back([&ch, p] {
+      for (int i = 0; i < kPerProducer; ++i) syncAwait(ch.send(p * kPerProducer + i));
+    });
+  }
+  for (int c = 2; c < 4; ++c) {
+    threads.emplace_back([&ch, &received, c] {
+      while (std::optional<int> v = syncAwait(ch.receive())) received[c].push_back(*v);
+    });
+  }
+  for (auto& fiber : fiberProducers) syncAwait(std::move(fiber));
+  threads[0].join();
+  threads[1].join();
+  ch.close();
+  for (auto& fiber : fiberConsumers) syncAwait(std::move(fiber));
+  threads[2].join();
+  threads[3].join();
+
+  std::vector<int> all;
+  for (auto& values : received) all.insert(all.end(), values.begin(), values.end());
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(4 * kPerProducer));
+  for (int i = 0; i < 4 * kPerProducer; ++i) ASSERT_EQ(all[i], i);
+}
+
+// Two fibers bounce a value over two unbuffered channels on one thread: each park is
+// acted on by the parking fiber, which then switches straight into the other.
+TEST(ChannelFiberTest, PingPongBetweenTwoFibersOnOneThread) {
+  Watchdog watchdog(60s, "ChannelFiberTest.PingPongBetweenTwoFibersOnOneThread");
+  ThreadPool pool(1);
+  Channel<int> ping, pong;
+  constexpr int kRounds = 10000;
+  auto echo = spawnFiber(&pool, [&] {
+    int echoes = 0;
+    while (std::optional<int> v = await(ping.receive())) {
+      await(pong.send(*v + 1));
+      ++echoes;
+    }
+    return echoes;
+  });
+  auto driver = spawnFiber(&pool, [&] {
+    int v = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      await(ping.send(v));
+      v = *await(pong.receive());
+    }
+    ping.close();
+    return v;
+  });
+  EXPECT_EQ(syncAwait(std::move(driver)), kRounds);
+  EXPECT_EQ(syncAwait(std::move(echo)), kRounds);
+}
 
 TEST(ChannelFiberTest, PingPongBetweenAFiberAndALazyOnOneThread) {
   Watchdog watchdog(60s, "ChannelFiberTest.PingPongBetweenAFiberAndALazyOnOneThread");
@@ -730,7 +800,7 @@ TEST(ChannelFiberTest, PingPongBetweenAFiberAndALazyOnOneThread) {
     ping.close();
     co_return v;
   }()
-                           .via(&pool));
+                                    .via(&pool));
   EXPECT_EQ(last, kRounds);
   EXPECT_EQ(syncAwait(std::move(fiber)), kRounds);
 }
@@ -788,9 +858,12 @@ TEST(ChannelFiberTest, AFiberSelectsOverChannelsFedByLazys) {
   EXPECT_EQ(length, 100u);
 }
 
-TEST(ChannelFiberTest, AFibersCancellationTokenCancelsItsChannelWait) {
+// On one thread (the park acted on before the switch) and on two.
+class ChannelFiberCancellationTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ChannelFiberCancellationTest, AFibersCancellationTokenCancelsItsChannelWait) {
   Watchdog watchdog(60s, "ChannelFiberTest.AFibersCancellationTokenCancelsItsChannelWait");
-  ThreadPool pool(2);
+  ThreadPool pool(GetParam());
   Channel<int> ch;
   Channel<int> waiting(1);
   CancellationSource source;
@@ -814,6 +887,12 @@ TEST(ChannelFiberTest, AFibersCancellationTokenCancelsItsChannelWait) {
   EXPECT_FALSE(ch.trySend(1)) << "the cancelled fiber must have left the channel";
 }
 
+INSTANTIATE_TEST_SUITE_P(Threads, ChannelFiberCancellationTest,
+                         ::testing::Values(std::size_t{1}, std::size_t{2}),
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return "Threads" + std::to_string(info.param);
+                         });
+
 TEST(ChannelFiberTest, AFiberConsumesAnAsyncGeneratorStreamingAChannel) {
   Watchdog watchdog(60s, "ChannelFiberTest.AFiberConsumesAnAsyncGeneratorStreamingAChannel");
   ThreadPool pool(2);
@@ -831,7 +910,7 @@ TEST(ChannelFiberTest, AFiberConsumesAnAsyncGeneratorStreamingAChannel) {
     for (int i = 1; i <= 10; ++i) co_await ch.send(i);
     ch.close();
   }()
-                .via(&pool));
+                         .via(&pool));
   EXPECT_EQ(syncAwait(std::move(fiber)), 385);
 }
 

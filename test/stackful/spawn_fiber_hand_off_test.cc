@@ -21,9 +21,9 @@
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
 #include "stackful/await.h"
+#include "stackful/detail/tool_hooks.h"
 #include "stackful/fiber.h"
 #include "stackful/fiber_local.h"
-#include "stackful/detail/tool_hooks.h"
 #include "stackful/spawn_fiber.h"
 
 namespace weft {
@@ -170,6 +170,129 @@ TEST(SpawnFiberHandOffTest, AwaitSuspendThrowingReachesTheFiberAfterAHandOff) {
 TEST(SpawnFiberHandOffTest, AwaitSuspendResumingInlineDuringAHandOff) {
   Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.resumeInline = true});
   EXPECT_EQ(trace, "abasAbb");
+}
+
+// ---------------------------------------------------------------------------------------
+// Parks acted on before the switch: an awaiter that resumes only through the executor
+// (kResumesOnlyThroughExecutor) has its await_suspend called by the parking fiber itself,
+// on ThreadPool(1)'s thread, before it switches out (stackful/await.h). The outcomes of
+// await_suspend are then seen at once, before any other fiber runs.
+
+// OrderProbe for that path: made with the awaiting fiber's executor.
+struct ExecutorProbe {
+  static constexpr bool kResumesOnlyThroughExecutor = true;
+
+  Trace* trace = nullptr;
+  bool suspendResult = true;
+  bool throwOnSuspend = false;
+  Executor* executor = nullptr;
+
+  ExecutorProbe coAwait(Executor* awaitingExecutor) && noexcept {
+    ExecutorProbe probe = *this;
+    probe.executor = awaitingExecutor;
+    return probe;
+  }
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> awaiting) {
+    trace->push_back('s');
+    if (throwOnSuspend) throw std::runtime_error("from await_suspend");
+    if (!suspendResult) return false;
+    executor->schedule(awaiting);  // done: resumed through the executor, in its turn
+    return true;
+  }
+  int await_resume() const noexcept { return 7; }
+};
+static_assert(detail::ResumesOnlyThroughExecutor<ExecutorProbe>);
+static_assert(!detail::ResumesOnlyThroughExecutor<OrderProbe>);
+
+// As awaitProbeWhileAnotherFiberWaits. With or without a hand-off, a declined or
+// throwing await_suspend lets `a` continue before `b` runs again.
+Trace awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe probe, std::string* caught = nullptr) {
+  ThreadPool pool(1);
+  Trace trace;
+  probe.trace = &trace;
+  Gate gate(pool);
+  auto a = spawnFiber(&pool, [&] {
+    trace.push_back('a');
+    this_fiber::yield();
+    trace.push_back('a');
+    try {
+      int v = await(ExecutorProbe(probe));
+      trace.push_back(v == 7 ? 'A' : '?');
+    } catch (const std::runtime_error& e) {
+      if (caught != nullptr) *caught = e.what();
+      trace.push_back('E');
+    }
+  });
+  auto b = spawnFiber(&pool, [&] {
+    for (int i = 0; i < 3; ++i) {
+      trace.push_back('b');
+      this_fiber::yield();
+    }
+  });
+  gate.release();
+  syncAwait(std::move(a));
+  syncAwait(std::move(b));
+  return trace;
+}
+
+TEST(SpawnFiberActingFirstTest, AwaitSuspendDeclining) {
+  EXPECT_EQ(awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe{.suspendResult = false}),
+            "abasAbb");
+}
+
+TEST(SpawnFiberActingFirstTest, AwaitSuspendThrowing) {
+  std::string caught;
+  Trace trace =
+      awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe{.throwOnSuspend = true}, &caught);
+  EXPECT_EQ(trace, "abasEbb");
+  EXPECT_EQ(caught, "from await_suspend");
+}
+
+// Suspended and scheduled at once: `a`'s driver goes behind `b`, into which `a` switches.
+TEST(SpawnFiberActingFirstTest, AwaitSuspendSchedulingBehindAnotherFiber) {
+  EXPECT_EQ(awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe{}), "abasbAb");
+}
+
+// Alone on the pool, a fiber whose await_suspend schedules it at once finds its own
+// driver next in the queue: it must simply go on (not switch into itself).
+TEST(SpawnFiberActingFirstTest, AFiberFindingItsOwnDriverNextGoesOn) {
+  ThreadPool pool(1);
+  Trace trace;
+  auto a = spawnFiber(&pool, [&] {
+    int sum = 0;
+    for (int i = 0; i < 1000; ++i) sum += await(ExecutorProbe{.trace = &trace});
+    return sum;
+  });
+  EXPECT_EQ(syncAwait(std::move(a)), 7000);
+  EXPECT_EQ(trace, std::string(1000, 's'));
+}
+
+// The same with a Lazy queued behind the fiber: the fiber takes the Lazy from the queue,
+// cannot switch into it, and leaves it to run next (AwaitLink::pending), then goes on.
+TEST(SpawnFiberActingFirstTest, ALazyTakenFromTheQueueRunsNext) {
+  ThreadPool pool(1);
+  Trace trace;
+  Gate gate(pool);
+  auto a = spawnFiber(&pool, [&] {
+    trace.push_back('a');
+    int v = await(ExecutorProbe{.trace = &trace});
+    trace.push_back(v == 7 ? 'A' : '?');
+  });
+  std::promise<void> lazyDone;
+  [](Trace& t) -> Lazy<void> {
+    t.push_back('L');
+    co_return;
+  }(trace)
+                      .via(&pool)
+                      .start([&lazyDone](Try<void> result) {
+                        EXPECT_TRUE(result.hasValue());
+                        lazyDone.set_value();
+                      });
+  gate.release();
+  syncAwait(std::move(a));
+  lazyDone.get_future().wait();
+  EXPECT_EQ(trace, "asLA");
 }
 
 // Each fiber keeps its own exception state, id and FiberLocal values across hand-offs:
