@@ -67,6 +67,17 @@ using FiberAwaitResult =
 
 [[noreturn]] void throwAwaitOutsideExecutorFiber(bool inFiber);
 
+// await_suspend(h) returning void or bool, as a bool: true when suspended.
+template <class Awaiter>
+[[gnu::always_inline]] inline bool callAwaitSuspend(Awaiter& awaiter, FiberDriverHandle driver) {
+  if constexpr (std::is_void_v<decltype(awaiter.await_suspend(driver))>) {
+    awaiter.await_suspend(driver);
+    return true;
+  } else {
+    return awaiter.await_suspend(driver);
+  }
+}
+
 // await()'s park when the fiber may act on it before switching out (see
 // ResumesOnlyThroughExecutor): on ThreadPool(1)'s own thread, calls await_suspend with
 // the driver's handle, then switches to the next fiber in the queue (or back to the
@@ -79,24 +90,32 @@ template <class Awaiter>
   SoloRunQueue* const solo = link.executor->soloRunQueue();
   if (solo == nullptr || !solo->ownedByCallingThread()) return false;
   core->throwIfUnwinding();  // before the driver's handle is out
+  // Taken first: see FiberCore::takeNextRun.
+  const FiberCore::NextRun next = FiberCore::takeNextRun(*solo);
   bool suspended;
-  if constexpr (std::is_void_v<decltype(awaiter.await_suspend(link.driver))>) {
-    awaiter.await_suspend(link.driver);
-    suspended = true;
+  using Result = decltype(awaiter.await_suspend(link.driver));
+  static_assert(std::is_void_v<Result> || std::is_same_v<Result, bool>,
+                "kResumesOnlyThroughExecutor: await_suspend returns void or bool");
+  if constexpr (noexcept(awaiter.await_suspend(link.driver))) {
+    suspended = callAwaitSuspend(awaiter, link.driver);
   } else {
-    static_assert(std::is_same_v<decltype(awaiter.await_suspend(link.driver)), bool>,
-                  "kResumesOnlyThroughExecutor: await_suspend returns void or bool");
-    suspended = awaiter.await_suspend(link.driver);
+    try {
+      suspended = callAwaitSuspend(awaiter, link.driver);
+    } catch (...) {
+      if (next.handle) solo->putBack(next.handle);
+      throw;
+    }
   }
-  if (suspended) {
+  if (!suspended) {
+    if (next.handle) solo->putBack(next.handle);
+    return true;  // the fiber goes on at once
+  }
 #if WEFT_ASAN || WEFT_TSAN
-    link.suspendOn = nullptr;  // acted on: the resumer has nothing left to do
-    core->suspend();
+  link.suspendOn = nullptr;  // acted on: the resumer has nothing left to do
+  core->suspend();
 #else
-    const FiberCore::ParkSwitch park = core->prepareSuspendActedOn(*solo);
-    if (park.fiber != nullptr) FiberCore::switchOut(park);
+  FiberCore::switchOut(core->prepareSuspendActedOn(next));
 #endif
-  }
   return true;
 }
 

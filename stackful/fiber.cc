@@ -391,26 +391,31 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
 
 FiberCore::ParkSwitch FiberCore::prepareSuspend() { return prepareSuspendInline(); }
 
-FiberCore::ParkSwitch FiberCore::prepareSuspendActedOn(SoloRunQueue& solo) noexcept {
-  state_ = State::kSuspended;
-  AwaitLink& link = *awaitLink_;
-  link.suspendOn = nullptr;  // acted on: nothing is left for whoever runs the driver next
+FiberCore::NextRun FiberCore::takeNextRun(SoloRunQueue& solo) noexcept {
 #if !WEFT_ASAN && !WEFT_TSAN
   if (std::coroutine_handle<> next = solo.takeNextHandle()) {
-    if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) {
-      if (fiber == this) [[unlikely]] {
-        // Our own driver, woken already (a cancellation that fired as the awaiter armed
-        // it): taking it from the queue is resuming us. Go on without switching.
-        state_ = State::kRunning;
-        return ParkSwitch{nullptr, nullptr, nullptr};
-      }
-      return handOffTo(fiber, nullptr);
+    FiberCore* const fiber = fiberToSwitchTo(next);
+    if (fiber != nullptr) {
+      // Where its switch-in pops its registers from, and the frame it returns into: 4
+      // cache lines (on the echo ring of 30,000 fibers, 2 or 8 lines gained nothing).
+      const auto* sp = static_cast<const char*>(fiber->context_);
+      for (int line = 0; line < 4; ++line) __builtin_prefetch(sp + 64 * line);
     }
-    link.pending = next;
+    return NextRun{next, fiber};
   }
 #else
   (void)solo;
 #endif
+  return NextRun{};
+}
+
+FiberCore::ParkSwitch FiberCore::prepareSuspendActedOn(NextRun next) noexcept {
+  state_ = State::kSuspended;
+  AwaitLink& link = *awaitLink_;
+  link.suspendOn = nullptr;  // acted on: nothing is left for whoever runs the driver next
+  // (Our own driver cannot be `next`: it was running when `next` was taken.)
+  if (next.fiber != nullptr) return handOffTo(next.fiber, nullptr);
+  link.pending = next.handle;
   return ParkSwitch{this, context_, nullptr};
 }
 

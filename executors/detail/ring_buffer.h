@@ -50,6 +50,15 @@ class RingBuffer {
     return value;
   }
 
+  // Prepends `value`: it becomes the oldest (a value put back after a pop). Errors:
+  // std::bad_alloc if growing fails (the ring is unchanged); it cannot fail right after
+  // a pop with no push in between.
+  void pushFront(T value) {
+    if (size() == capacity_) grow(size() + 1);
+    --head_;  // may wrap: indices are masked, and tail_ - head_ stays the size
+    slots_[head_ & (capacity_ - 1)] = value;
+  }
+
   // pop() then push(value) in one step, into the slot the pop frees (so it never grows).
   // Precondition: !empty().
   [[gnu::always_inline]] T rotate(T value) noexcept {

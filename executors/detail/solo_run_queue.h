@@ -3,6 +3,9 @@
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
 
 #include "executors/detail/job.h"
 #include "executors/detail/ring_buffer.h"
@@ -67,6 +70,13 @@ class SoloRunQueue {
   // oldest item is a coroutine handle `h` with accept(h), replaces it by `requeue` at the
   // back and returns h. `accept` is any callable bool(std::coroutine_handle<>) noexcept,
   // inlined. noexcept: loads and a rotation.
+  // Puts `h`, just taken by takeNextHandle(), back at the front of the queue: it runs
+  // next, as if it had not been taken. Precondition: called by the owning thread.
+  // noexcept: it cannot fail unless coroutines were queued since the take and the ring
+  // must grow; if that fails, the coroutine would be lost: the process aborts with a
+  // message.
+  void putBack(std::coroutine_handle<> h) noexcept;
+
   template <class Accept>
   [[gnu::always_inline]] std::coroutine_handle<> exchangeNextHandle(
       Accept&& accept, std::coroutine_handle<> requeue) noexcept {
@@ -88,5 +98,14 @@ class SoloRunQueue {
   const std::atomic<std::size_t>& timerDueSize_;
   const std::atomic<std::size_t>& injectionSize_;
 };
+
+inline void SoloRunQueue::putBack(std::coroutine_handle<> h) noexcept {
+  try {
+    items.pushFront(WorkItem::fromHandle(h));
+  } catch (const std::bad_alloc&) {
+    std::fputs("weft: out of memory putting a coroutine back into ThreadPool(1)'s queue\n", stderr);
+    std::abort();
+  }
+}
 
 }  // namespace weft::detail

@@ -5,6 +5,7 @@
 // exception state), and its forced unwinding. Fiber<T> (stackful/fiber.h) and the
 // executor fibers of spawnFiber (stackful/spawn_fiber.h) derive from it.
 
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -160,12 +161,25 @@ class FiberCore {
     ContextTransfer (*onTop)(ContextTransfer);
   };
   ParkSwitch prepareSuspend();
-  // prepareSuspend() for a park already acted on by the fiber itself (await(), on
-  // ThreadPool(1)'s thread, for an awaiter that resumes only through the executor: see
-  // AwaitLink): it only decides where to go, handing the thread to the next fiber of
-  // `solo` or going back to the resumer. A null `fiber` in the result means "do not
-  // switch": the next coroutine in the queue was this fiber's own driver, already woken.
-  ParkSwitch prepareSuspendActedOn(SoloRunQueue& solo) noexcept;
+  // A park acted on by the fiber itself, on ThreadPool(1)'s thread, for an awaiter that
+  // resumes only through the executor (await(): see ResumesOnlyThroughExecutor), in two
+  // steps around the awaiter's await_suspend:
+  //  - takeNextRun(solo), before it: takes the next coroutine of the queue and, when it
+  //    drives a suspended fiber, starts loading that fiber's stack top, so that these
+  //    cache misses overlap with await_suspend's work instead of following it. If
+  //    await_suspend then declines or throws, the caller puts `handle` back
+  //    (SoloRunQueue::putBack).
+  //  - prepareSuspendActedOn(next), after a suspending await_suspend: prepareSuspend()
+  //    with nothing left to act on: a plain switch into `next.fiber`, or back to the
+  //    resumer, leaving `next.handle` (if any) in AwaitLink::pending.
+  // Under ASan and TSan (no hand-offs) takeNextRun takes nothing.
+  // noexcept: queue operations, loads and stores.
+  struct NextRun {
+    std::coroutine_handle<> handle;  // null: nothing taken
+    FiberCore* fiber = nullptr;      // the suspended fiber `handle` drives, if it does
+  };
+  static NextRun takeNextRun(SoloRunQueue& solo) noexcept;
+  ParkSwitch prepareSuspendActedOn(NextRun next) noexcept;
   // Throws ForcedUnwind when the fiber is being destroyed: it cannot park again (whoever
   // caught ForcedUnwind gets it back). For await(), before it acts on a park itself.
   void throwIfUnwinding() const {

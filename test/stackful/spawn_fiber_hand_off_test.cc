@@ -254,9 +254,10 @@ TEST(SpawnFiberActingFirstTest, AwaitSuspendSchedulingBehindAnotherFiber) {
   EXPECT_EQ(awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe{}), "abasbAb");
 }
 
-// Alone on the pool, a fiber whose await_suspend schedules it at once finds its own
-// driver next in the queue: it must simply go on (not switch into itself).
-TEST(SpawnFiberActingFirstTest, AFiberFindingItsOwnDriverNextGoesOn) {
+// Alone on the pool, a fiber whose await_suspend schedules it at once: it has taken
+// nothing from the queue (it was empty), so it goes back to the pool's loop, which finds
+// its driver and resumes it.
+TEST(SpawnFiberActingFirstTest, AFiberScheduledByItsOwnAwaitSuspendGoesOn) {
   ThreadPool pool(1);
   Trace trace;
   auto a = spawnFiber(&pool, [&] {
@@ -266,6 +267,27 @@ TEST(SpawnFiberActingFirstTest, AFiberFindingItsOwnDriverNextGoesOn) {
   });
   EXPECT_EQ(syncAwait(std::move(a)), 7000);
   EXPECT_EQ(trace, std::string(1000, 's'));
+}
+
+// The next fiber is taken from the queue before await_suspend runs; when that declines,
+// the fiber is put back: the order stays round-robin.
+TEST(SpawnFiberActingFirstTest, ADecliningAwaitSuspendKeepsTheQueueOrder) {
+  ThreadPool pool(1);
+  Trace trace;
+  Gate gate(pool);
+  std::vector<FiberFuture<void>> fibers;
+  for (char name : std::string("abc")) {
+    fibers.push_back(spawnFiber(&pool, [&trace, name] {
+      for (int i = 0; i < 4; ++i) {
+        trace.push_back(name);
+        if (name == 'a') await(ExecutorProbe{.trace = &trace, .suspendResult = false});
+        this_fiber::yield();
+      }
+    }));
+  }
+  gate.release();
+  for (auto& f : fibers) syncAwait(std::move(f));
+  EXPECT_EQ(trace, "asbcasbcasbcasbc");
 }
 
 // The same with a Lazy queued behind the fiber: the fiber takes the Lazy from the queue,

@@ -46,6 +46,25 @@ TEST(RingBufferTest, ReserveForMakesRoomWithoutLosingValues) {
   EXPECT_TRUE(ring.empty());
 }
 
+TEST(RingBufferTest, PushFrontPutsAValueBeforeTheOldest) {
+  RingBuffer<int> ring;
+  ring.pushFront(1);  // into an empty ring with no slots yet: it grows
+  ring.push(2);
+  ring.pushFront(0);  // from slot 0: the head index wraps below zero
+  EXPECT_EQ(ring.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ring.pop(), i);
+  EXPECT_TRUE(ring.empty());
+}
+
+TEST(RingBufferTest, PushFrontOnAFullRingGrowsAndKeepsOrder) {
+  RingBuffer<int> ring;
+  for (int i = 1; i <= 256; ++i) ring.push(i);  // full at the initial capacity
+  ring.pushFront(0);
+  for (int i = 0; i < 300; ++i) ring.pushFront(-1 - i);
+  for (int i = -300; i <= 256; ++i) ASSERT_EQ(ring.pop(), i);
+  EXPECT_TRUE(ring.empty());
+}
+
 TEST(RingBufferTest, RotateIsPopThenPush) {
   RingBuffer<int> ring;
   for (int i = 0; i < 3; ++i) ring.push(i);

@@ -36,6 +36,18 @@ TEST_F(SoloRunQueueTest, TakeNextHandlePopsTheOldestHandle) {
   EXPECT_FALSE(queue.takeNextHandle());  // empty
 }
 
+TEST_F(SoloRunQueueTest, PutBackMakesATakenHandleNextAgain) {
+  queue.items.push(WorkItem::fromHandle(fakeHandle(0)));
+  queue.items.push(WorkItem::fromHandle(fakeHandle(1)));
+  std::coroutine_handle<> taken = queue.takeNextHandle();
+  queue.items.push(WorkItem::fromHandle(fakeHandle(2)));  // queued meanwhile: behind
+  queue.putBack(taken);
+  EXPECT_EQ(queue.takeNextHandle(), fakeHandle(0));
+  EXPECT_EQ(queue.takeNextHandle(), fakeHandle(1));
+  EXPECT_EQ(queue.takeNextHandle(), fakeHandle(2));
+  EXPECT_FALSE(queue.takeNextHandle());
+}
+
 TEST_F(SoloRunQueueTest, TakeNextHandleLeavesACallableOrADueTimerFirst) {
   Job job;
   queue.items.push(WorkItem::fromJob(&job));
