@@ -58,6 +58,8 @@ using SuspendDriverOn = std::coroutine_handle<> (*)(void* awaiter, FiberDriverHa
 // the thread straight to the next fiber in the executor's queue (FiberCore::suspend),
 // that fiber's stack just before it continues. `mayHandOff` says whether this park may
 // do so: not when await_suspend returns a coroutine to run next (that one runs first).
+// A fiber that acted on its park itself before switching (see ResumesOnlyThroughExecutor
+// below) leaves `suspendOn` null: nothing is left to do.
 // `pending`: a coroutine the fiber took from the executor's queue (takeNextHandle) but
 // could not switch to directly; whoever acts on the park resumes it.
 // Lives in the fiber's shared state (spawn_fiber.h), as long as the driver.
