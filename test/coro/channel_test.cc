@@ -651,6 +651,41 @@ INSTANTIATE_TEST_SUITE_P(Capacities, ChannelCancellationStressTest,
 
 class ChannelFiberTest : public ::testing::TestWithParam<std::size_t> {};
 
+// Producers 0 and 1, as fibers on `pool`: producer p sends p * perProducer + i for each i
+// below perProducer.
+std::vector<FiberFuture<void>> spawnFiberProducers(ThreadPool& pool, Channel<int>& ch,
+                                                   int perProducer) {
+  std::vector<FiberFuture<void>> fibers;
+  for (int p = 0; p < 2; ++p) {
+    fibers.push_back(spawnFiber(&pool, [&ch, p, perProducer] {
+      for (int i = 0; i < perProducer; ++i) await(ch.send(p * perProducer + i));
+    }));
+  }
+  return fibers;
+}
+
+// Consumers 0 and 1, as fibers on `pool`: consumer c appends what it receives to
+// received[c] until the channel is closed and drained.
+std::vector<FiberFuture<void>> spawnFiberConsumers(ThreadPool& pool, Channel<int>& ch,
+                                                   std::vector<std::vector<int>>& received) {
+  std::vector<FiberFuture<void>> fibers;
+  for (int c = 0; c < 2; ++c) {
+    fibers.push_back(spawnFiber(&pool, [&ch, &received, c] {
+      while (std::optional<int> v = await(ch.receive())) received[c].push_back(*v);
+    }));
+  }
+  return fibers;
+}
+
+// Together, the consumers received each of 0 .. total-1 exactly once.
+void expectEachValueOnce(const std::vector<std::vector<int>>& received, int total) {
+  std::vector<int> all;
+  for (const auto& values : received) all.insert(all.end(), values.begin(), values.end());
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(total));
+  for (int i = 0; i < total; ++i) ASSERT_EQ(all[i], i);
+}
+
 TEST_P(ChannelFiberTest, FibersAndLazysExchangeEveryValueExactlyOnce) {
   Watchdog watchdog(120s, "ChannelFiberTest.FibersAndLazysExchangeEveryValueExactlyOnce");
   constexpr int kPerProducer = 5000;
@@ -658,17 +693,8 @@ TEST_P(ChannelFiberTest, FibersAndLazysExchangeEveryValueExactlyOnce) {
   Channel<int> ch(GetParam());
   // Producers 0 and 1 are fibers, 2 and 3 Lazys; so are consumers 0, 1 and 2, 3.
   std::vector<std::vector<int>> received(4);
-  std::vector<FiberFuture<void>> fiberProducers, fiberConsumers;
-  for (int p = 0; p < 2; ++p) {
-    fiberProducers.push_back(spawnFiber(&pool, [&ch, p] {
-      for (int i = 0; i < kPerProducer; ++i) await(ch.send(p * kPerProducer + i));
-    }));
-  }
-  for (int c = 0; c < 2; ++c) {
-    fiberConsumers.push_back(spawnFiber(&pool, [&ch, &received, c] {
-      while (std::optional<int> v = await(ch.receive())) received[c].push_back(*v);
-    }));
-  }
+  std::vector<FiberFuture<void>> fiberProducers = spawnFiberProducers(pool, ch, kPerProducer);
+  std::vector<FiberFuture<void>> fiberConsumers = spawnFiberConsumers(pool, ch, received);
   auto lazyProducer = [&](int p) -> Lazy<void> {
     for (int i = 0; i < kPerProducer; ++i) co_await ch.send(p * kPerProducer + i);
   };
@@ -689,11 +715,7 @@ TEST_P(ChannelFiberTest, FibersAndLazysExchangeEveryValueExactlyOnce) {
   c3.value();
   for (auto& fiber : fiberConsumers) syncAwait(std::move(fiber));
 
-  std::vector<int> all;
-  for (auto& values : received) all.insert(all.end(), values.begin(), values.end());
-  std::sort(all.begin(), all.end());
-  ASSERT_EQ(all.size(), static_cast<std::size_t>(4 * kPerProducer));
-  for (int i = 0; i < 4 * kPerProducer; ++i) ASSERT_EQ(all[i], i);
+  expectEachValueOnce(received, 4 * kPerProducer);
 }
 
 INSTANTIATE_TEST_SUITE_P(Capacities, ChannelFiberTest,
@@ -713,17 +735,8 @@ TEST_P(ChannelFiberTest, FibersOnOneThreadExchangeWithOutsideThreads) {
   // Producers 0, 1 and consumers 0, 1 are fibers; producers 2, 3 and consumers 2, 3 are
   // plain threads (syncAwait on the channel).
   std::vector<std::vector<int>> received(4);
-  std::vector<FiberFuture<void>> fiberProducers, fiberConsumers;
-  for (int p = 0; p < 2; ++p) {
-    fiberProducers.push_back(spawnFiber(&pool, [&ch, p] {
-      for (int i = 0; i < kPerProducer; ++i) await(ch.send(p * kPerProducer + i));
-    }));
-  }
-  for (int c = 0; c < 2; ++c) {
-    fiberConsumers.push_back(spawnFiber(&pool, [&ch, &received, c] {
-      while (std::optional<int> v = await(ch.receive())) received[c].push_back(*v);
-    }));
-  }
+  std::vector<FiberFuture<void>> fiberProducers = spawnFiberProducers(pool, ch, kPerProducer);
+  std::vector<FiberFuture<void>> fiberConsumers = spawnFiberConsumers(pool, ch, received);
   std::vector<std::thread> threads;
   for (int p = 2; p < 4; ++p) {
     threads.emplace_back([&ch, p] {
@@ -743,11 +756,7 @@ TEST_P(ChannelFiberTest, FibersOnOneThreadExchangeWithOutsideThreads) {
   threads[2].join();
   threads[3].join();
 
-  std::vector<int> all;
-  for (auto& values : received) all.insert(all.end(), values.begin(), values.end());
-  std::sort(all.begin(), all.end());
-  ASSERT_EQ(all.size(), static_cast<std::size_t>(4 * kPerProducer));
-  for (int i = 0; i < 4 * kPerProducer; ++i) ASSERT_EQ(all[i], i);
+  expectEachValueOnce(received, 4 * kPerProducer);
 }
 
 // Two fibers bounce a value over two unbuffered channels on one thread: each park is

@@ -120,7 +120,8 @@ struct OrderProbe {
 
 // `a` and `b` have each run once (so `b` is parked in the queue, a fiber `a` can switch
 // into) when `a` awaits `probe`; `b` yields twice. Returns the trace.
-Trace awaitProbeWhileAnotherFiberWaits(OrderProbe probe, std::string* caught = nullptr) {
+template <class Probe>
+Trace awaitProbeWhileAnotherFiberWaits(Probe probe, std::string* caught = nullptr) {
   ThreadPool pool(1);
   Trace trace;
   probe.trace = &trace;
@@ -130,7 +131,7 @@ Trace awaitProbeWhileAnotherFiberWaits(OrderProbe probe, std::string* caught = n
     this_fiber::yield();
     trace.push_back('a');
     try {
-      int v = await(probe);
+      int v = await(Probe(probe));
       trace.push_back(v == 7 ? 'A' : '?');
     } catch (const std::runtime_error& e) {
       if (caught != nullptr) *caught = e.what();
@@ -205,53 +206,22 @@ struct ExecutorProbe {
 static_assert(detail::ResumesOnlyThroughExecutor<ExecutorProbe>);
 static_assert(!detail::ResumesOnlyThroughExecutor<OrderProbe>);
 
-// As awaitProbeWhileAnotherFiberWaits. With or without a hand-off, a declined or
-// throwing await_suspend lets `a` continue before `b` runs again.
-Trace awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe probe, std::string* caught = nullptr) {
-  ThreadPool pool(1);
-  Trace trace;
-  probe.trace = &trace;
-  Gate gate(pool);
-  auto a = spawnFiber(&pool, [&] {
-    trace.push_back('a');
-    this_fiber::yield();
-    trace.push_back('a');
-    try {
-      int v = await(ExecutorProbe(probe));
-      trace.push_back(v == 7 ? 'A' : '?');
-    } catch (const std::runtime_error& e) {
-      if (caught != nullptr) *caught = e.what();
-      trace.push_back('E');
-    }
-  });
-  auto b = spawnFiber(&pool, [&] {
-    for (int i = 0; i < 3; ++i) {
-      trace.push_back('b');
-      this_fiber::yield();
-    }
-  });
-  gate.release();
-  syncAwait(std::move(a));
-  syncAwait(std::move(b));
-  return trace;
-}
-
+// With awaitProbeWhileAnotherFiberWaits (above): with or without a hand-off, a declining
+// or throwing await_suspend lets `a` continue before `b` runs again.
 TEST(SpawnFiberActingFirstTest, AwaitSuspendDeclining) {
-  EXPECT_EQ(awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe{.suspendResult = false}),
-            "abasAbb");
+  EXPECT_EQ(awaitProbeWhileAnotherFiberWaits(ExecutorProbe{.suspendResult = false}), "abasAbb");
 }
 
 TEST(SpawnFiberActingFirstTest, AwaitSuspendThrowing) {
   std::string caught;
-  Trace trace =
-      awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe{.throwOnSuspend = true}, &caught);
+  Trace trace = awaitProbeWhileAnotherFiberWaits(ExecutorProbe{.throwOnSuspend = true}, &caught);
   EXPECT_EQ(trace, "abasEbb");
   EXPECT_EQ(caught, "from await_suspend");
 }
 
 // Suspended and scheduled at once: `a`'s driver goes behind `b`, into which `a` switches.
 TEST(SpawnFiberActingFirstTest, AwaitSuspendSchedulingBehindAnotherFiber) {
-  EXPECT_EQ(awaitExecutorProbeWhileAnotherFiberWaits(ExecutorProbe{}), "abasbAb");
+  EXPECT_EQ(awaitProbeWhileAnotherFiberWaits(ExecutorProbe{}), "abasbAb");
 }
 
 // Alone on the pool, a fiber whose await_suspend schedules it at once: it has taken
