@@ -67,17 +67,6 @@ using FiberAwaitResult =
 
 [[noreturn]] void throwAwaitOutsideExecutorFiber(bool inFiber);
 
-// await_suspend(h) returning void or bool, as a bool: true when suspended.
-template <class Awaiter>
-[[gnu::always_inline]] inline bool callAwaitSuspend(Awaiter& awaiter, FiberDriverHandle driver) {
-  if constexpr (std::is_void_v<decltype(awaiter.await_suspend(driver))>) {
-    awaiter.await_suspend(driver);
-    return true;
-  } else {
-    return awaiter.await_suspend(driver);
-  }
-}
-
 // await()'s park when the fiber may act on it before switching out (see
 // ResumesOnlyThroughExecutor): on ThreadPool(1)'s own thread, calls await_suspend with
 // the driver's handle, then switches to the next fiber in the queue (or back to the
@@ -92,19 +81,16 @@ template <class Awaiter>
   core->throwIfUnwinding();  // before the driver's handle is out
   // Taken first: see FiberCore::takeNextRun.
   const FiberCore::NextRun next = FiberCore::takeNextRun(*solo);
-  bool suspended;
   using Result = decltype(awaiter.await_suspend(link.driver));
   static_assert(std::is_void_v<Result> || std::is_same_v<Result, bool>,
                 "kResumesOnlyThroughExecutor: await_suspend returns void or bool");
-  if constexpr (noexcept(awaiter.await_suspend(link.driver))) {
-    suspended = callAwaitSuspend(awaiter, link.driver);
-  } else {
-    try {
-      suspended = callAwaitSuspend(awaiter, link.driver);
-    } catch (...) {
-      if (next.handle) solo->putBack(next.handle);
-      throw;
-    }
+  // suspendDriverOn answers null when the driver is suspended, the driver when declined.
+  bool suspended;
+  try {
+    suspended = !suspendDriverOn<Awaiter>(std::addressof(awaiter), link.driver);
+  } catch (...) {
+    if (next.handle) solo->putBack(next.handle);
+    throw;
   }
   if (!suspended) {
     if (next.handle) solo->putBack(next.handle);

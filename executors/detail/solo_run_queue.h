@@ -65,11 +65,6 @@ class SoloRunQueue {
     return items.pop().handle();
   }
 
-  // Executor::exchangeNextHandle: on the worker, with no due timer and no outside work
-  // waiting (so that `requeue` goes behind them, through a normal schedule), if the
-  // oldest item is a coroutine handle `h` with accept(h), replaces it by `requeue` at the
-  // back and returns h. `accept` is any callable bool(std::coroutine_handle<>) noexcept,
-  // inlined. noexcept: loads and a rotation.
   // Puts `h`, just taken by takeNextHandle(), back at the front of the queue: it runs
   // next, as if it had not been taken. Precondition: called by the owning thread.
   // noexcept: it cannot fail unless coroutines were queued since the take and the ring
@@ -77,6 +72,11 @@ class SoloRunQueue {
   // message.
   void putBack(std::coroutine_handle<> h) noexcept;
 
+  // Executor::exchangeNextHandle: on the worker, with no due timer and no outside work
+  // waiting (so that `requeue` goes behind them, through a normal schedule), if the
+  // oldest item is a coroutine handle `h` with accept(h), replaces it by `requeue` at the
+  // back and returns h. `accept` is any callable bool(std::coroutine_handle<>) noexcept,
+  // inlined. noexcept: loads and a rotation.
   template <class Accept>
   [[gnu::always_inline]] std::coroutine_handle<> exchangeNextHandle(
       Accept&& accept, std::coroutine_handle<> requeue) noexcept {
