@@ -130,6 +130,12 @@ template <class Awaiter>
 // not catch) when the fiber is being destroyed.
 // Thread safety: affects only the calling fiber.
 //
+// Forced inline (the cold paths are calls): the switch out of the fiber is then made in
+// the fiber's own frame, where it continues after the switch back. Out of line, every
+// fiber would switch inside the one await function and return from it to its own call
+// site, and that return is mispredicted whenever the fiber that ran before parked at
+// another site (fiber channel ping-pong: 44 -> 40 ns with g++, 47 -> 37 ns with clang++).
+//
 // Example:
 //   weft::Lazy<int> fetch(int key);
 //   auto future = weft::spawnFiber(&pool, [] {
@@ -137,7 +143,7 @@ template <class Awaiter>
 //     return a + weft::await(fetch(2));
 //   });
 template <class A>
-detail::FiberAwaitResult<A> await(A&& awaitable) {
+[[gnu::always_inline]] inline detail::FiberAwaitResult<A> await(A&& awaitable) {
   using T = detail::FiberAwaitResult<A>;
   detail::FiberCore* core = detail::FiberCore::current();
   detail::AwaitLink* link = core != nullptr ? core->awaitLink() : nullptr;

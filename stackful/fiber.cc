@@ -340,6 +340,17 @@ inline FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept {
   return fiber;
 }
 
+// exchangeNextHandle's filter for a yield on ThreadPool(1): accepts a suspended fiber's
+// driver and keeps that fiber. A functor rather than a lambda, to be forced inline
+// (clang++ called the lambda on every yield: 20.3 against 17.2 ns per yield).
+struct TakeSuspendedFiber {
+  FiberCore*& fiber;
+  [[gnu::always_inline]] bool operator()(std::coroutine_handle<> h) const noexcept {
+    fiber = fiberToSwitchTo(h);
+    return fiber != nullptr;
+  }
+};
+
 bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
   return fiberToSwitchTo(h) != nullptr;
 }
@@ -363,12 +374,7 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
     if (link.yieldRequested) {
       FiberCore* fiber = nullptr;
       const std::coroutine_handle<> next =
-          solo != nullptr ? solo->exchangeNextHandle(
-                                [&fiber](std::coroutine_handle<> h) noexcept {
-                                  fiber = fiberToSwitchTo(h);
-                                  return fiber != nullptr;
-                                },
-                                link.driver)
+          solo != nullptr ? solo->exchangeNextHandle(TakeSuspendedFiber{fiber}, link.driver)
                           : link.executor->exchangeNextHandle(&isSuspendedFiberDriver, link.driver);
       if (next) {
         link.yieldRequested = false;

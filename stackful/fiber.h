@@ -149,7 +149,7 @@ class Fiber {
   ~Fiber() { reset(); }
 
   // Runs the fiber until it yields or finishes; rethrows the exception fn ended with.
-  void resume() {
+  [[gnu::always_inline]] void resume() {
     if (core_ == nullptr) detail::abortEmptyFiber("resume()");
     core_->resume();
     if (core_->done() && core_->hasException()) std::rethrow_exception(core_->takeException());
@@ -201,12 +201,13 @@ namespace this_fiber {
 // Thread safety: affects only the calling fiber.
 // Example:
 //   while (!ready()) weft::this_fiber::yield();
-inline void yield() {
+[[gnu::always_inline]] inline void yield() {
   const detail::FiberCore::ParkSwitch park = detail::FiberCore::beginYield();
 #if WEFT_ASAN || WEFT_TSAN
   park.fiber->suspend();  // beginYield did not hand off: suspend() switches with the hooks
 #else
-  // The switch is made in the caller's frame (see FiberCore::resume()).
+  // The switch is made in the caller's frame, hence the forced inline (see
+  // FiberCore::resume()).
   detail::FiberCore::switchOut(park);
 #endif
 }
