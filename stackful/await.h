@@ -69,13 +69,14 @@ using FiberAwaitResult =
 
 // await()'s park when the fiber may act on it before switching out (see
 // ResumesOnlyThroughExecutor): on ThreadPool(1)'s own thread, calls await_suspend with
-// the driver's handle, then switches to the next fiber in the queue (or back to the
-// resumer) with nothing left to do after the switch. False, having done nothing, on any
-// other executor or thread. Errors: ForcedUnwind when the fiber is being destroyed; what
-// await_suspend throws (the await did not suspend then).
+// the driver's handle and answers the switch to the next fiber in the queue (or back to
+// the resumer), with nothing left to do after it. False, having done nothing, on any
+// other executor or thread. True with no switch (park.fiber null) when await_suspend
+// declined. Errors: ForcedUnwind when the fiber is being destroyed; what await_suspend
+// throws (the await did not suspend then).
 template <class Awaiter>
 [[gnu::always_inline]] inline bool parkActingFirst(FiberCore* core, AwaitLink& link,
-                                                   Awaiter& awaiter) {
+                                                   Awaiter& awaiter, FiberCore::ParkSwitch& park) {
   SoloRunQueue* const solo = link.executor->soloRunQueue();
   if (solo == nullptr || !solo->ownedByCallingThread()) return false;
   core->throwIfUnwinding();  // before the driver's handle is out
@@ -99,11 +100,41 @@ template <class Awaiter>
 #if WEFT_ASAN || WEFT_TSAN
   link.suspendOn = nullptr;  // acted on: the resumer has nothing left to do
   core->suspend();
+  park = FiberCore::ParkSwitch{};  // suspended and resumed already: no switch left
 #else
-  FiberCore::switchOut(core->prepareSuspendActedOn(next));
+  park = core->prepareSuspendActedOn(next);
 #endif
   return true;
 }
+
+// What await() does between a false await_ready and the switch, out of line (one copy
+// per awaiter type, not one per await): parks the fiber on `awaiter` and answers the
+// switch out of it, which await() makes in its own frame. park.fiber is null when there
+// is no switch to make: await_suspend declined (the fiber goes on at once), or, under
+// ASan and TSan, the fiber has already been suspended and resumed here.
+// Errors: ForcedUnwind when the fiber is being destroyed; what await_suspend throws when
+// the fiber calls it itself (parkActingFirst).
+template <class Awaiter>
+[[gnu::noinline]] FiberCore::ParkSwitch parkOn(FiberCore* core, AwaitLink& link, Awaiter& awaiter) {
+  FiberCore::ParkSwitch park{};
+  if constexpr (ResumesOnlyThroughExecutor<Awaiter>) {
+    if (parkActingFirst(core, link, awaiter, park)) return park;
+  }
+  link.awaiter = static_cast<void*>(std::addressof(awaiter));
+  link.suspendOn = &suspendDriverOn<Awaiter>;
+  link.mayHandOff = kParkMayHandOff<Awaiter>;
+  // The driver is suspended on the awaiter once the fiber is off its stack; its
+  // resumption resumes us (see AwaitLink).
+#if WEFT_ASAN || WEFT_TSAN
+  core->suspend();
+#else
+  park = core->prepareSuspend();
+#endif
+  return park;
+}
+
+// Rethrows link.suspendError and clears it: the cold end of await(), out of line.
+[[noreturn]] void rethrowSuspendError(AwaitLink& link);
 
 }  // namespace detail
 
@@ -130,11 +161,12 @@ template <class Awaiter>
 // not catch) when the fiber is being destroyed.
 // Thread safety: affects only the calling fiber.
 //
-// Forced inline (the cold paths are calls): the switch out of the fiber is then made in
-// the fiber's own frame, where it continues after the switch back. Out of line, every
-// fiber would switch inside the one await function and return from it to its own call
-// site, and that return is mispredicted whenever the fiber that ran before parked at
-// another site (fiber channel ping-pong: 44 -> 40 ns with g++, 47 -> 37 ns with clang++).
+// Forced inline, with the park itself a call (parkOn): the switch out of the fiber is
+// then made in the fiber's own frame, where it continues after the switch back. Out of
+// line, every fiber would switch inside the one await function and return from it to
+// its own call site, and that return is mispredicted whenever the fiber that ran before
+// parked at another site (fiber channel ping-pong: 44 -> 38 ns with g++, 46 -> 37 ns
+// with clang++).
 //
 // Example:
 //   weft::Lazy<int> fetch(int key);
@@ -152,27 +184,13 @@ template <class A>
   // The awaiter lives here, on the fiber's stack, for the whole await: the fiber stays
   // parked until it is resumed, so the driver may use it from the thread's stack.
   auto&& awaiter = detail::fiberAwaiter(std::forward<A>(awaitable), link->executor, *link->token);
-  using Awaiter = std::remove_reference_t<decltype(awaiter)>;
   // Ready (a channel with a value waiting, a free mutex, ...): no switch at all.
   if (!awaiter.await_ready()) {
-    bool actedOn = false;
-    if constexpr (detail::ResumesOnlyThroughExecutor<Awaiter>) {
-      actedOn = detail::parkActingFirst(core, *link, awaiter);
-    }
-    if (!actedOn) {
-      link->awaiter = static_cast<void*>(std::addressof(awaiter));
-      link->suspendOn = &detail::suspendDriverOn<Awaiter>;
-      link->mayHandOff = detail::kParkMayHandOff<Awaiter>;
-      // The driver is suspended on the awaiter; its resumption resumes us. The switch is
-      // made here, in the caller's frame (see FiberCore::prepareSuspend).
-#if WEFT_ASAN || WEFT_TSAN
-      core->suspend();
-#else
-      detail::FiberCore::switchOut(core->prepareSuspend());
-#endif
-      if (link->suspendError) [[unlikely]]
-        std::rethrow_exception(std::exchange(link->suspendError, nullptr));
-    }
+    const detail::FiberCore::ParkSwitch park = detail::parkOn(core, *link, awaiter);
+    if (park.fiber != nullptr) detail::FiberCore::switchOut(park);  // back when resumed
+    // await_suspend called by the driver after the switch threw: the await failed.
+    if (link->suspendError) [[unlikely]]
+      detail::rethrowSuspendError(*link);
   }
   if constexpr (std::is_void_v<T>) {
     awaiter.await_resume();

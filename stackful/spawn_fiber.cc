@@ -163,6 +163,10 @@ void noteFiberDriver(FiberDriverHandle driver) noexcept {
 #endif
 }
 
+void rethrowSuspendError(AwaitLink& link) {
+  std::rethrow_exception(std::exchange(link.suspendError, nullptr));
+}
+
 void finishHandOff(FiberCore* parked) noexcept {
   Executor* const executor = parked->awaitLink()->executor;
   if (std::coroutine_handle<> next = actOnPark(parked)) requeue(executor, next);
