@@ -36,6 +36,9 @@ class ConditionVariableWaitAwaiter : public CancellableSyncWaiter {
   ConditionVariableWaitAwaiter(ConditionVariable& cv, Mutex& mutex, Executor* waiterExecutor,
                                const CancellationToken* token) noexcept
       : CancellableSyncWaiter(waiterExecutor, token), cv_(cv), mutex_(mutex) {}
+  // Resumed only through resumeWaiter, also when the mutex is handed back to it (see
+  // CancellableSyncWaiter); await_suspend's unlock may schedule other waiters.
+  static constexpr bool kResumesOnlyThroughExecutor = true;
   ConditionVariableWaitAwaiter(const ConditionVariableWaitAwaiter&) = delete;
   ConditionVariableWaitAwaiter& operator=(const ConditionVariableWaitAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves whichever

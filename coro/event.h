@@ -20,6 +20,8 @@ class EventWaitAwaiter : public CancellableSyncWaiter {
   EventWaitAwaiter(Event& event, Executor* waiterExecutor,
                    const CancellationToken* token) noexcept
       : CancellableSyncWaiter(waiterExecutor, token), event_(event) {}
+  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
+  static constexpr bool kResumesOnlyThroughExecutor = true;
   EventWaitAwaiter(const EventWaitAwaiter&) = delete;
   EventWaitAwaiter& operator=(const EventWaitAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.

@@ -74,6 +74,8 @@ class MutexLockAwaiter : public CancellableSyncWaiter {
   MutexLockAwaiter(Mutex& mutex, Executor* waiterExecutor,
                    const CancellationToken* token) noexcept
       : CancellableSyncWaiter(waiterExecutor, token), mutex_(mutex) {}
+  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
+  static constexpr bool kResumesOnlyThroughExecutor = true;
   MutexLockAwaiter(const MutexLockAwaiter&) = delete;
   MutexLockAwaiter& operator=(const MutexLockAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.

@@ -24,6 +24,8 @@ class SemaphoreAcquireAwaiter : public CancellableSyncWaiter {
   SemaphoreAcquireAwaiter(Semaphore& semaphore, Executor* waiterExecutor,
                           const CancellationToken* token) noexcept
       : CancellableSyncWaiter(waiterExecutor, token), semaphore_(semaphore) {}
+  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
+  static constexpr bool kResumesOnlyThroughExecutor = true;
   SemaphoreAcquireAwaiter(const SemaphoreAcquireAwaiter&) = delete;
   SemaphoreAcquireAwaiter& operator=(const SemaphoreAcquireAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.

@@ -78,6 +78,8 @@ class SharedMutexLockAwaiter : public CancellableSyncWaiter {
       : CancellableSyncWaiter(waiterExecutor, token), mutex_(mutex) {
     kind = kExclusive ? kWantsExclusive : kWantsShared;
   }
+  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
+  static constexpr bool kResumesOnlyThroughExecutor = true;
   SharedMutexLockAwaiter(const SharedMutexLockAwaiter&) = delete;
   SharedMutexLockAwaiter& operator=(const SharedMutexLockAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
@@ -259,7 +261,10 @@ class SharedMutex {
     detail::WaiterQueue granted;
     {
       std::lock_guard guard(queueLock_);
-      std::uint64_t state = state_.load(std::memory_order_relaxed);
+      // acquire: readers that left by the lock-free path (release compare-exchanges)
+      // must happen before whatever we grant; grantLocked's plain store would end their
+      // release sequences, so the granted waiter would not synchronize with them.
+      std::uint64_t state = state_.load(std::memory_order_acquire);
       if (held == kReader && state < kReader) {
         detail::abortSyncMisuse("SharedMutex::unlockShared() called without a shared holder");
       }
@@ -309,7 +314,8 @@ class SharedMutex {
       if (waiter->phase == detail::WaitPhase::kNotQueued) return false;
       waiter->phase = detail::WaitPhase::kDone;
       waiters_.remove(waiter);
-      grantLocked(state_.load(std::memory_order_relaxed), granted);
+      // acquire: as in releaseSlow.
+      grantLocked(state_.load(std::memory_order_acquire), granted);
     }
     detail::resumeAll(granted);
     return true;

@@ -55,6 +55,10 @@ struct SyncWaiter {
 //     OperationCancelled if it is set.
 // Whoever takes the waiter out of the queue (a granter or the canceller) owns its single
 // resumption: no lost wake-up, no double resume.
+// That resumption goes through resumeWaiter, which schedules the waiter on its executor
+// when it has one, and await_suspend only queues (or declines): so each primitive's
+// awaiter declares kResumesOnlyThroughExecutor, and a fiber on ThreadPool(1) may act on
+// its park before it switches out (stackful/detail/await_link.h).
 class CancellableSyncWaiter : public SyncWaiter {
  protected:
   CancellableSyncWaiter(Executor* waiterExecutor, const CancellationToken* token) noexcept

@@ -24,7 +24,9 @@
 #include "stackful/fiber.h"
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
+#include "test/support/fiber_wait_cancellation.h"
 #include "test/support/manual_executor.h"
+#include "test/support/pool_threads.h"
 #include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
 
@@ -347,11 +349,15 @@ TEST(ConditionVariableCancellationTest, CancellationRacingWithNotifyOnTwoThreads
   EXPECT_EQ(Counted::alive(), 0);
 }
 
-TEST(ConditionVariableTest, FiberProducersAndLazyConsumersAndViceVersa) {
-  Watchdog watchdog(120s, "ConditionVariableTest.FiberProducersAndLazyConsumers");
+// On ThreadPool(1) these fibers act on their parks before switching out.
+static_assert(detail::ResumesOnlyThroughExecutor<detail::ConditionVariableWaitAwaiter>);
+class ConditionVariableFiberTest : public test::PoolThreadsTest {};
+
+TEST_P(ConditionVariableFiberTest, FiberProducersAndLazyConsumersAndViceVersa) {
+  Watchdog watchdog(120s, "ConditionVariableFiberTest.FiberProducersAndLazyConsumers");
   constexpr int kEach = 20;     // of each kind: fiber producers, Lazy producers, ...
   constexpr int kItems = 500;  // per producer
-  ThreadPool pool(2);
+  ThreadPool pool(GetParam());
   Mutex mutex;
   ConditionVariable notEmpty;
   std::deque<long> queue;  // guarded by mutex
@@ -418,6 +424,25 @@ TEST(ConditionVariableTest, FiberProducersAndLazyConsumersAndViceVersa) {
   EXPECT_EQ(count, n);
   EXPECT_EQ(sum, n * (n - 1) / 2);
 }
+
+// A fiber's token cancels its wait for a notification, before it queues and while it is
+// queued; either way the await throws holding the mutex again (the ScopedLock's unlock
+// would abort otherwise), and the mutex is free once the fibers are done.
+TEST_P(ConditionVariableFiberTest, AFibersTokenCancelsItsWait) {
+  Watchdog watchdog(60s, "ConditionVariableFiberTest.AFibersTokenCancelsItsWait");
+  ThreadPool pool(GetParam());
+  Mutex mutex;
+  ConditionVariable cv;
+  test::expectFiberWaitCancelled(pool, [&] {
+    ScopedLock lock = await(mutex.scopedLock());
+    await(cv.wait(mutex));
+  });
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, ConditionVariableFiberTest, test::oneAndTwoPoolThreads(),
+                         test::poolThreadsName);
 
 TEST(ConditionVariableDeathTest, MisuseAborts) {
   EXPECT_DEATH(

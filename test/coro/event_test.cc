@@ -22,7 +22,9 @@
 #include "stackful/fiber.h"
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
+#include "test/support/fiber_wait_cancellation.h"
 #include "test/support/manual_executor.h"
+#include "test/support/pool_threads.h"
 #include "test/support/stack_address.h"
 #include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
@@ -258,10 +260,14 @@ TEST(EventCancellationTest, CancellationRacingWithSetOnTwoThreads) {
   EXPECT_EQ(Counted::alive(), 0);
 }
 
-TEST(EventTest, SetWakesFibersAndLazysAlike) {
-  Watchdog watchdog(120s, "EventTest.SetWakesFibersAndLazysAlike");
+// On ThreadPool(1) these fibers act on their parks before switching out.
+static_assert(detail::ResumesOnlyThroughExecutor<detail::EventWaitAwaiter>);
+class EventFiberTest : public test::PoolThreadsTest {};
+
+TEST_P(EventFiberTest, SetWakesFibersAndLazysAlike) {
+  Watchdog watchdog(120s, "EventFiberTest.SetWakesFibersAndLazysAlike");
   constexpr int kEach = 100;
-  ThreadPool pool(2);
+  ThreadPool pool(GetParam());
   Event event;
   std::atomic<int> fibersWoken{0}, lazysWoken{0};
   std::vector<FiberFuture<void>> fibers;
@@ -287,6 +293,22 @@ TEST(EventTest, SetWakesFibersAndLazysAlike) {
   EXPECT_EQ(fibersWoken.load(), kEach);
   EXPECT_EQ(lazysWoken.load(), kEach);
 }
+
+// A fiber's token cancels its wait for an Event that is not set, before it queues and
+// while it is queued; set() later wakes the waiter left.
+TEST_P(EventFiberTest, AFibersTokenCancelsItsWait) {
+  Watchdog watchdog(60s, "EventFiberTest.AFibersTokenCancelsItsWait");
+  ThreadPool pool(GetParam());
+  Event event;
+  auto bystander = spawnFiber(&pool, [&] { await(event.wait()); });
+  test::expectFiberWaitCancelled(pool, [&] { await(event.wait()); });
+  EXPECT_FALSE(event.isSet());
+  event.set();
+  syncAwait(std::move(bystander));
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, EventFiberTest, test::oneAndTwoPoolThreads(),
+                         test::poolThreadsName);
 
 TEST(EventDeathTest, DestroyingAnEventWithWaitersAborts) {
   EXPECT_DEATH(

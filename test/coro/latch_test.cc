@@ -20,6 +20,7 @@
 #include "stackful/fiber.h"
 #include "stackful/spawn_fiber.h"
 #include "test/support/manual_executor.h"
+#include "test/support/pool_threads.h"
 #include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
 
@@ -210,10 +211,14 @@ TEST(LatchCancellationTest, ArriveAndWaitCountsDownEvenWhenCancelled) {
   EXPECT_TRUE(latch.tryWait());
 }
 
-TEST(LatchTest, FibersAndLazysArriveAndWaitOnOneLatch) {
-  Watchdog watchdog(120s, "LatchTest.FibersAndLazysArriveAndWaitOnOneLatch");
+// On ThreadPool(1) these fibers act on their parks before switching out.
+static_assert(detail::ResumesOnlyThroughExecutor<detail::LatchArriveAwaiter>);
+class LatchFiberTest : public test::PoolThreadsTest {};
+
+TEST_P(LatchFiberTest, FibersAndLazysArriveAndWaitOnOneLatch) {
+  Watchdog watchdog(120s, "LatchFiberTest.FibersAndLazysArriveAndWaitOnOneLatch");
   constexpr int kEach = 100;
-  ThreadPool pool(2);
+  ThreadPool pool(GetParam());
   Latch latch(2 * kEach);
   std::atomic<int> arrived{0}, early{0}, released{0};
   std::vector<FiberFuture<void>> fibers;
@@ -240,6 +245,9 @@ TEST(LatchTest, FibersAndLazysArriveAndWaitOnOneLatch) {
   EXPECT_EQ(released.load(), 2 * kEach);
   EXPECT_EQ(early.load(), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, LatchFiberTest, test::oneAndTwoPoolThreads(),
+                         test::poolThreadsName);
 
 TEST(LatchDeathTest, DestroyingALatchWithWaitersAborts) {
   EXPECT_DEATH(

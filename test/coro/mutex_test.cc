@@ -23,7 +23,9 @@
 #include "stackful/fiber.h"
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
+#include "test/support/fiber_wait_cancellation.h"
 #include "test/support/manual_executor.h"
+#include "test/support/pool_threads.h"
 #include "test/support/stack_address.h"
 #include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
@@ -416,11 +418,15 @@ TEST(MutexCancellationTest, CancellationRacingWithHandOffOnTwoThreads) {
   mutex.unlock();
 }
 
-TEST(MutexTest, FibersAndLazysShareOneMutex) {
-  Watchdog watchdog(120s, "MutexTest.FibersAndLazysShareOneMutex");
+// On ThreadPool(1) these fibers act on their parks before switching out.
+static_assert(detail::ResumesOnlyThroughExecutor<detail::MutexLockAwaiter<void>>);
+class MutexFiberTest : public test::PoolThreadsTest {};
+
+TEST_P(MutexFiberTest, FibersAndLazysShareOneMutex) {
+  Watchdog watchdog(120s, "MutexFiberTest.FibersAndLazysShareOneMutex");
   constexpr int kEach = 50;
   constexpr int kPairs = 200;
-  ThreadPool pool(2);
+  ThreadPool pool(GetParam());
   Mutex mutex;
   long counter = 0;
   std::vector<FiberFuture<void>> fibers;
@@ -446,6 +452,27 @@ TEST(MutexTest, FibersAndLazysShareOneMutex) {
   for (auto& fiber : fibers) syncAwait(std::move(fiber));
   EXPECT_EQ(counter, 2L * kEach * kPairs);
 }
+
+// A fiber's token cancels its wait for a held Mutex, before it queues and while it is
+// queued; the lock is never handed to a cancelled fiber: the waiter left gets it.
+TEST_P(MutexFiberTest, AFibersTokenCancelsItsWait) {
+  Watchdog watchdog(60s, "MutexFiberTest.AFibersTokenCancelsItsWait");
+  ThreadPool pool(GetParam());
+  Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  auto bystander = spawnFiber(&pool, [&] {
+    await(mutex.lock());
+    mutex.unlock();
+  });
+  test::expectFiberWaitCancelled(pool, [&] { await(mutex.lock()); });
+  mutex.unlock();  // to the bystander, the only waiter left
+  syncAwait(std::move(bystander));
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, MutexFiberTest, test::oneAndTwoPoolThreads(),
+                         test::poolThreadsName);
 
 TEST(MutexDeathTest, UnlockOfAnUnlockedMutexAborts) {
   EXPECT_DEATH(

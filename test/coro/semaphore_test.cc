@@ -22,7 +22,9 @@
 #include "stackful/fiber.h"
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
+#include "test/support/fiber_wait_cancellation.h"
 #include "test/support/manual_executor.h"
+#include "test/support/pool_threads.h"
 #include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
 
@@ -255,12 +257,16 @@ TEST(SemaphoreCancellationTest, CancellationRacingWithReleaseNeverLosesAPermit) 
   EXPECT_EQ(Counted::alive(), 0);
 }
 
-TEST(SemaphoreTest, FibersAndLazysShareThePermits) {
-  Watchdog watchdog(120s, "SemaphoreTest.FibersAndLazysShareThePermits");
+// On ThreadPool(1) these fibers act on their parks before switching out.
+static_assert(detail::ResumesOnlyThroughExecutor<detail::SemaphoreAcquireAwaiter>);
+class SemaphoreFiberTest : public test::PoolThreadsTest {};
+
+TEST_P(SemaphoreFiberTest, FibersAndLazysShareThePermits) {
+  Watchdog watchdog(120s, "SemaphoreFiberTest.FibersAndLazysShareThePermits");
   constexpr int kEach = 50;
   constexpr int kRounds = 100;
   constexpr int kPermits = 2;
-  ThreadPool pool(2);
+  ThreadPool pool(GetParam());
   Semaphore semaphore(kPermits);
   std::atomic<int> holders{0}, maxHolders{0};
   std::atomic<long> entries{0};
@@ -300,6 +306,22 @@ TEST(SemaphoreTest, FibersAndLazysShareThePermits) {
   EXPECT_LE(maxHolders.load(), kPermits);
   EXPECT_EQ(semaphore.available(), kPermits);
 }
+
+// A fiber's token cancels its wait for a permit, before it queues and while it is
+// queued; a released permit goes to the waiter left, not to a cancelled one.
+TEST_P(SemaphoreFiberTest, AFibersTokenCancelsItsWait) {
+  Watchdog watchdog(60s, "SemaphoreFiberTest.AFibersTokenCancelsItsWait");
+  ThreadPool pool(GetParam());
+  Semaphore semaphore(0);
+  auto bystander = spawnFiber(&pool, [&] { await(semaphore.acquire()); });
+  test::expectFiberWaitCancelled(pool, [&] { await(semaphore.acquire()); });
+  semaphore.release();
+  syncAwait(std::move(bystander));
+  EXPECT_EQ(semaphore.available(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, SemaphoreFiberTest, test::oneAndTwoPoolThreads(),
+                         test::poolThreadsName);
 
 TEST(SemaphoreDeathTest, DestroyingASemaphoreWithWaitersAborts) {
   EXPECT_DEATH(

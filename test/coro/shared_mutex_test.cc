@@ -22,6 +22,7 @@
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
+#include "test/support/pool_threads.h"
 #include "test/support/start_detached.h"
 #include "test/support/watchdog.h"
 
@@ -255,11 +256,15 @@ TEST(SharedMutexCancellationTest, ACancelledWriterNoLongerBlocksTheReadersBehind
   mutex.unlock();
 }
 
-TEST(SharedMutexTest, FibersAndLazysReadAndWriteTogether) {
-  Watchdog watchdog(120s, "SharedMutexTest.FibersAndLazysReadAndWriteTogether");
+// On ThreadPool(1) these fibers act on their parks before switching out.
+static_assert(detail::ResumesOnlyThroughExecutor<detail::SharedMutexLockAwaiter<true, void>>);
+class SharedMutexFiberTest : public test::PoolThreadsTest {};
+
+TEST_P(SharedMutexFiberTest, FibersAndLazysReadAndWriteTogether) {
+  Watchdog watchdog(120s, "SharedMutexFiberTest.FibersAndLazysReadAndWriteTogether");
   constexpr int kEach = 50;
   constexpr int kRounds = 100;
-  ThreadPool pool(2);
+  ThreadPool pool(GetParam());
   SharedMutex mutex;
   long first = 0, second = 0, writes = 0;  // not atomic: guarded by mutex
   std::atomic<int> violations{0};
@@ -309,6 +314,9 @@ TEST(SharedMutexTest, FibersAndLazysReadAndWriteTogether) {
   }
   EXPECT_EQ(writes, expectedWrites);
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, SharedMutexFiberTest, test::oneAndTwoPoolThreads(),
+                         test::poolThreadsName);
 
 TEST(SharedMutexDeathTest, MisuseAborts) {
   EXPECT_DEATH(

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "coro/cancellation.h"
+#include "coro/sync_await.h"
+#include "executors/thread_pool.h"
+#include "stackful/spawn_fiber.h"
+
+namespace weft::test {
+
+// Runs `wait` (a callable that awaits something that cannot complete yet) in a fiber on
+// `pool` whose cancellation token is cancelled twice over: once before the fiber starts
+// (the waiter must not queue; on ThreadPool(1) the fiber's own await_suspend declines),
+// once while the fiber waits (it must leave the queue). Expects `wait` to throw
+// OperationCancelled both times; a wait that completes or hangs fails the test (the
+// caller's Watchdog catches a hang).
+template <class Wait>
+void expectFiberWaitCancelled(ThreadPool& pool, Wait wait) {
+  for (bool cancelFirst : {true, false}) {
+    CancellationSource source;
+    if (cancelFirst) source.requestCancellation();
+    std::atomic<bool> started{false};
+    SpawnOptions options;
+    options.cancellationToken = source.token();
+    auto fiber = spawnFiber(
+        &pool,
+        [&] {
+          started.store(true);
+          try {
+            wait();
+            return false;
+          } catch (const OperationCancelled&) {
+            return true;
+          }
+        },
+        std::move(options));
+    while (!started.load()) std::this_thread::yield();
+    // Not a timing assertion: it only makes it likely that the fiber is parked by now.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    source.requestCancellation();
+    EXPECT_TRUE(syncAwait(std::move(fiber)))
+        << (cancelFirst ? "cancelled before the wait" : "cancelled during the wait");
+  }
+}
+
+}  // namespace weft::test
