@@ -27,7 +27,9 @@
 #include "stackful/spawn_fiber.h"
 #include "test/support/cancellable_start.h"
 #include "test/support/counted.h"
+#include "test/support/fiber_wait_cancellation.h"
 #include "test/support/manual_executor.h"
+#include "test/support/pool_threads.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -868,39 +870,20 @@ TEST(ChannelFiberTest, AFiberSelectsOverChannelsFedByLazys) {
 }
 
 // On one thread (the park acted on before the switch) and on two.
-class ChannelFiberCancellationTest : public ::testing::TestWithParam<std::size_t> {};
+class ChannelFiberCancellationTest : public test::PoolThreadsTest {};
 
+// A fiber's token cancels its channel wait, before it starts and while the fiber waits;
+// the cancelled receiver leaves the channel, so a send finds nobody to take it.
 TEST_P(ChannelFiberCancellationTest, AFibersCancellationTokenCancelsItsChannelWait) {
   Watchdog watchdog(60s, "ChannelFiberTest.AFibersCancellationTokenCancelsItsChannelWait");
   ThreadPool pool(GetParam());
   Channel<int> ch;
-  Channel<int> waiting(1);
-  CancellationSource source;
-  SpawnOptions options;
-  options.cancellationToken = source.token();
-  auto fiber = spawnFiber(
-      &pool,
-      [&] {
-        await(waiting.send(1));
-        try {
-          await(ch.receive());
-          return false;
-        } catch (const OperationCancelled&) {
-          return true;
-        }
-      },
-      std::move(options));
-  syncAwait(waiting.receive());
-  source.requestCancellation();
-  EXPECT_TRUE(syncAwait(std::move(fiber)));
+  test::expectFiberWaitCancelled(pool, [&] { await(ch.receive()); });
   EXPECT_FALSE(ch.trySend(1)) << "the cancelled fiber must have left the channel";
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, ChannelFiberCancellationTest,
-                         ::testing::Values(std::size_t{1}, std::size_t{2}),
-                         [](const ::testing::TestParamInfo<std::size_t>& info) {
-                           return "Threads" + std::to_string(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Threads, ChannelFiberCancellationTest, test::oneAndTwoPoolThreads(),
+                         test::poolThreadsName);
 
 TEST(ChannelFiberTest, AFiberConsumesAnAsyncGeneratorStreamingAChannel) {
   Watchdog watchdog(60s, "ChannelFiberTest.AFiberConsumesAnAsyncGeneratorStreamingAChannel");
