@@ -14,6 +14,7 @@
 #include "executors/executor.h"
 #include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
+#include "stackful/detail/fiber_hand_off.h"
 
 namespace weft {
 

@@ -12,6 +12,7 @@
 #include "executors/detail/solo_run_queue.h"
 #include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
+#include "stackful/detail/fiber_hand_off.h"
 #include "stackful/detail/fiber_local_storage.h"
 #include "stackful/detail/stack_guard.h"
 #include "stackful/fiber_local.h"
@@ -33,30 +34,12 @@ namespace detail {
 
 namespace {
 
-// The fiber running on this thread. constinit: the signal handler reads it.
-constinit thread_local FiberCore* tCurrent = nullptr;
-
 std::atomic<std::uint64_t> gNextFiberId{1};
-
-// The C++ runtime's exception globals of the calling thread (Itanium ABI: a pointer to
-// the caught-exception stack, then the uncaught count).
-// Their address is fixed for the thread's lifetime: looked up once per thread (the lookup
-// is a call into libstdc++ and a __tls_get_addr), then read from our own thread_local.
-constinit thread_local EhState* tEhGlobals = nullptr;
-
-inline EhState* ehGlobals() noexcept {
-  EhState* eh = tEhGlobals;
-  if (eh == nullptr) [[unlikely]] {
-    eh = reinterpret_cast<EhState*>(abi::__cxa_get_globals());
-    tEhGlobals = eh;
-  }
-  return eh;
-}
 
 }  // namespace
 
 bool describeRunningFiber(RunningStackInfo& info) noexcept {
-  const FiberCore* fiber = tCurrent;
+  const FiberCore* fiber = FiberCore::current();
   if (fiber == nullptr) return false;
   info.guardBegin = fiber->guardBegin();
   info.stackBottom = fiber->stackBottom();
@@ -68,7 +51,13 @@ bool describeRunningFiber(RunningStackInfo& info) noexcept {
 
 void attachToSharedStack(FiberCore* /*core*/, SharedStack& stack) { ++stack.users_; }
 
-FiberCore* FiberCore::current() noexcept { return tCurrent; }
+FiberCore* FiberCore::current() noexcept { return running_; }
+
+EhState* FiberCore::lookUpEhGlobals() noexcept {
+  auto* eh = reinterpret_cast<EhState*>(abi::__cxa_get_globals());
+  ehGlobals_ = eh;
+  return eh;
+}
 
 FiberCore::~FiberCore() { delete extras_; }
 
@@ -185,8 +174,8 @@ void* FiberCore::enter(SwitchFrame& frame) {
         entryPoint());
   }
   ensureSignalStack();
-  frame.outer = tCurrent;
-  tCurrent = this;
+  frame.outer = running_;
+  running_ = this;
   // The resuming side never changes threads between enter() and leave() (it is blocked in
   // the switch), so one lookup of the exception globals serves both swaps.
   EhState* const eh = ehGlobals();
@@ -260,7 +249,7 @@ void FiberCore::leave(const SwitchFrame& frame, ContextTransfer back) noexcept {
   ehUncaught_ = eh->uncaughtExceptions;
   eh->caughtExceptions = frame.callerCaught;
   eh->uncaughtExceptions = frame.callerUncaught;
-  tCurrent = frame.outer;
+  running_ = frame.outer;
   if (kind_ == StackKind::kShared) [[unlikely]]
     leaveSharedStack();
 #if WEFT_TSAN
@@ -299,46 +288,8 @@ void FiberCore::suspend() {
 #endif
 }
 
-inline FiberCore::ParkSwitch FiberCore::handOffTo(
-    FiberCore* next, ContextTransfer (*onTop)(ContextTransfer)) noexcept {
-  // What leave() and enter() would do around a switch back to the resumer and into
-  // `next`, done at once: the exception state goes from this fiber to next, next becomes
-  // the running fiber and inherits our resumer (its suspended context is read first).
-  EhState* const eh = ehGlobals();
-  ehCaught_ = eh->caughtExceptions;
-  ehUncaught_ = eh->uncaughtExceptions;
-  eh->caughtExceptions = next->ehCaught_;
-  eh->uncaughtExceptions = next->ehUncaught_;
-  void* const to = next->context_;
-  next->context_ = context_;
-  next->state_ = State::kRunning;
-  tCurrent = next;
-  return ParkSwitch{this, to, onTop};
-}
-
 #if !WEFT_ASAN && !WEFT_TSAN  // no hand-off under the sanitizers (see suspend())
 namespace {
-
-// The fiber that `driver`, a fiber driver's handle, drives.
-inline FiberCore* fiberOfDriver(std::coroutine_handle<> driver) noexcept {
-  return FiberDriverHandle::from_address(driver.address()).promise().link()->core;
-}
-
-// If `next` (a coroutine taken from an executor's queue) is the driver of a suspended
-// fiber of spawnFiber, that fiber; else nullptr. noexcept: loads and compares.
-inline FiberCore* fiberToSwitchTo(std::coroutine_handle<> next) noexcept {
-  // Relaxed: a thread that does not see the value yet just does not hand off.
-  void* const driverResume = gFiberDriverResume.load(std::memory_order_relaxed);
-  if (driverResume == nullptr || *static_cast<void* const*>(next.address()) != driverResume) {
-    return nullptr;
-  }
-  FiberCore* fiber = fiberOfDriver(next);
-  // A fiber's first run goes through its driver, which makes its context. (A fiber of
-  // spawnFiber never runs on a shared stack; checked all the same, since handOffTo does
-  // not swap stack contents.)
-  if (fiber->state() != FiberCore::State::kSuspended || fiber->onSharedStack()) return nullptr;
-  return fiber;
-}
 
 // exchangeNextHandle's filter for a yield on ThreadPool(1): accepts a suspended fiber's
 // driver and keeps that fiber. A functor rather than a lambda, to be forced inline
@@ -380,64 +331,34 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
         link.yieldRequested = false;
         // The filter has checked it is a suspended fiber's driver. Nothing is left to act
         // on: a plain switch (next's arrived() records where we stopped).
-        return handOffTo(fiber != nullptr ? fiber : fiberOfDriver(next), nullptr);
+        return handOffTo(fiber != nullptr ? fiber : fiberOfDriver(next), false);
       }
     }
     if (std::coroutine_handle<> next =
             solo != nullptr ? solo->takeNextHandle() : link.executor->takeNextHandle()) {
       if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) {
-        return handOffTo(fiber, &FiberCore::handOffOnTop);
+        return handOffTo(fiber, true);
       }
       link.pending = next;
     }
   }
 #endif
-  return ParkSwitch{this, context_, nullptr};
+  return ParkSwitch{this, reinterpret_cast<std::uintptr_t>(context_)};
 }
 
 FiberCore::ParkSwitch FiberCore::prepareSuspend() { return prepareSuspendInline(); }
-
-FiberCore::NextRun FiberCore::takeNextRun(SoloRunQueue& solo) noexcept {
-#if !WEFT_ASAN && !WEFT_TSAN
-  if (std::coroutine_handle<> next = solo.takeNextHandle()) {
-    FiberCore* const fiber = fiberToSwitchTo(next);
-    if (fiber != nullptr) {
-      // Where its switch-in pops its registers from, and the frame it returns into: 5
-      // cache lines. Chosen on the echo ring of 30,000 fibers (medians of 8 interleaved
-      // runs): 4 and 5 lines were alike with g++ (79, 84 ns), 5 much better with clang++
-      // (87 against 120 ns); 2, 3, 6 or 8 lines did worse.
-      const auto* sp = static_cast<const char*>(fiber->context_);
-      for (int line = 0; line < 5; ++line) __builtin_prefetch(sp + 64 * line);
-    }
-    return NextRun{next, fiber};
-  }
-#else
-  (void)solo;
-#endif
-  return NextRun{};
-}
-
-FiberCore::ParkSwitch FiberCore::prepareSuspendActedOn(NextRun next) noexcept {
-  state_ = State::kSuspended;
-  AwaitLink& link = *awaitLink_;
-  link.suspendOn = nullptr;  // acted on: nothing is left for whoever runs the driver next
-  // (Our own driver cannot be `next`: it was running when `next` was taken.)
-  if (next.fiber != nullptr) return handOffTo(next.fiber, nullptr);
-  link.pending = next.handle;
-  return ParkSwitch{this, context_, nullptr};
-}
 
 ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
   auto* parked = static_cast<FiberCore*>(transfer.data);
   parked->context_ = transfer.context;  // before the park is acted on: then it may resume
   finishHandOff(parked);
   // What the running fiber's pending switch returns: its resumer, which it already has.
-  FiberCore* running = tCurrent;
+  FiberCore* running = running_;
   return ContextTransfer{running->context_, running};
 }
 
 FiberCore::ParkSwitch FiberCore::beginYield() {
-  FiberCore* core = tCurrent;
+  FiberCore* core = running_;
   if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
   // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
   if (core->unwinding_) throw ForcedUnwind{};

@@ -156,11 +156,18 @@ class FiberCore {
   // resumed, records its new resumer. prepareSuspend throws ForcedUnwind when the fiber
   // is being destroyed (nothing changed then). Not under ASan or TSan, where suspend()
   // keeps the sanitizer hooks next to the switch.
+  //
+  // ParkSwitch is two words, so that it comes back from prepareSuspend (and await()'s
+  // out-of-line park) in registers: the switch's target is known without a trip through
+  // memory.
   struct ParkSwitch {
-    FiberCore* fiber;
-    void* to;
-    // null: a plain switch back to the resumer; else the hand-off's act (run on `to`).
-    ContextTransfer (*onTop)(ContextTransfer);
+    // The context to switch to, with kActOnTarget set when the hand-off's act
+    // (handOffOnTop) is to run on it first (context handles are stack pointers, 16-byte
+    // aligned, so the low bit is free). Unset: a plain switch (back to the resumer, or a
+    // hand-off with nothing left to act on).
+    static constexpr std::uintptr_t kActOnTarget = 1;
+    FiberCore* fiber;  // the fiber switching out; null: no switch to make
+    std::uintptr_t target;
   };
   ParkSwitch prepareSuspend();
   // A park acted on by the fiber itself, on ThreadPool(1)'s thread, for an awaiter that
@@ -175,13 +182,15 @@ class FiberCore {
   //    with nothing left to act on: a plain switch into `next.fiber`, or back to the
   //    resumer, leaving `next.handle` (if any) in AwaitLink::pending.
   // Under ASan and TSan (no hand-offs) takeNextRun takes nothing.
-  // noexcept: queue operations, loads and stores.
+  // Both are defined in stackful/detail/fiber_hand_off.h, forced inline into await()'s
+  // out-of-line park (detail::parkOn), which then makes no call of its own around the
+  // awaiter's await_suspend. noexcept: queue operations, loads and stores.
   struct NextRun {
     std::coroutine_handle<> handle;  // null: nothing taken
     FiberCore* fiber = nullptr;      // the suspended fiber `handle` drives, if it does
   };
-  static NextRun takeNextRun(SoloRunQueue& solo) noexcept;
-  ParkSwitch prepareSuspendActedOn(NextRun next) noexcept;
+  [[gnu::always_inline]] static NextRun takeNextRun(SoloRunQueue& solo) noexcept;
+  [[gnu::always_inline]] ParkSwitch prepareSuspendActedOn(NextRun next) noexcept;
   // Throws ForcedUnwind when the fiber is being destroyed: it cannot park again (whoever
   // caught ForcedUnwind gets it back). For await(), before it acts on a park itself.
   void throwIfUnwinding() const {
@@ -193,8 +202,12 @@ class FiberCore {
   // are inline in the fiber's own code (see resume(); g++ calls it otherwise).
   [[gnu::always_inline]] static void switchOut(const ParkSwitch& park) {
     FiberCore* fiber = park.fiber;
-    fiber->arrived(park.onTop != nullptr ? ontopContext(park.to, fiber, park.onTop)
-                                         : jumpContext(park.to, fiber));
+    if ((park.target & ParkSwitch::kActOnTarget) != 0) [[unlikely]] {
+      fiber->arrived(ontopContext(reinterpret_cast<void*>(park.target - ParkSwitch::kActOnTarget),
+                                  fiber, &handOffOnTop));
+    } else {
+      fiber->arrived(jumpContext(reinterpret_cast<void*>(park.target), fiber));
+    }
   }
 
   // this_fiber::yield()'s prepareSuspend(): for the running fiber, which it finds (out of
@@ -298,10 +311,11 @@ class FiberCore {
   void resumeSanitized();
   // prepareSuspend()'s hand-off to `next` (suspended, on this thread): next takes over
   // this fiber's resumer and the thread's fiber state. Where this fiber stopped is
-  // recorded by next's arrived(); `onTop` (handOffOnTop), when the park is still to be
-  // acted on, runs on next's stack before it continues. Null when there is nothing to do
-  // (a yield whose requeue was done with the take, a park acted on before the switch).
-  ParkSwitch handOffTo(FiberCore* next, ContextTransfer (*onTop)(ContextTransfer)) noexcept;
+  // recorded by next's arrived(); with `actOnTop`, when the park is still to be acted
+  // on, handOffOnTop runs on next's stack before it continues. Not when there is nothing
+  // to do (a yield whose requeue was done with the take, a park acted on before the
+  // switch).
+  [[gnu::always_inline]] ParkSwitch handOffTo(FiberCore* next, bool actOnTop) noexcept;
   ParkSwitch prepareSuspendInline();
   static ContextTransfer handOffOnTop(ContextTransfer transfer) noexcept;
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
@@ -313,6 +327,27 @@ class FiberCore {
   void freeStorage() noexcept;
   [[noreturn]] void abortMisuse(const char* what) const noexcept;
   [[noreturn]] void abortBadResume() const noexcept;
+
+  // The fiber running on each thread (nullptr on a thread's own stack), and the address
+  // of each thread's C++ exception globals (looked up on first use: ehGlobals()).
+  // Visible here for the hand-off paths inline in stackful/detail/fiber_hand_off.h.
+  // Read only in functions that make no switch themselves: a fiber may continue on
+  // another thread, and a thread_local's address computed before a switch must not be
+  // reused after it. constinit (zero-initialized): no TLS wrapper call; the signal
+  // handler reads `running_`.
+  static constinit inline thread_local FiberCore* running_ = nullptr;
+  static constinit inline thread_local EhState* ehGlobals_ = nullptr;
+  [[gnu::always_inline]] static EhState* ehGlobals() noexcept {
+    EhState* eh = ehGlobals_;
+    if (eh == nullptr) [[unlikely]]
+      eh = lookUpEhGlobals();
+    return eh;
+  }
+  // The C++ runtime's exception globals of the calling thread (Itanium ABI: a pointer to
+  // the caught-exception stack, then the uncaught count), stored in ehGlobals_: their
+  // address is fixed for the thread's lifetime, and the lookup is a call into the C++
+  // runtime and a __tls_get_addr. noexcept: the runtime's lookup cannot fail.
+  static EhState* lookUpEhGlobals() noexcept;
 
   // While the fiber is suspended: its own context (what resume() jumps to). While it
   // runs: the context that resumed it (what it jumps back to). Each side stores the
