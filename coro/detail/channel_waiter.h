@@ -12,6 +12,7 @@
 #include "coro/detail/frame_allocator.h"
 #include "coro/detail/spin_lock.h"
 #include "coro/detail/via_awaiter.h"
+#include "executors/detail/solo_run_queue.h"
 #include "executors/executor.h"
 
 // The untyped machinery under Channel<T> and select(): the channel lock, the waiter node
@@ -262,7 +263,7 @@ WEFT_NOINLINE inline void resumeChannelWaiterInline(ChannelWaiter* node) noexcep
   }
   std::coroutine_handle<> handle = handleOf(node);
   try {
-    executor->schedule(handle);
+    scheduleInlineWhenSolo(executor, handle);
   } catch (...) {
     abortExecutorGone(executor);
   }

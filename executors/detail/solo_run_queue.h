@@ -9,6 +9,7 @@
 
 #include "executors/detail/job.h"
 #include "executors/detail/ring_buffer.h"
+#include "executors/executor.h"
 
 namespace weft::detail {
 
@@ -27,7 +28,8 @@ inline constinit thread_local SoloRunQueue* tlOwnedSoloRunQueue = nullptr;
 // through the filter and their register saves (about a quarter of a fiber yield's
 // instructions); with the queue in reach (Executor::soloRunQueue()) it is a few inline
 // loads. ThreadPool's own overrides call the same functions, so both paths follow the
-// same rules.
+// same rules. Likewise a channel's wake-up on that worker pushes inline
+// (scheduleInlineWhenSolo), by the rule ThreadPool::schedule follows there.
 //
 // Nobody steals from ThreadPool(1)'s worker, so `items` needs no atomics: only the worker
 // touches it. Every other thread pushes to the pool's injection queue. The two counters it
@@ -65,6 +67,19 @@ class SoloRunQueue {
     return items.pop().handle();
   }
 
+  // Executor::schedule(h) on the owning worker, inline: with no outside work waiting
+  // (which the pool orders before the worker's next local push), queues `h` and answers
+  // true, exactly as ThreadPool::schedule would. False, having done nothing, anywhere
+  // else (the caller then schedules through the executor). Throws std::bad_alloc if the
+  // ring cannot grow (nothing queued).
+  [[gnu::always_inline]] bool tryPushLocal(std::coroutine_handle<> h) {
+    if (!ownedByCallingThread()) return false;
+    // Relaxed: as ThreadPool's own push (see there).
+    if (injectionSize_.load(std::memory_order_relaxed) != 0) return false;
+    items.push(WorkItem::fromHandle(h));
+    return true;
+  }
+
   // Puts `h`, just taken by takeNextHandle(), back at the front of the queue: it runs
   // next, as if it had not been taken. Precondition: called by the owning thread.
   // noexcept: it cannot fail unless coroutines were queued since the take and the ring
@@ -98,6 +113,18 @@ class SoloRunQueue {
   const std::atomic<std::size_t>& timerDueSize_;
   const std::atomic<std::size_t>& injectionSize_;
 };
+
+// executor->schedule(h), with the push made inline when the calling thread is
+// ThreadPool(1)'s worker (SoloRunQueue::tryPushLocal): no virtual call, no worker lookup.
+// For the wake-up on the hottest path, a channel's hand-off (resumeChannelWaiter). Errors:
+// those of schedule.
+[[gnu::always_inline]] inline void scheduleInlineWhenSolo(Executor* executor,
+                                                          std::coroutine_handle<> h) {
+  if (SoloRunQueue* solo = executor->soloRunQueue(); solo != nullptr && solo->tryPushLocal(h)) {
+    return;
+  }
+  executor->schedule(h);
+}
 
 inline void SoloRunQueue::putBack(std::coroutine_handle<> h) noexcept {
   try {
