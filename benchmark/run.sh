@@ -20,8 +20,9 @@
 #      by the program), when `go` is installed, in three rounds spread over step 3 (before,
 #      between and after the C++ builds' runs): JSON in go.go_<name>.r<k>.json
 #   4c. paired rounds (when `go` is installed): each Go comparison that has a target, its
-#      C++ benchmarks and its Go program run right after each other, 5 times: JSON in
-#      paired/ (report.py judges those targets on the median of the per-round ratios)
+#      C++ benchmarks and its Go program run right after each other, 5 times (the fiber
+#      echo ring 3 times): JSON in paired/ (report.py judges those targets on the median
+#      of the per-round ratios)
 #   5. callgrind instruction counts per iteration of the Lazy benchmarks and their
 #      baselines (repeatable where timings on a shared machine are not); skipped
 #      without valgrind
@@ -201,21 +202,27 @@ run_go_round() {
 # rounds is what the targets are judged on. Files in ${results}/paired/:
 # <label>.<module>_<unit>.r<k>.json and go.go_<name>.r<k>.json.
 paired_rounds=5
-paired_repetitions=3
-# "<benchmark binary under benchmark/> <--benchmark_filter> <benchmark/go program>"
-# (space-separated: the filters contain `|`)
+# "<benchmark binary under benchmark/> <--benchmark_filter> <benchmark/go program>
+#  <rounds> <repetitions>" (space-separated: the filters contain `|`). The fiber echo
+# ring is memory-bound, and the machine's memory speed drifts the most (one binary
+# measured 58 and 83 ns per message half an hour apart): it is paired too, in fewer
+# rounds, since one repetition takes half a minute (its C++ side keeps the repetitions
+# its benchmark fixes).
 paired_comparisons=(
-  "stackful/fiber_benchmark ^BM_Fiber_YieldViaExecutor(/|\$) gosched_pingpong"
-  "coro/channel_benchmark ^BM_(Fiber)?Channel_PingPong(/|\$) channel_pingpong"
+  "stackful/fiber_benchmark ^BM_Fiber_YieldViaExecutor(/|\$) gosched_pingpong 5 3"
+  "coro/channel_benchmark ^BM_(Fiber)?Channel_PingPong(/|\$) channel_pingpong 5 3"
+  "coro/channel_benchmark ^BM_FiberChannel_EchoRing30000(/|\$) channel_echo_ring 3 1"
 )
 run_paired_rounds() {
   command -v go >/dev/null || return 0
-  local dir="${results}/paired" round comparison bin regex program label unit out order
+  local dir="${results}/paired" round comparison bin regex program rounds reps label unit
+  local out order
   mkdir -p "${dir}"
   for round in $(seq 1 "${paired_rounds}"); do
     for comparison in "${paired_comparisons[@]}"; do
-      read -r bin regex program <<<"${comparison}"
-      unit="$(dirname "${bin}")_$(basename "${bin}")"
+      read -r bin regex program rounds reps <<<"${comparison}"
+      ((round > rounds)) && continue
+      unit="$(dirname "${bin}")_$(basename "${bin}")_${program}"  # one file per comparison
       banner "paired round ${round} of ${paired_rounds}: ${bin} ${regex} / go ${program}"
       # Odd rounds run g++, clang++, Go; even rounds the reverse: no side always goes first.
       order=(gcc clang go)
@@ -223,14 +230,14 @@ run_paired_rounds() {
       for label in "${order[@]}"; do
         if [[ "${label}" != go ]]; then
           "build/bench-${label}/benchmark/${bin}" --benchmark_filter="${regex}" \
-            --benchmark_repetitions="${paired_repetitions}" --benchmark_min_time="${min_time}" \
+            --benchmark_repetitions="${reps}" --benchmark_min_time="${min_time}" \
             --benchmark_display_aggregates_only=true --benchmark_out_format=json \
             --benchmark_out="${dir}/${label}.${unit}.r${round}.json"
           continue
         fi
         out="${dir}/go.go_${program}.r${round}.json"
         if (cd benchmark/go && GOTOOLCHAIN=local GOFLAGS= GOPROXY=off \
-              go run "./${program}" -repetitions "${paired_repetitions}") >"${out}.part"; then
+              go run "./${program}" -repetitions "${reps}") >"${out}.part"; then
           mv "${out}.part" "${out}"
         else
           rm -f "${out}.part"

@@ -88,6 +88,8 @@ def load_benchmarks(paths):
     scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
     context, samples, errors, order = {}, {}, {}, {}
     for path in paths:
+        if os.path.getsize(path) == 0:
+            continue  # WEFT_BENCH_FILTER matched nothing in that binary: it wrote nothing
         with open(path) as f:
             data = json.load(f)
         context = context or data.get("context", {})
