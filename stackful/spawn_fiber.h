@@ -325,7 +325,6 @@ FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* execut
     throw;
   }
   state->fiberId_ = core->id();
-  state->link_.core = core;
   core->setAwaitLink(&state->link_);
   detail::FiberDriverHandle handle;
   try {
@@ -337,7 +336,7 @@ FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* execut
   handle.promise().setExecutor(executor);
   handle.promise().setCancellationToken(&state->token_);
   handle.promise().setCompletionSink(state);
-  handle.promise().setLink(&state->link_);
+  handle.promise().setFiber(core);
   state->link_.driver = handle;
   detail::noteFiberDriver(handle);
   try {

@@ -18,7 +18,9 @@ struct AwaitLink;
 // The promise of the coroutine that drives a fiber started by spawnFiber (its "driver",
 // spawn_fiber.cc). A Lazy promise, so that awaiting through it behaves exactly as
 // awaiting in a Lazy bound to the fiber's executor and token (a Lazy awaited from the
-// fiber inherits both); plus the link to the fiber it drives.
+// fiber inherits both); plus the fiber it drives, which a hand-off finds through it
+// (fiberOfDriver): directly, not through the fiber's AwaitLink, so that with many fibers
+// that is one cache miss fewer before the switch.
 class FiberDriverPromise final : public LazyPromiseBase {
  public:
   std::coroutine_handle<FiberDriverPromise> get_return_object() noexcept {
@@ -28,11 +30,11 @@ class FiberDriverPromise final : public LazyPromiseBase {
   // noexcept: the driver's body throws nothing (its only await is noexcept).
   [[noreturn]] void unhandled_exception() noexcept { std::terminate(); }
 
-  AwaitLink* link() const noexcept { return link_; }
-  void setLink(AwaitLink* link) noexcept { link_ = link; }
+  FiberCore* fiber() const noexcept { return fiber_; }
+  void setFiber(FiberCore* fiber) noexcept { fiber_ = fiber; }
 
  private:
-  AwaitLink* link_ = nullptr;
+  FiberCore* fiber_ = nullptr;
 };
 
 using FiberDriverHandle = std::coroutine_handle<FiberDriverPromise>;
@@ -66,7 +68,6 @@ using SuspendDriverOn = std::coroutine_handle<> (*)(void* awaiter, FiberDriverHa
 struct AwaitLink {
   Executor* executor = nullptr;
   const CancellationToken* token = &kNoCancellationToken;
-  FiberCore* core = nullptr;
   FiberDriverHandle driver;
   void* awaiter = nullptr;
   SuspendDriverOn suspendOn = nullptr;

@@ -19,7 +19,7 @@ namespace weft::detail {
 
 // The fiber that `driver`, a fiber driver's handle, drives.
 inline FiberCore* fiberOfDriver(std::coroutine_handle<> driver) noexcept {
-  return FiberDriverHandle::from_address(driver.address()).promise().link()->core;
+  return FiberDriverHandle::from_address(driver.address()).promise().fiber();
 }
 
 // If `next` (a coroutine taken from an executor's queue) is the driver of a suspended
