@@ -8,6 +8,7 @@
 // quarter of that park's instructions.
 
 #include <atomic>
+#include <cassert>
 #include <coroutine>
 #include <cstdint>
 
@@ -48,6 +49,7 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next, bool actOnTop
   eh->caughtExceptions = next->ehCaught_;
   eh->uncaughtExceptions = next->ehUncaught_;
   void* const to = next->context_;
+  assert((reinterpret_cast<std::uintptr_t>(to) & ParkSwitch::kActOnTarget) == 0);
   next->context_ = context_;
   next->state_ = State::kRunning;
   running_ = next;
