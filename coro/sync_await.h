@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <condition_variable>
 #include <coroutine>
 #include <mutex>
@@ -88,6 +89,14 @@ inline constexpr bool kIsTask = false;
 template <class T>
 inline constexpr bool kIsTask<Task<T>> = true;
 
+// An awaitable that can complete only by running on an executor's threads names it
+// with `Executor* syncAwaitExecutor() const noexcept` (nullptr: none); stackful's
+// FiberFuture does. syncAwait refuses to block one of those threads on it.
+template <class A>
+concept NamesSyncAwaitExecutor = requires(const std::remove_cvref_t<A>& a) {
+  { a.syncAwaitExecutor() } -> std::convertible_to<Executor*>;
+};
+
 // Wraps any awaitable in a Lazy. `A` is a reference type for an lvalue awaitable (it is
 // awaited in place: syncAwait blocks, so it outlives the wrapper) and a value type for an
 // rvalue (moved into the frame).
@@ -107,7 +116,9 @@ Lazy<T> awaitInLazy(A awaitable) {
 //
 // Preconditions: not called from a thread of the executor it waits on.
 // Errors: rethrows what the awaited work threw. Throws SyncAwaitDeadlock if called on a
-// thread of the Task's executor, and ExecutorShutDown if that executor is shut down.
+// thread of the Task's executor (or of the executor an awaitable names with
+// syncAwaitExecutor(), such as a FiberFuture's fiber), and ExecutorShutDown if that
+// executor is shut down. Awaiting an empty Lazy or Task prints a message and aborts.
 // Thread safety: any thread that is not one of the awaited executor's may call it.
 //
 // Example:
@@ -127,6 +138,7 @@ T syncAwait(Lazy<T> lazy) {
 
 template <class T>
 T syncAwait(Task<T> task) {
+  if (!task.valid()) detail::abortInvalidLazy("syncAwait");
   Executor* executor = task.executor();
   if (executor->currentThreadInExecutor()) throw SyncAwaitDeadlock(executor->name());
   // Awaited from a coroutine with no executor, the task starts by being scheduled on its
@@ -142,6 +154,14 @@ T syncAwait(Lazy<T> lazy, Executor* executor) {
 template <class A>
   requires(!detail::kIsLazy<std::remove_cvref_t<A>> && !detail::kIsTask<std::remove_cvref_t<A>>)
 detail::AwaitResult<A> syncAwait(A&& awaitable) {
+  if constexpr (detail::NamesSyncAwaitExecutor<A>) {
+    Executor* executor = awaitable.syncAwaitExecutor();
+    // Thrown whether or not the work has finished yet, as for a Task: the answer must not
+    // depend on a race. The awaitable is left untouched.
+    if (executor != nullptr && executor->currentThreadInExecutor()) {
+      throw SyncAwaitDeadlock(executor->name());
+    }
+  }
   return syncAwait(detail::awaitInLazy<detail::AwaitResult<A>, A>(std::forward<A>(awaitable)));
 }
 

@@ -182,7 +182,14 @@ void noteFiberDriver(FiberDriverHandle driver) noexcept;
 // an executor, the coroutine resumes on its own executor. Dropping the future without
 // awaiting it detaches the fiber: it runs to the end regardless, and an exception it ends
 // with is reported on stderr and aborts the process (as one escaping a std::thread does).
+// Awaiting consumes the future: from the co_await on, it is empty (valid() is false).
 //
+// Preconditions: awaited at most once. Awaiting an empty (moved-from or already awaited)
+// future prints "weft: co_await on an empty FiberFuture" and aborts.
+// Errors: fn's exception, rethrown by the await. syncAwait(std::move(future)) on a thread
+// of the executor the fiber runs on throws SyncAwaitDeadlock (as it does for a Task), and
+// leaves the future untouched: that thread would block waiting for work it may have to
+// run itself.
 // Thread safety: a single-owner value; the fiber may finish on any thread.
 template <class T>
 class [[nodiscard]] FiberFuture {
@@ -202,6 +209,9 @@ class [[nodiscard]] FiberFuture {
   // Lets the fiber run on without anyone waiting for it (what the destructor does).
   void detach() && { release(); }
 
+  // False once awaited, detached or moved from. noexcept: reads a member.
+  bool valid() const noexcept { return state_ != nullptr; }
+
   // True once the fiber has finished. noexcept: one atomic load.
   bool ready() const noexcept {
     // acquire: pairs with the release in complete(); a true answer lets the caller read.
@@ -209,10 +219,30 @@ class [[nodiscard]] FiberFuture {
            state_->state_.load(std::memory_order_acquire) == detail::SpawnState<T>::kDone;
   }
 
+  // The executor the fiber runs on (nullptr for an empty future): syncAwait refuses, with
+  // SyncAwaitDeadlock, to block one of its threads on this future (coro/sync_await.h).
+  // noexcept: reads a member.
+  Executor* syncAwaitExecutor() const noexcept {
+    return state_ != nullptr ? state_->executor_ : nullptr;
+  }
+
+  // Owns the shared state from the co_await on: the future is empty by then, so a second
+  // await finds it empty and aborts instead of reading a result already moved out.
   class Awaiter {
    public:
     Awaiter(detail::SpawnState<T>* state, Executor* executor) noexcept
         : state_(state), executor_(executor) {}
+    // Only before the await starts (getAwaiter, ViaAwaiter and fiber await() move it).
+    Awaiter(Awaiter&& other) noexcept
+        : state_(std::exchange(other.state_, nullptr)), executor_(other.executor_) {}
+    Awaiter& operator=(Awaiter&&) = delete;
+    // Lets go of the state as the future's destructor would: frees it when the fiber has
+    // finished (always so after await_resume), or detaches the fiber when the awaiting
+    // coroutine is destroyed while it waits here (complete() then resumes nobody).
+    ~Awaiter() {
+      if (state_ != nullptr) state_->detach();
+    }
+
     // noexcept: one atomic load.
     bool await_ready() const noexcept {
       // acquire: see ready().
@@ -248,7 +278,7 @@ class [[nodiscard]] FiberFuture {
   // Used by weft coroutines' await_transform: resumes the awaiter on `awaitingExecutor`.
   Awaiter coAwait(Executor* awaitingExecutor) && noexcept {
     if (state_ == nullptr) abortEmpty();
-    return Awaiter(state_, awaitingExecutor);
+    return Awaiter(std::exchange(state_, nullptr), awaitingExecutor);
   }
   // For other coroutines: resumes the awaiter on the thread that finishes the fiber.
   Awaiter operator co_await() && noexcept { return std::move(*this).coAwait(nullptr); }
@@ -261,7 +291,9 @@ class [[nodiscard]] FiberFuture {
   explicit FiberFuture(detail::SpawnState<T>* state) noexcept : state_(state) {}
 
   [[noreturn]] static void abortEmpty() noexcept {
-    std::fprintf(stderr, "weft: co_await on an empty FiberFuture (moved-from)\n");
+    std::fprintf(stderr,
+                 "weft: co_await on an empty FiberFuture (already awaited, detached or "
+                 "moved-from; a FiberFuture is awaited once)\n");
     std::abort();
   }
 

@@ -89,5 +89,41 @@ TEST(SyncAwaitTest, OnTheExecutorsOwnThreadIsAClearError) {
   EXPECT_NE(message.find(std::string(pool.name())), std::string::npos) << message;
 }
 
+// An awaitable that completes on an executor names it (as stackful's FiberFuture does):
+// syncAwait on one of that executor's threads throws instead of blocking it, and leaves
+// the awaitable untouched; elsewhere it waits as usual.
+struct RunsOn {
+  Executor* executor;
+  bool* awaited;
+  Executor* syncAwaitExecutor() const noexcept { return executor; }
+  bool await_ready() const noexcept { return true; }
+  void await_suspend(std::coroutine_handle<>) const noexcept {}
+  int await_resume() const noexcept {
+    *awaited = true;
+    return 4;
+  }
+};
+
+TEST(SyncAwaitTest, AwaitableNamingTheCallersExecutorIsAClearError) {
+  ThreadPool pool(2, "named");
+  std::string message;
+  bool awaited = false;
+  syncAwait(
+      [&]() -> Lazy<void> {
+        try {
+          (void)syncAwait(RunsOn{&pool, &awaited});
+        } catch (const SyncAwaitDeadlock& e) {
+          message = e.what();
+        }
+        co_return;
+      }(),
+      &pool);
+  EXPECT_FALSE(awaited);
+  EXPECT_NE(message.find("would deadlock"), std::string::npos) << message;
+  EXPECT_NE(message.find("named"), std::string::npos) << message;
+  EXPECT_EQ(syncAwait(RunsOn{&pool, &awaited}), 4);  // from a thread that is not the pool's
+  EXPECT_TRUE(awaited);
+}
+
 }  // namespace
 }  // namespace weft

@@ -339,6 +339,94 @@ TEST(SpawnFiberDeathTest, DetachedFiberExceptionIsReported) {
       "exception nobody awaited: lost\\?");
 }
 
+// --- Misuse: awaiting twice, syncAwait on the fiber's own executor --------------------------
+
+TEST(SpawnFiberTest, AwaitedFutureIsEmpty) {
+  ThreadPool pool(2);
+  syncAwait(
+      [](ThreadPool* pool) -> Lazy<void> {
+        FiberFuture<int> future = spawnFiber(pool, [] { return 3; });
+        EXPECT_TRUE(future.valid());
+        EXPECT_EQ(co_await std::move(future), 3);
+        EXPECT_FALSE(future.valid());  // NOLINT(bugprone-use-after-move): under test
+        EXPECT_FALSE(future.ready());  // NOLINT(bugprone-use-after-move): under test
+      }(&pool),
+      &pool);
+}
+
+TEST(SpawnFiberDeathTest, AwaitingAFutureTwiceAborts) {
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(1);
+        syncAwait(
+            [](ThreadPool* pool) -> Lazy<void> {
+              FiberFuture<int> future = spawnFiber(pool, [] { return 3; });
+              (void)co_await std::move(future);
+              (void)co_await std::move(future);  // NOLINT(bugprone-use-after-move)
+            }(&pool),
+            &pool);
+      },
+      "weft: co_await on an empty FiberFuture \\(already awaited");
+}
+
+TEST(SpawnFiberDeathTest, AwaitingAFutureTwiceFromAFiberAborts) {
+  GTEST_FLAG_SET(death_test_style, "fast");  // see kDeathTestStyleNote
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(1);
+        syncAwait(spawnFiber(&pool, [&pool] {
+          FiberFuture<int> future = spawnFiber(&pool, [] { return 3; });
+          int sum = await(std::move(future));
+          sum += await(std::move(future));  // NOLINT(bugprone-use-after-move)
+          return sum;
+        }));
+      },
+      "weft: co_await on an empty FiberFuture \\(already awaited");
+}
+
+// syncAwait on a worker of the fiber's executor throws, before it blocks, whether or not
+// the fiber has finished; the future is untouched and can still be awaited.
+void expectSyncAwaitOnOwnExecutorThrows(std::size_t threads) {
+  Watchdog watchdog(120s, "syncAwait of a FiberFuture on its own executor");
+  ThreadPool pool(threads, "own-executor");
+  std::string message;
+  int value = syncAwait(
+      [](ThreadPool* pool, std::string* message) -> Lazy<int> {
+        FiberFuture<int> future = spawnFiber(pool, [] { return 7; });
+        try {
+          (void)syncAwait(std::move(future));
+        } catch (const SyncAwaitDeadlock& e) {
+          *message = e.what();
+        }
+        EXPECT_TRUE(future.valid());  // NOLINT(bugprone-use-after-move): not moved on throw
+        co_return co_await std::move(future);
+      }(&pool, &message),
+      &pool);
+  EXPECT_EQ(value, 7);
+  EXPECT_NE(message.find("would deadlock"), std::string::npos) << message;
+  EXPECT_NE(message.find("own-executor"), std::string::npos) << message;
+}
+
+TEST(SpawnFiberTest, SyncAwaitOnTheFibersOwnSingleThreadExecutorThrows) {
+  expectSyncAwaitOnOwnExecutorThrows(1);
+}
+
+TEST(SpawnFiberTest, SyncAwaitOnTheFibersOwnTwoThreadExecutorThrows) {
+  expectSyncAwaitOnOwnExecutorThrows(2);
+}
+
+TEST(SpawnFiberTest, SyncAwaitOnAnotherExecutorsWorkerWaits) {
+  ThreadPool fibers(1, "fibers");
+  ThreadPool caller(1, "caller");
+  int value = syncAwait(
+      [](ThreadPool* fibers) -> Lazy<int> {
+        co_return syncAwait(spawnFiber(fibers, [] { return 9; }));
+      }(&fibers),
+      &caller);
+  EXPECT_EQ(value, 9);
+}
+
 // --- Fibers and Lazy/Task on one pool ------------------------------------------------------
 
 // A one-shot slot for a value: a "foreign" awaitable (it resumes its waiter on the thread
