@@ -49,12 +49,28 @@ class AsyncGeneratorPromise final : public LazyPromiseBase {
   YieldAwaiter yield_value(T&& value) noexcept {
     value_ = std::addressof(value);
     copy_ = false;
+    inNext_ = false;
     return {};
   }
   YieldAwaiter yield_value(const T& value) noexcept {
     value_ = const_cast<T*>(std::addressof(value));  // only ever copied from
     copy_ = true;
+    inNext_ = false;
     return {};
+  }
+
+  // Marks a next() as in progress, from its await_suspend until the body's next co_yield
+  // (or its end, after which no next() suspends). A second next() arriving meanwhile (the
+  // first one's body is suspended in an await of its own) aborts here, before it could
+  // overwrite the first consumer's continuation. A plain bool, not an atomic: next() is
+  // single-consumer (invariant 2: no atomics on this path); calls racing on two threads
+  // are a data race that TSan reports.
+  void enterNext() noexcept {
+    if (inNext_) [[unlikely]] {
+      abortAsyncGeneratorMisuse(
+          "next() awaited while another next() is still in progress (one at a time)");
+    }
+    inNext_ = true;
   }
 
   void return_void() const noexcept {}
@@ -72,6 +88,7 @@ class AsyncGeneratorPromise final : public LazyPromiseBase {
  private:
   T* value_ = nullptr;
   bool copy_ = false;
+  bool inNext_ = false;
   std::exception_ptr exception_;
 };
 
@@ -89,9 +106,11 @@ class AsyncGeneratorNextAwaiter {
   // An empty or finished generator has nothing more: no suspension.
   bool await_ready() const noexcept { return !generator_ || generator_.done(); }
 
-  // noexcept: only stores three words, then transfers to the body.
+  // noexcept: only stores three words (or aborts on a second next() in progress), then
+  // transfers to the body.
   std::coroutine_handle<> await_suspend(std::coroutine_handle<> consumer) noexcept {
     AsyncGeneratorPromise<T>& promise = generator_.promise();
+    promise.enterNext();
     promise.setContinuation(consumer);
     promise.setExecutor(executor_);
     promise.setCancellationToken(token_);
@@ -151,8 +170,10 @@ class [[nodiscard]] AsyncGeneratorNext {
 //    it started) destroys its frame, running the destructors of its locals.
 //
 // Preconditions: T is a non-const object type. One next() at a time (each after the
-// previous one completed), and the AsyncGenerator is neither destroyed nor moved while a
-// next() is in progress (the body is running or suspended in one of its own awaits).
+// previous one completed): a next() awaited while another is in progress prints
+// "weft: AsyncGenerator: next() awaited while another next() is still in progress" and
+// aborts. The AsyncGenerator is neither destroyed nor moved while a next() is in progress
+// (the body is running or suspended in one of its own awaits).
 // Errors: an exception escaping the body is rethrown from the next() that ran it; the
 // sequence is then over.
 // Thread safety: a single-owner value; successive next() calls may come from different

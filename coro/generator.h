@@ -90,7 +90,8 @@ class GeneratorPromise : public FrameAllocated {
 //  - The body may not co_await (a compile error): see AsyncGenerator for that.
 //
 // Preconditions: begin() is called at most once (the range is single-pass; a second
-// call prints a message and aborts); an iterator is not used after its Generator is
+// call prints a message and aborts); an iterator at end() is neither incremented nor
+// dereferenced (a message and abort); an iterator is not used after its Generator is
 // destroyed or moved from.
 // Errors: an exception escaping the body is rethrown from the begin() or ++ that ran it;
 // the range is then over (the iterator equals end()).
@@ -117,13 +118,22 @@ class [[nodiscard]] Generator {
 
     iterator() noexcept = default;
 
-    reference operator*() const noexcept { return handle_.promise().value(); }
+    // Precondition: not at end() (else a message and abort: the last yielded object is
+    // gone). noexcept: reads a pointer, or aborts.
+    reference operator*() const noexcept {
+      checkNotAtEnd("dereferencing an iterator at end()");
+      return handle_.promise().value();
+    }
     std::add_pointer_t<reference> operator->() const noexcept {
+      checkNotAtEnd("dereferencing an iterator at end()");
       return std::addressof(handle_.promise().value());
     }
 
     // Runs the body to its next co_yield (or its end). Rethrows what the body threw.
+    // Precondition: not at end(): ++ there would resume a finished coroutine, so it prints
+    // "weft: Generator: ++ on an iterator at end()" and aborts.
     iterator& operator++() {
+      checkNotAtEnd("++ on an iterator at end()");
       handle_.resume();
       if (handle_.done()) handle_.promise().rethrowIfFailed();
       return *this;
@@ -137,6 +147,13 @@ class [[nodiscard]] Generator {
    private:
     friend class Generator;
     explicit iterator(std::coroutine_handle<promise_type> handle) noexcept : handle_(handle) {}
+
+    // One load of the frame's resume word, already in cache: cheap beside a resume.
+    void checkNotAtEnd(const char* misuse) const noexcept {
+      if (handle_ == nullptr || handle_.done()) [[unlikely]] {
+        detail::abortGeneratorMisuse(misuse);
+      }
+    }
 
     std::coroutine_handle<promise_type> handle_;
   };

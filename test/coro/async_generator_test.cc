@@ -222,6 +222,49 @@ TEST(AsyncGeneratorTest, MovingTransfersTheSequence) {
   EXPECT_EQ(syncAwait(drain(b)), (std::vector<int>{0}));
 }
 
+// Two consumers share one generator: the first next() is in progress (the body waits
+// on `event`) when the second one is awaited.
+TEST(AsyncGeneratorDeathTest, TwoNextsInFlightAbort) {
+  EXPECT_DEATH(
+      {
+        ManualEvent event;
+        auto gen = [](ManualEvent& event) -> AsyncGenerator<int> {
+          co_await event;
+          co_yield 1;
+          co_yield 2;
+        }(event);
+        auto consume = [](AsyncGenerator<int>& gen) -> Lazy<int> {
+          std::optional<int> v = co_await gen.next();
+          co_return v.value_or(-1);
+        };
+        consume(gen).start([](Try<int>) {});  // suspends inside the body, on `event`
+        consume(gen).start([](Try<int>) {});  // a second next() meanwhile
+        event.release();
+      },
+      "weft: AsyncGenerator: next\\(\\) awaited while another next\\(\\) is still in "
+      "progress");
+}
+
+TEST(AsyncGeneratorTest, NextAfterTheBodyYieldedIsNotMisuse) {
+  ManualEvent event;
+  auto gen = [](ManualEvent& event) -> AsyncGenerator<int> {
+    co_await event;
+    co_yield 1;
+    co_await event;  // released already: does not suspend
+    co_yield 2;
+  }(event);
+  std::vector<int> got;
+  auto consume = [&]() -> Lazy<void> {
+    if (std::optional<int> v = co_await gen.next()) got.push_back(*v);
+  };
+  consume().start([](Try<void> r) { r.value(); });
+  EXPECT_TRUE(got.empty());
+  event.release();
+  consume().start([](Try<void> r) { r.value(); });  // a new consumer after the first yield
+  consume().start([](Try<void> r) { r.value(); });  // and after the end
+  EXPECT_EQ(got, (std::vector<int>{1, 2}));
+}
+
 TEST(AsyncGeneratorTest, AMillionReadyElementsDoNotGrowTheStack) {
 #if !WEFT_TAIL_CALLS_GUARANTEED
   GTEST_SKIP() << "this compiler/optimisation level does not turn symmetric transfer into a "

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <memory>
 #include <ranges>
@@ -193,6 +194,38 @@ TEST(GeneratorDeathTest, BeginTwiceAborts) {
         (void)gen.begin();
       },
       "begin\\(\\) called twice");
+}
+
+TEST(GeneratorDeathTest, IncrementingAtEndAborts) {
+  EXPECT_DEATH(
+      {
+        auto gen = iota(1);
+        auto it = gen.begin();
+        ++it;  // now at end()
+        if (it == gen.end()) ++it;
+      },
+      "weft: Generator: \\+\\+ on an iterator at end\\(\\)");
+}
+
+TEST(GeneratorDeathTest, IncrementingAnEmptyRangesIteratorAborts) {
+  EXPECT_DEATH(
+      {
+        Generator<int> empty;
+        auto it = empty.begin();
+        if (it == empty.end()) ++it;
+      },
+      "weft: Generator: \\+\\+ on an iterator at end\\(\\)");
+}
+
+TEST(GeneratorDeathTest, DereferencingAtEndAborts) {
+  EXPECT_DEATH(
+      {
+        auto gen = iota(1);
+        auto it = gen.begin();
+        ++it;
+        if (it == gen.end()) std::printf("%d\n", *it);
+      },
+      "weft: Generator: dereferencing an iterator at end\\(\\)");
 }
 
 }  // namespace
