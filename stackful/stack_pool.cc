@@ -48,9 +48,10 @@ std::size_t StackPool::cached() const {
   return cache_.size();
 }
 
-StackPool& StackPool::defaultPool() noexcept {
+StackPool& StackPool::defaultPool() {
   // Never destroyed: fibers (and the stacks they give back) may outlive static
-  // destruction order.
+  // destruction order. If `new` throws, the static stays uninitialised and the exception
+  // reaches the caller ([stmt.dcl]: the next call runs the initialiser again).
   static StackPool* const pool = new StackPool();
   return *pool;
 }

@@ -56,9 +56,12 @@ class StackPool {
   // How many stacks are cached right now.
   std::size_t cached() const;
 
-  // The process-wide pool (see the class comment). noexcept: constructing it allocates
-  // nothing that can fail but the pool object itself (std::terminate if even that fails).
-  static StackPool& defaultPool() noexcept;
+  // The process-wide pool (see the class comment), created by the first call.
+  // Errors: throws std::bad_alloc when the pool cannot be created (the object and its
+  // cache's storage are allocated then); the next call tries again. Not noexcept for that
+  // reason: the first Fiber or spawnFiber under memory exhaustion gets the exception
+  // instead of std::terminate. Every later call only reads a pointer.
+  static StackPool& defaultPool();
 
  private:
   const std::size_t stackSize_;

@@ -2,14 +2,80 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "stackful/fiber.h"
+
+// This test binary's operator new fails on demand (gFailAllocations), to show that the
+// default pool's creation reports allocation failure to its caller. Not under TSan, whose
+// runtime defines the global operator new itself (the test is skipped there).
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_TEST_FAILS_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_TEST_FAILS_ALLOCATIONS 0
+#endif
+#endif
+#ifndef WEFT_TEST_FAILS_ALLOCATIONS
+#define WEFT_TEST_FAILS_ALLOCATIONS 1
+#endif
+
+namespace {
+std::atomic<bool> gFailAllocations{false};
+}  // namespace
+
+#if WEFT_TEST_FAILS_ALLOCATIONS
+void* operator new(std::size_t size) {
+  // relaxed: set and cleared by the thread that allocates.
+  if (gFailAllocations.load(std::memory_order_relaxed)) throw std::bad_alloc();
+  if (void* block = std::malloc(size == 0 ? 1 : size)) return block;
+  throw std::bad_alloc();
+}
+// noinline: inlined next to its operator new, g++-12 mistakes new + free for a mismatch.
+[[gnu::noinline]] void operator delete(void* block) noexcept { std::free(block); }
+[[gnu::noinline]] void operator delete(void* block, std::size_t) noexcept { std::free(block); }
+#endif
+
 namespace weft {
 namespace {
+
+// The first use of the default pool must happen in this test, so it runs in a child
+// process (a death-test suite runs before the other suites; the fork isolates it from
+// them either way). There, the first Fiber made under allocation failure gets
+// std::bad_alloc (it used to be std::terminate, defaultPool() being noexcept), and the
+// next one, with memory back, gets the pool.
+TEST(StackPoolDeathTest, DefaultPoolCreationReportsAllocationFailureToTheCaller) {
+#if !WEFT_TEST_FAILS_ALLOCATIONS
+  GTEST_SKIP() << "TSan's runtime owns operator new";
+#endif
+  GTEST_FLAG_SET(death_test_style, "fast");  // no threads run here; see spawn_fiber_test.cc
+  EXPECT_EXIT(
+      {
+        bool threw = false;
+        gFailAllocations = true;
+        try {
+          Fiber<> fiber([] {});
+        } catch (const std::bad_alloc&) {
+          threw = true;
+        }
+        gFailAllocations = false;
+        bool ran = false;
+        Fiber<> fiber([&ran] { ran = true; });
+        fiber.resume();
+        std::fprintf(stderr, "threw=%d ran=%d pool=%zu\n", threw, ran,
+                     StackPool::defaultPool().stackSize());
+        std::exit(threw && ran ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "threw=1 ran=1 pool=[0-9]+");
+}
 
 TEST(StackPoolTest, RecyclesReleasedStacks) {
   StackPool pool(32 * 1024, 4);
