@@ -80,6 +80,17 @@
 // sets closed_ under both locks and wakes everyone; workers exit on waking. Outside
 // pushes check closed_ under the injection lock, so they either land before the close
 // (and prevent it) or are refused. Workers never push after the close: nothing runs.
+//
+// Lifetime. A pool may be destroyed as soon as the last work it accepted has completed,
+// even while the outside thread that scheduled that work is still returning from
+// schedule(). So an outside push reads nothing of the pool once its item can run, that
+// is once it releases the injection lock: it makes rule 1's decision (two loads) under
+// that lock. Only when a sleeper must be woken does it touch the pool after the unlock;
+// it counts itself in wakesInFlight_ (under the lock) until the wake-up is done, and
+// shutdown() waits for that count to reach zero after joining the workers. The count is
+// seen there: the item was taken under the injection lock before the pool could close,
+// and the close and the joins follow that take. Workers and the timer thread need none
+// of this: shutdown() joins them.
 
 namespace weft {
 
@@ -216,6 +227,12 @@ detail::WorkItem ThreadPool::takeDueTimer() noexcept {
   return detail::WorkItem::fromJob(timer);
 }
 
+inline bool ThreadPool::wakeNeeded() const noexcept {
+  // seq_cst loads: rule 1 of the wake-up protocol (after a seq_cst publication).
+  return searching_.load(std::memory_order_seq_cst) == 0 &&
+         sleeping_.load(std::memory_order_seq_cst) != 0;
+}
+
 // pushLocal and popLocal are the hot path of every hop (a yield, a channel hand-off, a
 // fiber's requeue): inline, with ThreadPool(1)'s plain ring first, and the shared queue's
 // push (which also runs the wake-up check) out of line, so that the ring's path is a few
@@ -255,6 +272,7 @@ inline bool ThreadPool::push(detail::WorkItem item) {
 }
 
 bool ThreadPool::pushOutside(detail::WorkItem item) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(injectionMutex_);
     // Relaxed: closed_ is written under injectionMutex_, which we hold.
@@ -262,8 +280,21 @@ bool ThreadPool::pushOutside(detail::WorkItem item) {
     injection_.push(item);
     // seq_cst: this store publishes the work for the wake-up protocol (rule 1).
     injectionSize_.store(injection_.size(), std::memory_order_seq_cst);
+    // Rule 1's decision is made before the lock is released: from then on a worker may
+    // run the item, the work it completes may let the pool's owner destroy the pool, and
+    // this thread must not read the pool any more ("Lifetime" above). Only a wake-up
+    // goes on after the unlock, and it keeps the pool alive.
+    wake = wakeNeeded();
+    // Relaxed: ordered before the unlock; shutdown() reads it after the item was taken
+    // under this lock (see "Lifetime").
+    if (wake) wakesInFlight_.fetch_add(1, std::memory_order_relaxed);
   }
-  wakeWorkerIfNeeded();
+  if (wake) {
+    wakeSleeper();
+    // Release: the last touch of the pool by this thread; shutdown()'s acquire load of
+    // zero orders every access of the wake-up above before the pool's destruction.
+    wakesInFlight_.fetch_sub(1, std::memory_order_release);
+  }
   return true;
 }
 
@@ -461,9 +492,10 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
 }
 
 void ThreadPool::wakeWorkerIfNeeded() noexcept {
-  // seq_cst loads: rule 1 of the wake-up protocol (after a seq_cst publication).
-  if (searching_.load(std::memory_order_seq_cst) != 0) return;
-  if (sleeping_.load(std::memory_order_seq_cst) == 0) return;
+  if (wakeNeeded()) wakeSleeper();
+}
+
+void ThreadPool::wakeSleeper() noexcept {
   Worker* worker = nullptr;
   {
     std::lock_guard<std::mutex> lock(idleMutex_);
@@ -527,6 +559,10 @@ void ThreadPool::shutdown() {
   for (auto& worker : workers_) {
     if (worker->thread.joinable()) worker->thread.join();
   }
+  // An outside thread whose work was accepted (and has run) may still be waking a worker
+  // (pushOutside): the pool must outlive that. A few instructions at most; spun.
+  // Acquire: pairs with pushOutside's release decrement.
+  while (wakesInFlight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   joined_ = true;
 }
 

@@ -50,6 +50,10 @@ struct ThreadPoolWorker;
 //    timers are refused (ExecutorShutDown). Then it lets the pool finish every task it
 //    has accepted, including tasks they schedule while it drains, and joins the workers.
 //    From then on schedule() throws ExecutorShutDown.
+//  - Lifetime: the pool may be destroyed as soon as the last work it accepted has
+//    completed, even while the thread whose schedule() call handed it that work (a
+//    callback thread resuming a Task, say) is still returning from schedule(): the
+//    destructor waits for such a call to be done with the pool.
 //
 // Preconditions: shutdown() and the destructor must not run on one of the pool's own
 // worker threads (it would wait for itself): weft prints a message naming the pool and
@@ -146,10 +150,14 @@ class ThreadPool final : public Executor {
   // when `returnFirst` (otherwise queues everything).
   detail::WorkItem takeFromInjection(Worker& self, bool returnFirst);
   // Called after making work visible: wakes a sleeping worker if nobody is searching.
-  // These four are noexcept: they run after work was accepted or while stopping, where
+  // It is wakeNeeded() (rule 1's two loads), then wakeSleeper() (pops and wakes a
+  // sleeper, if one is still idle).
+  // These six are noexcept: they run after work was accepted or while stopping, where
   // failing half-way would lose work or threads; the only possible failure is a
   // std::mutex or futex system error, and terminating is the honest answer to that.
   void wakeWorkerIfNeeded() noexcept;
+  bool wakeNeeded() const noexcept;
+  void wakeSleeper() noexcept;
   // Called by a searching worker that found work.
   void stopSearching() noexcept;
   // Requires idleMutex_ held and every worker parked: closes the pool if nothing is
@@ -168,6 +176,10 @@ class ThreadPool final : public Executor {
   detail::RingBuffer<detail::WorkItem> injection_;  // guarded by injectionMutex_
   // injection_.size(), readable without the lock. Written under injectionMutex_.
   std::atomic<std::size_t> injectionSize_{0};
+  // Outside threads whose push was accepted and that are still waking a worker; the pool
+  // must outlive them (see "Lifetime" in thread_pool.cc). Incremented under
+  // injectionMutex_, on its cache line, which the pusher holds at that moment.
+  std::atomic<std::uint32_t> wakesInFlight_{0};
   // Set (under injectionMutex_ and idleMutex_) once the pool has drained during
   // shutdown; from then on every schedule is refused.
   std::atomic<bool> closed_{false};

@@ -24,6 +24,8 @@
 #include <dirent.h>
 #endif
 
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
 #include "executors/executor.h"
 
 namespace weft {
@@ -560,6 +562,48 @@ TEST(ThreadPoolTest, ShutsDownWhileOutsideThreadsKeepScheduling) {
   }
   for (auto& t : producers) t.join();
   EXPECT_EQ(ran.load(), accepted.load());
+}
+
+// An awaitable answered on a thread of its own, which resumes the waiter there: the
+// pattern of examples/callback_bridge.cc. In a Task that resumption is a schedule() on the
+// Task's pool from that (foreign) thread. `threads` counts the answering threads still
+// running, so that the test can wait for them before it ends.
+struct AnsweredOnDetachedThread {
+  std::atomic<int>* threads;
+  int value = 0;
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> waiter) {
+    threads->fetch_add(1);
+    std::thread([this, waiter, running = threads] {
+      value = 42;
+      waiter.resume();  // for a Task: schedules it on its pool, from this thread
+      running->fetch_sub(1);
+    }).detach();
+  }
+  int await_resume() const noexcept { return value; }
+};
+
+TEST(ThreadPoolTest, MayBeDestroyedWhileAForeignThreadIsStillInsideSchedule) {
+  // The pool is destroyed as soon as the Task it ran has completed, while the thread
+  // whose schedule() handed the Task back may still be inside schedule(): a pool must be
+  // destroyable once the last work it accepted has completed. The race is reported by
+  // TSan (a read of the pool's members after its destruction, or a data race on its
+  // free); without TSan, ASan, or the crash of a read of freed memory, catches it.
+  constexpr int kRounds = 300;
+  Watchdog watchdog("MayBeDestroyedWhileAForeignThreadIsStillInsideSchedule");
+  std::atomic<int> answering{0};
+  for (int round = 0; round < kRounds; ++round) {
+    for (std::size_t threads : {std::size_t{1}, std::size_t{2}}) {
+      auto pool = std::make_unique<ThreadPool>(threads, "foreign");
+      const int value = syncAwait(
+          [&]() -> Lazy<int> { co_return co_await AnsweredOnDetachedThread{&answering}; }().via(
+              pool.get()));
+      pool.reset();  // right after the Task completed
+      ASSERT_EQ(value, 42);
+    }
+  }
+  // The answering threads end on their own; let them, so that none outlives the test.
+  while (answering.load() != 0) std::this_thread::yield();
 }
 
 TEST(ThreadPoolTest, NoLostWakeUpWhenWorkArrivesAsWorkersFallAsleep) {
