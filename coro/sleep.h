@@ -2,9 +2,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <coroutine>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "coro/cancellation.h"
 #include "executors/detail/timer_queue.h"
@@ -16,17 +22,80 @@ namespace detail {
 
 using SleepClock = std::chrono::steady_clock;
 
-// now + d, saturating at time_point::max() (a sleep that never ends unless cancelled).
+// A NaN duration or time point has no place in time: rejected rather than turned into
+// some deadline by an undefined float-to-integer conversion.
 template <class Rep, class Period>
-SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d) {
-  const SleepClock::time_point now = SleepClock::now();
-  if (d <= d.zero()) return now;
+void rejectNaN(std::chrono::duration<Rep, Period> d, const char* what) {
+  if constexpr (std::chrono::treat_as_floating_point_v<Rep>) {
+    if (d.count() != d.count()) {
+      throw std::invalid_argument(std::string("weft: ") + what + " of a NaN " +
+                                  (std::string_view(what) == "sleep" ? "duration" : "time point"));
+    }
+  }
+}
+
+// now + d, saturating at time_point::max() (a sleep that never ends unless cancelled).
+// Throws std::invalid_argument for a NaN d.
+template <class Rep, class Period>
+SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d,
+                                     SleepClock::time_point now) {
+  rejectNaN(d, "sleep");
+  if (d <= d.zero()) return now;  // also -infinity
   // Compared in floating point, so no unit conversion can overflow: anything longer than
-  // half the clock's remaining range (about 146 years) is "forever".
+  // half the clock's remaining range (about 146 years) is "forever" (so is +infinity).
   using Seconds = std::chrono::duration<double>;
   const auto room = SleepClock::time_point::max() - now;
   if (Seconds(d) >= Seconds(room) / 2) return SleepClock::time_point::max();
   return now + std::chrono::ceil<SleepClock::duration>(d);
+}
+template <class Rep, class Period>
+SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d) {
+  return deadlineAfter(d, SleepClock::now());
+}
+
+// The steady_clock deadline of `at`, a time point of any clock and duration: exactly
+// deadlineAfter(at - Clock::now()) (so it saturates exactly as sleep() does), with the
+// difference computed without overflow. Throws std::invalid_argument for a NaN `at`.
+template <class Clock, class Duration>
+SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
+  rejectNaN(at.time_since_epoch(), "sleepUntil");
+  using Seconds = std::chrono::duration<double>;
+  if constexpr (std::is_same_v<Clock, SleepClock>) {
+    // Used as is (no second reading of the clock moves it), once it is known to be
+    // representable: within half the clock's remaining range of now (as deadlineAfter
+    // saturates), and not so far in the past that nanoseconds overflow.
+    const SleepClock::time_point now = SleepClock::now();
+    const Seconds gap = Seconds(at.time_since_epoch()) - Seconds(now.time_since_epoch());
+    const Seconds halfRoom = Seconds(SleepClock::time_point::max() - now) / 2;
+    if (gap >= halfRoom) return SleepClock::time_point::max();  // also +infinity
+    if (gap <= -halfRoom) return now;                            // long past; also -infinity
+    return std::chrono::ceil<SleepClock::duration>(at);
+  } else {
+    // `at - now` in their common duration overflows if either is not representable in
+    // it, or if they are more than its range apart. Within half its range both are, and
+    // the difference is exact. Otherwise they are far apart (at least decades for
+    // nanoseconds), and the gap computed in floating point is precise enough to saturate
+    // or to sleep that long.
+    const typename Clock::time_point now = Clock::now();
+    using Common = std::common_type_t<Duration, typename Clock::duration>;
+    const double limit = Seconds(Common::max()).count() / 2;
+    const double atSeconds = Seconds(at.time_since_epoch()).count();
+    const double nowSeconds = Seconds(now.time_since_epoch()).count();
+    if (std::fabs(atSeconds) < limit && std::fabs(nowSeconds) < limit) {
+      return deadlineAfter(at - now);
+    }
+    return deadlineAfter(Seconds(atSeconds - nowSeconds));
+  }
+}
+
+[[noreturn]] inline void abortSleepDestroyedWhileResuming(bool cancelled) noexcept {
+  std::fprintf(stderr,
+               "weft: a coroutine was destroyed while suspended in sleep() after its %s, so its "
+               "resumption was already under way; destroy only coroutines that nothing will "
+               "resume (cancel them instead, and destroy them once they have finished)\n",
+               cancelled ? "cancellation had been delivered"
+                         : "timer had fired (or its executor had ended it)");
+  std::abort();
 }
 
 // The awaiter of a sleep. Lives in the sleeping coroutine's frame, and so does its timer
@@ -39,6 +108,14 @@ SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d) {
 // The winner and await_suspend then both "arrive"; the second to arrive resumes the
 // coroutine (or, if that is await_suspend, continues without suspending), so the
 // coroutine is never resumed while await_suspend still runs and never twice.
+//
+// Destroying the coroutine while it is suspended here (waiter_ set, await_resume not yet
+// run) makes the destructor a fourth party: it tries to disarm the timer like the
+// cancellation does. If it wins, neither the timer nor the cancellation will ever resume
+// the coroutine, and deregistering the callback leaves nothing that refers to this
+// awaiter. If it loses, the timer fired or a cancellation claimed the sleep, and a
+// resumption of the coroutine being destroyed is under way: weft reports the misuse and
+// aborts.
 class SleepAwaiter {
  public:
   SleepAwaiter(SleepClock::time_point deadline, Executor* executor,
@@ -46,6 +123,12 @@ class SleepAwaiter {
       : deadline_(deadline), executor_(executor), token_(token) {}
   SleepAwaiter(const SleepAwaiter&) = delete;
   SleepAwaiter& operator=(const SleepAwaiter&) = delete;
+  // noexcept (implicitly): a heap removal and a deregistration; misuse aborts. One branch
+  // on the normal path: waiter_ is null once await_resume has run, or if the sleep never
+  // suspended.
+  ~SleepAwaiter() {
+    if (waiter_) [[unlikely]] withdraw();
+  }
 
   // Cancelled before: throws at once. A deadline already passed: does not suspend.
   bool await_ready() const {
@@ -54,11 +137,14 @@ class SleepAwaiter {
   }
 
   bool await_suspend(std::coroutine_handle<> waiter) {
-    waiter_ = waiter;
     timer_.deadline = deadline_;
     timer_.complete = &SleepAwaiter::onFire;
     timer_.owner = this;
     arm();  // throws (ExecutorShutDown, bad_alloc, system_error) with nothing armed
+    // Set only once armed (the destructor's sign that there is a timer to withdraw). A
+    // winner that already arrived does not read it: only the second arrival does, after
+    // the fetch_add below.
+    waiter_ = waiter;
     if (token_.canBeCancelled()) {
       // Captures one pointer: stored inline, so this does not throw.
       onCancel_.emplace(token_, [this] {
@@ -77,6 +163,7 @@ class SleepAwaiter {
     // Waits if the callback still runs on another thread (it lost the race, or is
     // finishing its arrival); after this, nothing refers to this awaiter.
     onCancel_.reset();
+    waiter_ = nullptr;  // resumed: nothing for the destructor to withdraw
     if (cancelled_) throw OperationCancelled("weft: sleep cancelled");
     if (timer_.shutDown) {
       throw ExecutorShutDown(executor_ != nullptr ? std::string(executor_->name())
@@ -96,6 +183,21 @@ class SleepAwaiter {
   bool disarm() noexcept {
     return executor_ != nullptr ? executor_->cancelTimer(timer_)
                                 : globalTimerQueue().cancel(timer_);
+  }
+
+  // The destructor's path for a coroutine destroyed while suspended here. Cold: only
+  // destruction of a suspended coroutine comes here.
+  [[gnu::cold, gnu::noinline]] void withdraw() noexcept {
+    if (!disarm()) {
+      // The timer fired or the cancellation won: the coroutine's resumption is on its way
+      // (queued on its executor, or running). Waits for a callback still running on
+      // another thread so that cancelled_ can be read, then reports.
+      onCancel_.reset();
+      abortSleepDestroyedWhileResuming(cancelled_);
+    }
+    // Disarmed: the cancellation callback, if it runs now on another thread, finds the
+    // timer gone and does nothing; reset() waits for it and deregisters it.
+    onCancel_.reset();
   }
 
   // The timer's fire function: on one of the executor's threads (ThreadPool) or on a
@@ -164,7 +266,9 @@ class SleepAwaitable {
 
 // `co_await sleep(duration)`: suspends the current Lazy/Task (or fiber, with
 // `weft::await`) for at least `duration`, measured on std::chrono::steady_clock from the
-// co_await. A duration <= 0 does not suspend.
+// co_await. A duration <= 0 (or -infinity) does not suspend. A duration longer than about
+// 146 years (half of what steady_clock can still count; +infinity, hours::max()...) sleeps
+// forever: only a cancellation or the executor's shutdown ends it.
 //
 // Semantics: the timer is armed on the coroutine's executor (Executor::scheduleTimer). On
 // a ThreadPool, the pool's timer thread hands the expired timer to a worker ahead of its
@@ -179,7 +283,15 @@ class SleepAwaitable {
 // sleep throws OperationCancelled promptly (through the executor) and its timer entry is
 // removed at once. A sleep that already ended completes normally.
 //
-// Errors: OperationCancelled (above). ExecutorShutDown if the executor accepts no more
+// Destruction: destroying a coroutine suspended in a sleep (its Lazy, or a collectAny or
+// withTimeout it is a branch of) withdraws the sleep: its timer leaves the timer heap and
+// its cancellation callback is deregistered. Destroying it after its timer fired or its
+// cancellation was delivered (its resumption is then on its way: queued on its executor
+// or running) is a use error: weft prints a "weft: ..." message naming it and aborts.
+// Destroy only coroutines that nothing will resume; to stop one, cancel it.
+//
+// Errors: std::invalid_argument from the co_await if `duration` is NaN. OperationCancelled
+// (above). ExecutorShutDown if the executor accepts no more
 // timers, or shuts down during the sleep (ThreadPool::shutdown ends pending sleeps early
 // with it, so shutting a pool down never waits for its sleepers' deadlines).
 // std::bad_alloc / std::system_error if the timer heap cannot grow or the timer thread
@@ -199,20 +311,18 @@ auto sleep(std::chrono::duration<Rep, Period> duration) noexcept {
 // `co_await sleepUntil(timePoint)`: sleep until `timePoint` of any clock. A steady_clock
 // time point is used as is; another clock's is converted to steady_clock when awaited
 // (so a later change of the system clock does not move it). A time in the past does not
-// suspend. Otherwise exactly as sleep().
+// suspend. Otherwise exactly as sleep(timePoint - Clock::now()), the difference computed
+// without overflow for any clock and duration: a time point before the clock's epoch
+// range (system_clock::time_point::min()) does not suspend, one beyond what steady_clock
+// can count (time_point<Clock, hours>::max(), +infinity) sleeps until cancelled.
+// Errors: as sleep(); std::invalid_argument from the co_await if `timePoint` is NaN.
 //
 // Example:
 //   auto next = std::chrono::steady_clock::now();
 //   for (;;) { next += 100ms; co_await weft::sleepUntil(next); tick(); }
 template <class Clock, class Duration>
 auto sleepUntil(std::chrono::time_point<Clock, Duration> timePoint) noexcept {
-  auto deadline = [timePoint] {
-    if constexpr (std::is_same_v<Clock, detail::SleepClock>) {
-      return std::chrono::time_point_cast<detail::SleepClock::duration>(timePoint);
-    } else {
-      return detail::deadlineAfter(timePoint - Clock::now());
-    }
-  };
+  auto deadline = [timePoint] { return detail::deadlineAt(timePoint); };
   return detail::SleepAwaitable<decltype(deadline)>(deadline);
 }
 

@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iterator>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +31,7 @@
 #include "stackful/await.h"
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
+#include "test/support/manual_executor.h"
 #include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
@@ -366,6 +370,295 @@ TEST(SleepShutdownTest, APoolStartsItsTimerThreadOnlyWithItsFirstSleep) {
   EXPECT_EQ(newThreads(before, threadIds()), timer);  // and only that one
   pool.shutdown();
   EXPECT_EQ(threadIds().count(timer[0]), 0u);  // joined by shutdown
+}
+
+// --- destroying a coroutine suspended in a sleep -----------------------------------------
+//
+// The rule (docs/concurrency.md, "Destroying a suspended coroutine"): destroying a
+// coroutine suspended in sleep() withdraws the sleep: its timer leaves the timer heap and
+// its cancellation callback is deregistered, so timers and the token keep working. If the
+// wake-up was already claimed (the timer fired, or a cancellation claimed the sleep, and
+// its resumption is on its way), the destruction is a use error: weft says so and aborts.
+
+// Starts `lazy` on this thread with `executor` (and, if given, `token`): it runs until it
+// suspends (it has no continuation: it must not finish).
+template <class T>
+void startSuspended(Lazy<T>& lazy, Executor* executor, const CancellationToken* token = nullptr) {
+  auto handle = detail::LazyAccess::handle(lazy);
+  handle.promise().setExecutor(executor);
+  if (token != nullptr) handle.promise().setCancellationToken(token);
+  handle.resume();
+  ASSERT_FALSE(handle.done()) << "the coroutine was expected to suspend";
+}
+
+Lazy<void> sleepsAnHour(bool& resumed) {
+  Counted alive;
+  co_await sleep(1h);
+  resumed = true;
+}
+
+TEST(SleepDestroyTest, DestroyingASleeperOnAPoolDisarmsItsTimer) {
+  Counted::reset();
+  ThreadPool pool(2);
+  ProbeExecutor probe(pool);
+  bool resumed = false;
+  {
+    Lazy<void> sleeper = sleepsAnHour(resumed);
+    startSuspended(sleeper, &probe);
+    EXPECT_EQ(probe.armed.load(), 1);
+    EXPECT_EQ(Counted::alive(), 1);
+  }  // destroys the suspended frame
+  EXPECT_EQ(probe.disarmed.load(), 1);  // its timer left the heap with it
+  EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_FALSE(resumed);
+  // The pool's timers keep working (a dangling entry in the heap would be read here, and
+  // fired with the pool's shutdown).
+  auto body = []() -> Lazy<int> {
+    co_await sleep(1ms);
+    co_return 3;
+  };
+  EXPECT_EQ(syncAwait(body().via(&probe)), 3);
+  EXPECT_EQ(syncAwait(body().via(&pool)), 3);
+}
+
+TEST(SleepDestroyTest, DestroyingASleeperWithoutAnExecutorDisarmsItsTimer) {
+  Counted::reset();
+  syncAwait(sleep(1ms));  // the timer thread runs; its heap is empty again
+  const std::size_t before = detail::globalTimerQueue().size();
+  bool resumed = false;
+  {
+    Lazy<void> sleeper = sleepsAnHour(resumed);
+    startSuspended(sleeper, nullptr);
+    EXPECT_EQ(detail::globalTimerQueue().size(), before + 1);
+  }
+  EXPECT_EQ(detail::globalTimerQueue().size(), before);
+  EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_FALSE(resumed);
+  syncAwait(sleep(1ms));  // timers keep working
+}
+
+TEST(SleepDestroyTest, DestroyingASleeperDeregistersItsCancellationCallback) {
+  Counted::reset();
+  ThreadPool pool(1);
+  ProbeExecutor probe(pool);
+  CancellationSource source;
+  CancellationToken token = source.token();
+  bool resumed = false;
+  {
+    Lazy<void> sleeper = sleepsAnHour(resumed);
+    startSuspended(sleeper, &probe, &token);
+  }
+  EXPECT_EQ(probe.disarmed.load(), 1);
+  // Runs no callback of the destroyed sleep (ASan would see its freed frame).
+  EXPECT_TRUE(source.requestCancellation());
+  EXPECT_EQ(probe.disarmed.load(), 1);
+  EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_FALSE(resumed);
+}
+
+TEST(SleepDestroyTest, DestroyingManySleepersLeavesTheOthersWaking) {
+  Counted::reset();
+  ThreadPool pool(2);
+  std::atomic<int> woke{0};
+  auto sleeper = [](std::atomic<int>& woke, std::chrono::microseconds d) -> Lazy<void> {
+    Counted alive;
+    co_await sleep(d);
+    woke.fetch_add(1);
+  };
+  std::vector<Lazy<void>> destroyed;
+  for (int i = 0; i < 100; ++i) {
+    destroyed.push_back(sleeper(woke, std::chrono::hours(1) + std::chrono::microseconds(i)));
+    startSuspended(destroyed.back(), &pool);
+  }
+  std::vector<Lazy<void>> kept;
+  for (int i = 0; i < 100; ++i) kept.push_back(sleeper(woke, std::chrono::microseconds(i * 10)));
+  destroyed.erase(destroyed.begin(), destroyed.begin() + 50);  // some from the heap's middle
+  syncAwait(collectAllPara(std::move(kept)), &pool);
+  destroyed.clear();
+  EXPECT_EQ(woke.load(), 100);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+// The misuse: the sleep's resumption is already queued on its executor (the timer fired,
+// or a cancellation claimed the sleep) when the coroutine is destroyed. The executor
+// never runs it, so the check is deterministic.
+TEST(SleepDestroyDeathTest, DestroyingASleeperWhoseTimerFiredAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        test::ManualExecutor manual;
+        bool resumed = false;
+        auto sleeper = [](bool& resumed) -> Lazy<void> {
+          co_await sleep(20ms);
+          resumed = true;
+        };
+        Lazy<void> lazy = sleeper(resumed);
+        startSuspended(lazy, &manual);
+        while (manual.pending() == 0) std::this_thread::yield();  // fired: resumption queued
+        lazy = Lazy<void>();
+      },
+      "weft: a coroutine was destroyed while suspended in sleep\\(\\) after its timer had "
+      "fired");
+}
+
+TEST(SleepDestroyDeathTest, DestroyingASleeperWhoseCancellationWasDeliveredAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        test::ManualExecutor manual;
+        CancellationSource source;
+        CancellationToken token = source.token();
+        bool resumed = false;
+        Lazy<void> lazy = sleepsAnHour(resumed);
+        startSuspended(lazy, &manual, &token);
+        source.requestCancellation();  // claims the sleep; its resumption is queued
+        lazy = Lazy<void>();
+      },
+      "weft: a coroutine was destroyed while suspended in sleep\\(\\) after its "
+      "cancellation");
+}
+
+// --- time edge cases -----------------------------------------------------------------------
+
+// Awaits `awaitable` once. A function template rather than a generic lambda coroutine
+// (some compilers mishandle by-value parameters of those).
+template <class Awaitable>
+Lazy<void> awaitOnce(Awaitable awaitable) {
+  co_await awaitable;
+}
+
+// Each of these is a deadline in the past: the sleep completes without suspending (so
+// without touching the timer thread), and UBSan sees no overflow computing it.
+TEST(SleepTimeEdgeTest, TimePointsFarInThePastDoNotSleep) {
+  auto expectNoSleep = [](auto awaitable, const char* what) {
+    Lazy<void> lazy = awaitOnce(awaitable);
+    detail::LazyAccess::handle(lazy).promise().setContinuation(std::noop_coroutine());
+    detail::LazyAccess::handle(lazy).resume();
+    EXPECT_TRUE(detail::LazyAccess::handle(lazy).done()) << what << " suspended";
+  };
+  using std::chrono::duration;
+  using std::chrono::hours;
+  using std::chrono::steady_clock;
+  using std::chrono::system_clock;
+  using std::chrono::time_point;
+  const double inf = std::numeric_limits<double>::infinity();
+  expectNoSleep(sleepUntil(system_clock::time_point::min()), "system_clock min");
+  expectNoSleep(sleepUntil(steady_clock::time_point::min()), "steady_clock min");
+  expectNoSleep(sleepUntil(time_point<system_clock, hours>::min()), "system_clock hours min");
+  expectNoSleep(sleepUntil(time_point<steady_clock, hours>::min()), "steady_clock hours min");
+  expectNoSleep(sleepUntil(time_point<system_clock, duration<double>>(duration<double>(-inf))),
+                "system_clock -inf");
+  expectNoSleep(sleepUntil(time_point<steady_clock, duration<double>>(duration<double>(-inf))),
+                "steady_clock -inf");
+  // Picoseconds since 1970 end in 1970: any such time point has passed.
+  expectNoSleep(sleepUntil(time_point<system_clock, duration<long long, std::pico>>::max()),
+                "system_clock picoseconds max");
+  expectNoSleep(sleep(hours::min()), "hours min");
+  expectNoSleep(sleep(duration<double>(-inf)), "-inf seconds");
+  expectNoSleep(sleep(duration<long long, std::pico>::min()), "picoseconds min");
+}
+
+// A sleep "forever": still suspended once other timers have fired, and it ends with
+// OperationCancelled when its token is cancelled (not by returning at once, which an
+// overflowing deadline would do).
+enum class SleepOutcome { kPending, kReturned, kCancelled, kOther };
+
+template <class Awaitable>
+Lazy<void> recordSleepOutcome(Awaitable awaitable, SleepOutcome& outcome) {
+  try {
+    co_await awaitable;
+    outcome = SleepOutcome::kReturned;
+  } catch (const OperationCancelled&) {
+    outcome = SleepOutcome::kCancelled;
+  } catch (...) {
+    outcome = SleepOutcome::kOther;
+  }
+}
+
+template <class Awaitable>
+void expectSleepsUntilCancelled(Awaitable awaitable, const char* what) {
+  SCOPED_TRACE(what);
+  CancellationSource source;
+  CancellationToken token = source.token();
+  SleepOutcome outcome = SleepOutcome::kPending;
+  Lazy<void> lazy = recordSleepOutcome(awaitable, outcome);
+  auto handle = detail::LazyAccess::handle(lazy);
+  handle.promise().setCancellationToken(&token);
+  handle.promise().setContinuation(std::noop_coroutine());  // when it finishes
+  handle.resume();
+  EXPECT_EQ(outcome, SleepOutcome::kPending);
+  syncAwait(sleep(2ms));  // other timers fire meanwhile
+  EXPECT_EQ(outcome, SleepOutcome::kPending);
+  // No executor: the cancellation resumes it here, before requestCancellation returns.
+  source.requestCancellation();
+  EXPECT_EQ(outcome, SleepOutcome::kCancelled);
+  EXPECT_TRUE(handle.done());
+}
+
+TEST(SleepTimeEdgeTest, TimePointsFarInTheFutureSleepUntilCancelled) {
+  using std::chrono::duration;
+  using std::chrono::hours;
+  using std::chrono::steady_clock;
+  using std::chrono::system_clock;
+  using std::chrono::time_point;
+  const double inf = std::numeric_limits<double>::infinity();
+  expectSleepsUntilCancelled(sleepUntil(time_point<steady_clock, hours>::max()),
+                             "steady_clock hours max");
+  expectSleepsUntilCancelled(sleepUntil(steady_clock::time_point::max()), "steady_clock max");
+  expectSleepsUntilCancelled(sleepUntil(system_clock::time_point::max()), "system_clock max");
+  expectSleepsUntilCancelled(sleepUntil(time_point<system_clock, hours>::max()),
+                             "system_clock hours max");
+  expectSleepsUntilCancelled(
+      sleepUntil(time_point<system_clock, duration<double>>(duration<double>(inf))),
+      "system_clock +inf");
+  expectSleepsUntilCancelled(
+      sleepUntil(time_point<steady_clock, duration<float>>(duration<float>(1e30f))),
+      "steady_clock 1e30 s as float");
+  expectSleepsUntilCancelled(
+      sleepUntil(steady_clock::now() + hours(24 * 365 * 200)), "steady_clock now + 200 years");
+  expectSleepsUntilCancelled(sleep(hours::max()), "hours max");
+  expectSleepsUntilCancelled(sleep(duration<double>(inf)), "+inf seconds");
+  expectSleepsUntilCancelled(sleep(duration<long long, std::ratio<86400 * 365>>::max()),
+                             "years max");
+  expectSleepsUntilCancelled(sleep(std::chrono::nanoseconds::max()), "nanoseconds max");
+}
+
+TEST(SleepTimeEdgeTest, ANaNDurationOrTimePointThrowsInvalidArgument) {
+  using std::chrono::duration;
+  using std::chrono::steady_clock;
+  using std::chrono::system_clock;
+  using std::chrono::time_point;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(syncAwait(awaitOnce(sleep(duration<double>(nan)))), std::invalid_argument);
+  EXPECT_THROW(syncAwait(awaitOnce(sleep(duration<float, std::milli>(std::nanf(""))))),
+               std::invalid_argument);
+  EXPECT_THROW(
+      syncAwait(awaitOnce(sleepUntil(time_point<steady_clock, duration<double>>(duration<double>(nan))))),
+      std::invalid_argument);
+  EXPECT_THROW(
+      syncAwait(awaitOnce(sleepUntil(time_point<system_clock, duration<double>>(duration<double>(nan))))),
+      std::invalid_argument);
+  try {
+    syncAwait(awaitOnce(sleep(duration<double>(nan))));
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("weft:"), std::string::npos) << e.what();
+  }
+}
+
+// sleepUntil(t) is sleep(t - now) computed without overflow: a finite time point in the
+// near future is slept until, not saturated.
+TEST(SleepTimeEdgeTest, SleepUntilANearTimePointOfAnotherDurationSleepsUntilIt) {
+  using std::chrono::duration;
+  using std::chrono::steady_clock;
+  using std::chrono::time_point;
+  const auto start = steady_clock::now();
+  const auto deadline =
+      time_point<steady_clock, duration<double>>(start.time_since_epoch() + 3ms);
+  syncAwait(sleepUntil(deadline));
+  EXPECT_GE(steady_clock::now(), deadline);
+  const auto coarse = std::chrono::ceil<std::chrono::milliseconds>(steady_clock::now() + 2ms);
+  syncAwait(sleepUntil(coarse));
+  EXPECT_GE(steady_clock::now(), coarse);
 }
 
 // --- from fibers (stackful/await.h): the same awaitables, `await(x)` instead of co_await -
