@@ -2,6 +2,7 @@
 
 #include <coroutine>
 
+#include "coro/cancellation.h"
 #include "executors/executor.h"
 
 namespace weft {
@@ -9,33 +10,57 @@ namespace weft {
 namespace detail {
 class YieldAwaiter {
  public:
-  explicit YieldAwaiter(Executor* executor) noexcept : executor_(executor) {}
-  // With no executor there is nowhere to reschedule to: continue at once.
-  bool await_ready() const noexcept { return executor_ == nullptr; }
+  YieldAwaiter(Executor* executor, const CancellationToken& token) noexcept
+      : executor_(executor), token_(&token) {}
+  // With no executor there is nowhere to reschedule to: continue at once (await_resume
+  // still checks the token). Cancelled already: throws without a round trip through the
+  // queue. The token check is a null test for a token that can never be cancelled.
+  bool await_ready() const {
+    if (executor_ == nullptr) return true;
+    token_->throwIfCancellationRequested();
+    return false;
+  }
   // Throws ExecutorShutDown (the coroutine then continues with that exception).
   void await_suspend(std::coroutine_handle<> self) const { executor_->schedule(self); }
-  void await_resume() const noexcept {}
+  // Cancelled while queued (or, without an executor, at all): throws.
+  void await_resume() const { token_->throwIfCancellationRequested(); }
 
  private:
   Executor* executor_;
+  // The awaiting coroutine's (or fiber's) token: outlives the await (see
+  // CancellationAwareAwaitable).
+  const CancellationToken* token_;
 };
 struct YieldAwaitable {
-  YieldAwaiter coAwait(Executor* executor) const noexcept { return YieldAwaiter(executor); }
-  YieldAwaiter operator co_await() const noexcept { return YieldAwaiter(nullptr); }
+  // Cancellation-aware, so that a Lazy/Task and a fiber's await() hand it their token.
+  YieldAwaiter coAwait(Executor* executor, const CancellationToken& token) const noexcept {
+    return YieldAwaiter(executor, token);
+  }
+  YieldAwaiter operator co_await() const noexcept {
+    return YieldAwaiter(nullptr, kNoCancellationToken);
+  }
 };
 }  // namespace detail
 
 // `co_await yield()`: reschedules the current Lazy/Task at the back of its executor's
 // queue, letting other queued work run first (on a ThreadPool, work is FIFO per worker).
-// In a coroutine without an executor it does nothing.
+// In a coroutine without an executor it does not suspend. `weft::await(yield())` does the
+// same in a fiber.
 //
-// Errors: throws ExecutorShutDown from the co_await if the executor is shut down.
+// Cancellation: a yield is a cancellation point. It throws OperationCancelled when the
+// coroutine's (or fiber's) token is cancelled: before rescheduling if the cancellation
+// came first (nothing is queued then), or when the coroutine is resumed from the queue if
+// it came meanwhile. A loop that yields therefore ends once cancelled. A coroutine whose
+// token can never be cancelled pays one null test per check.
+//
+// Errors: OperationCancelled (above); ExecutorShutDown from the co_await if the executor
+// is shut down.
 // Thread safety: the coroutine may continue on another thread of the same executor.
 //
 // Example:
 //   for (auto& item : batch) {
 //     process(item);
-//     co_await weft::yield();
+//     co_await weft::yield();  // also where a cancelled batch stops
 //   }
 inline detail::YieldAwaitable yield() noexcept { return {}; }
 
