@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <string>
 #include <system_error>
 
@@ -63,7 +64,7 @@ void ProtectedStack::release() noexcept {
   if (mapping_ == nullptr) return;
   detail::valgrindDeregisterStack(valgrindId_);
   // A later mapping at this address must not inherit the poison of our frames.
-  detail::asanUnpoison(bottom(), size());
+  detail::asanUnpoisonStack(bottom(), top());
   ::munmap(mapping_, mappingSize_);
   mapping_ = nullptr;
   mappingSize_ = 0;
@@ -71,4 +72,40 @@ void ProtectedStack::release() noexcept {
   valgrindId_ = 0;
 }
 
+namespace detail {
+
+void asanUnpoisonStack(void* bottom, void* top) noexcept {
+#if WEFT_ASAN
+  // Not by writing the shadow (__asan_unpoison_memory_region is a memset of it): that
+  // commits an eighth of the reservation, and keeps it committed after the stack is
+  // unmapped. The whole shadow pages of the stack are handed back to the kernel instead
+  // (MADV_DONTNEED: they read as zero, i.e. unpoisoned, from then on), as ASan itself
+  // clears large shadow ranges; only the two partial pages at the ends are written. That
+  // costs a page-table walk over what the fiber touched, whatever the reservation, and
+  // frees the shadow of the frames too. The shadow pages cleared cover nothing but this
+  // stack (they lie inside its shadow), so no other memory's poison is touched.
+  std::size_t scale = 0, offset = 0;
+  __asan_get_shadow_mapping(&scale, &offset);
+  const auto low = reinterpret_cast<std::uintptr_t>(bottom);
+  const auto high = reinterpret_cast<std::uintptr_t>(top);
+  const std::uintptr_t page = ProtectedStack::pageSize();
+  const std::uintptr_t shadowLow = (low >> scale) + offset;
+  const std::uintptr_t shadowHigh = (high >> scale) + offset;
+  const std::uintptr_t pagesLow = (shadowLow + page - 1) & ~(page - 1);
+  const std::uintptr_t pagesHigh = shadowHigh & ~(page - 1);
+  if (pagesLow < pagesHigh &&
+      ::madvise(reinterpret_cast<void*>(pagesLow), pagesHigh - pagesLow, MADV_DONTNEED) == 0) {
+    const std::uintptr_t clearedLow = (pagesLow - offset) << scale;    // application
+    const std::uintptr_t clearedHigh = (pagesHigh - offset) << scale;  // addresses
+    __asan_unpoison_memory_region(bottom, clearedLow - low);
+    __asan_unpoison_memory_region(reinterpret_cast<void*>(clearedHigh), high - clearedHigh);
+    return;
+  }
+  __asan_unpoison_memory_region(bottom, high - low);  // smaller than a shadow page
+#else
+  (void)bottom, (void)top;
+#endif
+}
+
+}  // namespace detail
 }  // namespace weft

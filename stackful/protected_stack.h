@@ -87,4 +87,19 @@ class ProtectedStack {
   std::uint32_t valgrindId_ = 0;  // VALGRIND_STACK_REGISTER's id (0 outside valgrind)
 };
 
+namespace detail {
+
+// Under ASan: clears the poison that a fiber's frames left in the stack [bottom, top)
+// (a finished fiber never returns from its outermost frames, and a destroyed one is
+// unwound without ASan seeing every frame leave), so that the next fiber on the stack,
+// or a later mapping at its address, does not inherit it. The shadow is not written but
+// given back to the kernel (whole pages; the partial pages at both ends are written):
+// unpoisoning the whole reservation with __asan_unpoison_memory_region wrote its whole
+// shadow, an eighth of its size, committed for good (seconds and gigabytes for huge
+// stacks or 100,000 fibers). The cost is now that of what the fiber touched. Nothing
+// outside ASan. noexcept: a system call whose failure falls back to writing the shadow.
+void asanUnpoisonStack(void* bottom, void* top) noexcept;
+
+}  // namespace detail
+
 }  // namespace weft

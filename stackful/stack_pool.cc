@@ -33,7 +33,7 @@ void StackPool::release(ProtectedStack&& stack) noexcept {
   if (stack.size() == stackSize_) {
     // The previous fiber's frames may still be poisoned in ASan's shadow memory (a
     // finished fiber never returns from its outermost frames).
-    detail::asanUnpoison(stack.bottom(), stack.size());
+    detail::asanUnpoisonStack(stack.bottom(), stack.top());
     std::lock_guard lock(mutex_);
     if (cache_.size() < maxCached_) {
       cache_.push_back(std::move(stack));
