@@ -10,6 +10,8 @@
 #include "coro/cancellation.h"
 #include "coro/detail/channel_core.h"
 #include "coro/detail/channel_waiter.h"
+#include "coro/detail/config.h"
+#include "coro/detail/via_awaiter.h"
 #include "executors/executor.h"
 
 namespace weft {
@@ -58,10 +60,16 @@ class ChannelOpAwaiter {
   ChannelOpAwaiter(const ChannelOpAwaiter&) = delete;
   ChannelOpAwaiter& operator=(const ChannelOpAwaiter&) = delete;
   // Releases the channel lock if await_ready left it held and no await_suspend followed
-  // (the await was abandoned, or trying the operation threw).
+  // (the await was abandoned, or trying the operation threw). Destroyed while suspended
+  // (its coroutine destroyed, or its fiber unwound, while it waits): withdraws the wait,
+  // so the channel never sees the node again and nothing was transferred (see
+  // withdraw()). `node_.handle` is set by await_suspend and cleared by await_resume, so
+  // it is non-null here only for an operation that suspended and was not resumed.
   [[gnu::always_inline]] ~ChannelOpAwaiter() {
     if (heldLock_ != nullptr) [[unlikely]]
       releaseHeldLock();
+    if (node_.handle) [[unlikely]]
+      withdraw();
   }
 
   // Links the node and suspends: the operation could not complete in await_ready, which
@@ -129,8 +137,29 @@ class ChannelOpAwaiter {
     return true;
   }
 
-  // Step 3, first half. noexcept: deregistration only unlinks (or waits).
-  void disarmCancellation() noexcept { callback_.reset(); }
+  // Step 3, first half. noexcept: deregistration only unlinks (or waits). Also forgets
+  // the handle: the operation has been resumed, nothing is left to withdraw.
+  void disarmCancellation() noexcept {
+    callback_.reset();
+    node_.handle = {};
+  }
+
+  // The destructor of a suspended operation: deregisters cancellation (waiting for a
+  // callback running on another thread), then, under the channel lock, unlinks the node
+  // if it is still queued. A node that is no longer queued was claimed (a value moved,
+  // the channel closed, a cancellation taken) and its resumption is under way: that
+  // destruction is the caller's race, reported and fatal (abortDestroyedWhileResuming).
+  // noexcept: unlinking and reporting only. Out of line: rare.
+  WEFT_NOINLINE void withdraw() noexcept {
+    callback_.reset();
+    {
+      ChannelLockGuard guard(channel_->lock());
+      const bool unlinked = kSender ? channel_->removeSenderLocked(&node_)
+                                    : channel_->removeReceiverLocked(&node_);
+      if (unlinked) return;
+    }
+    abortDestroyedWhileResuming(kSender ? "Channel::send()" : "Channel::receive()");
+  }
 
   // Step 2. Runs on the thread that requested cancellation; never throws.
   void cancel() noexcept {
@@ -325,6 +354,10 @@ struct ChannelSendCase {
 // Preconditions: T is an object type whose move constructor and destructor do not throw
 // (a channel moves values while holding its lock). The channel outlives every operation
 // on it; destroying it while something waits on it prints a message and aborts.
+// Destroying a coroutine suspended in send or receive (or unwinding a fiber parked there)
+// withdraws the operation: nothing was transferred. Once the other side has completed
+// the operation, its resumption is under way and cannot be withdrawn: destroying it then
+// prints a message and aborts (docs/concurrency.md, "Destroying a suspended coroutine").
 //
 // Errors: ChannelClosed from a send on a closed channel (nothing was delivered; an rvalue
 // passed to send() was not moved from) and from close() on a closed channel.

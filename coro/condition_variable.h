@@ -155,7 +155,11 @@ class [[nodiscard]] ConditionVariablePredicateWait {
 // CancellationToken is cancelled, it leaves the queue, reacquires the mutex and the
 // co_await throws OperationCancelled, with the mutex held (as on every return). The
 // predicate form rethrows what the predicate throws (with the mutex held). Destroying a
-// ConditionVariable that coroutines wait on prints a message and aborts.
+// ConditionVariable that coroutines wait on prints a message and aborts. Destroying a
+// coroutine suspended in wait() withdraws it and counts the wait as having reacquired
+// the mutex (taken if free, else its release owed: see Mutex::takeForAbandonedWaiter), so
+// a ScopedLock in its frame releases what it believes it holds and no other owner loses
+// the mutex.
 // Thread safety: every member may be called concurrently from any thread.
 //
 // Example:
@@ -274,17 +278,25 @@ class ConditionVariable {
   }
 
   // The waiter's coroutine is destroyed while suspended: take it out of whichever queue
-  // holds it.
+  // holds it (ours, or its mutex's after a notification), then count the wait as having
+  // reacquired the mutex (Mutex::takeForAbandonedWaiter), since the code around the wait
+  // believes it holds the mutex (its ScopedLock unlocks it next). A waiter in neither
+  // queue has been handed the mutex, or is being moved to it by a notifier: its
+  // resumption is under way, and destroying it is the caller's race (reported, fatal).
   void abandon(detail::ConditionVariableWaitAwaiter* waiter) noexcept {
+    bool leftOurQueue = false;
     {
       std::lock_guard guard(queueLock_);
       if (waiter->cvPhase_ == detail::WaitPhase::kQueued) {
         waiters_.remove(waiter);
         waiter->cvPhase_ = detail::WaitPhase::kDone;
-        return;
+        leftOurQueue = true;
       }
     }
-    waiter->mutex_.cancelWaiter(waiter);
+    if (!leftOurQueue && !waiter->mutex_.cancelWaiter(waiter)) {
+      detail::abortDestroyedWhileResuming("ConditionVariable::wait()");
+    }
+    waiter->mutex_.takeForAbandonedWaiter();
   }
 
   detail::SpinLock queueLock_;

@@ -131,7 +131,8 @@ class MutexLockAwaiter : public CancellableSyncWaiter {
 // acquired even if cancellation was already requested, and a wait granted before the
 // request completes normally. unlock() of an unlocked Mutex, and destroying a Mutex that
 // coroutines are waiting on, print a message naming the misuse and abort. Destroying a
-// coroutine suspended in lock() takes it out of the queue.
+// coroutine suspended in lock() takes it out of the queue; once the lock was handed to it
+// (its resumption under way), destroying it prints a message and aborts.
 // Thread safety: every member may be called concurrently from any thread.
 //
 // Example:
@@ -148,7 +149,7 @@ class Mutex {
   ~Mutex() {
     // relaxed: a destructor racing with a waiter is already a use-after-free; this only
     // catches the case where the waiter is suspended.
-    if (state_.load(std::memory_order_relaxed) == kLockedWithWaiters) {
+    if ((state_.load(std::memory_order_relaxed) & kWaitersBit) != 0) {
       detail::abortSyncMisuse("Mutex destroyed while coroutines are waiting to lock it");
     }
   }
@@ -197,8 +198,11 @@ class Mutex {
 
   static constexpr std::uint32_t kUnlocked = 0;
   static constexpr std::uint32_t kLocked = 1;
-  // Locked, and waiters_ is not empty. Set and cleared only under queueLock_.
-  static constexpr std::uint32_t kLockedWithWaiters = 3;
+  // Added to kLocked while waiters_ is not empty. Set and cleared only under queueLock_.
+  static constexpr std::uint32_t kWaitersBit = 2;
+  // Added to kLocked while owedUnlocks_ is not zero (see takeForAbandonedWaiter). Set and
+  // cleared only under queueLock_. Either bit makes unlock() take its slow path.
+  static constexpr std::uint32_t kOwedBit = 4;
 
   // Under queueLock_: acquires the lock for `waiter` if it is free (returns false) or
   // queues it (returns true: the waiter will be handed the lock by unlock()).
@@ -214,11 +218,11 @@ class Mutex {
           waiter->phase = detail::WaitPhase::kDone;  // granted: too late to cancel
           return false;
         }
-      } else if (state == kLockedWithWaiters ||
+      } else if ((state & kWaitersBit) != 0 ||
                  // relaxed: the waiter queue is published by queueLock_, and the lock
                  // itself reaches the waiter through the hand-off (queueLock_, then the
                  // executor's queue), not through this word.
-                 state_.compare_exchange_weak(state, kLockedWithWaiters,
+                 state_.compare_exchange_weak(state, state | kWaitersBit,
                                               std::memory_order_relaxed,
                                               std::memory_order_relaxed)) {
         waiter->phase = detail::WaitPhase::kQueued;
@@ -254,8 +258,45 @@ class Mutex {
     waiter->phase = detail::WaitPhase::kDone;
     waiters_.remove(waiter);
     // relaxed: only waiters_ changed, and it is published by queueLock_.
-    if (waiters_.empty()) state_.store(kLocked, std::memory_order_relaxed);
+    if (waiters_.empty()) state_.store(lockedStateLocked(), std::memory_order_relaxed);
     return true;
+  }
+
+  // The held state with no waiter queued, keeping kOwedBit. Under queueLock_.
+  std::uint32_t lockedStateLocked() const noexcept {
+    return owedUnlocks_ != 0 ? kLocked | kOwedBit : kLocked;
+  }
+
+  // For ConditionVariable: a coroutine destroyed while it waited to be notified, or to
+  // reacquire the mutex after a notification, does not hold the mutex, yet the code
+  // around its wait believes it does (a ScopedLock in its frame unlocks it as the frame
+  // is destroyed, right after the awaiter). So its destroyed wait counts as having
+  // reacquired the mutex: taken now if it is free, else owed: the next unlock() (the
+  // frame's own, or the holder's, whichever comes first) is absorbed, and the other one
+  // releases it. Either order ends with the mutex held by whoever holds it without the
+  // destroyed coroutine. A frame that held the mutex without a guard leaks it, as it
+  // would if destroyed while holding it anywhere else. noexcept: lock-word updates.
+  void takeForAbandonedWaiter() noexcept {
+    if (tryLock()) return;
+    std::lock_guard guard(queueLock_);
+    std::uint32_t state = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (state == kUnlocked) {
+        // acquire: as in tryLock().
+        if (state_.compare_exchange_weak(state, kLocked, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+          return;
+        }
+      } else if (state_.compare_exchange_weak(state, state | kOwedBit,
+                                              // relaxed: owedUnlocks_ is guarded by
+                                              // queueLock_; the bit only diverts unlock()
+                                              // to the slow path, which takes that lock.
+                                              std::memory_order_relaxed,
+                                              std::memory_order_relaxed)) {
+        ++owedUnlocks_;
+        return;
+      }
+    }
   }
 
   void unlockSlow(std::uint32_t observed) noexcept {
@@ -265,6 +306,14 @@ class Mutex {
     detail::SyncWaiter* next;
     {
       std::lock_guard guard(queueLock_);
+      if (owedUnlocks_ != 0) {
+        // This unlock pays a destroyed waiter's debt (see takeForAbandonedWaiter): the
+        // mutex stays held until the other of the two unlocks. What the caller wrote
+        // reaches the next holder through queueLock_, which that unlock takes too.
+        // relaxed: as in takeForAbandonedWaiter.
+        if (--owedUnlocks_ == 0) state_.fetch_and(~kOwedBit, std::memory_order_relaxed);
+        return;
+      }
       next = waiters_.popFront();
       if (next == nullptr) {
         // The last waiter left (cancelled, or its coroutine destroyed) between our
@@ -284,7 +333,8 @@ class Mutex {
 
   std::atomic<std::uint32_t> state_{kUnlocked};
   detail::SpinLock queueLock_;
-  detail::WaiterQueue waiters_;  // guarded by queueLock_
+  detail::WaiterQueue waiters_;      // guarded by queueLock_
+  std::uint32_t owedUnlocks_ = 0;    // guarded by queueLock_
 };
 
 namespace detail {
@@ -292,7 +342,9 @@ namespace detail {
 template <class Result>
 MutexLockAwaiter<Result>::~MutexLockAwaiter() {
   disarmCancellation();
-  if (handle) mutex_.cancelWaiter(this);
+  // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
+  // resumption is under way, and this destruction is the caller's race.
+  if (handle && !mutex_.cancelWaiter(this)) abortDestroyedWhileResuming("Mutex::lock()");
 }
 
 template <class Result>

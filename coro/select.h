@@ -48,7 +48,9 @@ detail::SelectTimeoutCase timeoutCase(std::chrono::duration<Rep, Period> duratio
 //    at random (so no channel starves another), and the select does not suspend.
 //  - Otherwise, with a default case, the default is chosen at once; with a timeout case
 //    whose time is up, the timeout. Else the select waits until some case can complete
-//    (or the timeout expires), completes that one, and abandons the others.
+//    (or the timeout expires), completes that one, and abandons the others. Its cases
+//    are linked into their channels in a random order, so several waiting cases on one
+//    channel are completed equally often.
 //  - Exactly one case completes. A receive case that is not chosen takes no value from
 //    its channel; a send case that is not chosen sends nothing (an rvalue given to
 //    sendCase() is then not moved from).
@@ -62,6 +64,10 @@ detail::SelectTimeoutCase timeoutCase(std::chrono::duration<Rep, Period> duratio
 //  - Cancellation (Go's `case <-ctx.Done()`): the coroutine's (or fiber's) cancellation
 //    token. Requested before the select, or while it waits, the select throws
 //    OperationCancelled and no case completes; a case that completed first wins.
+//  - Destroying a coroutine suspended in a select (or unwinding a fiber parked in one)
+//    withdraws every case and disarms the timeout: no case completes. Once a case, the
+//    cancellation or the timeout has claimed it, its resumption is under way: destroying
+//    it then prints a message and aborts.
 //
 // Preconditions: every channel outlives the co_await; the cases are made inside the
 // select(...) expression (they refer to the values given to sendCase()). At most one

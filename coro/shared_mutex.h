@@ -331,7 +331,9 @@ namespace detail {
 template <bool kExclusive, class Result>
 SharedMutexLockAwaiter<kExclusive, Result>::~SharedMutexLockAwaiter() {
   disarmCancellation();
-  if (handle) mutex_.cancelWaiter(this);
+  // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
+  // resumption is under way, and this destruction is the caller's race.
+  if (handle && !mutex_.cancelWaiter(this)) abortDestroyedWhileResuming("SharedMutex::lock()/lockShared()");
 }
 
 template <bool kExclusive, class Result>

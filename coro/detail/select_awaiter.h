@@ -19,7 +19,9 @@
 #include "coro/channel.h"
 #include "coro/detail/channel_core.h"
 #include "coro/detail/channel_waiter.h"
+#include "coro/detail/config.h"
 #include "coro/detail/select_cases.h"
+#include "coro/detail/via_awaiter.h"
 #include "coro/sleep.h"
 #include "executors/detail/timer_queue.h"
 #include "executors/executor.h"
@@ -73,8 +75,13 @@ class SelectAwaiter {
       : ops_(SelectCaseOp<Cases>(std::move(cases))...), executor_(executor), token_(token) {}
   SelectAwaiter(const SelectAwaiter&) = delete;
   SelectAwaiter& operator=(const SelectAwaiter&) = delete;
-  // Also when await_suspend threw after arming the timer.
-  ~SelectAwaiter() { disarmTimer(); }
+  // Also when await_suspend threw after arming the timer. Destroyed while suspended (its
+  // coroutine destroyed, or its fiber unwound, while it waits): withdraws (abandon()).
+  ~SelectAwaiter() {
+    if (suspended_) [[unlikely]]
+      abandon();
+    disarmTimer();
+  }
 
   bool await_ready() const noexcept { return false; }
 
@@ -84,6 +91,7 @@ class SelectAwaiter {
   bool await_suspend(std::coroutine_handle<> awaiting) {
     if (!armCancellation()) return false;
     std::array<ChannelLock*, kChannelCases> locks = channelLocks();
+    std::array<std::uint32_t, kChannelCases> order;
     for (;;) {  // twice at most: again after arming the timeout's timer
       lockAll(locks);
       // relaxed: a cancellation that flipped the state is seen through the callback's
@@ -94,7 +102,7 @@ class SelectAwaiter {
         unlockAll(locks);
         return false;
       }
-      std::array<std::uint32_t, kChannelCases> order = shuffledChannelCases();
+      order = shuffledChannelCases();
       for (std::uint32_t index : order) {
         ChannelWaiter* wake = nullptr;
         ChannelOpResult outcome;
@@ -139,7 +147,7 @@ class SelectAwaiter {
     if constexpr (kDefaults == 0) {
       state_.handle = awaiting;
       state_.executor = executor_;
-      enqueueAll();
+      enqueueAll(order);
       suspended_ = true;
       // Registration done: from now on the select is claimable. acq_rel: publishes the
       // handle and suspended_ to a cancellation callback or timer that claims it (channel
@@ -164,6 +172,7 @@ class SelectAwaiter {
     callback_.reset();  // waits for a callback running on another thread
     disarmTimer();      // likewise for a timer
     if (suspended_) {
+      suspended_ = false;  // resumed: nothing is left for the destructor to withdraw
       cleanup();
       // acquire: pairs with the claim (acq_rel); the resumption already orders it.
       chosen_ = state_.winner.load(std::memory_order_acquire);
@@ -204,6 +213,24 @@ class SelectAwaiter {
         SelectState::ExternalClaim::kWhileWaiting) {
       resumeSelectWaiter(&state_);  // `this` may be gone once this starts
     }
+  }
+
+  // The destructor of a select that suspended and was not resumed. It claims the select
+  // itself, as cancellation would (after deregistering the callback, waiting for one
+  // running on another thread): if that claim wins, nobody else can complete a case or
+  // resume the coroutine, and every node still linked is unlinked (a channel operation
+  // that meets one of the others drops it, as after any claim). If a case, the
+  // cancellation or the timer claimed it first, its resumption is under way: reported
+  // and fatal (abortDestroyedWhileResuming). noexcept: unlinking and reporting only.
+  WEFT_NOINLINE void abandon() noexcept {
+    suspended_ = false;
+    callback_.reset();
+    if (state_.claimExternally(SelectState::kCancelled) !=
+        SelectState::ExternalClaim::kWhileWaiting) {
+      abortDestroyedWhileResuming("select()");
+    }
+    disarmTimer();  // its fire function now loses every claim: it only finishes
+    cleanup();
   }
 
   // The timeout case's timer: armed on the select's executor (or the process-wide timer
@@ -373,8 +400,18 @@ class SelectAwaiter {
       if constexpr (std::remove_reference_t<decltype(op)>::kHasChannel) op.setClosed();
     });
   }
-  void enqueueAll() noexcept {
-    forEachChannelCase([&](auto& op, std::uint32_t index) { op.enqueueLocked(&state_, index); });
+  // Links one node per channel case, in the random order `order` (a permutation of the
+  // channel cases): cases on one channel are then queued in a random order, so a waiting
+  // select is completed through each of them equally often (Go's selectgo links its
+  // cases in an order derived from the random poll order for the same reason).
+  void enqueueAll(const std::array<std::uint32_t, kChannelCases>& order) noexcept {
+    for (std::uint32_t index : order) {
+      withCase(index, [&](auto& op) {
+        if constexpr (std::remove_reference_t<decltype(op)>::kHasChannel) {
+          op.enqueueLocked(&state_, index);
+        }
+      });
+    }
   }
   void removeAllLocked() noexcept {
     forEachChannelCase([](auto& op, std::uint32_t) { op.removeLocked(); });

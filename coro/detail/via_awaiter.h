@@ -37,6 +37,21 @@ using AwaiterOf = decltype(getAwaiter(std::declval<A>()));
   std::abort();
 }
 
+// A coroutine (or fiber) destroyed while suspended in `awaitable` after its wake-up had
+// been claimed (a value delivered, a lock or permit granted, a timer fired, a
+// cancellation taken): its resumption is already on its way and would run a freed frame.
+// Destroying a suspended coroutine is sound only while nothing is about to resume it (its
+// awaiter then withdraws the wait); work that others may wake is stopped by cancelling it.
+// noexcept: there is nobody to report to, and going on would be a use-after-free.
+[[noreturn]] inline void abortDestroyedWhileResuming(const char* awaitable) noexcept {
+  std::fprintf(stderr,
+               "weft: a coroutine was destroyed while suspended in %s after its wake-up had "
+               "been claimed (its resumption was already under way); destroy only coroutines "
+               "that nothing is about to resume, and cancel the others instead\n",
+               awaitable);
+  std::abort();
+}
+
 // Resumes `target` on `executor`: inline (by symmetric transfer) when the calling thread
 // already belongs to the executor, otherwise by scheduling it there.
 inline std::coroutine_handle<> resumeOnExecutor(Executor* executor,

@@ -153,14 +153,17 @@ TEST(ConditionVariableTest, NotifiedWaitersWithAnExecutorAreScheduledOnIt) {
 }
 
 TEST(ConditionVariableTest, DestroyedWaitersLeaveWhicheverQueueTheyAreIn) {
+  // A destroyed wait counts as having reacquired the mutex (the frame believes it holds
+  // it): with the documented ScopedLock around it, the frame's own unlock then leaves
+  // the mutex exactly as it was apart from the destroyed coroutine. More cases in
+  // test/coro/suspended_destruction_test.cc.
   Counted::reset();
   Mutex mutex;
   ConditionVariable cv;
   auto body = [&]() -> Lazy<> {
     Counted local;
-    co_await mutex.lock();
+    ScopedLock lock = co_await mutex.scopedLock();
     co_await cv.wait(mutex);
-    mutex.unlock();
   };
   {
     Lazy<> inCvQueue = body();
@@ -169,6 +172,8 @@ TEST(ConditionVariableTest, DestroyedWaitersLeaveWhicheverQueueTheyAreIn) {
   }
   EXPECT_EQ(Counted::alive(), 0);
   cv.notifyAll();  // must not touch it (ASan would tell)
+  EXPECT_TRUE(mutex.tryLock()) << "the destroyed frame's ScopedLock released the mutex";
+  mutex.unlock();
   {
     Lazy<> inMutexQueue = body();
     detail::LazyAccess::handle(inMutexQueue).resume();
@@ -176,9 +181,31 @@ TEST(ConditionVariableTest, DestroyedWaitersLeaveWhicheverQueueTheyAreIn) {
     cv.notifyAll();  // into the mutex queue, behind our lock
   }
   EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_FALSE(mutex.tryLock()) << "still ours: the destroyed waiter took nothing from us";
   mutex.unlock();  // must not hand the mutex to the destroyed waiter
   EXPECT_TRUE(mutex.tryLock());
   mutex.unlock();
+}
+
+TEST(ConditionVariableTest, ADestroyedWaitWithoutAGuardKeepsTheMutexAsItsFrameHeldIt) {
+  // Without a guard, the frame's code held the mutex at the wait as at any other point
+  // after lock(): destroying it leaks the mutex, as destroying it anywhere between lock()
+  // and unlock() would. The mutex stays consistently locked rather than being released
+  // under a frame that believed it held it.
+  Mutex mutex;
+  ConditionVariable cv;
+  auto body = [&]() -> Lazy<> {
+    co_await mutex.lock();
+    co_await cv.wait(mutex);
+    mutex.unlock();
+  };
+  {
+    Lazy<> waiter = body();
+    detail::LazyAccess::handle(waiter).resume();
+    EXPECT_TRUE(mutex.tryLock());  // released by the wait
+    mutex.unlock();
+  }
+  EXPECT_FALSE(mutex.tryLock());
 }
 
 TEST(ConditionVariableTest, ProducersAndConsumersWithAPredicateOnTwoThreads) {

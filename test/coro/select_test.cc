@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -106,6 +107,49 @@ TEST(SelectTest, ChoosesFairlyAmongReadyCases) {
   EXPECT_GT(fromA, 780);
   EXPECT_LT(fromA, 1220);
   EXPECT_EQ(a.size() + b.size(), static_cast<std::size_t>(kSelects));
+}
+
+// The bound for the fairness tests below: with n independent fair choices, Hoeffding's
+// inequality gives P(|count - n/2| >= t*n) <= 2*exp(-2*n*t^2). Solving for a chance of
+// failing by luck of one in a billion: t = sqrt(ln(2e9) / (2n)), about 0.073 for n = 2000
+// (a count outside [854, 1146]). Always picking one case gives 0 or n.
+int fairnessSlack(int n) { return static_cast<int>(std::sqrt(std::log(2e9) / (2.0 * n)) * n); }
+
+// Go's TestPseudoRandomSend, for a select that waits: its cases on one channel are linked
+// into that channel's queue in a random order, so whichever operation later completes it
+// picks each of them about equally often (a fixed order picks the first-listed one always).
+TEST(SelectTest, AWaitingSelectChoosesFairlyAmongItsCasesOnOneChannel) {
+  constexpr int kSelects = 2000;
+  Channel<int> channel;
+  int firstReceive = 0;
+  int firstSend = 0;
+  for (int i = 0; i < kSelects; ++i) {
+    std::size_t index = 99;
+    auto receiveTwice = [&]() -> Lazy<> {
+      auto r = co_await select(channel.receiveCase(), channel.receiveCase());
+      index = r.index();
+    };
+    receiveTwice().start([](Try<void> r) { r.value(); });
+    ASSERT_TRUE(channel.trySend(i));  // completes the waiting select inline
+    ASSERT_LT(index, 2u);
+    if (index == 0) ++firstReceive;
+
+    auto sendTwice = [&]() -> Lazy<> {
+      auto r = co_await select(channel.sendCase(0), channel.sendCase(1));
+      index = r.index();
+    };
+    index = 99;
+    sendTwice().start([](Try<void> r) { r.value(); });
+    std::optional<int> got = channel.tryReceive();
+    ASSERT_TRUE(got.has_value());
+    ASSERT_EQ(static_cast<std::size_t>(*got), index);  // the chosen case's value arrived
+    if (*got == 0) ++firstSend;
+  }
+  const int slack = fairnessSlack(kSelects);
+  EXPECT_GT(firstReceive, kSelects / 2 - slack);
+  EXPECT_LT(firstReceive, kSelects / 2 + slack);
+  EXPECT_GT(firstSend, kSelects / 2 - slack);
+  EXPECT_LT(firstSend, kSelects / 2 + slack);
 }
 
 Lazy<std::size_t> selectIndex(Channel<int>& a, Channel<int>& b, std::optional<int>* got) {
