@@ -155,7 +155,9 @@ EventWaitAwaiter::~EventWaitAwaiter() {
   disarmCancellation();
   // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
   // resumption is under way, and this destruction is the caller's race.
-  if (handle && !event_.cancelWaiter(this)) abortDestroyedWhileResuming("Event::wait()/Latch::wait()");
+  if (handle && !event_.cancelWaiter(this)) {
+    abortDestroyedWhileResuming("Event::wait()/Latch::wait()");
+  }
 }
 bool EventWaitAwaiter::await_ready() const noexcept { return event_.isSet(); }
 bool EventWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) {

@@ -344,7 +344,9 @@ MutexLockAwaiter<Result>::~MutexLockAwaiter() {
   disarmCancellation();
   // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
   // resumption is under way, and this destruction is the caller's race.
-  if (handle && !mutex_.cancelWaiter(this)) abortDestroyedWhileResuming("Mutex::lock()");
+  if (handle && !mutex_.cancelWaiter(this)) {
+    abortDestroyedWhileResuming("Mutex::lock()");
+  }
 }
 
 template <class Result>

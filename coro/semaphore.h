@@ -238,7 +238,9 @@ SemaphoreAcquireAwaiter::~SemaphoreAcquireAwaiter() {
   disarmCancellation();
   // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
   // resumption is under way, and this destruction is the caller's race.
-  if (handle && !semaphore_.cancelWaiter(this)) abortDestroyedWhileResuming("Semaphore::acquire()");
+  if (handle && !semaphore_.cancelWaiter(this)) {
+    abortDestroyedWhileResuming("Semaphore::acquire()");
+  }
 }
 bool SemaphoreAcquireAwaiter::await_ready() noexcept { return semaphore_.tryAcquire(); }
 bool SemaphoreAcquireAwaiter::await_suspend(std::coroutine_handle<> awaiting) {

@@ -333,7 +333,9 @@ SharedMutexLockAwaiter<kExclusive, Result>::~SharedMutexLockAwaiter() {
   disarmCancellation();
   // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
   // resumption is under way, and this destruction is the caller's race.
-  if (handle && !mutex_.cancelWaiter(this)) abortDestroyedWhileResuming("SharedMutex::lock()/lockShared()");
+  if (handle && !mutex_.cancelWaiter(this)) {
+    abortDestroyedWhileResuming("SharedMutex::lock()/lockShared()");
+  }
 }
 
 template <bool kExclusive, class Result>
