@@ -73,8 +73,8 @@ using FiberAwaitResult =
 // the driver's handle and answers the switch to the next fiber in the queue (or back to
 // the resumer), with nothing left to do after it. False, having done nothing, on any
 // other executor or thread. True with no switch (park.fiber null) when await_suspend
-// declined. Errors: ForcedUnwind when the fiber is being destroyed; what await_suspend
-// throws (the await did not suspend then).
+// declined. Errors: as FiberCore::refuseParkWhileUnwinding when the fiber is being
+// destroyed; what await_suspend throws (the await did not suspend then).
 template <class Awaiter>
 [[gnu::always_inline]] inline bool parkActingFirst(FiberCore* core, AwaitLink& link,
                                                    Awaiter& awaiter, FiberCore::ParkSwitch& park) {
@@ -113,8 +113,8 @@ template <class Awaiter>
 // switch out of it, which await() makes in its own frame. park.fiber is null when there
 // is no switch to make: await_suspend declined (the fiber goes on at once), or, under
 // ASan and TSan, the fiber has already been suspended and resumed here.
-// Errors: ForcedUnwind when the fiber is being destroyed; what await_suspend throws when
-// the fiber calls it itself (parkActingFirst).
+// Errors: as FiberCore::refuseParkWhileUnwinding when the fiber is being destroyed; what
+// await_suspend throws when the fiber calls it itself (parkActingFirst).
 template <class Awaiter>
 [[gnu::noinline]] FiberCore::ParkSwitch parkOn(FiberCore* core, AwaitLink& link, Awaiter& awaiter) {
   FiberCore::ParkSwitch park{};
@@ -156,10 +156,17 @@ template <class Awaiter>
 //
 // Preconditions: called inside a fiber started by spawnFiber. An lvalue awaitable must
 // stay alive until await returns (it does: the fiber waits).
+// While the fiber is being destroyed (its stack unwinds from where it was parked), an
+// await in a destructor that the unwinding runs completes only if x is ready at once
+// (await_ready() true); if it would suspend, weft prints a message ("weft: weft::await()
+// would suspend a fiber that is being destroyed, ...") and aborts: the fiber will never
+// be resumed, so the await cannot complete, and no exception may leave that destructor.
+// (this_fiber::yield() returns at once there.)
 // Errors: rethrows what awaiting x threw (OperationCancelled for a cancelled await, the
 // exception of a Lazy or Task). Throws NotInFiber when called outside a fiber, or inside
 // a plain Fiber (which has no executor to be resumed by). Throws detail::ForcedUnwind (do
-// not catch) when the fiber is being destroyed.
+// not catch) when the fiber is being destroyed and the await, which would suspend, is not
+// in a destructor run by the unwinding (code that caught ForcedUnwind and went on).
 // Thread safety: affects only the calling fiber.
 //
 // Forced inline, with the park itself a call (parkOn): the switch out of the fiber is

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <new>
 
 #include "executors/detail/solo_run_queue.h"
@@ -269,8 +270,8 @@ void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
 
 void FiberCore::suspend() {
 #if WEFT_ASAN || WEFT_TSAN
-  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
-  if (unwinding_) throw ForcedUnwind{};
+  // A fiber being destroyed cannot park again.
+  if (unwinding_) refuseParkWhileUnwinding();
   state_ = State::kSuspended;
   // (Under the sanitizers a switch must be annotated in one frame with its hooks; the
   // hand-off is left out there, and every park goes back to the resumer.)
@@ -311,8 +312,9 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
 
 // Forced inline into prepareSuspend and beginYield (clang otherwise calls it from both).
 [[gnu::always_inline]] inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
-  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
-  if (unwinding_) throw ForcedUnwind{};
+  // A fiber being destroyed cannot park again.
+  if (unwinding_) [[unlikely]]
+    refuseParkWhileUnwinding();
   state_ = State::kSuspended;
 #if !WEFT_ASAN && !WEFT_TSAN
   if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
@@ -360,8 +362,12 @@ ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
 FiberCore::ParkSwitch FiberCore::beginYield() {
   FiberCore* core = running_;
   if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
-  // A fiber being destroyed cannot park again: whoever caught ForcedUnwind gets it back.
-  if (core->unwinding_) throw ForcedUnwind{};
+  // A fiber being destroyed cannot park again: the yield returns at once inside a
+  // destructor of the unwind; elsewhere, ForcedUnwind again.
+  if (core->unwinding_) [[unlikely]] {
+    if (core->unwoundByDestructor()) return ParkSwitch{};
+    throw ForcedUnwind{};
+  }
   if (AwaitLink* link = core->awaitLink_; link != nullptr) {
     link->yieldRequested = true;
     link->mayHandOff = true;
@@ -390,6 +396,24 @@ ContextTransfer FiberCore::unwindOnTop(ContextTransfer transfer) {
 }
 
 // --- destruction -----------------------------------------------------------------------
+
+// While the fiber is being destroyed (unwinding_), whether the code running is unwinding:
+// a destructor run by ForcedUnwind, or one run by another exception thrown meanwhile (the
+// fiber's own exception state is the thread's while it runs). Then nothing may be thrown
+// out of it. If ForcedUnwind was caught and not rethrown, nothing is in flight.
+bool FiberCore::unwoundByDestructor() const noexcept { return std::uncaught_exceptions() > 0; }
+
+void FiberCore::refuseParkWhileUnwinding() const {
+  if (unwoundByDestructor()) {
+    abortMisuse(
+        "weft::await() would suspend a fiber that is being destroyed, in a destructor run "
+        "by the unwinding of its stack: a destroyed fiber is never resumed, so the await "
+        "cannot complete, and no exception may leave that destructor. Only awaits that "
+        "complete at once (await_ready) can run there; this_fiber::yield() returns at once");
+  }
+  // ForcedUnwind was caught and not rethrown: throw it again, so the stack still unwinds.
+  throw ForcedUnwind{};
+}
 
 void FiberCore::destroy() noexcept {
   if (state_ == State::kRunning) abortMisuse("a running fiber was destroyed");

@@ -80,7 +80,8 @@ class PlainFiberBox final : public ResultFiberCore<T> {
 // Destruction: destroying a suspended fiber unwinds its stack: a ForcedUnwind exception
 // is raised at the yield it is parked in, so the destructors of its locals run (on the
 // destroying thread). Code in the fiber that catches everything must rethrow it (if it
-// does not, the fiber's next yield throws it again). Destroying a fiber that never ran
+// does not, the fiber's next yield throws it again). A destructor that the unwinding
+// runs may call this_fiber::yield(), which then returns at once. Destroying a fiber that never ran
 // or has finished just frees it. Destroying a running fiber aborts.
 //
 // Preconditions (aborting with a message otherwise): resume() only a fiber that is not
@@ -196,13 +197,20 @@ namespace this_fiber {
 // next resume() continues here. In a fiber started by spawnFiber, the fiber goes to the
 // back of its executor's queue (letting other work run first) and continues when the
 // executor gets to it, possibly on another worker thread.
+// While the fiber is being destroyed (its stack unwinds from where it was parked, see
+// Fiber), a yield in a destructor that the unwinding runs returns at once: nobody will
+// resume the fiber, and an exception may not leave that destructor.
 // Errors: throws NotInFiber outside a fiber; throws detail::ForcedUnwind (do not catch)
-// when the fiber is being destroyed.
+// when the fiber is being destroyed and the yield is not in a destructor run by the
+// unwinding (code that caught ForcedUnwind and did not rethrow it).
 // Thread safety: affects only the calling fiber.
 // Example:
 //   while (!ready()) weft::this_fiber::yield();
 [[gnu::always_inline]] inline void yield() {
   const detail::FiberCore::ParkSwitch park = detail::FiberCore::beginYield();
+  // No switch: the fiber is being destroyed and this is a destructor of its unwinding.
+  if (park.fiber == nullptr) [[unlikely]]
+    return;
 #if WEFT_ASAN || WEFT_TSAN
   park.fiber->suspend();  // beginYield did not hand off: suspend() switches with the hooks
 #else

@@ -139,7 +139,7 @@ class FiberCore {
   // a switch must not be reused after it.
   static FiberCore* current() noexcept;
   // Suspends the running fiber (this one) until it is resumed; returns then, possibly on
-  // another thread. Throws ForcedUnwind when the fiber is being destroyed.
+  // another thread. When the fiber is being destroyed: refuseParkWhileUnwinding().
   // A fiber of spawnFiber whose park allows it (AwaitLink::mayHandOff) first takes the
   // next coroutine of its executor's queue on this thread: if that is another such
   // fiber's driver, it switches straight to that fiber (one switch instead of two, and
@@ -153,8 +153,8 @@ class FiberCore {
   // it reads thread_locals, which must not be cached across a switch in the caller's
   // frame) marks this running fiber suspended, decides where it goes and does the
   // bookkeeping of a hand-off; then switchOut() makes the switch and, once the fiber is
-  // resumed, records its new resumer. prepareSuspend throws ForcedUnwind when the fiber
-  // is being destroyed (nothing changed then). Not under ASan or TSan, where suspend()
+  // resumed, records its new resumer. When the fiber is being destroyed prepareSuspend
+  // changes nothing and calls refuseParkWhileUnwinding(). Not under ASan or TSan, where suspend()
   // keeps the sanitizer hooks next to the switch.
   //
   // ParkSwitch is two words, so that it comes back from prepareSuspend (and await()'s
@@ -191,12 +191,22 @@ class FiberCore {
   };
   [[gnu::always_inline]] static NextRun takeNextRun(SoloRunQueue& solo) noexcept;
   [[gnu::always_inline]] ParkSwitch prepareSuspendActedOn(NextRun next) noexcept;
-  // Throws ForcedUnwind when the fiber is being destroyed: it cannot park again (whoever
-  // caught ForcedUnwind gets it back). For await(), before it acts on a park itself.
+  // When the fiber is being destroyed it cannot park again: refuseParkWhileUnwinding().
+  // For await(), before it acts on a park itself.
   void throwIfUnwinding() const {
     if (unwinding_) [[unlikely]]
-      throw ForcedUnwind{};
+      refuseParkWhileUnwinding();
   }
+  // An await that would suspend a fiber being destroyed (unwinding_): a destroyed fiber is
+  // never resumed, so the await cannot complete. Inside a destructor run by the forced
+  // unwind (the fiber's std::uncaught_exceptions() > 0), throwing would call
+  // std::terminate: aborts with a weft message saying so. Otherwise (code caught
+  // ForcedUnwind and went on) throws ForcedUnwind again, so the unwind goes on.
+  [[noreturn]] void refuseParkWhileUnwinding() const;
+  // While the fiber is being destroyed: true when a destructor run by an exception in
+  // flight (the forced unwind) is running, where nothing may be thrown. noexcept: reads
+  // the exception state.
+  bool unwoundByDestructor() const noexcept;
   // Throws ForcedUnwind when the fiber is destroyed while parked here (unwindOnTop).
   // Forced inline, so that the switch is made in the frame of await() or yield(), which
   // are inline in the fiber's own code (see resume(); g++ calls it otherwise).
@@ -212,8 +222,11 @@ class FiberCore {
 
   // this_fiber::yield()'s prepareSuspend(): for the running fiber, which it finds (out of
   // line: a thread_local); for a fiber of spawnFiber it also asks the driver to requeue
-  // it. Throws NotInFiber outside a fiber and ForcedUnwind when the fiber is being
-  // destroyed.
+  // it. Throws NotInFiber outside a fiber. When the fiber is being destroyed: inside a
+  // destructor run by the forced unwind, answers no switch (park.fiber null: the yield
+  // returns at once, since nobody will resume the fiber and throwing there would call
+  // std::terminate); elsewhere (ForcedUnwind was caught and not rethrown) throws
+  // ForcedUnwind again.
   static ParkSwitch beginYield();
   // Called on the fiber's stack right after each switch into it: records the context
   // that switched here in the fiber that sent it (transfer.data). A resumer passes the

@@ -362,6 +362,97 @@ TEST(FiberTest, CatchAllThatSwallowsForcedUnwindStillUnwinds) {
   EXPECT_EQ(Counted::alive(), 0);
 }
 
+TEST(FiberTest, YieldInADestructorRunByTheForcedUnwindReturnsAtOnce) {
+  // docs/stackful.md allows yield in destructors. When the destructor runs because the
+  // suspended fiber is destroyed, nobody will resume the fiber again: the yield returns
+  // at once instead of throwing out of the destructor (std::terminate).
+  Counted::reset();
+  int yieldsReturned = 0, afterYield = 0;
+  struct YieldsTwiceOnDestruction {
+    int* returned;
+    ~YieldsTwiceOnDestruction() {
+      this_fiber::yield();
+      ++*returned;
+      this_fiber::yield();
+      ++*returned;
+    }
+  };
+  {
+    Fiber<> fiber([&] {
+      Counted outer;
+      YieldsTwiceOnDestruction guard{&yieldsReturned};
+      Counted inner;
+      this_fiber::yield();
+      ++afterYield;
+    });
+    fiber.resume();
+    EXPECT_EQ(Counted::alive(), 2);
+  }  // destroyed while suspended: unwinds
+  EXPECT_EQ(yieldsReturned, 2);
+  EXPECT_EQ(afterYield, 0);
+  EXPECT_EQ(Counted::alive(), 0);  // the unwind went on past the yielding destructor
+}
+
+TEST(FiberTest, YieldInADestructorDuringNormalUnwindingStillSuspends) {
+  // Outside a forced unwind a yield in a destructor is an ordinary yield, even while an
+  // exception of the fiber's own propagates.
+  int step = 0;
+  struct YieldsOnDestruction {
+    int* step;
+    ~YieldsOnDestruction() {
+      *step = 1;
+      this_fiber::yield();
+      *step = 2;
+    }
+  };
+  Fiber<> fiber([&] {
+    try {
+      YieldsOnDestruction guard{&step};
+      throw std::runtime_error("own");
+    } catch (const std::runtime_error&) {
+      step = 3;
+    }
+  });
+  fiber.resume();
+  EXPECT_EQ(step, 1);
+  EXPECT_FALSE(fiber.done());
+  fiber.resume();
+  EXPECT_EQ(step, 3);
+  EXPECT_TRUE(fiber.done());
+}
+
+TEST(FiberTest, YieldInADestructorOfADestroyedFiberThatSwallowedForcedUnwindStillUnwinds) {
+  // A catch-all that swallows ForcedUnwind, then an object whose destructor yields: the
+  // next yield outside a destructor throws ForcedUnwind again, and the destructor it
+  // runs on the way yields and returns at once.
+  Counted::reset();
+  int swallowed = 0, yieldsReturned = 0;
+  struct YieldsOnDestruction {
+    int* returned;
+    ~YieldsOnDestruction() {
+      this_fiber::yield();
+      ++*returned;
+    }
+  };
+  {
+    Fiber<> fiber([&] {
+      YieldsOnDestruction guard{&yieldsReturned};
+      try {
+        Counted inner;
+        this_fiber::yield();
+      } catch (...) {
+        ++swallowed;
+      }
+      Counted after;
+      this_fiber::yield();  // throws ForcedUnwind again
+    });
+    fiber.resume();
+  }
+  EXPECT_EQ(swallowed, 1);
+  EXPECT_EQ(yieldsReturned, 1);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
 TEST(FiberTest, CatchStdExceptionDoesNotSeeForcedUnwind) {
   bool caught = false;
   {
