@@ -29,6 +29,22 @@ struct CollectAnyResult {
   Try<T> result;
 };
 
+// What collectAnyNoDiscard(a, b, ...) returns: which branch finished first, and how every
+// branch finished (a Try per branch, in argument order; an empty Try for a branch that
+// was never started because the race was decided before its turn).
+template <class... T>
+struct CollectAnyNoDiscardResult {
+  std::size_t index;
+  std::tuple<Try<T>...> results;
+};
+
+// What collectAnyNoDiscard over a range returns (as above, one Try per element).
+template <class T>
+struct CollectAnyNoDiscardRangeResult {
+  std::size_t index;
+  std::vector<Try<T>> results;
+};
+
 namespace detail {
 
 // collectAny's join point: the first branch to finish claims the win and cancels the
@@ -84,13 +100,34 @@ bool startAnyBranch(Lazy<T>& branch, AnyBranchSink& sink, AnyBarrier& barrier, E
   return false;
 }
 
-template <class... T>
-Lazy<std::variant<Try<T>...>> collectAnyTuple(Lazy<T>... branches) {
+// Declared after the barrier in a collect's frame, so destroyed before it: when the
+// collect is destroyed while suspended (its awaiter destroyed it), its branches are
+// destroyed first (each withdraws its own wait: a sleep disarms its timer, a lock wait
+// leaves its queue), while the barrier, the token they carry and their sinks still exist.
+// After a normal completion it frees the finished branches' frames a little earlier.
+template <class Destroy>
+class DestroyBranchesFirst {
+ public:
+  explicit DestroyBranchesFirst(Destroy destroy) noexcept : destroy_(std::move(destroy)) {}
+  DestroyBranchesFirst(const DestroyBranchesFirst&) = delete;
+  DestroyBranchesFirst& operator=(const DestroyBranchesFirst&) = delete;
+  ~DestroyBranchesFirst() { destroy_(); }
+
+ private:
+  Destroy destroy_;
+};
+
+// kKeepAll: collectAnyNoDiscard (every branch's outcome) rather than collectAny (the
+// winner's).
+template <bool kKeepAll, class... T>
+Lazy<std::conditional_t<kKeepAll, CollectAnyNoDiscardResult<T...>, std::variant<Try<T>...>>>
+collectAnyTuple(Lazy<T>... branches) {
   Executor* executor = co_await currentExecutor();
   const CancellationToken* parent = co_await CurrentCancellationTokenPointer{};
   AnyBarrier barrier(*parent);
   std::array<AnyBranchSink, sizeof...(T)> sinks;
   std::tuple<Lazy<T>&...> refs(branches...);
+  DestroyBranchesFirst destroyFirst([&] { ((branches = Lazy<T>()), ...); });
   BarrierAwaiter awaiter(barrier, [&] {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((sinks[I].index = I), ...);
@@ -99,25 +136,35 @@ Lazy<std::variant<Try<T>...>> collectAnyTuple(Lazy<T>... branches) {
   });
   co_await awaiter;
   const std::size_t winner = barrier.winner();
-  std::variant<Try<T>...> result;
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (void)((winner == I && (result.template emplace<I>(
-                                std::move(LazyAccess::handle(std::get<I>(refs)).promise().result_)),
-                            true)) ||
-           ...);
-  }(std::index_sequence_for<T...>{});
-  co_return result;
+  if constexpr (kKeepAll) {
+    co_return CollectAnyNoDiscardResult<T...>{
+        winner, std::tuple<Try<T>...>(std::move(LazyAccess::handle(branches).promise().result_)...)};
+  } else {
+    std::variant<Try<T>...> result;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (void)((winner == I &&
+              (result.template emplace<I>(
+                   std::move(LazyAccess::handle(std::get<I>(refs)).promise().result_)),
+               true)) ||
+             ...);
+    }(std::index_sequence_for<T...>{});
+    co_return result;
+  }
 }
 
-template <class T>
-Lazy<CollectAnyResult<T>> collectAnyRange(std::vector<Lazy<T>> branches) {
+template <bool kKeepAll, class T>
+Lazy<std::conditional_t<kKeepAll, CollectAnyNoDiscardRangeResult<T>, CollectAnyResult<T>>>
+collectAnyRange(std::vector<Lazy<T>> branches) {
   if (branches.empty()) {
-    throw std::invalid_argument("weft: collectAny of an empty range (no branch can win)");
+    throw std::invalid_argument(kKeepAll
+                                    ? "weft: collectAnyNoDiscard of an empty range (no branch can win)"
+                                    : "weft: collectAny of an empty range (no branch can win)");
   }
   Executor* executor = co_await currentExecutor();
   const CancellationToken* parent = co_await CurrentCancellationTokenPointer{};
   AnyBarrier barrier(*parent);
   std::vector<AnyBranchSink> sinks(branches.size());
+  DestroyBranchesFirst destroyFirst([&] { branches.clear(); });
   BarrierAwaiter awaiter(barrier, [&] {
     for (std::size_t i = 0; i < branches.size(); ++i) {
       sinks[i].index = i;
@@ -126,8 +173,17 @@ Lazy<CollectAnyResult<T>> collectAnyRange(std::vector<Lazy<T>> branches) {
   });
   co_await awaiter;
   const std::size_t winner = barrier.winner();
-  co_return CollectAnyResult<T>{winner,
-                                std::move(LazyAccess::handle(branches[winner]).promise().result_)};
+  if constexpr (kKeepAll) {
+    CollectAnyNoDiscardRangeResult<T> result{winner, {}};
+    result.results.reserve(branches.size());
+    for (Lazy<T>& branch : branches) {
+      result.results.push_back(std::move(LazyAccess::handle(branch).promise().result_));
+    }
+    co_return result;
+  } else {
+    co_return CollectAnyResult<T>{winner,
+                                  std::move(LazyAccess::handle(branches[winner]).promise().result_)};
+  }
 }
 
 }  // namespace detail
@@ -143,8 +199,17 @@ Lazy<CollectAnyResult<T>> collectAnyRange(std::vector<Lazy<T>> branches) {
 // are not started at all (their frames are freed with the collect). Every branch carries
 // a token of the collect's own, which is cancelled when the winner finishes and whenever
 // the awaiting coroutine's token is cancelled. The collect completes only after every
-// started branch has finished: no work is left running and no frame dangles. The losers'
-// results (typically OperationCancelled) are discarded.
+// started branch has finished: no work is left running and no frame dangles.
+//
+// Losers' results: cancellation never undoes work that is done, so a loser may still
+// finish with a value (a receive that got its value as the cancellation arrived, a lock
+// granted, a permit taken). collectAny destroys the losers' results, whatever they are.
+// When a branch's value must not be lost (it consumed something: a channel value, a
+// permit, a lock), use collectAnyNoDiscard, which hands over every branch's outcome.
+//
+// Destruction: destroying the collect while it waits (destroying the coroutine that
+// awaits it) destroys its branches first, each withdrawing its own wait (a sleep disarms
+// its timer, a lock wait leaves the queue), then the collect's state.
 //
 // Preconditions: every Lazy is valid (else abort with a message). The losers must react
 // to cancellation (through cancellable awaits or by polling their token), or the collect
@@ -155,20 +220,50 @@ Lazy<CollectAnyResult<T>> collectAnyRange(std::vector<Lazy<T>> branches) {
 //
 // Example:
 //   auto first = co_await weft::collectAny(fetch(primary), fetch(replica));
-//   std::string page = first.index() == 0 ? std::get<0>(first).value() :
-//   std::get<1>(first).value(); auto r = co_await weft::collectAny(std::move(requests));  //
-//   r.index, r.result
+//   std::string page = first.index() == 0 ? std::get<0>(first).value()
+//                                         : std::get<1>(first).value();
+//   auto r = co_await weft::collectAny(std::move(requests));  // r.index, r.result
 template <class... T>
   requires(sizeof...(T) > 0)
 Lazy<std::variant<Try<T>...>> collectAny(Lazy<T>... branches) {
   detail::checkBranches("collectAny of", branches...);
-  return detail::collectAnyTuple(std::move(branches)...);
+  return detail::collectAnyTuple<false>(std::move(branches)...);
 }
 
 template <class T>
 Lazy<CollectAnyResult<T>> collectAny(std::vector<Lazy<T>> branches) {
   detail::checkBranchRange("collectAny of a vector holding", branches);
-  return detail::collectAnyRange(std::move(branches));
+  return detail::collectAnyRange<false>(std::move(branches));
+}
+
+// collectAnyNoDiscard(a, b, ...) / collectAnyNoDiscard(std::vector<Lazy<T>>): the race of
+// collectAny, returning the winner's index and every branch's outcome, so that a loser
+// that finished with a value despite its cancellation is not lost (as folly's
+// collectAnyNoDiscard).
+//  - variadic: CollectAnyNoDiscardResult<A, B, ...>{index, std::tuple<Try<A>, Try<B>...>};
+//  - range: CollectAnyNoDiscardRangeResult<T>{index, std::vector<Try<T>>}.
+// A loser's Try holds its value, or its exception (typically OperationCancelled); a
+// branch never started (the race was decided before its turn) has an empty Try
+// (available() is false). Everything else is exactly as collectAny.
+//
+// Preconditions, Errors, Thread safety: as collectAny (the empty-range error names
+// collectAnyNoDiscard).
+//
+// Example:
+//   // receiveOne(ch): a Lazy<std::optional<int>>; tick(1s): a Lazy<void> that sleeps
+//   auto [winner, results] = co_await weft::collectAnyNoDiscard(receiveOne(ch), tick(1s));
+//   if (std::get<0>(results).hasValue()) use(std::get<0>(results).value());  // even if late
+template <class... T>
+  requires(sizeof...(T) > 0)
+Lazy<CollectAnyNoDiscardResult<T...>> collectAnyNoDiscard(Lazy<T>... branches) {
+  detail::checkBranches("collectAnyNoDiscard of", branches...);
+  return detail::collectAnyTuple<true>(std::move(branches)...);
+}
+
+template <class T>
+Lazy<CollectAnyNoDiscardRangeResult<T>> collectAnyNoDiscard(std::vector<Lazy<T>> branches) {
+  detail::checkBranchRange("collectAnyNoDiscard of a vector holding", branches);
+  return detail::collectAnyRange<true>(std::move(branches));
 }
 
 }  // namespace weft

@@ -1,11 +1,12 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <variant>
 
+#include "coro/cancellation.h"
 #include "coro/collect_any.h"
 #include "coro/lazy.h"
 #include "coro/sleep.h"
@@ -27,28 +28,54 @@ Lazy<void> timeoutTimer(std::chrono::duration<Rep, Period> timeout) {
   co_await sleep(timeout);
 }
 
+// True if `result` holds an OperationCancelled (or a type derived from it).
+template <class T>
+bool endedByCancellation(const Try<T>& result) {
+  if (!result.hasException()) return false;
+  try {
+    std::rethrow_exception(result.exception());
+  } catch (const OperationCancelled&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 template <class T, class Rep, class Period>
 Lazy<T> withTimeoutImpl(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout) {
-  auto outcome = co_await collectAny(std::move(lazy), timeoutTimer(timeout));
-  if (outcome.index() == 0) co_return std::move(std::get<0>(outcome)).value();
-  // The timer finished first. If it was cancelled (the awaiter was), say so; otherwise
-  // the time ran out and the work has been cancelled and has finished.
-  std::get<1>(outcome).value();
-  throw TimeoutError();
+  auto outcome = co_await collectAnyNoDiscard(std::move(lazy), timeoutTimer(timeout));
+  Try<T>& work = std::get<0>(outcome.results);
+  // The work's outcome is the answer, unless the timer finished first and the work then
+  // ended with the OperationCancelled that this caused. A value (or another exception)
+  // that arrived despite the cancellation is never discarded.
+  if (outcome.index == 1 && endedByCancellation(work)) {
+    // The timer fired (a timeout), or was itself cancelled (the awaiter was: rethrown) or
+    // ended by its executor's shutdown (rethrown).
+    std::get<1>(outcome.results).value();
+    throw TimeoutError();
+  }
+  co_return std::move(work).value();
 }
 
 }  // namespace detail
 
 // withTimeout(lazy, duration): runs `lazy`, but gives up after `duration`: the work is
-// then cancelled, awaited, and withTimeout throws TimeoutError.
+// then cancelled and awaited, and withTimeout throws TimeoutError unless the work
+// finished anyway.
 //
 // Semantics: `lazy` and a timer race as in collectAny. If `lazy` finishes first, the
 // timer is cancelled (its entry leaves the timer heap at once) and its value is returned
 // or its exception rethrown. If the timer fires first, `lazy`'s token is cancelled, its
-// cancellable awaits throw OperationCancelled, and once it has finished (its result is
-// discarded) TimeoutError is thrown. `lazy` inherits the executor and sees the
-// awaiter's cancellation too (then OperationCancelled propagates, not TimeoutError). The
-// timer runs on the executor's timers (see sleep()).
+// cancellable awaits throw OperationCancelled, and withTimeout waits for it to finish:
+//  - if it ended with that OperationCancelled, withTimeout throws TimeoutError;
+//  - if it finished with a value anyway (cancellation never undoes work that is done: a
+//    receive that got its value, a lock or a permit granted as the timer fired), that
+//    value is returned; if it failed with another exception, that exception propagates.
+// So nothing the work obtained is ever discarded: TimeoutError means the work ended by
+// the timeout's cancellation and obtained nothing. `lazy` inherits the executor and sees
+// the awaiter's cancellation too (then OperationCancelled propagates, not TimeoutError,
+// unless the work returned a value regardless). The timer runs on the executor's timers
+// (see sleep()). A duration <= 0 times out at once if `lazy` suspends.
 //
 // Preconditions: `lazy` is valid (else abort). It must react to cancellation (cancellable
 // awaits or polling its token) to end promptly after the timeout: weft never abandons

@@ -16,6 +16,7 @@
 #include "coro/sleep.h"
 #include "coro/sync_await.h"
 #include "coro/with_cancellation.h"
+#include "executors/detail/timer_queue.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
@@ -216,6 +217,135 @@ TEST(CollectAnyTest, RacingBranchesStress) {
     ASSERT_EQ(result.result.value(), static_cast<int>(result.index));
     ASSERT_EQ(Counted::alive(), 0) << "round " << round;
   }
+}
+
+// --- losers that finish anyway: collectAnyNoDiscard --------------------------------------
+
+// Finishes with `value` once its token is cancelled: its own wait is not cancellable, like
+// work that obtained its result just as the cancellation arrived.
+Lazy<int> finishesAfterItsCancellation(int value) {
+  Counted alive;
+  test::ManualEvent go;
+  CancellationToken token = co_await currentCancellationToken();
+  CancellationCallback onCancel(token, [&go] { go.release(); });
+  co_await go;
+  co_return value;
+}
+
+Lazy<int> immediately(int value) {
+  Counted alive;
+  co_return value;
+}
+
+TEST(CollectAnyNoDiscardTest, ALoserThatFinishesWithAValueAfterItsCancellationIsReturned) {
+  Counted::reset();
+  CollectAnyNoDiscardResult<int, int> result =
+      syncAwait(collectAnyNoDiscard(finishesAfterItsCancellation(5), immediately(7)));
+  EXPECT_EQ(result.index, 1u);
+  EXPECT_EQ(std::get<1>(result.results).value(), 7);
+  EXPECT_EQ(std::get<0>(result.results).value(), 5);  // the loser's value, not dropped
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(CollectAnyNoDiscardTest, ALosersCancellationAndABranchNeverStartedAreReported) {
+  Outcomes outcomes;
+  auto result = syncAwait(
+      collectAnyNoDiscard(sleepsForever(outcomes), valueAfter(1ms, 3), immediately(4)));
+  // valueAfter suspends, so immediately(4) starts and wins at once... unless the sleep of
+  // valueAfter already ended: then it may win. Either way the first branch was cancelled.
+  EXPECT_THROW(std::get<0>(result.results).value(), OperationCancelled);
+  EXPECT_EQ(outcomes.cancelled.load(), 1);
+  auto never = syncAwait(collectAnyNoDiscard(immediately(1), sleepsForever(outcomes)));
+  EXPECT_EQ(never.index, 0u);
+  EXPECT_EQ(std::get<0>(never.results).value(), 1);
+  EXPECT_FALSE(std::get<1>(never.results).available());  // never started
+  EXPECT_EQ(outcomes.started.load(), 1);
+}
+
+TEST(CollectAnyNoDiscardTest, RangeReturnsEveryBranchsOutcome) {
+  Counted::reset();
+  std::vector<Lazy<int>> branches;
+  branches.push_back(finishesAfterItsCancellation(5));
+  branches.push_back(finishesAfterItsCancellation(6));
+  branches.push_back(immediately(7));
+  branches.push_back(immediately(8));  // never started
+  CollectAnyNoDiscardRangeResult<int> result = syncAwait(collectAnyNoDiscard(std::move(branches)));
+  EXPECT_EQ(result.index, 2u);
+  ASSERT_EQ(result.results.size(), 4u);
+  EXPECT_EQ(result.results[0].value(), 5);
+  EXPECT_EQ(result.results[1].value(), 6);
+  EXPECT_EQ(result.results[2].value(), 7);
+  EXPECT_FALSE(result.results[3].available());
+  EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_THROW(syncAwait(collectAnyNoDiscard(std::vector<Lazy<int>>())), std::invalid_argument);
+}
+
+TEST(CollectAnyNoDiscardTest, OnAPoolTheLateValueIsReturnedToo) {
+  ThreadPool pool(2);
+  Counted::reset();
+  auto body = [&]() -> Lazy<int> {
+    auto result = co_await collectAnyNoDiscard(finishesAfterItsCancellation(5), valueAfter(1ms, 7));
+    co_return std::get<0>(result.results).value() * 10 + std::get<1>(result.results).value();
+  };
+  EXPECT_EQ(syncAwait(body().via(&pool)), 57);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+// --- destroying a collect suspended on its branches ---------------------------------------
+
+// Starts `lazy` with `executor` on this thread: it runs until it suspends (it has no
+// continuation: it must not finish).
+template <class T>
+void startSuspended(Lazy<T>& lazy, Executor* executor) {
+  auto handle = detail::LazyAccess::handle(lazy);
+  handle.promise().setExecutor(executor);
+  handle.resume();
+  ASSERT_FALSE(handle.done()) << "the collect was expected to suspend";
+}
+
+TEST(CollectAnyDestroyTest, DestroyingACollectSuspendedOnSleepsDisarmsTheirTimers) {
+  ThreadPool pool(2);
+  TimerProbeExecutor probe(pool);
+  Counted::reset();
+  Outcomes outcomes;
+  {
+    auto lazy = collectAny(sleepsForever(outcomes), sleepsForever(outcomes));
+    startSuspended(lazy, &probe);
+    EXPECT_EQ(probe.armed.load(), 2);
+    EXPECT_EQ(Counted::alive(), 2);
+  }
+  EXPECT_EQ(probe.disarmed.load(), 2);  // both timers left the heap with their frames
+  EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_EQ(outcomes.cancelled.load() + outcomes.completed.load(), 0);  // never resumed
+  {
+    std::vector<Lazy<int>> branches;
+    for (int i = 0; i < 3; ++i) branches.push_back(sleepsForever(outcomes));
+    auto lazy = collectAnyNoDiscard(std::move(branches));
+    startSuspended(lazy, &probe);
+    EXPECT_EQ(probe.armed.load(), 5);
+  }
+  EXPECT_EQ(probe.disarmed.load(), 5);
+  EXPECT_EQ(Counted::alive(), 0);
+  // The pool's timers keep working.
+  auto again = syncAwait(collectAny(sleepsForever(outcomes), valueAfter(1ms, 9)).via(&probe));
+  ASSERT_EQ(again.index(), 1u);
+  EXPECT_EQ(std::get<1>(again).value(), 9);
+}
+
+TEST(CollectAnyDestroyTest, DestroyingACollectWithoutAnExecutorDisarmsItsTimers) {
+  Counted::reset();
+  Outcomes outcomes;
+  syncAwait(sleep(1ms));  // the timer thread runs; its heap is empty again
+  const std::size_t before = detail::globalTimerQueue().size();
+  {
+    auto lazy = collectAny(sleepsForever(outcomes), sleepsForever(outcomes));
+    startSuspended(lazy, nullptr);
+    EXPECT_EQ(detail::globalTimerQueue().size(), before + 2);
+  }
+  EXPECT_EQ(detail::globalTimerQueue().size(), before);
+  EXPECT_EQ(Counted::alive(), 0);
+  auto again = syncAwait(collectAny(sleepsForever(outcomes), valueAfter(1ms, 9)));
+  EXPECT_EQ(again.index(), 1u);
 }
 
 }  // namespace

@@ -4,16 +4,25 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include "coro/cancellation.h"
+#include "coro/channel.h"
+#include "coro/collect.h"
 #include "coro/lazy.h"
+#include "coro/mutex.h"
+#include "coro/semaphore.h"
 #include "coro/sleep.h"
 #include "coro/sync_await.h"
 #include "coro/with_cancellation.h"
+#include "coro/yield.h"
+#include "executors/detail/timer_queue.h"
 #include "executors/thread_pool.h"
 #include "test/support/counted.h"
+#include "test/support/manual_event.h"
 #include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
@@ -122,6 +131,197 @@ TEST(WithTimeoutTest, NestedTimeoutsTheInnerFiresFirst) {
   Watchdog watchdog(60s, "WithTimeoutTest.NestedTimeouts");
   auto outer = [&]() -> Lazy<bool> { co_return co_await withTimeout(inner(), 1h); };
   EXPECT_TRUE(syncAwait(outer().via(&pool)));
+}
+
+// --- the work finishing anyway: nothing is discarded --------------------------------------
+
+// Finishes with `value` (or throws, if `fail`) once its token is cancelled: its own wait
+// is not cancellable, like work that obtained its result just as the timeout fired.
+Lazy<int> finishesAfterItsCancellation(int value, bool fail = false) {
+  Counted alive;
+  test::ManualEvent go;
+  CancellationToken token = co_await currentCancellationToken();
+  CancellationCallback onCancel(token, [&go] { go.release(); });
+  co_await go;
+  if (fail) throw std::logic_error("failed after the timeout");
+  co_return value;
+}
+
+TEST(WithTimeoutTest, WorkThatFinishesWithAValueAfterTheTimeoutReturnsIt) {
+  Counted::reset();
+  Watchdog watchdog(60s, "WithTimeoutTest.WorkThatFinishesWithAValueAfterTheTimeout");
+  EXPECT_EQ(syncAwait(withTimeout(finishesAfterItsCancellation(7), 1ms)), 7);
+  ThreadPool pool(2);
+  auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(finishesAfterItsCancellation(8), 1ms); };
+  EXPECT_EQ(syncAwait(body().via(&pool)), 8);
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+TEST(WithTimeoutTest, WorkThatFailsAfterTheTimeoutThrowsItsOwnException) {
+  Watchdog watchdog(60s, "WithTimeoutTest.WorkThatFailsAfterTheTimeout");
+  EXPECT_THROW(syncAwait(withTimeout(finishesAfterItsCancellation(7, /*fail=*/true), 1ms)),
+               std::logic_error);
+}
+
+TEST(WithTimeoutTest, ANaNTimeoutThrowsInvalidArgument) {
+  auto never = []() -> Lazy<void> { co_await sleep(1h); };
+  EXPECT_THROW(syncAwait(withTimeout(never(), std::chrono::duration<double>(std::nan("")))),
+               std::invalid_argument);
+}
+
+// --- destroying a coroutine suspended in withTimeout ---------------------------------------
+
+Lazy<int> sleepsAnHour() {
+  Counted alive;
+  co_await sleep(1h);
+  co_return 1;
+}
+
+TEST(WithTimeoutDestroyTest, DestroyingASuspendedWithTimeoutDisarmsBothTimers) {
+  ThreadPool pool(2);
+  TimerProbeExecutor probe(pool);
+  Counted::reset();
+  {
+    Lazy<int> lazy = withTimeout(sleepsAnHour(), 1h);
+    auto handle = detail::LazyAccess::handle(lazy);
+    handle.promise().setExecutor(&probe);
+    handle.resume();  // runs until both the work and the timer sleep
+    ASSERT_FALSE(handle.done());
+    EXPECT_EQ(probe.armed.load(), 2);
+    EXPECT_EQ(Counted::alive(), 1);
+  }
+  EXPECT_EQ(probe.disarmed.load(), 2);
+  EXPECT_EQ(Counted::alive(), 0);
+  auto work = []() -> Lazy<int> {
+    co_await sleep(1ms);
+    co_return 4;
+  };
+  auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(work(), 1h); };
+  EXPECT_EQ(syncAwait(body().via(&probe)), 4);  // timers keep working
+}
+
+TEST(WithTimeoutDestroyTest, DestroyingASuspendedWithTimeoutWithoutAnExecutor) {
+  Counted::reset();
+  syncAwait(sleep(1ms));  // the timer thread runs; its heap is empty again
+  const std::size_t before = detail::globalTimerQueue().size();
+  {
+    Lazy<int> lazy = withTimeout(sleepsAnHour(), 1h);
+    detail::LazyAccess::handle(lazy).resume();
+    EXPECT_EQ(detail::globalTimerQueue().size(), before + 2);
+  }
+  EXPECT_EQ(detail::globalTimerQueue().size(), before);
+  EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_THROW(syncAwait(withTimeout(sleepsAnHour(), 1ms)), TimeoutError);
+}
+
+// --- racing a consuming operation: nothing is lost ---------------------------------------
+//
+// withTimeout(operation, tiny) against the party that completes the operation, on a
+// two-thread pool: the timeout's cancellation and the completion race. Whatever the
+// operation obtained (a value, a permit, the lock) must reach the caller. Fewer rounds
+// under sanitizers (they are 5-20x slower); the race is the same.
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr long kRaceRounds = 5'000;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr long kRaceRounds = 5'000;
+#else
+constexpr long kRaceRounds = 100'000;
+#endif
+#else
+constexpr long kRaceRounds = 100'000;
+#endif
+
+// Timeouts of 0 to 3 us: 0 cancels the operation as soon as it suspends, the others
+// fire while the other thread may be completing it.
+std::chrono::microseconds tinyTimeout(long round) { return std::chrono::microseconds(round % 4); }
+
+TEST(WithTimeoutRaceTest, EveryValueSentIsReceivedExactlyOnce) {
+  ThreadPool pool(2);
+  Channel<long> channel;  // unbuffered: every value is handed from a sender to a receiver
+  long received = 0, sum = 0, timeouts = 0;
+  auto sender = [&]() -> Lazy<void> {
+    for (long v = 1; v <= kRaceRounds; ++v) co_await channel.send(v);
+    channel.close();
+  };
+  auto receiveOne = [&]() -> Lazy<std::optional<long>> { co_return co_await channel.receive(); };
+  auto receiver = [&]() -> Lazy<void> {
+    for (long round = 0;; ++round) {
+      try {
+        std::optional<long> v = co_await withTimeout(receiveOne(), tinyTimeout(round));
+        if (!v) break;  // closed and drained
+        ++received;
+        sum += *v;
+      } catch (const TimeoutError&) {
+        ++timeouts;
+      }
+    }
+  };
+  Watchdog watchdog(240s, "WithTimeoutRaceTest.EveryValueSentIsReceivedExactlyOnce");
+  auto [s, r] = syncAwait(collectAllPara(sender(), receiver()), &pool);
+  s.value();
+  r.value();
+  EXPECT_EQ(received, kRaceRounds) << timeouts << " timeouts";
+  EXPECT_EQ(sum, kRaceRounds * (kRaceRounds + 1) / 2);
+}
+
+TEST(WithTimeoutRaceTest, EveryPermitAcquiredReachesTheCaller) {
+  ThreadPool pool(2);
+  Semaphore semaphore(1);
+  std::atomic<long> acquired{0}, timeouts{0};
+  auto acquireOne = [&]() -> Lazy<void> { co_await semaphore.acquire(); };
+  auto contender = [&](long seed) -> Lazy<void> {
+    for (long round = 0; round < kRaceRounds / 2; ++round) {
+      try {
+        co_await withTimeout(acquireOne(), tinyTimeout(round + seed));
+      } catch (const TimeoutError&) {
+        timeouts.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      acquired.fetch_add(1, std::memory_order_relaxed);
+      if (round % 2 == 0) co_await yield();  // hold it a little longer
+      semaphore.release();
+    }
+  };
+  Watchdog watchdog(240s, "WithTimeoutRaceTest.EveryPermitAcquiredReachesTheCaller");
+  auto [a, b] = syncAwait(collectAllPara(contender(0), contender(1)), &pool);
+  a.value();
+  b.value();
+  // A permit granted to a waiter that then reported TimeoutError would be missing here.
+  EXPECT_EQ(semaphore.available(), 1) << acquired.load() << " acquired, " << timeouts.load()
+                                      << " timeouts";
+  EXPECT_TRUE(semaphore.tryAcquire());
+  EXPECT_GT(acquired.load(), 0);
+}
+
+TEST(WithTimeoutRaceTest, EveryLockGrantedReachesTheCaller) {
+  ThreadPool pool(2);
+  Mutex mutex;
+  long inside = 0;  // guarded by mutex
+  std::atomic<long> timeouts{0};
+  auto lockOne = [&]() -> Lazy<void> { co_await mutex.lock(); };
+  auto contender = [&](long seed) -> Lazy<void> {
+    for (long round = 0; round < kRaceRounds / 2; ++round) {
+      try {
+        co_await withTimeout(lockOne(), tinyTimeout(round + seed));
+      } catch (const TimeoutError&) {
+        timeouts.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      ++inside;
+      if (round % 2 == 0) co_await yield();  // hold it a little longer
+      mutex.unlock();
+    }
+  };
+  Watchdog watchdog(240s, "WithTimeoutRaceTest.EveryLockGrantedReachesTheCaller");
+  auto [a, b] = syncAwait(collectAllPara(contender(0), contender(1)), &pool);
+  a.value();
+  b.value();
+  // A lock granted to a waiter that then reported TimeoutError would still be held.
+  EXPECT_TRUE(mutex.tryLock()) << inside << " locked, " << timeouts.load() << " timeouts";
+  mutex.unlock();
+  EXPECT_GT(inside, 0);
 }
 
 }  // namespace
