@@ -88,13 +88,16 @@ SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
   }
 }
 
+// The message has the wording of every weft awaitable's (docs/concurrency.md, "Destroying
+// a suspended coroutine"), naming what claimed the wake-up. noexcept: nobody to report to,
+// and going on would be a use-after-free.
 [[noreturn]] inline void abortSleepDestroyedWhileResuming(bool cancelled) noexcept {
   std::fprintf(stderr,
-               "weft: a coroutine was destroyed while suspended in sleep() after its %s, so its "
-               "resumption was already under way; destroy only coroutines that nothing will "
-               "resume (cancel them instead, and destroy them once they have finished)\n",
-               cancelled ? "cancellation had been delivered"
-                         : "timer had fired (or its executor had ended it)");
+               "weft: a coroutine was destroyed while suspended in sleep() after its wake-up "
+               "had been claimed (%s: its resumption was already under way); destroy only "
+               "coroutines that nothing is about to resume, and cancel the others instead\n",
+               cancelled ? "its cancellation had been delivered"
+                         : "its timer had fired, or its executor had ended it");
   std::abort();
 }
 
@@ -189,10 +192,14 @@ class SleepAwaiter {
   // destruction of a suspended coroutine comes here.
   [[gnu::cold, gnu::noinline]] void withdraw() noexcept {
     if (!disarm()) {
-      // The timer fired or the cancellation won: the coroutine's resumption is on its way
-      // (queued on its executor, or running). Waits for a callback still running on
-      // another thread so that cancelled_ can be read, then reports.
+      // Waits for a callback still running on another thread (so that cancelled_ can be
+      // read); a callback that runs later finds the timer gone.
       onCancel_.reset();
+      // Dropped by a stopped timer queue (the process-wide one at exit): nothing will
+      // ever resume the coroutine, so destroying it is what should happen.
+      if (timer_.dropped) return;
+      // The timer fired or the cancellation won: the coroutine's resumption is on its way
+      // (queued on its executor, or running).
       abortSleepDestroyedWhileResuming(cancelled_);
     }
     // Disarmed: the cancellation callback, if it runs now on another thread, finds the
@@ -288,7 +295,9 @@ class SleepAwaitable {
 // its cancellation callback is deregistered. Destroying it after its timer fired or its
 // cancellation was delivered (its resumption is then on its way: queued on its executor
 // or running) is a use error: weft prints a "weft: ..." message naming it and aborts.
-// Destroy only coroutines that nothing will resume; to stop one, cancel it.
+// Destroy only coroutines that nothing will resume; to stop one, cancel it. (A sleep
+// whose timer was dropped, never to fire, when the process-wide timer thread stopped at
+// exit is one that nothing will resume: destroying it is fine.)
 //
 // Errors: std::invalid_argument from the co_await if `duration` is NaN. OperationCancelled
 // (above). ExecutorShutDown if the executor accepts no more

@@ -79,6 +79,7 @@ bool TimerQueue::add(TimerEntry& entry) {
 #endif
   }
   entry.shutDown = false;
+  entry.dropped = false;
   entry.sequence = nextSequence_++;
   heap_.push_back(&entry);
   siftUp(heap_.size() - 1);
@@ -147,6 +148,13 @@ void TimerQueue::stop(bool deliverPending) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     stopped_ = true;
     pending.swap(heap_);
+    // Under the lock, which cancel() takes: an owner whose cancel() returns false from
+    // now on sees whether its entry was dropped. heapIndex likewise, so that cancel()
+    // (which reads it under the lock) returns false for every entry taken here.
+    for (TimerEntry* entry : pending) {
+      entry->heapIndex = TimerEntry::kNotQueued;
+      entry->dropped = !deliverPending;
+    }
     wake_.notify_one();
   }
   if (thread_.joinable()) {
@@ -162,9 +170,8 @@ void TimerQueue::stop(bool deliverPending) noexcept {
   // Deadline order, so the flushed timers are seen in the order they would have fired.
   std::sort(pending.begin(), pending.end(),
             [this](const TimerEntry* a, const TimerEntry* b) { return earlier(a, b); });
-  for (TimerEntry* entry : pending) {
-    entry->heapIndex = TimerEntry::kNotQueued;
-    if (deliverPending) {
+  if (deliverPending) {
+    for (TimerEntry* entry : pending) {
       entry->shutDown = true;
       deliver_(context_, *entry);
     }

@@ -29,6 +29,11 @@ struct TimerEntry : Job {
 
   Clock::time_point deadline{};
   bool shutDown = false;
+  // Set by TimerQueue::stop(false), under the queue's lock, when it drops the entry: it
+  // will never fire. Its owner (a sleep destroyed after the process-wide queue stopped at
+  // exit, say) may read it once cancel() has returned false, to tell "dropped" from
+  // "fired".
+  bool dropped = false;
   // Owned by the TimerQueue, guarded by its mutex.
   std::size_t heapIndex = kNotQueued;
   std::uint64_t sequence = 0;
@@ -71,13 +76,13 @@ class TimerQueue {
   bool add(TimerEntry& entry);
 
   // Disarms `entry`: true if it was armed and has not been delivered (it never will be);
-  // false if it was already handed to `deliver` (or never armed). noexcept: a heap
-  // removal, no allocation.
+  // false if it was already handed to `deliver`, dropped by stop(false) (then
+  // entry.dropped is set), or never armed. noexcept: a heap removal, no allocation.
   bool cancel(TimerEntry& entry) noexcept;
 
   // Refuses every later add(), stops and joins the thread. With `deliverPending`, every
   // entry still armed is then delivered, with `shutDown` set, on the calling thread;
-  // otherwise they are dropped. Idempotent; concurrent calls all return after the thread
+  // otherwise they are dropped (with `dropped` set). Idempotent; concurrent calls all return after the thread
   // has stopped (called from code running on the timer thread itself, it returns at once
   // and the thread ends when that code returns).
   // noexcept: see ThreadPool's noexcept notes; only a system error on the mutex could

@@ -26,6 +26,8 @@
 #include "coro/task.h"
 #include "coro/with_cancellation.h"
 #include "coro/with_timeout.h"
+#include "executors/detail/job.h"
+#include "executors/detail/timer_queue.h"
 #include "executors/inline_executor.h"
 #include "executors/thread_pool.h"
 #include "stackful/await.h"
@@ -479,6 +481,40 @@ TEST(SleepDestroyTest, DestroyingManySleepersLeavesTheOthersWaking) {
   EXPECT_EQ(Counted::alive(), 0);
 }
 
+// An executor with a timer queue of its own, which the test may stop without delivering
+// its timers (as the process-wide queue is stopped at exit). Resumes inline.
+class OwnTimersExecutor final : public Executor {
+ public:
+  OwnTimersExecutor() : Executor("own-timers"), timers_("own-timers", &deliver, nullptr) {}
+  using Executor::schedule;
+  void schedule(std::coroutine_handle<> h) override { h.resume(); }
+  bool currentThreadInExecutor() const noexcept override { return false; }
+  void scheduleTimer(detail::TimerEntry& timer) override {
+    if (!timers_.add(timer)) throw ExecutorShutDown(name());
+  }
+  bool cancelTimer(detail::TimerEntry& timer) noexcept override { return timers_.cancel(timer); }
+  void stopTimersWithoutDelivery() { timers_.stop(/*deliverPending=*/false); }
+
+ private:
+  static void deliver(void*, detail::TimerEntry& entry) noexcept { entry.complete(&entry, true); }
+  void scheduleJob(detail::Job* job) override { job->complete(job, true); }
+  detail::TimerQueue timers_;
+};
+
+// A timer dropped by a stopped queue never fires: nothing will resume the sleeper, so
+// destroying it is legitimate (not the misuse below).
+TEST(SleepDestroyTest, DestroyingASleeperWhoseTimerWasDroppedIsFine) {
+  Counted::reset();
+  OwnTimersExecutor executor;
+  bool resumed = false;
+  Lazy<void> sleeper = sleepsAnHour(resumed);
+  startSuspended(sleeper, &executor);
+  executor.stopTimersWithoutDelivery();
+  sleeper = Lazy<void>();
+  EXPECT_EQ(Counted::alive(), 0);
+  EXPECT_FALSE(resumed);
+}
+
 // The misuse: the sleep's resumption is already queued on its executor (the timer fired,
 // or a cancellation claimed the sleep) when the coroutine is destroyed. The executor
 // never runs it, so the check is deterministic.
@@ -497,8 +533,8 @@ TEST(SleepDestroyDeathTest, DestroyingASleeperWhoseTimerFiredAborts) {
         while (manual.pending() == 0) std::this_thread::yield();  // fired: resumption queued
         lazy = Lazy<void>();
       },
-      "weft: a coroutine was destroyed while suspended in sleep\\(\\) after its timer had "
-      "fired");
+      "weft: a coroutine was destroyed while suspended in sleep\\(\\) after its wake-up had "
+      "been claimed \\(its timer had fired");
 }
 
 TEST(SleepDestroyDeathTest, DestroyingASleeperWhoseCancellationWasDeliveredAborts) {
@@ -514,8 +550,8 @@ TEST(SleepDestroyDeathTest, DestroyingASleeperWhoseCancellationWasDeliveredAbort
         source.requestCancellation();  // claims the sleep; its resumption is queued
         lazy = Lazy<void>();
       },
-      "weft: a coroutine was destroyed while suspended in sleep\\(\\) after its "
-      "cancellation");
+      "weft: a coroutine was destroyed while suspended in sleep\\(\\) after its wake-up had "
+      "been claimed \\(its cancellation had been delivered");
 }
 
 // --- time edge cases -----------------------------------------------------------------------
