@@ -98,7 +98,7 @@ template <class Awaiter>
     if (next.handle) solo->putBack(next.handle);
     return true;  // the fiber goes on at once
   }
-#if WEFT_ASAN || WEFT_TSAN
+#if WEFT_ASAN
   link.suspendOn = nullptr;  // acted on: the resumer has nothing left to do
   core->suspend();
   park = FiberCore::ParkSwitch{};  // suspended and resumed already: no switch left
@@ -112,7 +112,7 @@ template <class Awaiter>
 // per awaiter type, not one per await): parks the fiber on `awaiter` and answers the
 // switch out of it, which await() makes in its own frame. park.fiber is null when there
 // is no switch to make: await_suspend declined (the fiber goes on at once), or, under
-// ASan and TSan, the fiber has already been suspended and resumed here.
+// ASan, the fiber has already been suspended and resumed here.
 // Errors: as FiberCore::refuseParkWhileUnwinding when the fiber is being destroyed; what
 // await_suspend throws when the fiber calls it itself (parkActingFirst).
 template <class Awaiter>
@@ -126,7 +126,7 @@ template <class Awaiter>
   link.mayHandOff = kParkMayHandOff<Awaiter>;
   // The driver is suspended on the awaiter once the fiber is off its stack; its
   // resumption resumes us (see AwaitLink).
-#if WEFT_ASAN || WEFT_TSAN
+#if WEFT_ASAN
   core->suspend();
 #else
   park = core->prepareSuspend();

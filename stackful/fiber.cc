@@ -227,13 +227,20 @@ void FiberCore::switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer)) {
 void FiberCore::resumeSanitized() { switchInWithHooks(nullptr); }
 
 FiberCore* FiberCore::resumeUntilParked() {
-#if WEFT_ASAN || WEFT_TSAN
-  // No hand-offs under the sanitizers (suspend()): the fiber that comes back is this one.
+#if WEFT_ASAN
+  // No hand-offs under ASan (suspend()): the fiber that comes back is this one.
   switchInWithHooks(nullptr);
   return this;
 #else
   SwitchFrame frame;
   void* to = enter(frame);
+#if WEFT_TSAN
+  // In this frame, right before the switch (see sanitizerStartSwitchIn). Whichever fiber
+  // switches back here tells TSan it switches to tsanCaller_, which a fiber handed the
+  // thread inherits (handOffTo).
+  sanitizerStartSwitchIn(frame);
+  tsanSwitchTo(tsanFiber_);
+#endif
   ContextTransfer back = jumpContext(to, this);
   // Every switch out of a fiber passes the fiber itself: this one, or the last fiber of
   // a chain of hand-offs that started with it.
@@ -269,18 +276,14 @@ void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
 #endif
 
 void FiberCore::suspend() {
-#if WEFT_ASAN || WEFT_TSAN
+#if WEFT_ASAN
   // A fiber being destroyed cannot park again.
   if (unwinding_) refuseParkWhileUnwinding();
   state_ = State::kSuspended;
-  // (Under the sanitizers a switch must be annotated in one frame with its hooks; the
-  // hand-off is left out there, and every park goes back to the resumer.)
-#if WEFT_ASAN
+  // (Under ASan a switch must be annotated in one frame with its hooks, and the arrival
+  // on the other stack must finish it; the hand-off is left out there, and every park
+  // goes back to the resumer. See docs/stackful.md, "Sanitizers".)
   asanStartSwitch(&asanFakeStack_, asanCallerBottom_, asanCallerSize_);
-#endif
-#if WEFT_TSAN
-  tsanSwitchTo(tsanCaller_);
-#endif
   // Resumed: possibly on another thread, by another caller. (ForcedUnwind, when the fiber
   // is destroyed, comes out of the jumpContext call, thrown by unwindOnTop.)
   arrived(jumpContext(context_, this));
@@ -289,7 +292,7 @@ void FiberCore::suspend() {
 #endif
 }
 
-#if !WEFT_ASAN && !WEFT_TSAN  // no hand-off under the sanitizers (see suspend())
+#if !WEFT_ASAN  // no hand-off under ASan (see suspend())
 namespace {
 
 // exchangeNextHandle's filter for a yield on ThreadPool(1): accepts a suspended fiber's
@@ -316,7 +319,7 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
   if (unwinding_) [[unlikely]]
     refuseParkWhileUnwinding();
   state_ = State::kSuspended;
-#if !WEFT_ASAN && !WEFT_TSAN
+#if !WEFT_ASAN
   if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
     AwaitLink& link = *awaitLink_;
     // ThreadPool(1)'s queue is taken from inline (detail::SoloRunQueue says why); other
@@ -344,6 +347,9 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
       link.pending = next;
     }
   }
+#endif
+#if WEFT_TSAN
+  tsanSwitchTarget_ = tsanCaller_;  // back to the resumer
 #endif
   return ParkSwitch{this, reinterpret_cast<std::uintptr_t>(context_)};
 }

@@ -154,8 +154,9 @@ class FiberCore {
   // frame) marks this running fiber suspended, decides where it goes and does the
   // bookkeeping of a hand-off; then switchOut() makes the switch and, once the fiber is
   // resumed, records its new resumer. When the fiber is being destroyed prepareSuspend
-  // changes nothing and calls refuseParkWhileUnwinding(). Not under ASan or TSan, where suspend()
-  // keeps the sanitizer hooks next to the switch.
+  // changes nothing and calls refuseParkWhileUnwinding(). Not under ASan, where
+  // suspend() keeps the sanitizer hooks next to the switch. (Under TSan, switchOut()
+  // tells TSan of the switch, in the frame that makes it.)
   //
   // ParkSwitch is two words, so that it comes back from prepareSuspend (and await()'s
   // out-of-line park) in registers: the switch's target is known without a trip through
@@ -181,7 +182,7 @@ class FiberCore {
   //  - prepareSuspendActedOn(next), after a suspending await_suspend: prepareSuspend()
   //    with nothing left to act on: a plain switch into `next.fiber`, or back to the
   //    resumer, leaving `next.handle` (if any) in AwaitLink::pending.
-  // Under ASan and TSan (no hand-offs) takeNextRun takes nothing.
+  // Under ASan (no hand-offs) takeNextRun takes nothing.
   // Both are defined in stackful/detail/fiber_hand_off.h, forced inline into await()'s
   // out-of-line park (detail::parkOn), which then makes no call of its own around the
   // awaiter's await_suspend. noexcept: queue operations, loads and stores.
@@ -212,6 +213,11 @@ class FiberCore {
   // are inline in the fiber's own code (see resume(); g++ calls it otherwise).
   [[gnu::always_inline]] static void switchOut(const ParkSwitch& park) {
     FiberCore* fiber = park.fiber;
+#if WEFT_TSAN
+    // Right before the switch, in the frame that makes it (see tool_hooks.h): to the
+    // resumer's TSan fiber, or to the TSan fiber of the fiber handed the thread.
+    tsanSwitchTo(fiber->tsanSwitchTarget_);
+#endif
     if ((park.target & ParkSwitch::kActOnTarget) != 0) [[unlikely]] {
       fiber->arrived(ontopContext(reinterpret_cast<void*>(park.target - ParkSwitch::kActOnTarget),
                                   fiber, &handOffOnTop));
@@ -391,7 +397,12 @@ class FiberCore {
 #endif
 #if WEFT_TSAN
   void* tsanFiber_ = nullptr;
+  // The TSan fiber of this fiber's resumer: where its park or its end switches back to.
+  // A fiber handed the thread inherits it with the resumer (handOffTo).
   void* tsanCaller_ = nullptr;
+  // The TSan fiber that switchOut() tells TSan it switches to, set by the park's
+  // preparation: tsanCaller_, or the TSan fiber of the fiber handed the thread.
+  void* tsanSwitchTarget_ = nullptr;
 #endif
 };
 

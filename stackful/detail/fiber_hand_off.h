@@ -53,12 +53,17 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next, bool actOnTop
   next->context_ = context_;
   next->state_ = State::kRunning;
   running_ = next;
+#if WEFT_TSAN
+  // TSan: next inherits our resumer's TSan fiber too, and the switch goes to next's.
+  next->tsanCaller_ = tsanCaller_;
+  tsanSwitchTarget_ = next->tsanFiber_;
+#endif
   return ParkSwitch{this, reinterpret_cast<std::uintptr_t>(to) |
                               (actOnTop ? ParkSwitch::kActOnTarget : std::uintptr_t{0})};
 }
 
 inline FiberCore::NextRun FiberCore::takeNextRun(SoloRunQueue& solo) noexcept {
-#if !WEFT_ASAN && !WEFT_TSAN
+#if !WEFT_ASAN
   if (std::coroutine_handle<> next = solo.takeNextHandle()) {
     FiberCore* const fiber = fiberToSwitchTo(next);
     if (fiber != nullptr) {
@@ -84,6 +89,9 @@ inline FiberCore::ParkSwitch FiberCore::prepareSuspendActedOn(NextRun next) noex
   // (Our own driver cannot be `next`: it was running when `next` was taken.)
   if (next.fiber != nullptr) return handOffTo(next.fiber, false);
   link.pending = next.handle;
+#if WEFT_TSAN
+  tsanSwitchTarget_ = tsanCaller_;  // back to the resumer
+#endif
   return ParkSwitch{this, reinterpret_cast<std::uintptr_t>(context_)};
 }
 
