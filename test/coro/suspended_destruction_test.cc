@@ -26,7 +26,13 @@
 //   sleep / sleepUntil / withTimeout / test/coro/sleep_test.cc, with_timeout_test.cc,
 //     collectAny's timer                 collect_any_test.cc
 //   races with other threads           Racing* (TSan): destroyed waiters leave a queue
-//                                        while another thread serves the others
+//                                        while another thread (or a fiber on a pool)
+//                                        serves the others
+//   a fiber parked in await()          not destroyable: a spawnFiber fiber is run to its
+//                                        end and a plain Fiber cannot await(); its
+//                                        awaiters are the ones above, on its stack, and a
+//                                        fiber unwound while a destructor awaits is in
+//                                        test/stackful/fiber_test.cc
 //
 // A wait whose wake-up was already claimed (granted, delivered, cancelled: the resumption
 // is on its way) cannot be withdrawn: destroying it then is reported and aborts
@@ -56,7 +62,10 @@
 #include "coro/semaphore.h"
 #include "coro/shared_mutex.h"
 #include "coro/sync_await.h"
+#include "coro/try.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
 
@@ -483,6 +492,45 @@ TEST_F(SuspendedDestructionTest, RacingMutexWaitersAndUnlocks) {
     mutex.unlock();
     EXPECT_TRUE(mutex.tryLock());   // and nobody is left waiting
     mutex.unlock();
+  }
+}
+
+// The same with the waker a fiber on a pool: the fiber's channel hand-offs race with the
+// destruction of the other receivers on this thread.
+TEST_F(SuspendedDestructionTest, RacingChannelReceiversAndAFiberSender) {
+  constexpr int kServed = 200;
+  constexpr int kDestroyed = 200;
+  constexpr int kRounds = 10;
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (int round = 0; round < kRounds; ++round) {
+      Channel<int> channel;
+      std::vector<Lazy<>> doomed;
+      std::atomic<int> sum{0};
+      Latch finished(kServed);
+      auto receiver = [&]() -> Lazy<> {
+        std::optional<int> v = co_await channel.receive();
+        sum.fetch_add(*v);
+      };
+      // Started detached (their frames are freed when they finish, on the fiber's worker,
+      // which resumes them inline), queued ahead of the doomed ones, which are bound to
+      // the pool.
+      for (int i = 0; i < kServed; ++i) {
+        receiver().start([&](Try<void> r) {
+          EXPECT_TRUE(r.hasValue());
+          finished.countDown();
+        });
+      }
+      for (int i = 0; i < kDestroyed; ++i) doomed.push_back(suspendedOn(&pool, receiver()));
+      auto sender = spawnFiber(&pool, [&] {
+        for (int i = 1; i <= kServed; ++i) await(channel.send(int(i)));
+      });
+      while (!doomed.empty()) doomed.pop_back();
+      syncAwait(std::move(sender));
+      syncAwait(finished.wait());
+      EXPECT_EQ(sum.load(), kServed * (kServed + 1) / 2);
+      EXPECT_FALSE(channel.trySend(0));
+    }
   }
 }
 
