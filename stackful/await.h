@@ -98,21 +98,14 @@ template <class Awaiter>
     if (next.handle) solo->putBack(next.handle);
     return true;  // the fiber goes on at once
   }
-#if WEFT_ASAN
-  link.suspendOn = nullptr;  // acted on: the resumer has nothing left to do
-  core->suspend();
-  park = FiberCore::ParkSwitch{};  // suspended and resumed already: no switch left
-#else
   park = core->prepareSuspendActedOn(next);
-#endif
   return true;
 }
 
 // What await() does between a false await_ready and the switch, out of line (one copy
 // per awaiter type, not one per await): parks the fiber on `awaiter` and answers the
 // switch out of it, which await() makes in its own frame. park.fiber is null when there
-// is no switch to make: await_suspend declined (the fiber goes on at once), or, under
-// ASan, the fiber has already been suspended and resumed here.
+// is no switch to make: await_suspend declined (the fiber goes on at once).
 // Errors: as FiberCore::refuseParkWhileUnwinding when the fiber is being destroyed; what
 // await_suspend throws when the fiber calls it itself (parkActingFirst).
 template <class Awaiter>
@@ -126,11 +119,7 @@ template <class Awaiter>
   link.mayHandOff = kParkMayHandOff<Awaiter>;
   // The driver is suspended on the awaiter once the fiber is off its stack; its
   // resumption resumes us (see AwaitLink).
-#if WEFT_ASAN
-  core->suspend();
-#else
   park = core->prepareSuspend();
-#endif
   return park;
 }
 

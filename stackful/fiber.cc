@@ -227,27 +227,26 @@ void FiberCore::switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer)) {
 void FiberCore::resumeSanitized() { switchInWithHooks(nullptr); }
 
 FiberCore* FiberCore::resumeUntilParked() {
-#if WEFT_ASAN
-  // No hand-offs under ASan (suspend()): the fiber that comes back is this one.
-  switchInWithHooks(nullptr);
-  return this;
-#else
   SwitchFrame frame;
   void* to = enter(frame);
-#if WEFT_TSAN
-  // In this frame, right before the switch (see sanitizerStartSwitchIn). Whichever fiber
-  // switches back here tells TSan it switches to tsanCaller_, which a fiber handed the
-  // thread inherits (handOffTo).
+  // The sanitizers' hooks in this frame, right around the switch (see
+  // sanitizerStartSwitchIn). Whichever fiber switches back here switches to this stack
+  // and this TSan fiber: a fiber handed the thread inherits them (handOffTo).
+#if WEFT_ASAN || WEFT_TSAN
   sanitizerStartSwitchIn(frame);
+#endif
+#if WEFT_TSAN
   tsanSwitchTo(tsanFiber_);
 #endif
   ContextTransfer back = jumpContext(to, this);
+#if WEFT_ASAN
+  asanFinishSwitch(frame.fakeStack, nullptr, nullptr);
+#endif
   // Every switch out of a fiber passes the fiber itself: this one, or the last fiber of
   // a chain of hand-offs that started with it.
   auto* parked = static_cast<FiberCore*>(back.data);
   parked->leave(frame, back);
   return parked;
-#endif
 }
 
 void FiberCore::leave(const SwitchFrame& frame, ContextTransfer back) noexcept {
@@ -270,29 +269,23 @@ void FiberCore::unwindSuspended() { switchInWithHooks(&FiberCore::unwindOnTop); 
 
 #if WEFT_ASAN
 void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
-  context_ = transfer.context;  // the resumer's context: where suspend() goes back to
-  asanFinishSwitch(asanFakeStack_, &asanCallerBottom_, &asanCallerSize_);
+  const auto data = reinterpret_cast<std::uintptr_t>(transfer.data);
+  // handOffOnTop has finished the switch already, and there is nothing to record.
+  if ((data & kAsanSwitchFinished) != 0) return;
+  auto* const sender = reinterpret_cast<FiberCore*>(data);
+  sender->context_ = transfer.context;
+  if (sender == this) {
+    // From our resumer: its stack is where our park or our end goes back to.
+    asanFinishSwitch(asanFakeStack_, &asanCallerBottom_, &asanCallerSize_);
+  } else {
+    // Handed the thread by `sender`: we inherited its resumer's bounds (handOffTo).
+    asanFinishSwitch(asanFakeStack_, nullptr, nullptr);
+  }
 }
 #endif
 
-void FiberCore::suspend() {
-#if WEFT_ASAN
-  // A fiber being destroyed cannot park again.
-  if (unwinding_) refuseParkWhileUnwinding();
-  state_ = State::kSuspended;
-  // (Under ASan a switch must be annotated in one frame with its hooks, and the arrival
-  // on the other stack must finish it; the hand-off is left out there, and every park
-  // goes back to the resumer. See docs/stackful.md, "Sanitizers".)
-  asanStartSwitch(&asanFakeStack_, asanCallerBottom_, asanCallerSize_);
-  // Resumed: possibly on another thread, by another caller. (ForcedUnwind, when the fiber
-  // is destroyed, comes out of the jumpContext call, thrown by unwindOnTop.)
-  arrived(jumpContext(context_, this));
-#else
-  switchOut(prepareSuspend());
-#endif
-}
+void FiberCore::suspend() { switchOut(prepareSuspend()); }
 
-#if !WEFT_ASAN  // no hand-off under ASan (see suspend())
 namespace {
 
 // exchangeNextHandle's filter for a yield on ThreadPool(1): accepts a suspended fiber's
@@ -311,7 +304,6 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
 }
 
 }  // namespace
-#endif
 
 // Forced inline into prepareSuspend and beginYield (clang otherwise calls it from both).
 [[gnu::always_inline]] inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
@@ -319,7 +311,6 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
   if (unwinding_) [[unlikely]]
     refuseParkWhileUnwinding();
   state_ = State::kSuspended;
-#if !WEFT_ASAN
   if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
     AwaitLink& link = *awaitLink_;
     // ThreadPool(1)'s queue is taken from inline (detail::SoloRunQueue says why); other
@@ -347,22 +338,30 @@ bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
       link.pending = next;
     }
   }
-#endif
-#if WEFT_TSAN
-  tsanSwitchTarget_ = tsanCaller_;  // back to the resumer
-#endif
+  sanitizerTargetIsResumer();
   return ParkSwitch{this, reinterpret_cast<std::uintptr_t>(context_)};
 }
 
 FiberCore::ParkSwitch FiberCore::prepareSuspend() { return prepareSuspendInline(); }
 
 ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
+#if WEFT_ASAN
+  // On the running fiber's stack now: ASan's switch is finished first, before any other
+  // code runs here (its arrived() is told so below and does not finish it again).
+  asanFinishSwitch(running_->asanFakeStack_, nullptr, nullptr);
+#endif
   auto* parked = static_cast<FiberCore*>(transfer.data);
   parked->context_ = transfer.context;  // before the park is acted on: then it may resume
   finishHandOff(parked);
   // What the running fiber's pending switch returns: its resumer, which it already has.
   FiberCore* running = running_;
+#if WEFT_ASAN
+  return ContextTransfer{running->context_,
+                         reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(running) |
+                                                 kAsanSwitchFinished)};
+#else
   return ContextTransfer{running->context_, running};
+#endif
 }
 
 FiberCore::ParkSwitch FiberCore::beginYield() {

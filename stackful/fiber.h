@@ -211,13 +211,9 @@ namespace this_fiber {
   // No switch: the fiber is being destroyed and this is a destructor of its unwinding.
   if (park.fiber == nullptr) [[unlikely]]
     return;
-#if WEFT_ASAN
-  park.fiber->suspend();  // beginYield did not hand off: suspend() switches with the hooks
-#else
   // The switch is made in the caller's frame, hence the forced inline (see
   // FiberCore::resume()).
   detail::FiberCore::switchOut(park);
-#endif
 }
 
 // True when the caller runs inside a fiber. noexcept: reads a thread_local.

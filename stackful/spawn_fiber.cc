@@ -28,9 +28,10 @@
 //    from the queue stays suspended where it was: switching into its fiber is what
 //    resuming it would have done. Anything else that was taken is resumed by whoever
 //    acts on the park, right after it (AwaitLink::pending), as the loop would have.
-//  - Not under ASan or TSan (their switch hooks must run in the frame of the switch), and
-//    not when await_suspend returns a coroutine to run next (await(lazy) starts the Lazy
-//    at once, by symmetric transfer from the thread's stack).
+//  - Not when await_suspend returns a coroutine to run next (await(lazy) starts the Lazy
+//    at once, by symmetric transfer from the thread's stack). Under ASan and TSan the
+//    hand-off runs too, with their switch hooks in the frame of the switch
+//    (FiberCore::switchOut).
 //  - Acting first: on ThreadPool(1)'s own thread, an awaiter that resumes only through
 //    the executor (ResumesOnlyThroughExecutor: channel operations) has its await_suspend
 //    called by the fiber itself before it switches out (await(), parkActingFirst):

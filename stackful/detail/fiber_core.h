@@ -99,7 +99,7 @@ class FiberCore {
   // the two switch calls, so each extra level costs a misprediction per switch. Hence
   // forced inline here and in Fiber::resume() (clang++ called Fiber::resume() out of
   // line: a resume + yield round trip took 24.7 instead of 16.6 ns).
-  // (Under ASan and TSan the switch is made out of line, in one frame with the
+  // (Under ASan and TSan this switch is made out of line, in one frame with the
   // sanitizers' fiber hooks, which must run immediately around it.)
   [[gnu::always_inline]] void resume() {
 #if WEFT_ASAN || WEFT_TSAN
@@ -154,9 +154,9 @@ class FiberCore {
   // frame) marks this running fiber suspended, decides where it goes and does the
   // bookkeeping of a hand-off; then switchOut() makes the switch and, once the fiber is
   // resumed, records its new resumer. When the fiber is being destroyed prepareSuspend
-  // changes nothing and calls refuseParkWhileUnwinding(). Not under ASan, where
-  // suspend() keeps the sanitizer hooks next to the switch. (Under TSan, switchOut()
-  // tells TSan of the switch, in the frame that makes it.)
+  // changes nothing and calls refuseParkWhileUnwinding(). Under ASan and TSan,
+  // prepareSuspend also records the switch's target for the sanitizers, and switchOut()
+  // tells them of the switch in the frame that makes it.
   //
   // ParkSwitch is two words, so that it comes back from prepareSuspend (and await()'s
   // out-of-line park) in registers: the switch's target is known without a trip through
@@ -182,7 +182,6 @@ class FiberCore {
   //  - prepareSuspendActedOn(next), after a suspending await_suspend: prepareSuspend()
   //    with nothing left to act on: a plain switch into `next.fiber`, or back to the
   //    resumer, leaving `next.handle` (if any) in AwaitLink::pending.
-  // Under ASan (no hand-offs) takeNextRun takes nothing.
   // Both are defined in stackful/detail/fiber_hand_off.h, forced inline into await()'s
   // out-of-line park (detail::parkOn), which then makes no call of its own around the
   // awaiter's await_suspend. noexcept: queue operations, loads and stores.
@@ -213,9 +212,13 @@ class FiberCore {
   // are inline in the fiber's own code (see resume(); g++ calls it otherwise).
   [[gnu::always_inline]] static void switchOut(const ParkSwitch& park) {
     FiberCore* fiber = park.fiber;
+    // The sanitizers' hooks, right before the switch, in the frame that makes it (see
+    // tool_hooks.h), with the target prepareSuspend recorded: the resumer, or the fiber
+    // handed the thread. (ASan's finish hook runs on the other side: arrived().)
+#if WEFT_ASAN
+    asanStartSwitch(&fiber->asanFakeStack_, fiber->asanSwitchBottom_, fiber->asanSwitchSize_);
+#endif
 #if WEFT_TSAN
-    // Right before the switch, in the frame that makes it (see tool_hooks.h): to the
-    // resumer's TSan fiber, or to the TSan fiber of the fiber handed the thread.
     tsanSwitchTo(fiber->tsanSwitchTarget_);
 #endif
     if ((park.target & ParkSwitch::kActOnTarget) != 0) [[unlikely]] {
@@ -242,7 +245,7 @@ class FiberCore {
   // noexcept: a store (and ASan's finish hook), on a path that cannot report failure.
   void arrived(ContextTransfer transfer) noexcept {
 #if WEFT_ASAN
-    arrivedSanitized(transfer);  // no hand-offs under ASan: the sender is the resumer
+    arrivedSanitized(transfer);  // the same, and ASan's finish hook
 #else
     static_cast<FiberCore*>(transfer.data)->context_ = transfer.context;
 #endif
@@ -318,6 +321,9 @@ class FiberCore {
   // fiber stopped and restores the resuming side.
   void* enter(SwitchFrame& frame);
 #if WEFT_ASAN
+  // Set in the fiber pointer that handOffOnTop returns to the fiber it ran on: ASan's
+  // switch was finished there (FiberCore objects are aligned: the low bit is free).
+  static constexpr std::uintptr_t kAsanSwitchFinished = 1;
   void arrivedSanitized(ContextTransfer transfer) noexcept;
 #endif
   // noexcept on leave() and the sanitizer hook: stores and hook calls after (before) a
@@ -335,6 +341,17 @@ class FiberCore {
   // to do (a yield whose requeue was done with the take, a park acted on before the
   // switch).
   [[gnu::always_inline]] ParkSwitch handOffTo(FiberCore* next, bool actOnTop) noexcept;
+  // Records, for switchOut's sanitizer hooks, that the switch goes back to the resumer.
+  // noexcept: stores (nothing at all outside ASan and TSan).
+  [[gnu::always_inline]] void sanitizerTargetIsResumer() noexcept {
+#if WEFT_ASAN
+    asanSwitchBottom_ = asanCallerBottom_;
+    asanSwitchSize_ = asanCallerSize_;
+#endif
+#if WEFT_TSAN
+    tsanSwitchTarget_ = tsanCaller_;
+#endif
+  }
   ParkSwitch prepareSuspendInline();
   static ContextTransfer handOffOnTop(ContextTransfer transfer) noexcept;
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
@@ -392,8 +409,14 @@ class FiberCore {
   };
 #if WEFT_ASAN
   void* asanFakeStack_ = nullptr;
+  // The bounds of this fiber's resumer's stack, what its park or its end switches back
+  // to. A fiber handed the thread inherits them with the resumer (handOffTo).
   const void* asanCallerBottom_ = nullptr;
   std::size_t asanCallerSize_ = 0;
+  // The bounds of the stack switchOut() tells ASan it switches to, set by the park's
+  // preparation: the resumer's, or those of the fiber handed the thread.
+  const void* asanSwitchBottom_ = nullptr;
+  std::size_t asanSwitchSize_ = 0;
 #endif
 #if WEFT_TSAN
   void* tsanFiber_ = nullptr;

@@ -53,8 +53,16 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next, bool actOnTop
   next->context_ = context_;
   next->state_ = State::kRunning;
   running_ = next;
+  // The sanitizers: next inherits what they know of our resumer too (its stack's bounds,
+  // its TSan fiber), and the switch goes to next (its stack, its TSan fiber).
+#if WEFT_ASAN
+  next->asanCallerBottom_ = asanCallerBottom_;
+  next->asanCallerSize_ = asanCallerSize_;
+  asanSwitchBottom_ = next->stackBottom();
+  asanSwitchSize_ = static_cast<std::size_t>(static_cast<const char*>(next->contextTop()) -
+                                             static_cast<const char*>(asanSwitchBottom_));
+#endif
 #if WEFT_TSAN
-  // TSan: next inherits our resumer's TSan fiber too, and the switch goes to next's.
   next->tsanCaller_ = tsanCaller_;
   tsanSwitchTarget_ = next->tsanFiber_;
 #endif
@@ -63,7 +71,6 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next, bool actOnTop
 }
 
 inline FiberCore::NextRun FiberCore::takeNextRun(SoloRunQueue& solo) noexcept {
-#if !WEFT_ASAN
   if (std::coroutine_handle<> next = solo.takeNextHandle()) {
     FiberCore* const fiber = fiberToSwitchTo(next);
     if (fiber != nullptr) {
@@ -76,9 +83,6 @@ inline FiberCore::NextRun FiberCore::takeNextRun(SoloRunQueue& solo) noexcept {
     }
     return NextRun{next, fiber};
   }
-#else
-  (void)solo;
-#endif
   return NextRun{};
 }
 
@@ -89,9 +93,7 @@ inline FiberCore::ParkSwitch FiberCore::prepareSuspendActedOn(NextRun next) noex
   // (Our own driver cannot be `next`: it was running when `next` was taken.)
   if (next.fiber != nullptr) return handOffTo(next.fiber, false);
   link.pending = next.handle;
-#if WEFT_TSAN
-  tsanSwitchTarget_ = tsanCaller_;  // back to the resumer
-#endif
+  sanitizerTargetIsResumer();
   return ParkSwitch{this, reinterpret_cast<std::uintptr_t>(context_)};
 }
 

@@ -3,8 +3,8 @@
 // acted on from that fiber's stack. These tests pin down what must not change with it:
 // the executor's order, the per-fiber thread state, and every outcome of await_suspend
 // (suspended, declined, thrown, resumed inline) when it runs on another fiber's stack.
-// They run with the hand-off under TSan too; under ASan there is no hand-off, and the
-// tests then check the plain path (docs/stackful.md, "Sanitizers").
+// They run with the hand-off under ASan and TSan too (docs/stackful.md, "Sanitizers and
+// valgrind").
 
 #include <gtest/gtest.h>
 
@@ -22,16 +22,12 @@
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
 #include "stackful/await.h"
-#include "stackful/detail/tool_hooks.h"
 #include "stackful/fiber.h"
 #include "stackful/fiber_local.h"
 #include "stackful/spawn_fiber.h"
 
 namespace weft {
 namespace {
-
-// Whether this build hands off (not under ASan: see spawn_fiber.cc).
-constexpr bool kHandOff = !WEFT_ASAN;
 
 // Holds a ThreadPool(1)'s only worker until release(), so that everything scheduled
 // meanwhile is queued in a known order.
@@ -157,13 +153,13 @@ Trace awaitProbeWhileAnotherFiberWaits(Probe probe, std::string* caught = nullpt
 // stackful/spawn_fiber.h).
 TEST(SpawnFiberHandOffTest, AwaitSuspendDecliningAfterAHandOff) {
   Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.suspendResult = false});
-  EXPECT_EQ(trace, kHandOff ? "abasbAb" : "abasAbb");
+  EXPECT_EQ(trace, "abasbAb");
 }
 
 TEST(SpawnFiberHandOffTest, AwaitSuspendThrowingReachesTheFiberAfterAHandOff) {
   std::string caught;
   Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.throwOnSuspend = true}, &caught);
-  EXPECT_EQ(trace, kHandOff ? "abasbEb" : "abasEbb");
+  EXPECT_EQ(trace, "abasbEb");
   EXPECT_EQ(caught, "from await_suspend");
 }
 
