@@ -147,7 +147,7 @@ class SelectAwaiter {
     if constexpr (kDefaults == 0) {
       state_.handle = awaiting;
       state_.executor = executor_;
-      enqueueAll(order);
+      enqueueAll(locks, order);
       suspended_ = true;
       // Registration done: from now on the select is claimable. acq_rel: publishes the
       // handle and suspended_ to a cancellation callback or timer that claims it (channel
@@ -400,11 +400,25 @@ class SelectAwaiter {
       if constexpr (std::remove_reference_t<decltype(op)>::kHasChannel) op.setClosed();
     });
   }
-  // Links one node per channel case, in the random order `order` (a permutation of the
-  // channel cases): cases on one channel are then queued in a random order, so a waiting
-  // select is completed through each of them equally often (Go's selectgo links its
-  // cases in an order derived from the random poll order for the same reason).
-  void enqueueAll(const std::array<std::uint32_t, kChannelCases>& order) noexcept {
+  // Links one node per channel case. When several cases share a channel, in the random
+  // order `order` (a permutation of the channel cases), so that they are queued on it in
+  // a random order and a waiting select is completed through each of them equally often
+  // (Go's selectgo links its cases in an order derived from its random poll order for
+  // the same reason). Otherwise the order does not matter, and the cases are linked in
+  // argument order, without dispatching on a run-time index.
+  void enqueueAll(const std::array<ChannelLock*, kChannelCases>& locks,
+                  const std::array<std::uint32_t, kChannelCases>& order) noexcept {
+    bool sharedChannel = false;
+    for (std::size_t i = 1; i < kChannelCases; ++i) sharedChannel |= locks[i] == locks[i - 1];
+    if (sharedChannel) [[unlikely]] {
+      enqueueInOrder(order);
+      return;
+    }
+    forEachChannelCase([&](auto& op, std::uint32_t index) { op.enqueueLocked(&state_, index); });
+  }
+  // Out of line: the rare case, kept off the inlined registration.
+  WEFT_NOINLINE void enqueueInOrder(
+      const std::array<std::uint32_t, kChannelCases>& order) noexcept {
     for (std::uint32_t index : order) {
       withCase(index, [&](auto& op) {
         if constexpr (std::remove_reference_t<decltype(op)>::kHasChannel) {
