@@ -3,6 +3,7 @@
 #include <coroutine>
 
 #include "coro/cancellation.h"
+#include "coro/detail/via_awaiter.h"
 #include "executors/executor.h"
 
 namespace weft {
@@ -12,6 +13,16 @@ class YieldAwaiter {
  public:
   YieldAwaiter(Executor* executor, const CancellationToken& token) noexcept
       : executor_(executor), token_(&token) {}
+  YieldAwaiter(const YieldAwaiter&) = delete;
+  YieldAwaiter& operator=(const YieldAwaiter&) = delete;
+  // A yield cannot be withdrawn: once await_suspend has queued the coroutine, its
+  // resumption is under way, so destroying it while it waits in the queue is the
+  // caller's race (reported, fatal: docs/concurrency.md, "Destroying a suspended
+  // coroutine").
+  ~YieldAwaiter() {
+    if (queued_) [[unlikely]]
+      abortDestroyedWhileResuming("yield()");
+  }
   // With no executor there is nowhere to reschedule to: continue at once (await_resume
   // still checks the token). Cancelled already: throws without a round trip through the
   // queue. The token check is a null test for a token that can never be cancelled.
@@ -20,13 +31,26 @@ class YieldAwaiter {
     token_->throwIfCancellationRequested();
     return false;
   }
-  // Throws ExecutorShutDown (the coroutine then continues with that exception).
-  void await_suspend(std::coroutine_handle<> self) const { executor_->schedule(self); }
+  // Throws ExecutorShutDown (the coroutine then continues with that exception). queued_
+  // is set first: once scheduled, the coroutine may run on another thread at once.
+  void await_suspend(std::coroutine_handle<> self) {
+    queued_ = true;
+    try {
+      executor_->schedule(self);
+    } catch (...) {
+      queued_ = false;
+      throw;
+    }
+  }
   // Cancelled while queued (or, without an executor, at all): throws.
-  void await_resume() const { token_->throwIfCancellationRequested(); }
+  void await_resume() {
+    queued_ = false;
+    token_->throwIfCancellationRequested();
+  }
 
  private:
   Executor* executor_;
+  bool queued_ = false;  // between a successful schedule and the resumption
   // The awaiting coroutine's (or fiber's) token: outlives the await (see
   // CancellationAwareAwaitable).
   const CancellationToken* token_;

@@ -122,6 +122,20 @@ TEST(YieldTest, AnUncancelledYieldReschedulesAndContinues) {
   EXPECT_EQ(handle.promise().result_.value(), 1);
 }
 
+// A yield cannot be withdrawn: the coroutine is in its executor's queue, so destroying
+// it there is reported (its resumption would run a freed frame).
+TEST(YieldDeathTest, DestroyingACoroutineQueuedByYieldIsReported) {
+  EXPECT_DEATH(
+      {
+        ManualExecutor manual;
+        CancellationToken token;
+        Lazy<int> lazy = yieldOnce();
+        startWith(lazy, &manual, token);
+        lazy = Lazy<int>();
+      },
+      "weft: a coroutine was destroyed while suspended in yield\\(\\)");
+}
+
 TEST(YieldTest, WithoutAnExecutorACancelledYieldThrows) {
   CancellationSource source;
   EXPECT_EQ(syncAwait(withCancellation(source.token(), yieldOnce())), 1);  // does not suspend
