@@ -23,8 +23,11 @@
 //   collectAny (channel branches)      CollectAnyOfWaiters
 //   AsyncGenerator::next               AsyncGeneratorConsumer
 //   spawnFiber's FiberFuture           test/stackful/spawn_fiber_test.cc
-//   sleep / sleepUntil / withTimeout / test/coro/sleep_test.cc, with_timeout_test.cc,
-//     collectAny's timer                 collect_any_test.cc
+//   sleep / sleepUntil                 SleepDestroyTest.*, SleepDestroyDeathTest.* in
+//                                        test/coro/sleep_test.cc
+//   withTimeout (work and timer)       WithTimeoutDestroyTest.* (with_timeout_test.cc)
+//   collectAny with sleeping branches  CollectAnyDestroyTest.* (collect_any_test.cc)
+//   yield (always queued: reported)    YieldDeathTest.* (yield_test.cc)
 //   races with other threads           Racing* (TSan): destroyed waiters leave a queue
 //                                        while another thread (or a fiber on a pool)
 //                                        serves the others
