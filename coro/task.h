@@ -34,12 +34,23 @@ inline std::coroutine_handle<> startOnExecutor(Executor* executor,
 }
 
 // The awaiter of `co_await std::move(task)` from a coroutine whose executor is
-// `awaitingExecutor_` (nullptr when it has none, or is not a weft coroutine).
+// `awaitingExecutor_` (nullptr when it has none, or is not a weft coroutine). Like
+// LazyAwaiter it owns the task's frame (the Task is empty once awaited) and frees it in
+// its destructor.
 template <class T>
 class TaskAwaiter final : public CompletionSink {
  public:
   TaskAwaiter(std::coroutine_handle<LazyPromise<T>> task, Executor* awaitingExecutor) noexcept
       : CompletionSink(&TaskAwaiter::complete), task_(task), awaitingExecutor_(awaitingExecutor) {}
+  // Only before the await starts: once suspended, the task's promise points at this sink.
+  TaskAwaiter(TaskAwaiter&& other) noexcept
+      : CompletionSink(&TaskAwaiter::complete),
+        task_(std::exchange(other.task_, nullptr)),
+        awaitingExecutor_(other.awaitingExecutor_) {}
+  TaskAwaiter& operator=(TaskAwaiter&&) = delete;
+  ~TaskAwaiter() {
+    if (task_) task_.destroy();
+  }
 
   bool await_ready() const noexcept { return false; }
 
@@ -95,6 +106,8 @@ class TaskAwaiter final : public CompletionSink {
 // Try). If the executor is shut down, co_await throws ExecutorShutDown before anything
 // runs, and start() throws it (the callback is not called).
 //
+// Preconditions: awaited at most once (like a Lazy, an awaited Task is empty; awaiting,
+// starting or syncAwait-ing an empty Task prints a message and aborts).
 // Thread safety: a Task is a single-owner value, like Lazy.
 //
 // Example:
@@ -112,8 +125,9 @@ class [[nodiscard]] Task {
 
   bool valid() const noexcept { return lazy_.valid(); }
 
-  // The executor this task runs on.
+  // The executor this task runs on. Precondition: valid() (else a message and abort).
   Executor* executor() const noexcept {
+    if (!lazy_.valid()) detail::abortInvalidLazy("Task::executor()");
     return detail::LazyAccess::handle(lazy_).promise().executor();
   }
 
@@ -144,16 +158,18 @@ class [[nodiscard]] Task {
   // Used by weft coroutines' await_transform and fibers' await(): `awaitingExecutor` is
   // the awaiter's executor, `token` its cancellation token, which the task carries from
   // now on (the awaiter keeps it alive until the task has finished).
+  // The awaiter takes the frame: the Task is empty afterwards, and awaiting it again
+  // aborts with "weft: co_await Task on an empty Lazy".
   detail::TaskAwaiter<T> coAwait(Executor* awaitingExecutor,
                                  const CancellationToken& token) && noexcept {
     if (!lazy_.valid()) detail::abortInvalidLazy("co_await Task");
-    auto handle = detail::LazyAccess::handle(lazy_);
+    auto handle = detail::LazyAccess::release(lazy_);
     handle.promise().setCancellationToken(&token);
     return detail::TaskAwaiter<T>(handle, awaitingExecutor);
   }
   detail::TaskAwaiter<T> coAwait(Executor* awaitingExecutor) && noexcept {
     if (!lazy_.valid()) detail::abortInvalidLazy("co_await Task");
-    return detail::TaskAwaiter<T>(detail::LazyAccess::handle(lazy_), awaitingExecutor);
+    return detail::TaskAwaiter<T>(detail::LazyAccess::release(lazy_), awaitingExecutor);
   }
   // For coroutines that are not weft's (no executor to return to).
   detail::TaskAwaiter<T> operator co_await() && noexcept {

@@ -248,6 +248,64 @@ TEST(LazyTest, MovedFromLazyIsInvalid) {
   EXPECT_EQ(syncAwait(std::move(b)), 3);
 }
 
+// A Lazy is single-shot: only an rvalue can be awaited.
+template <class A>
+concept AwaitableAs = requires(A&& a) { std::forward<A>(a).operator co_await(); };
+static_assert(!AwaitableAs<Lazy<int>&>);
+static_assert(!AwaitableAs<const Lazy<int>&>);
+static_assert(AwaitableAs<Lazy<int>&&>);
+
+Lazy<int> countedValue(int v) {
+  Counted local;
+  co_return v;
+}
+
+TEST(LazyTest, AwaitedLazyIsEmptyAndItsFrameFreedAfterTheAwait) {
+  Counted::reset();
+  syncAwait([]() -> Lazy<void> {
+    Lazy<int> named = countedValue(7);
+    EXPECT_EQ(Counted::alive(), 0);  // not started yet: no local constructed
+    EXPECT_EQ(co_await std::move(named), 7);
+    // The awaiter owned the frame and freed it at the end of the co_await's full
+    // expression, though `named` is still in scope.
+    EXPECT_FALSE(named.valid());  // NOLINT(bugprone-use-after-move): the state under test
+    EXPECT_EQ(Counted::constructions.load(), 1);
+    EXPECT_EQ(Counted::alive(), 0);
+  }());
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+Lazy<int> countedFailure() {
+  Counted local;
+  throw std::runtime_error("failed");
+  co_return 0;
+}
+
+TEST(LazyTest, AwaitedLazyThatThrowsIsEmptyToo) {
+  Counted::reset();
+  syncAwait([]() -> Lazy<void> {
+    Lazy<int> named = countedFailure();
+    bool threw = false;
+    try {
+      (void)co_await std::move(named);
+    } catch (const std::runtime_error&) {
+      threw = true;
+    }
+    EXPECT_TRUE(threw);
+    EXPECT_FALSE(named.valid());  // NOLINT(bugprone-use-after-move): the state under test
+    EXPECT_EQ(Counted::alive(), 0);
+  }());
+}
+
+TEST(LazyDeathTest, AwaitingTheSameLazyTwiceAborts) {
+  EXPECT_DEATH(syncAwait([]() -> Lazy<void> {
+                 Lazy<int> once = value(1);
+                 (void)co_await std::move(once);
+                 (void)co_await std::move(once);  // NOLINT(bugprone-use-after-move)
+               }()),
+               "weft: co_await on an empty Lazy");
+}
+
 TEST(LazyDeathTest, AwaitingAnEmptyLazyAborts) {
   EXPECT_DEATH(syncAwait([]() -> Lazy<void> {
                  Lazy<int> empty;

@@ -200,6 +200,38 @@ TEST(TaskTest, ManyTasksResumeOnTheirExecutorAfterEventsReleasedElsewhere) {
   EXPECT_EQ(onPool.load(), kTasks);
 }
 
+// A Task is single-shot: only an rvalue can be awaited.
+template <class A>
+concept AwaitableAs = requires(A&& a) { std::forward<A>(a).operator co_await(); };
+static_assert(!AwaitableAs<Task<int>&>);
+static_assert(AwaitableAs<Task<int>&&>);
+
+TEST(TaskTest, AwaitedTaskIsEmpty) {
+  ThreadPool pool(1);
+  syncAwait([](ThreadPool* pool) -> Lazy<void> {
+    Task<int> task = []() -> Lazy<int> { co_return 5; }().via(pool);
+    EXPECT_EQ(co_await std::move(task), 5);
+    EXPECT_FALSE(task.valid());  // NOLINT(bugprone-use-after-move): the state under test
+  }(&pool));
+}
+
+TEST(TaskDeathTest, AwaitingTheSameTaskTwiceAborts) {
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(1);
+        syncAwait([](ThreadPool* pool) -> Lazy<void> {
+          Task<int> task = []() -> Lazy<int> { co_return 5; }().via(pool);
+          (void)co_await std::move(task);
+          (void)co_await std::move(task);  // NOLINT(bugprone-use-after-move)
+        }(&pool));
+      },
+      "weft: co_await Task on an empty Lazy");
+}
+
+TEST(TaskDeathTest, SyncAwaitOfAnEmptyTaskAborts) {
+  EXPECT_DEATH(syncAwait(Task<int>()), "weft: syncAwait on an empty Lazy");
+}
+
 TEST(TaskDeathTest, ViaNullExecutorAborts) {
   EXPECT_DEATH((void)[]()->Lazy<int> { co_return 1; }().via(nullptr), "needs an executor");
 }
