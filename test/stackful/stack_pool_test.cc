@@ -12,11 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "stackful/detail/tool_hooks.h"
 #include "stackful/fiber.h"
 
 // This test binary's operator new fails on demand (gFailAllocations), to show that the
 // default pool's creation reports allocation failure to its caller. Not under TSan, whose
-// runtime defines the global operator new itself (the test is skipped there).
+// runtime defines the global operator new itself, nor under valgrind, which replaces it
+// (the test is skipped there).
 #if defined(__SANITIZE_THREAD__)
 #define WEFT_TEST_FAILS_ALLOCATIONS 0
 #elif defined(__has_feature)
@@ -55,6 +57,9 @@ namespace {
 TEST(StackPoolDeathTest, DefaultPoolCreationReportsAllocationFailureToTheCaller) {
 #if !WEFT_TEST_FAILS_ALLOCATIONS
   GTEST_SKIP() << "TSan's runtime owns operator new";
+#endif
+#if WEFT_VALGRIND
+  if (RUNNING_ON_VALGRIND) GTEST_SKIP() << "valgrind replaces this binary's operator new";
 #endif
   GTEST_FLAG_SET(death_test_style, "fast");  // no threads run here; see spawn_fiber_test.cc
   EXPECT_EXIT(
