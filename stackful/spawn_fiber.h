@@ -327,7 +327,8 @@ struct FiberFutureAccess {
 // Preconditions: `executor` is not null (else abort).
 // Errors: fn's exception reaches the awaiter of the future. spawnFiber throws
 // ExecutorShutDown if the executor refuses the fiber (nothing ran), and what the stack
-// pool throws (std::system_error) or copying fn throws.
+// pool throws (std::system_error; std::bad_alloc when the default pool cannot be
+// created, as for every allocation here) or copying fn throws.
 // Thread safety: may be called from any thread, including from inside fibers and
 // coroutines.
 //
