@@ -88,8 +88,8 @@ class PlainFiberBox final : public ResultFiberCore<T> {
 // running and not done; not on an empty (moved-from) Fiber.
 // Errors: resume() rethrows fn's exception when fn ends with one; result() throws
 // EmptyTry when there is no value (not done, or fn threw). Constructors throw what the
-// stack source throws (std::system_error when no stack can be mapped) and what copying
-// fn throws.
+// stack source throws (std::system_error when no stack can be mapped; std::bad_alloc when
+// the default pool cannot be created) and what copying fn throws.
 // Thread safety: a Fiber is a single-owner value. It may be resumed on different threads
 // at different times (one at a time): its thread_local view changes accordingly (see
 // docs/stackful.md). Each fiber has its own C++ exception state, so it may yield inside
