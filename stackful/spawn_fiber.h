@@ -3,11 +3,14 @@
 #include <atomic>
 #include <concepts>
 #include <coroutine>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -32,6 +35,17 @@ struct SpawnOptions {
   // The fiber's cancellation token: await() hands it to cancellation-aware awaitables,
   // and Lazys awaited from the fiber inherit it. Default: never cancelled.
   CancellationToken cancellationToken;
+};
+
+// What awaiting a FiberFuture throws when its fiber will never finish: its driver was
+// destroyed while the fiber was parked (an awaitable destroyed the handle it was given
+// instead of resuming it), which unwound the fiber's stack.
+class FiberDestroyed : public std::runtime_error {
+ public:
+  explicit FiberDestroyed(std::uint64_t fiberId)
+      : std::runtime_error("weft: fiber " + std::to_string(fiberId) +
+                           " was destroyed before it finished (its driver was destroyed while "
+                           "it was parked)") {}
 };
 
 template <class T>
@@ -114,6 +128,40 @@ class SpawnState final : public CompletionSink {
     }
     if (previous == kDetached) finishDetached(self);
     return std::noop_coroutine();
+  }
+
+ public:
+  // The driver's frame is being destroyed before the fiber finished (see
+  // FiberDriverPromise's destructor); the fiber's stack has been unwound. Completes the
+  // state with FiberDestroyed, as complete() would with a result: the awaiter, if any, is
+  // resumed (through its executor, never inline: this runs inside someone's destroy());
+  // a detached fiber's end is reported like any exception nobody awaited. noexcept: a
+  // destructor's path.
+  static void abandoned(void* arg) noexcept {
+    auto* self = static_cast<SpawnState*>(arg);
+    self->link_.driver = nullptr;  // being destroyed by our caller
+    try {
+      self->result_.setException(std::make_exception_ptr(FiberDestroyed(self->fiberId_)));
+    } catch (...) {
+      self->result_.setException(std::current_exception());  // std::bad_alloc
+    }
+    // acq_rel: as in complete().
+    int previous = self->state_.exchange(kDone, std::memory_order_acq_rel);
+    if (previous == kAwaiting) {
+      std::coroutine_handle<> awaiter = self->awaiter_;
+      Executor* executor = self->awaiterExecutor_;
+      if (executor == nullptr) {
+        awaiter.resume();
+        return;
+      }
+      try {
+        executor->schedule(awaiter);
+      } catch (...) {
+        abortExecutorGone(executor);
+      }
+      return;
+    }
+    if (previous == kDetached) finishDetached(self);
   }
 };
 
@@ -240,7 +288,19 @@ class [[nodiscard]] FiberFuture {
     // finished (always so after await_resume), or detaches the fiber when the awaiting
     // coroutine is destroyed while it waits here (complete() then resumes nobody).
     ~Awaiter() {
-      if (state_ != nullptr) state_->detach();
+      if (state_ == nullptr) return;
+      if (suspended_) [[unlikely]] {
+        // Destroyed while waiting: detach. If the fiber finished first, its completion
+        // has already claimed us and our resumption is under way (the caller's race).
+        // acq_rel: as in detach().
+        if (state_->state_.exchange(detail::SpawnState<T>::kDetached,
+                                    std::memory_order_acq_rel) ==
+            detail::SpawnState<T>::kDone) {
+          detail::abortDestroyedWhileResuming("co_await of a FiberFuture");
+        }
+        return;  // the fiber's completion frees the state
+      }
+      state_->detach();
     }
 
     // noexcept: one atomic load.
@@ -252,14 +312,18 @@ class [[nodiscard]] FiberFuture {
     bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
       state_->awaiter_ = awaiting;
       state_->awaiterExecutor_ = executor_;
+      // Set before the exchange: once it succeeds we may be resumed on another thread.
+      suspended_ = true;
       int expected = detail::SpawnState<T>::kRunning;
       // acq_rel: release publishes the handle to complete(); on failure (the fiber just
       // finished) acquire makes its result visible, and we continue without suspending.
-      return state_->state_.compare_exchange_strong(expected, detail::SpawnState<T>::kAwaiting,
-                                                    std::memory_order_acq_rel,
-                                                    std::memory_order_acquire);
+      suspended_ = state_->state_.compare_exchange_strong(
+          expected, detail::SpawnState<T>::kAwaiting, std::memory_order_acq_rel,
+          std::memory_order_acquire);
+      return suspended_;
     }
     T await_resume() {
+      suspended_ = false;
       state_->taken_ = true;
       if constexpr (std::is_void_v<T>) {
         state_->result_.value();
@@ -273,6 +337,7 @@ class [[nodiscard]] FiberFuture {
    private:
     detail::SpawnState<T>* state_;
     Executor* executor_;
+    bool suspended_ = false;  // between a successful await_suspend and await_resume
   };
 
   // Used by weft coroutines' await_transform: resumes the awaiter on `awaitingExecutor`.
@@ -325,10 +390,15 @@ struct FiberFutureAccess {
 // KiB stacks, returned when the fiber ends).
 //
 // Preconditions: `executor` is not null (else abort).
-// Errors: fn's exception reaches the awaiter of the future. spawnFiber throws
-// ExecutorShutDown if the executor refuses the fiber (nothing ran), and what the stack
-// pool throws (std::system_error; std::bad_alloc when the default pool cannot be
-// created, as for every allocation here) or copying fn throws.
+// Errors: fn's exception reaches the awaiter of the future; FiberDestroyed does if the
+// fiber is destroyed before it finished (an awaitable destroyed the handle of the
+// fiber's driver instead of resuming it: the fiber's stack was unwound, and its waits
+// were withdrawn). spawnFiber throws ExecutorShutDown if the executor refuses the fiber
+// (nothing ran), and what the stack pool throws (std::system_error; std::bad_alloc when
+// the default pool cannot be created, as for every allocation here) or copying fn
+// throws. Destroying a coroutine while it awaits the future detaches the fiber (it runs
+// on); once the fiber has finished and resumption is under way, that is reported and
+// fatal (docs/concurrency.md, "Destroying a suspended coroutine").
 // Thread safety: may be called from any thread, including from inside fibers and
 // coroutines.
 //
@@ -370,11 +440,13 @@ FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* execut
   handle.promise().setCancellationToken(&state->token_);
   handle.promise().setCompletionSink(state);
   handle.promise().setFiber(core);
+  handle.promise().setOnAbandoned(&detail::SpawnState<T>::abandoned, state);
   state->link_.driver = handle;
   detail::noteFiberDriver(handle);
   try {
     executor->schedule(std::coroutine_handle<>(handle));
   } catch (...) {
+    handle.promise().setOnAbandoned(nullptr, nullptr);  // nobody holds the future yet
     handle.destroy();  // destroys the never-started fiber with the frame
     delete state;
     throw;

@@ -26,15 +26,37 @@ class FiberDriverPromise final : public LazyPromiseBase {
   std::coroutine_handle<FiberDriverPromise> get_return_object() noexcept {
     return std::coroutine_handle<FiberDriverPromise>::from_promise(*this);
   }
-  void return_void() noexcept {}
+  FiberDriverPromise() noexcept = default;
+  FiberDriverPromise(const FiberDriverPromise&) = delete;
+  FiberDriverPromise& operator=(const FiberDriverPromise&) = delete;
+  // A driver frame destroyed before its body returned (its handle destroyed by whoever
+  // held it while the fiber was parked, instead of resumed): its fiber has been unwound
+  // with the frame, and `onAbandoned` tells the fiber's shared state, so that its future
+  // learns the fiber will never finish (spawn_fiber.h). noexcept: a destructor.
+  ~FiberDriverPromise() {
+    if (!returned_ && onAbandoned_ != nullptr) [[unlikely]]
+      onAbandoned_(abandonedArg_);
+  }
+
+  void return_void() noexcept { returned_ = true; }
   // noexcept: the driver's body throws nothing (its only await is noexcept).
   [[noreturn]] void unhandled_exception() noexcept { std::terminate(); }
 
   FiberCore* fiber() const noexcept { return fiber_; }
   void setFiber(FiberCore* fiber) noexcept { fiber_ = fiber; }
 
+  // What the destructor calls if the body never returned (null: nothing).
+  using OnAbandoned = void (*)(void* arg) noexcept;
+  void setOnAbandoned(OnAbandoned onAbandoned, void* arg) noexcept {
+    onAbandoned_ = onAbandoned;
+    abandonedArg_ = arg;
+  }
+
  private:
   FiberCore* fiber_ = nullptr;
+  OnAbandoned onAbandoned_ = nullptr;
+  void* abandonedArg_ = nullptr;
+  bool returned_ = false;
 };
 
 using FiberDriverHandle = std::coroutine_handle<FiberDriverPromise>;

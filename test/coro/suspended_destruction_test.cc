@@ -22,7 +22,7 @@
 //   collectAll / collectAllWindowed    CollectAllOfWaiters, CollectAllWindowedOfWaiters
 //   collectAny (channel branches)      CollectAnyOfWaiters
 //   AsyncGenerator::next               AsyncGeneratorConsumer
-//   spawnFiber's FiberFuture           test/stackful/spawn_fiber_test.cc
+//   co_await of a FiberFuture          FiberFutureAwaiter (the fiber runs on, detached)
 //   sleep / sleepUntil                 SleepDestroyTest.*, SleepDestroyDeathTest.* in
 //                                        test/coro/sleep_test.cc
 //   withTimeout (work and timer)       WithTimeoutDestroyTest.* (with_timeout_test.cc)
@@ -31,11 +31,10 @@
 //   races with other threads           Racing* (TSan): destroyed waiters leave a queue
 //                                        while another thread (or a fiber on a pool)
 //                                        serves the others
-//   a fiber parked in await()          not destroyable: a spawnFiber fiber is run to its
-//                                        end and a plain Fiber cannot await(); its
-//                                        awaiters are the ones above, on its stack, and a
-//                                        fiber unwound while a destructor awaits is in
-//                                        test/stackful/fiber_test.cc
+//   a fiber parked in await() (its     ParkedFiberIn* (mutex, semaphore, condition
+//     driver destroyed: the stack        variable, channel, select with timeout, sleep);
+//     unwinds, its future throws         a fiber unwound while a destructor awaits is in
+//     FiberDestroyed)                    test/stackful/await_test.cc
 //
 // A wait whose wake-up was already claimed (granted, delivered, cancelled: the resumption
 // is on its way) cannot be withdrawn: destroying it then is reported and aborts
@@ -64,6 +63,7 @@
 #include "coro/select.h"
 #include "coro/semaphore.h"
 #include "coro/shared_mutex.h"
+#include "coro/sleep.h"
 #include "coro/sync_await.h"
 #include "coro/try.h"
 #include "executors/thread_pool.h"
@@ -537,6 +537,135 @@ TEST_F(SuspendedDestructionTest, RacingChannelReceiversAndAFiberSender) {
   }
 }
 
+// Fibers: a spawnFiber fiber parked in a weft awaitable is destroyed with its driver,
+// when whoever holds the driver's handle destroys it instead of resuming it (here a test
+// awaitable that captured the handle earlier). The fiber's stack unwinds on the
+// destroying thread, the awaiters on it withdraw as a Lazy's do, and the fiber's future
+// reports FiberDestroyed.
+struct CaptureDriver {
+  std::atomic<void*>* driver;
+  // Executor-aware, so that await() hands it the driver itself (not a wrapper that
+  // resumes the fiber through its executor).
+  CaptureDriver coAwait(Executor* /*executor*/) && noexcept { return *this; }
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> h) const noexcept {
+    driver->store(h.address(), std::memory_order_release);
+    return false;  // does not suspend: the fiber goes on at once
+  }
+  void await_resume() const noexcept {}
+};
+
+// Runs `parkIn` (which parks the fiber in one await) in a fiber on a ThreadPool(1), waits
+// until the fiber is parked there, destroys its driver, and checks the future.
+template <class ParkIn>
+void destroyParkedFiber(ParkIn parkIn, bool& passed) {
+  ThreadPool pool(1, "parked");
+  std::atomic<void*> driver{nullptr};
+  FiberFuture<void> future = spawnFiber(&pool, [&] {
+    Counted onTheStack;
+    await(CaptureDriver{&driver});
+    parkIn();
+    passed = true;
+  });
+  // The pool's one worker runs the fiber until it parks, then this (FIFO).
+  std::atomic<bool> parked{false};
+  pool.schedule([&] {
+    parked.store(true);
+    parked.notify_one();
+  });
+  parked.wait(false);
+  ASSERT_NE(driver.load(std::memory_order_acquire), nullptr);
+  std::coroutine_handle<>::from_address(driver.load(std::memory_order_acquire)).destroy();
+  EXPECT_THROW(syncAwait(std::move(future)), FiberDestroyed);
+}
+
+TEST_F(SuspendedDestructionTest, ParkedFiberInMutexLock) {
+  Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  bool passed = false;
+  destroyParkedFiber([&] { await(mutex.lock()); }, passed);
+  mutex.unlock();
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
+  EXPECT_FALSE(passed);
+}
+
+TEST_F(SuspendedDestructionTest, ParkedFiberInSemaphoreAcquire) {
+  Semaphore semaphore(0);
+  bool passed = false;
+  destroyParkedFiber([&] { await(semaphore.acquire()); }, passed);
+  semaphore.release();
+  EXPECT_EQ(semaphore.available(), 1);
+  EXPECT_FALSE(passed);
+}
+
+TEST_F(SuspendedDestructionTest, ParkedFiberInConditionVariableWait) {
+  Mutex mutex;
+  ConditionVariable cv;
+  bool passed = false;
+  destroyParkedFiber(
+      [&] {
+        ScopedLock lock = await(mutex.scopedLock());
+        await(cv.wait(mutex, [] { return false; }));
+      },
+      passed);
+  EXPECT_TRUE(mutex.tryLock());  // the unwound ScopedLock released what it held
+  mutex.unlock();
+  EXPECT_FALSE(passed);
+}
+
+TEST_F(SuspendedDestructionTest, ParkedFiberInChannelReceiveAndSend) {
+  Channel<int> channel;
+  bool passed = false;
+  destroyParkedFiber([&] { (void)await(channel.receive()); }, passed);
+  EXPECT_FALSE(channel.trySend(1));
+  destroyParkedFiber([&] { await(channel.send(2)); }, passed);
+  EXPECT_FALSE(channel.tryReceive().has_value());
+  EXPECT_FALSE(passed);
+}
+
+TEST_F(SuspendedDestructionTest, ParkedFiberInSelectWithTimeout) {
+  Channel<int> a;
+  Channel<int> b;
+  bool passed = false;
+  destroyParkedFiber([&] { (void)await(select(a.receiveCase(), b.sendCase(3), timeoutCase(1h))); },
+                     passed);
+  EXPECT_FALSE(a.trySend(1));
+  EXPECT_FALSE(b.tryReceive().has_value());
+  EXPECT_FALSE(passed);
+}
+
+TEST_F(SuspendedDestructionTest, ParkedFiberInSleep) {
+  bool passed = false;
+  destroyParkedFiber([&] { await(sleep(1h)); }, passed);
+  EXPECT_FALSE(passed);
+}
+
+TEST_F(SuspendedDestructionTest, FiberFutureAwaiter) {
+  bool passed = false;
+  std::atomic<bool> fiberFinished{false};
+  {
+    ThreadPool pool(1, "fiber");
+    Event go;
+    FiberFuture<int> future = spawnFiber(&pool, [&] {
+      Counted onTheStack;
+      await(go.wait());
+      fiberFinished.store(true);
+      return 7;
+    });
+    {
+      Lazy<> doomed = suspended(owning([&]() -> Lazy<> {
+        Counted local;
+        (void)co_await std::move(future);
+        passed = true;
+      }));
+    }  // detaches the fiber: it runs on, and its completion resumes nobody
+    go.set();
+  }  // the pool drains: the fiber finishes and frees its state
+  EXPECT_TRUE(fiberFinished.load());
+  EXPECT_FALSE(passed);
+}
+
 // The rule's other half: a wait whose wake-up was claimed cannot be withdrawn. Here the
 // receiver's value was delivered and its resumption queued on an executor that has not
 // run it yet.
@@ -562,6 +691,25 @@ TEST(SuspendedDestructionDeathTest, ResumptionUnderWayIsReported) {
         waiter = Lazy<>();
       },
       "weft: a coroutine was destroyed while suspended in Mutex::lock\\(\\)");
+  EXPECT_DEATH(
+      {
+        test::ManualExecutor executor;
+        {
+          ThreadPool pool(1, "fiber");
+          Event go;
+          FiberFuture<int> future = spawnFiber(&pool, [&] {
+            await(go.wait());
+            return 7;
+          });
+          Lazy<> waiter = suspendedOn(&executor, owning([&]() -> Lazy<> {
+            (void)co_await std::move(future);
+          }));
+          go.set();
+          pool.shutdown();  // the fiber finished: the waiter's resumption is queued
+          waiter = Lazy<>();
+        }
+      },
+      "weft: a coroutine was destroyed while suspended in co_await of a FiberFuture");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <coroutine>
 #include <vector>
 
+#include "coro/sync_await.h"
 #include "executors/thread_pool.h"
 #include "stackful/fiber.h"
 #include "stackful/spawn_fiber.h"
@@ -58,24 +59,17 @@ struct NeverReady {
   int await_resume() const noexcept { return 1; }
 };
 
-// TODO(#15): a driver destroyed before its fiber finished never completes the fiber's
-// shared state (stackful/spawn_fiber.h), so the FiberFuture could never free it: it would
-// leak, and LeakSanitizer and valgrind would report that, which is not what these tests
-// are about. The futures are kept here instead, reachable until the process exits.
-std::vector<FiberFuture<void>>& keptFutures() {
-  static auto* kept = new std::vector<FiberFuture<void>>();
-  return *kept;
-}
-
 // Spawns `body` (which ends parked in ParkForGood) on a fresh pool, waits until it is
-// parked, then destroys its driver from this thread: the fiber unwinds here.
+// parked, then destroys its driver from this thread: the fiber unwinds here, and its
+// future reports that it will never finish.
 template <class Body>
 void spawnParkAndTearDown(std::size_t threads, Body body) {
   ThreadPool pool(threads, "teardown");
   std::atomic<void*> driver{nullptr};
-  keptFutures().push_back(spawnFiber(&pool, [&] { body(driver); }));
+  FiberFuture<void> future = spawnFiber(&pool, [&] { body(driver); });
   driver.wait(nullptr, std::memory_order_acquire);
   std::coroutine_handle<>::from_address(driver.load(std::memory_order_acquire)).destroy();
+  EXPECT_THROW(syncAwait(std::move(future)), FiberDestroyed);
 }
 
 TEST(AwaitTest, YieldInADestructorOfATornDownFiberReturnsAtOnce) {
