@@ -312,15 +312,19 @@ class [[nodiscard]] FiberFuture {
     bool await_suspend(std::coroutine_handle<> awaiting) noexcept {
       state_->awaiter_ = awaiting;
       state_->awaiterExecutor_ = executor_;
-      // Set before the exchange: once it succeeds we may be resumed on another thread.
+      // Set before the exchange: once it succeeds we may be resumed on another thread,
+      // and nothing of the awaiter may be written here afterwards.
       suspended_ = true;
       int expected = detail::SpawnState<T>::kRunning;
       // acq_rel: release publishes the handle to complete(); on failure (the fiber just
       // finished) acquire makes its result visible, and we continue without suspending.
-      suspended_ = state_->state_.compare_exchange_strong(
-          expected, detail::SpawnState<T>::kAwaiting, std::memory_order_acq_rel,
-          std::memory_order_acquire);
-      return suspended_;
+      if (state_->state_.compare_exchange_strong(expected, detail::SpawnState<T>::kAwaiting,
+                                                 std::memory_order_acq_rel,
+                                                 std::memory_order_acquire)) {
+        return true;
+      }
+      suspended_ = false;
+      return false;
     }
     T await_resume() {
       suspended_ = false;

@@ -645,8 +645,8 @@ TEST_F(SuspendedDestructionTest, FiberFutureAwaiter) {
   bool passed = false;
   std::atomic<bool> fiberFinished{false};
   {
+    Event go;  // outlives the pool, which drains the fiber as it is destroyed
     ThreadPool pool(1, "fiber");
-    Event go;
     FiberFuture<int> future = spawnFiber(&pool, [&] {
       Counted onTheStack;
       await(go.wait());
@@ -695,8 +695,8 @@ TEST(SuspendedDestructionDeathTest, ResumptionUnderWayIsReported) {
       {
         test::ManualExecutor executor;
         {
-          ThreadPool pool(1, "fiber");
           Event go;
+          ThreadPool pool(1, "fiber");
           FiberFuture<int> future = spawnFiber(&pool, [&] {
             await(go.wait());
             return 7;
