@@ -4,15 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <coroutine>
-#include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <type_traits>
 
 #include "coro/cancellation.h"
+#include "coro/detail/via_awaiter.h"
 #include "executors/detail/timer_queue.h"
 #include "executors/executor.h"
 
@@ -22,15 +20,13 @@ namespace detail {
 
 using SleepClock = std::chrono::steady_clock;
 
-// A NaN duration or time point has no place in time: rejected rather than turned into
-// some deadline by an undefined float-to-integer conversion.
+// A NaN duration or time point has no place in time: rejected (std::invalid_argument
+// with `message`) rather than turned into some deadline by an undefined float-to-integer
+// conversion.
 template <class Rep, class Period>
-void rejectNaN(std::chrono::duration<Rep, Period> d, const char* what) {
+void rejectNaN(std::chrono::duration<Rep, Period> d, const char* message) {
   if constexpr (std::chrono::treat_as_floating_point_v<Rep>) {
-    if (d.count() != d.count()) {
-      throw std::invalid_argument(std::string("weft: ") + what + " of a NaN " +
-                                  (std::string_view(what) == "sleep" ? "duration" : "time point"));
-    }
+    if (d.count() != d.count()) throw std::invalid_argument(message);
   }
 }
 
@@ -39,7 +35,7 @@ void rejectNaN(std::chrono::duration<Rep, Period> d, const char* what) {
 template <class Rep, class Period>
 SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d,
                                      SleepClock::time_point now) {
-  rejectNaN(d, "sleep");
+  rejectNaN(d, "weft: sleep of a NaN duration");
   if (d <= d.zero()) return now;  // also -infinity
   // Compared in floating point, so no unit conversion can overflow: anything longer than
   // half the clock's remaining range (about 146 years) is "forever" (so is +infinity).
@@ -58,7 +54,7 @@ SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d) {
 // difference computed without overflow. Throws std::invalid_argument for a NaN `at`.
 template <class Clock, class Duration>
 SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
-  rejectNaN(at.time_since_epoch(), "sleepUntil");
+  rejectNaN(at.time_since_epoch(), "weft: sleepUntil of a NaN time point");
   using Seconds = std::chrono::duration<double>;
   if constexpr (std::is_same_v<Clock, SleepClock>) {
     // Used as is (no second reading of the clock moves it), once it is known to be
@@ -86,19 +82,6 @@ SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
     }
     return deadlineAfter(Seconds(atSeconds - nowSeconds));
   }
-}
-
-// The message has the wording of every weft awaitable's (docs/concurrency.md, "Destroying
-// a suspended coroutine"), naming what claimed the wake-up. noexcept: nobody to report to,
-// and going on would be a use-after-free.
-[[noreturn]] inline void abortSleepDestroyedWhileResuming(bool cancelled) noexcept {
-  std::fprintf(stderr,
-               "weft: a coroutine was destroyed while suspended in sleep() after its wake-up "
-               "had been claimed (%s: its resumption was already under way); destroy only "
-               "coroutines that nothing is about to resume, and cancel the others instead\n",
-               cancelled ? "its cancellation had been delivered"
-                         : "its timer had fired, or its executor had ended it");
-  std::abort();
 }
 
 // The awaiter of a sleep. Lives in the sleeping coroutine's frame, and so does its timer
@@ -200,7 +183,9 @@ class SleepAwaiter {
       if (timer_.dropped) return;
       // The timer fired or the cancellation won: the coroutine's resumption is on its way
       // (queued on its executor, or running).
-      abortSleepDestroyedWhileResuming(cancelled_);
+      abortDestroyedWhileResuming(
+          "sleep()", cancelled_ ? "its cancellation had been delivered"
+                                : "its timer had fired, or its executor had ended it");
     }
     // Disarmed: the cancellation callback, if it runs now on another thread, finds the
     // timer gone and does nothing; reset() waits for it and deregisters it.

@@ -42,13 +42,15 @@ using AwaiterOf = decltype(getAwaiter(std::declval<A>()));
 // cancellation taken): its resumption is already on its way and would run a freed frame.
 // Destroying a suspended coroutine is sound only while nothing is about to resume it (its
 // awaiter then withdraws the wait); work that others may wake is stopped by cancelling it.
+// `claimedBy`, when given, says what claimed the wake-up (it heads the parenthesis).
 // noexcept: there is nobody to report to, and going on would be a use-after-free.
-[[noreturn]] inline void abortDestroyedWhileResuming(const char* awaitable) noexcept {
+[[noreturn]] inline void abortDestroyedWhileResuming(const char* awaitable,
+                                                     const char* claimedBy = nullptr) noexcept {
   std::fprintf(stderr,
                "weft: a coroutine was destroyed while suspended in %s after its wake-up had "
-               "been claimed (its resumption was already under way); destroy only coroutines "
-               "that nothing is about to resume, and cancel the others instead\n",
-               awaitable);
+               "been claimed (%s%sits resumption was already under way); destroy only "
+               "coroutines that nothing is about to resume, and cancel the others instead\n",
+               awaitable, claimedBy != nullptr ? claimedBy : "", claimedBy != nullptr ? ": " : "");
   std::abort();
 }
 
