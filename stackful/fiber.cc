@@ -284,8 +284,6 @@ void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
 }
 #endif
 
-void FiberCore::suspend() { switchOut(prepareSuspend()); }
-
 namespace {
 
 // exchangeNextHandle's filter for a yield on ThreadPool(1): accepts a suspended fiber's

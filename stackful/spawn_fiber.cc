@@ -13,10 +13,11 @@
 // into the fiber (RunFiber), from the thread's stack; the driver is suspended the whole
 // time the fiber runs, so its handle may be handed out while the fiber still runs.
 //
-// A fiber parks (await(x), this_fiber::yield()) in FiberCore::suspend(). Its awaiter
-// must not see the driver's handle before the fiber is off its stack (another thread
-// could resume it at once), so the park is acted on after the switch (actOnPark): the
-// awaiter's await_suspend gets the driver's handle, or the driver is requeued.
+// A fiber parks (await(x), this_fiber::yield()) in FiberCore::prepareSuspend() and
+// switchOut(). Its awaiter must not see the driver's handle before the fiber is off its
+// stack (another thread could resume it at once), so the park is acted on after the
+// switch (actOnPark): the awaiter's await_suspend gets the driver's handle, or the driver
+// is requeued.
 //  - The plain way: the fiber switches back to the thread's stack, where the driver's
 //    RunFiber::await_suspend acts on the park and returns to the executor's loop, which
 //    resumes the next driver, which switches into its fiber: two switches per park.

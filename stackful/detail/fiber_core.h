@@ -111,7 +111,7 @@ class FiberCore {
 #endif
   }
   // resume() for the fibers of spawnFiber, which may hand the thread straight to another
-  // such fiber when they park (suspend()): runs this fiber, and returns the fiber that
+  // such fiber when they park (prepareSuspend()): runs this fiber, and returns the fiber that
   // switched back to this point (this one, or the last of a chain of hand-offs), parked
   // or finished, with the resuming side restored. After the switch nothing of `this` is
   // touched: once a fiber handed the thread on, another thread may already run it.
@@ -138,18 +138,17 @@ class FiberCore {
   // a fiber may continue on another thread, and a thread_local's address computed before
   // a switch must not be reused after it.
   static FiberCore* current() noexcept;
-  // Suspends the running fiber (this one) until it is resumed; returns then, possibly on
-  // another thread. When the fiber is being destroyed: refuseParkWhileUnwinding().
-  // A fiber of spawnFiber whose park allows it (AwaitLink::mayHandOff) first takes the
-  // next coroutine of its executor's queue on this thread: if that is another such
-  // fiber's driver, it switches straight to that fiber (one switch instead of two, and
-  // no trip through the executor's loop); the park is then acted on from that fiber's
-  // stack. Otherwise it switches back to whoever resumed it, leaving what it took in
-  // AwaitLink::pending.
-  void suspend();
-
-  // suspend() in two halves, so that callers on hot paths (await(), this_fiber::yield())
-  // make the switch in their own frame, as resume() does: prepareSuspend() (out of line:
+  // Suspending the running fiber (this one) until it is resumed, after which it goes on,
+  // possibly on another thread. When the fiber is being destroyed:
+  // refuseParkWhileUnwinding(). A fiber of spawnFiber whose park allows it
+  // (AwaitLink::mayHandOff) first takes the next coroutine of its executor's queue on
+  // this thread: if that is another such fiber's driver, it switches straight to that
+  // fiber (one switch instead of two, and no trip through the executor's loop); the park
+  // is then acted on from that fiber's stack. Otherwise it switches back to whoever
+  // resumed it, leaving what it took in AwaitLink::pending.
+  //
+  // It is done in two halves, so that its callers (await(), this_fiber::yield()) make the
+  // switch in their own frame, as resume() does: prepareSuspend() (out of line:
   // it reads thread_locals, which must not be cached across a switch in the caller's
   // frame) marks this running fiber suspended, decides where it goes and does the
   // bookkeeping of a hand-off; then switchOut() makes the switch and, once the fiber is
