@@ -138,7 +138,8 @@ collectAnyTuple(Lazy<T>... branches) {
   const std::size_t winner = barrier.winner();
   if constexpr (kKeepAll) {
     co_return CollectAnyNoDiscardResult<T...>{
-        winner, std::tuple<Try<T>...>(std::move(LazyAccess::handle(branches).promise().result_)...)};
+        winner,
+        std::tuple<Try<T>...>(std::move(LazyAccess::handle(branches).promise().result_)...)};
   } else {
     std::variant<Try<T>...> result;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -156,9 +157,9 @@ template <bool kKeepAll, class T>
 Lazy<std::conditional_t<kKeepAll, CollectAnyNoDiscardRangeResult<T>, CollectAnyResult<T>>>
 collectAnyRange(std::vector<Lazy<T>> branches) {
   if (branches.empty()) {
-    throw std::invalid_argument(kKeepAll
-                                    ? "weft: collectAnyNoDiscard of an empty range (no branch can win)"
-                                    : "weft: collectAny of an empty range (no branch can win)");
+    throw std::invalid_argument(
+        kKeepAll ? "weft: collectAnyNoDiscard of an empty range (no branch can win)"
+                 : "weft: collectAny of an empty range (no branch can win)");
   }
   Executor* executor = co_await currentExecutor();
   const CancellationToken* parent = co_await CurrentCancellationTokenPointer{};
@@ -181,8 +182,8 @@ collectAnyRange(std::vector<Lazy<T>> branches) {
     }
     co_return result;
   } else {
-    co_return CollectAnyResult<T>{winner,
-                                  std::move(LazyAccess::handle(branches[winner]).promise().result_)};
+    co_return CollectAnyResult<T>{
+        winner, std::move(LazyAccess::handle(branches[winner]).promise().result_)};
   }
 }
 

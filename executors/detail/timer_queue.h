@@ -82,9 +82,9 @@ class TimerQueue {
 
   // Refuses every later add(), stops and joins the thread. With `deliverPending`, every
   // entry still armed is then delivered, with `shutDown` set, on the calling thread;
-  // otherwise they are dropped (with `dropped` set). Idempotent; concurrent calls all return after the thread
-  // has stopped (called from code running on the timer thread itself, it returns at once
-  // and the thread ends when that code returns).
+  // otherwise they are dropped (with `dropped` set). Idempotent; concurrent calls all
+  // return after the thread has stopped (called from code running on the timer thread
+  // itself, it returns at once and the thread ends when that code returns).
   // noexcept: see ThreadPool's noexcept notes; only a system error on the mutex could
   // fail here.
   void stop(bool deliverPending) noexcept;

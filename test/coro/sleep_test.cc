@@ -692,10 +692,12 @@ TEST(SleepTimeEdgeTest, ANaNDurationOrTimePointThrowsInvalidArgument) {
   EXPECT_THROW(syncAwait(awaitOnce(sleep(duration<float, std::milli>(std::nanf(""))))),
                std::invalid_argument);
   EXPECT_THROW(
-      syncAwait(awaitOnce(sleepUntil(time_point<steady_clock, duration<double>>(duration<double>(nan))))),
+      syncAwait(awaitOnce(
+          sleepUntil(time_point<steady_clock, duration<double>>(duration<double>(nan))))),
       std::invalid_argument);
   EXPECT_THROW(
-      syncAwait(awaitOnce(sleepUntil(time_point<system_clock, duration<double>>(duration<double>(nan))))),
+      syncAwait(awaitOnce(
+          sleepUntil(time_point<system_clock, duration<double>>(duration<double>(nan))))),
       std::invalid_argument);
   try {
     syncAwait(awaitOnce(sleep(duration<double>(nan))));

@@ -152,7 +152,9 @@ TEST(WithTimeoutTest, WorkThatFinishesWithAValueAfterTheTimeoutReturnsIt) {
   Watchdog watchdog(60s, "WithTimeoutTest.WorkThatFinishesWithAValueAfterTheTimeout");
   EXPECT_EQ(syncAwait(withTimeout(finishesAfterItsCancellation(7), 1ms)), 7);
   ThreadPool pool(2);
-  auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(finishesAfterItsCancellation(8), 1ms); };
+  auto body = [&]() -> Lazy<int> {
+    co_return co_await withTimeout(finishesAfterItsCancellation(8), 1ms);
+  };
   EXPECT_EQ(syncAwait(body().via(&pool)), 8);
   EXPECT_EQ(Counted::alive(), 0);
 }
