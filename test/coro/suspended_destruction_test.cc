@@ -19,7 +19,8 @@
 //     and wait(m, predicate)             as the code around the wait believes it is)
 //   Channel::receive / send            ChannelReceiver, ChannelSender, BufferedChannel*
 //   select (with and without timeout)  SelectWaiter, SelectWithTimeoutWaiter
-//   collectAll / collectAllWindowed    CollectAllOfWaiters, CollectAllWindowedOfWaiters
+//   collectAll / collectAllWindowed    CollectAllOfWaiters, CollectAllWindowedOfWaiters,
+//     / collectAllFailFast               CollectAllFailFastOfWaiters
 //   collectAny (channel branches)      CollectAnyOfWaiters
 //   AsyncGenerator::next               AsyncGeneratorConsumer
 //   co_await of a FiberFuture          FiberFutureAwaiter (the fiber runs on, detached)
@@ -402,6 +403,29 @@ TEST_F(SuspendedDestructionTest, CollectAllWindowedOfWaiters) {
   }
   semaphore.release(3);
   EXPECT_EQ(semaphore.available(), 3);
+  EXPECT_FALSE(passed);
+}
+
+TEST_F(SuspendedDestructionTest, CollectAllFailFastOfWaiters) {
+  ThreadPool pool(1);
+  Channel<int> channel;
+  Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  bool passed = false;
+  {
+    Lazy<> doomed = suspendedOn(&pool, owning([&]() -> Lazy<> {
+      Counted local;
+      co_await collectAllFailFast(
+          [&]() -> Lazy<std::optional<int>> { co_return co_await channel.receive(); }(),
+          []() -> Lazy<> { co_await sleep(1h); }(),
+          [&]() -> Lazy<> { co_await mutex.lock(); }());
+      passed = true;
+    }));
+  }
+  EXPECT_FALSE(channel.trySend(1));
+  mutex.unlock();
+  EXPECT_TRUE(mutex.tryLock());
+  mutex.unlock();
   EXPECT_FALSE(passed);
 }
 
