@@ -11,6 +11,7 @@ endfunction()
 set(WEFT_LAYER_executors executors)
 set(WEFT_LAYER_coro coro executors)
 set(WEFT_LAYER_stackful stackful coro executors)
+set(WEFT_LAYER_io io coro executors)
 
 # weft_default_fiber_backend(<backend-var> <arch-var>): the default WEFT_FIBER_BACKEND
 # for the target platform, and the <arch>_<abi> part of the names of its switch-core
@@ -82,6 +83,10 @@ function(weft_add_header_check target)
     if(TARGET weft_${module})
       target_compile_definitions(${target}_${module} PRIVATE
           $<TARGET_PROPERTY:weft_${module},INTERFACE_COMPILE_DEFINITIONS>)
+      if(module STREQUAL "executors" AND TARGET weft_liburing)
+        target_include_directories(${target}_${module} SYSTEM PRIVATE
+            $<TARGET_PROPERTY:weft_liburing,INTERFACE_INCLUDE_DIRECTORIES>)
+      endif()
       if(module STREQUAL "stackful" AND TARGET Boost::context)
         target_include_directories(${target}_${module} SYSTEM PRIVATE
             $<TARGET_PROPERTY:Boost::context,INTERFACE_INCLUDE_DIRECTORIES>)
