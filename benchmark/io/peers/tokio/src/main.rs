@@ -15,14 +15,16 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 async fn echo(mut s: TcpStream, timeout: Option<Duration>) {
-    let mut buf = vec![0u8; 64 * 1024];
+    // read_buf fills the spare capacity: an idle connection's 64 KiB are never touched.
+    let mut buf = Vec::with_capacity(64 * 1024);
     loop {
+        buf.clear();
         let n = match timeout {
-            Some(t) => match tokio::time::timeout(t, s.read(&mut buf)).await {
+            Some(t) => match tokio::time::timeout(t, s.read_buf(&mut buf)).await {
                 Ok(r) => r,
                 Err(_) => return, // deadline passed: close
             },
-            None => s.read(&mut buf).await,
+            None => s.read_buf(&mut buf).await,
         };
         match n {
             Ok(0) | Err(_) => return,

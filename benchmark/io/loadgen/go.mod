@@ -1,0 +1,3 @@
+module weft/benchmark/io/loadgen
+
+go 1.22

@@ -1,0 +1,379 @@
+// loadgen: the bounded TCP load generator of benchmark/io/run.sh. It talks only to the
+// address it is given (127.0.0.1 in run.sh), stops by itself after -warmup + -duration,
+// and prints one JSON line.
+//
+//	loadgen -mode pingpong -addr 127.0.0.1:9000 -conns 100 -size 64 -duration 5s -warmup 1s
+//	    each connection sends -size bytes and waits for the whole echo before the next;
+//	    round trips and their latency (log-linear histogram, 1/64 relative precision)
+//	    are counted in the measured window only
+//	loadgen -mode stream -conns 4 ...
+//	    each connection writes 64 KiB chunks and reads with a 64 KiB buffer, continuously;
+//	    bytes echoed back per second
+//	loadgen -mode idle -conns 10000 -duration 5s ...
+//	    opens the connections, sends -size bytes on each and reads the echo, then keeps
+//	    them idle for -duration; reports how many the server kept open
+//
+// -pids 12,34: the server's processes. Their CPU time (utime+stime from /proc/<pid>/stat)
+// is read at the start and the end of the measured window, and their VmRSS (idle mode:
+// before the connections are opened and once they all are idle).
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/bits"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ---- latency histogram: values below 64 ns exact, then 64 buckets per power of two ----
+
+const subBuckets = 64
+
+type histogram struct {
+	counts [64 * subBuckets]atomic.Uint64
+}
+
+func bucketOf(ns uint64) int {
+	if ns < subBuckets {
+		return int(ns)
+	}
+	shift := bits.Len64(ns) - 7 // keep the top 7 bits: 64..127
+	return (shift+1)*subBuckets + int(ns>>shift) - subBuckets
+}
+
+func bucketValue(i int) float64 { // the middle of bucket i, in ns
+	if i < subBuckets {
+		return float64(i)
+	}
+	shift := i/subBuckets - 1
+	low := uint64(i%subBuckets+subBuckets) << shift
+	return float64(low) + float64(uint64(1)<<shift)/2
+}
+
+func (h *histogram) record(d time.Duration) { h.counts[bucketOf(uint64(d))].Add(1) }
+
+func (h *histogram) quantile(q float64) float64 {
+	var total uint64
+	for i := range h.counts {
+		total += h.counts[i].Load()
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(q*float64(total-1)) + 1
+	var seen uint64
+	for i := range h.counts {
+		seen += h.counts[i].Load()
+		if seen >= rank {
+			return bucketValue(i)
+		}
+	}
+	return 0
+}
+
+// ---- the server's processes, from /proc ----
+
+func cpuSeconds(pids []int) float64 {
+	var ticks float64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (which may hold spaces): utime and stime are the
+		// 14th and 15th fields of the line, the 12th and 13th after ") ".
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		u, _ := strconv.ParseFloat(f[11], 64)
+		s, _ := strconv.ParseFloat(f[12], 64)
+		ticks += u + s
+	}
+	return ticks / 100 // USER_HZ is 100 on Linux
+}
+
+func rssKiB(pids []int) int64 {
+	var total int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "VmRSS:") {
+				v, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+				total += v
+			}
+		}
+	}
+	return total
+}
+
+func alive(pids []int) bool {
+	for _, pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// ---- the modes ----
+
+type result struct {
+	Mode         string  `json:"mode"`
+	Conns        int     `json:"conns"`
+	Size         int     `json:"size"`
+	Seconds      float64 `json:"seconds"`
+	Requests     uint64  `json:"requests,omitempty"`
+	RPS          float64 `json:"rps,omitempty"`
+	P50us        float64 `json:"p50_us,omitempty"`
+	P99us        float64 `json:"p99_us,omitempty"`
+	Bytes        uint64  `json:"bytes,omitempty"`
+	MBps         float64 `json:"mb_per_s,omitempty"`
+	ServerCPU    float64 `json:"server_cpu_s"`
+	RSSBeforeKiB int64   `json:"rss_before_kib,omitempty"`
+	RSSIdleKiB   int64   `json:"rss_idle_kib,omitempty"`
+	StillOpen    int     `json:"still_open"`
+	Errors       int64   `json:"errors"`
+	FirstError   string  `json:"first_error,omitempty"`
+	ServerAlive  bool    `json:"server_alive"`
+}
+
+var (
+	measuring atomic.Bool // inside the measured window
+	stopped   atomic.Bool // past it
+	errCount  atomic.Int64
+	firstErr  atomic.Value
+)
+
+func fail(err error) {
+	if errCount.Add(1) == 1 {
+		firstErr.Store(err.Error())
+	}
+}
+
+func dialAll(addr string, n int) ([]net.Conn, error) {
+	conns := make([]net.Conn, 0, n)
+	for i := 0; i < n; i++ {
+		var c net.Conn
+		var err error
+		for try := 0; try < 50; try++ { // the listen backlog may be full for a moment
+			if c, err = net.DialTimeout("tcp4", addr, 2*time.Second); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, fmt.Errorf("connection %d of %d: %w", i+1, n, err)
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+// window runs warm-up then the measured window, reading the server's CPU around it.
+func window(warmup, duration time.Duration, pids []int, r *result) {
+	time.Sleep(warmup)
+	cpu0 := cpuSeconds(pids)
+	t0 := time.Now()
+	measuring.Store(true)
+	time.Sleep(duration)
+	measuring.Store(false)
+	stopped.Store(true)
+	r.Seconds = time.Since(t0).Seconds()
+	r.ServerCPU = cpuSeconds(pids) - cpu0
+}
+
+func pingpong(conns []net.Conn, size int, warmup, duration time.Duration, pids []int, r *result) {
+	var h histogram
+	var total atomic.Uint64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func(c net.Conn) {
+			defer wg.Done()
+			out := make([]byte, size)
+			in := make([]byte, size)
+			var n uint64
+			for !stopped.Load() {
+				t := time.Now()
+				_, err := c.Write(out)
+				if err == nil {
+					_, err = io.ReadFull(c, in)
+				}
+				if err != nil {
+					if !stopped.Load() {
+						fail(err)
+					}
+					break
+				}
+				if measuring.Load() {
+					h.record(time.Since(t))
+					n++
+				}
+			}
+			total.Add(n)
+		}(c)
+	}
+	window(warmup, duration, pids, r)
+	for _, c := range conns { // unblocks whoever still waits for an echo
+		c.SetDeadline(time.Now())
+	}
+	wg.Wait()
+	r.Requests = total.Load()
+	r.RPS = float64(r.Requests) / r.Seconds
+	r.P50us = h.quantile(0.50) / 1e3
+	r.P99us = h.quantile(0.99) / 1e3
+}
+
+func stream(conns []net.Conn, warmup, duration time.Duration, pids []int, r *result) {
+	var total atomic.Uint64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(2)
+		go func(c net.Conn) {
+			defer wg.Done()
+			out := make([]byte, 64*1024)
+			for !stopped.Load() {
+				if _, err := c.Write(out); err != nil {
+					if !stopped.Load() {
+						fail(err)
+					}
+					return
+				}
+			}
+		}(c)
+		go func(c net.Conn) {
+			defer wg.Done()
+			in := make([]byte, 64*1024)
+			var n uint64
+			for !stopped.Load() {
+				k, err := c.Read(in)
+				if measuring.Load() {
+					n += uint64(k)
+				}
+				if err != nil {
+					if !stopped.Load() {
+						fail(err)
+					}
+					break
+				}
+			}
+			total.Add(n)
+		}(c)
+	}
+	window(warmup, duration, pids, r)
+	for _, c := range conns {
+		c.SetDeadline(time.Now())
+	}
+	wg.Wait()
+	r.Bytes = total.Load()
+	r.MBps = float64(r.Bytes) / r.Seconds / 1e6
+}
+
+func idle(addr string, n, size int, duration time.Duration, pids []int, r *result) {
+	r.RSSBeforeKiB = rssKiB(pids)
+	conns, err := dialAll(addr, n)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	msg := make([]byte, size)
+	in := make([]byte, size)
+	for _, c := range conns {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(msg); err != nil {
+			fail(err)
+			continue
+		}
+		if _, err := io.ReadFull(c, in); err != nil {
+			fail(err)
+		}
+		c.SetDeadline(time.Time{})
+	}
+	// One blocked read per connection notices a close by the server; nothing is sent.
+	var closed atomic.Int64
+	for _, c := range conns {
+		go func(c net.Conn) {
+			var b [1]byte
+			if _, err := c.Read(b[:]); err != nil && !stopped.Load() {
+				closed.Add(1)
+			}
+		}(c)
+	}
+	time.Sleep(500 * time.Millisecond) // let the server settle before its RSS is read
+	r.RSSIdleKiB = rssKiB(pids)
+	cpu0 := cpuSeconds(pids)
+	t0 := time.Now()
+	time.Sleep(duration)
+	r.Seconds = time.Since(t0).Seconds()
+	r.ServerCPU = cpuSeconds(pids) - cpu0
+	stopped.Store(true)
+	r.StillOpen = len(conns) - int(closed.Load())
+}
+
+func main() {
+	mode := flag.String("mode", "pingpong", "pingpong, stream or idle")
+	addr := flag.String("addr", "127.0.0.1:9000", "server address")
+	nconns := flag.Int("conns", 1, "connections")
+	size := flag.Int("size", 64, "message size in bytes (pingpong, idle)")
+	duration := flag.Duration("duration", 5*time.Second, "measured window (idle: idle time)")
+	warmup := flag.Duration("warmup", time.Second, "warm-up before the measured window")
+	pidList := flag.String("pids", "", "comma-separated pids of the server's processes")
+	flag.Parse()
+
+	var pids []int
+	for _, p := range strings.Split(*pidList, ",") {
+		if v, err := strconv.Atoi(strings.TrimSpace(p)); err == nil {
+			pids = append(pids, v)
+		}
+	}
+	r := result{Mode: *mode, Conns: *nconns, Size: *size}
+	switch *mode {
+	case "pingpong", "stream":
+		conns, err := dialAll(*addr, *nconns)
+		if err != nil {
+			fail(err)
+			break
+		}
+		if *mode == "pingpong" {
+			pingpong(conns, *size, *warmup, *duration, pids, &r)
+		} else {
+			stream(conns, *warmup, *duration, pids, &r)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		r.StillOpen = len(conns) - int(errCount.Load())
+	case "idle":
+		idle(*addr, *nconns, *size, *duration, pids, &r)
+	default:
+		fail(errors.New("unknown -mode " + *mode))
+	}
+	r.Errors = errCount.Load()
+	if e, ok := firstErr.Load().(string); ok {
+		r.FirstError = e
+	}
+	r.ServerAlive = len(pids) == 0 || alive(pids)
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+	if r.Errors > 0 && r.Requests == 0 && r.Bytes == 0 && r.StillOpen == 0 {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,3 @@
+module weft/benchmark/io/peers/go
+
+go 1.22
