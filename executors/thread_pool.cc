@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "executors/detail/work_stealing_queue.h"
+#include "executors/io_loop.h"
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -114,9 +115,14 @@ struct alignas(64) ThreadPoolWorker {
   WorkStealingQueue queue;  // used when the pool has several workers
   // 1 when the worker has been woken (or told to exit); it waits while it is 0.
   std::atomic<std::uint32_t> wakeToken{0};
-  bool inIdle = false;  // guarded by ThreadPool::idleMutex_
-  bool parked = false;  // guarded by ThreadPool::idleMutex_
-  std::uint64_t rng;    // owner only
+  bool inIdle = false;        // guarded by ThreadPool::idleMutex_
+  bool parked = false;        // guarded by ThreadPool::idleMutex_
+  bool parkedInLoop = false;  // guarded by ThreadPool::idleMutex_: sleeps in loop->run()
+  std::uint64_t rng;          // owner only
+  // The worker's event loop, created by its first I/O (IoLoop::current()); written by
+  // the worker only, read under idleMutex_ by wakers when parkedInLoop is set.
+  std::unique_ptr<IoLoop> loop;
+  std::uint32_t itemsSincePoll = 0;  // owner only
   std::thread thread;
 };
 
@@ -127,6 +133,25 @@ namespace {
 // The worker running on this thread, if any.
 thread_local detail::ThreadPoolWorker* tlWorker = nullptr;
 
+// What findWork returns after it ran I/O completions while parked in the worker's loop:
+// no item, but the worker is not out of work (the completions may have queued some).
+// 2 is no frame address and not a job (bit 0 clear).
+const detail::WorkItem kRanCompletions = detail::WorkItem::fromBits(2);
+
+std::size_t requireThreads(std::size_t threads) {
+  if (threads == 0) throw std::invalid_argument("weft: a ThreadPool needs at least one thread");
+  return threads;
+}
+
+std::size_t effectiveThreads(std::size_t threads) noexcept {
+  return threads == 0 ? ThreadPool::defaultThreadCount() : threads;
+}
+
+// A worker with I/O in flight polls its loop (without waiting) after this many items, so
+// that completions and queued submissions are not held back by a long queue. Prime, as
+// tokio's, so that it does not beat in step with periodic work.
+constexpr std::uint32_t kItemsPerIoPoll = 61;
+
 // A searcher sweeps this many rounds (yielding the CPU between them) before it goes to
 // sleep: long enough to catch the next item of a steady stream without a futex round
 // trip, short enough that an idle pool goes quiet within microseconds.
@@ -135,10 +160,14 @@ constexpr int kSearchRounds = 4;
 }  // namespace
 
 ThreadPool::ThreadPool(std::size_t threads, std::string name)
-    : Executor(std::move(name)),
-      solo_(threads == 1),
+    : ThreadPool(ThreadPoolOptions{requireThreads(threads), std::move(name), IoBackendChoice::kAuto}) {}
+
+ThreadPool::ThreadPool(ThreadPoolOptions options)
+    : Executor(std::move(options.name)),
+      solo_(effectiveThreads(options.threads) == 1),
+      ioBackend_(IoLoop::resolveBackend(options.ioBackend)),
       timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this) {
-  if (threads == 0) throw std::invalid_argument("weft: a ThreadPool needs at least one thread");
+  const std::size_t threads = effectiveThreads(options.threads);
   if (solo_) setSoloRunQueue(&soloRun_);
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
@@ -170,6 +199,16 @@ ThreadPool* ThreadPool::current() noexcept {
 
 bool ThreadPool::currentThreadInExecutor() const noexcept {
   return tlWorker != nullptr && tlWorker->pool == this;
+}
+
+IoBackend ThreadPool::ioBackend() const noexcept { return ioBackend_; }
+
+IoLoop* ThreadPool::makeWorkerLoop(void* worker) {
+  auto* self = static_cast<Worker*>(worker);
+  self->loop = IoLoop::create(self->pool->ioBackend_ == IoBackend::kIoUring
+                                  ? IoBackendChoice::kIoUring
+                                  : IoBackendChoice::kEpoll);
+  return self->loop.get();
 }
 
 void ThreadPool::scheduleTimer(detail::TimerEntry& timer) {
@@ -373,6 +412,7 @@ void ThreadPool::workerMain(Worker& self) {
     pthread_setname_np(pthread_self(), threadName.c_str());
   }
 #endif
+  IoLoop::setCurrentFactory(&ThreadPool::makeWorkerLoop, &self);
   for (;;) {
     detail::WorkItem item;
     // Relaxed: a stale zero only lets one more queued item run before a due timer; the
@@ -380,9 +420,19 @@ void ThreadPool::workerMain(Worker& self) {
     if (timerDueSize_.load(std::memory_order_relaxed) != 0) [[unlikely]]
       item = takeDueTimer();
     if (item.empty()) item = popLocal(self);
+    if (self.loop != nullptr) [[unlikely]] {
+      // I/O: out of queued work, or every kItemsPerIoPoll items, hand the queued
+      // submissions to the kernel and run the completions that are there (no waiting).
+      if ((item.empty() || ++self.itemsSincePoll == kItemsPerIoPoll) && self.loop->hasWork()) {
+        self.itemsSincePoll = 0;
+        const std::size_t ran = self.loop->run(0);
+        if (item.empty() && ran != 0) continue;
+      }
+    }
     if (item.empty()) {
       item = findWork(self);
       if (item.empty()) break;  // the pool is closed
+      if (item.bits() == kRanCompletions.bits()) continue;
     }
     try {
       item.run();
@@ -390,6 +440,8 @@ void ThreadPool::workerMain(Worker& self) {
       detail::reportEscapedException(name());
     }
   }
+  IoLoop::setCurrentFactory(nullptr, nullptr);
+  self.loop.reset();  // nothing in flight: the pool closed with every worker parked idle
   tlWorker = nullptr;
   detail::SoloRunQueue::unbind();
 }
@@ -469,13 +521,47 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
       return item;
     }
 
+    // A worker with I/O in flight sleeps in its event loop, so that a completion wakes it
+    // as well as a waker (wakeSleeper writes the loop's eventfd). It does not count as
+    // parked: the pool cannot close while it has I/O in flight. Once shutdown() has
+    // begun, it first cancels that I/O (each operation completes with loopShutDown set,
+    // and its awaiter throws ExecutorShutDown), so that the coroutines unwind and close
+    // their sockets, and the pool can drain.
+    bool parkInLoop = false;
+    bool stopIo = false;
     {
       std::lock_guard<std::mutex> lock(idleMutex_);
       if (self.inIdle) {
-        self.parked = true;
-        ++parked_;
-        if (closing_ && parked_ == workers_.size()) closeIfQuiescentLocked();
+        if (self.loop != nullptr && self.loop->hasWork()) {
+          parkInLoop = true;
+          self.parkedInLoop = true;
+          stopIo = closing_;
+        } else {
+          self.parked = true;
+          ++parked_;
+          if (closing_ && parked_ == workers_.size()) closeIfQuiescentLocked();
+        }
       }
+    }
+    if (parkInLoop) {
+      if (stopIo) self.loop->shutdown();
+      self.loop->run(-1);
+      bool handedSearchCount = false;
+      {
+        std::lock_guard<std::mutex> lock(idleMutex_);
+        self.parkedInLoop = false;
+        if (self.inIdle) {
+          idle_.erase(std::find(idle_.begin(), idle_.end(), &self));
+          self.inIdle = false;
+          sleeping_.fetch_sub(1, std::memory_order_seq_cst);
+        } else {
+          handedSearchCount = true;  // a waker popped us and counted us in searching_
+          // Relaxed: the token is only read by this thread and written under this lock.
+          self.wakeToken.store(0, std::memory_order_relaxed);
+        }
+      }
+      if (handedSearchCount) stopSearching();
+      return kRanCompletions;
     }
     // Acquire: pairs with the waker's release store, so what it published (work, or
     // closed_) is visible once we see the token.
@@ -511,6 +597,12 @@ void ThreadPool::wakeSleeper() noexcept {
     searching_.fetch_add(1, std::memory_order_seq_cst);
     // Release: see the acquire loop in findWork().
     worker->wakeToken.store(1, std::memory_order_release);
+    if (worker->parkedInLoop) {
+      // Under the lock: the worker clears parkedInLoop under it before it may destroy
+      // its loop. One write(2) to the loop's eventfd.
+      worker->loop->wake();
+      return;
+    }
   }
   // Outside the lock so the woken worker does not immediately block on it. `worker`
   // outlives this call: workers are destroyed only with the pool.
@@ -554,7 +646,12 @@ void ThreadPool::shutdown() {
     std::lock_guard<std::mutex> lock(idleMutex_);
     closing_ = true;
     if (parked_ == workers_.size()) closeIfQuiescentLocked();
-    // Otherwise the last worker to park closes the pool.
+    // Otherwise the last worker to park closes the pool. Workers asleep in their event
+    // loops wait for I/O that may never come: wake them, so that they see closing_ and
+    // cancel it (findWork).
+    for (Worker* worker : idle_) {
+      if (worker->parkedInLoop) worker->loop->wake();
+    }
   }
   for (auto& worker : workers_) {
     if (worker->thread.joinable()) worker->thread.join();

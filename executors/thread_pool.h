@@ -14,12 +14,25 @@
 #include "executors/detail/solo_run_queue.h"
 #include "executors/detail/timer_queue.h"
 #include "executors/executor.h"
+#include "executors/io_loop.h"
 
 namespace weft {
 
 namespace detail {
 struct ThreadPoolWorker;
 }  // namespace detail
+
+// How to build a ThreadPool (the constructor taking a thread count and a name covers the
+// common case).
+struct ThreadPoolOptions {
+  // Worker threads, at least one. The default: one per hardware thread.
+  std::size_t threads = 0;
+  // Names the pool in error messages and its threads ("<name>-<index>").
+  std::string name = "weft-pool";
+  // The workers' event loops: io_uring, epoll, or kAuto (WEFT_IO_BACKEND if set, else
+  // io_uring when the kernel offers it; see IoLoop::resolveBackend).
+  IoBackendChoice ioBackend = IoBackendChoice::kAuto;
+};
 
 // ThreadPool: a work-stealing pool of worker threads; the default executor for Task.
 //
@@ -79,6 +92,10 @@ class ThreadPool final : public Executor {
   // threads are named "<name>-<index>" where the platform allows (truncated to 15
   // characters on Linux).
   explicit ThreadPool(std::size_t threads = defaultThreadCount(), std::string name = "weft-pool");
+  // The same with every option (threads == 0 there means defaultThreadCount()).
+  // Errors: as above; std::system_error when the I/O backend probe fails for lack of
+  // resources; std::invalid_argument for a WEFT_IO_BACKEND that names no backend.
+  explicit ThreadPool(ThreadPoolOptions options);
   // Runs shutdown().
   ~ThreadPool() override;
 
@@ -111,6 +128,9 @@ class ThreadPool final : public Executor {
   // workers. Idempotent. See the class comment for the precise semantics.
   void shutdown();
 
+  // The backend of the workers' event loops, fixed at construction. noexcept: a member.
+  IoBackend ioBackend() const noexcept;
+
   // The number of worker threads. noexcept: a constant after construction.
   std::size_t threadCount() const noexcept;
 
@@ -126,6 +146,8 @@ class ThreadPool final : public Executor {
   using Worker = detail::ThreadPoolWorker;
 
   void scheduleJob(detail::Job* job) override;
+  // IoLoop's factory on a worker thread: creates the worker's loop on its first I/O.
+  static IoLoop* makeWorkerLoop(void* worker);
   // Queues `item`; false if the pool is shut down (nothing was queued).
   bool push(detail::WorkItem item);
   // push() from a thread outside the pool: the injection queue.
@@ -168,6 +190,7 @@ class ThreadPool final : public Executor {
 
   // ThreadPool(1): nobody steals, so the worker's queue needs no atomics (see .cc).
   const bool solo_;
+  const IoBackend ioBackend_;
   std::vector<std::unique_ptr<Worker>> workers_;
 
   // The injection queue: work scheduled from threads outside the pool. 64: the common

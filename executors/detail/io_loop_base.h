@@ -1,0 +1,76 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+
+#include "executors/io_loop.h"
+
+namespace weft::detail {
+
+// The calling thread's current loop, without creating one. noexcept: a thread_local read.
+IoLoop* currentIoLoopIfAny() noexcept;
+
+// What weft's two loops share: the eventfd that wake() writes, cancellation requests from
+// other threads, and the completion hand-off.
+//
+// Cancellation from another thread (cancel() off the loop's thread) cannot touch the
+// kernel queue, which only the loop's thread uses. It queues the operation on
+// `remote_` and wakes the loop, which cancels it on its own thread. The queue must never
+// hold an operation that has completed (its memory may be gone): IoOperation::loopState
+// arbitrates. The requester, under remoteMutex_, moves it 0 -> 1 and links the operation;
+// the loop, completing an operation, exchanges it to 2, and if it was 1 unlinks it under
+// remoteMutex_ (which waits for a requester still linking it). The loop, draining the
+// queue, moves each back to 0 under the mutex before cancelling it.
+class IoLoopBase : public IoLoop {
+ public:
+  ~IoLoopBase() override;
+
+  void cancel(IoOperation& op) noexcept final;
+  void wake() noexcept final;
+  bool hasWork() const noexcept final { return inFlight_ != 0; }
+
+ protected:
+  // Errors: std::system_error if the eventfd cannot be created.
+  IoLoopBase();
+
+  // Cancels `op`, in flight on this loop, on the loop's own thread.
+  virtual void cancelLocal(IoOperation& op) noexcept = 0;
+
+  // Runs the cancellations other threads queued. Returns at once when there are none.
+  void drainRemoteCancels() noexcept;
+  // Called by the loop for every in-flight operation that is complete: settles a queued
+  // cancellation, then runs op.complete.
+  void finish(IoOperation& op) noexcept;
+  // finish() without running op.complete: for withdraw().
+  void settle(IoOperation& op) noexcept;
+  // Reads the eventfd (resets it). noexcept: a read(2) whose failure changes nothing.
+  void consumeWake() noexcept;
+  // Reports a kernel failure that leaves the loop unusable and aborts.
+  [[noreturn]] static void fail(const char* what, int error) noexcept;
+
+  int wakeFd_ = -1;
+  std::size_t inFlight_ = 0;  // operations submitted and not yet finished (loop thread)
+  bool shutDown_ = false;     // loop thread
+
+ private:
+  std::atomic<bool> remotePending_{false};
+  std::mutex remoteMutex_;
+  IoOperation* remoteHead_ = nullptr;  // guarded by remoteMutex_, through cancelNext
+};
+
+}  // namespace weft::detail
+
+namespace weft::detail {
+
+// The two loops (executors/epoll_loop.cc, executors/uring_loop.cc). Errors: as
+// IoLoop::create.
+std::unique_ptr<IoLoop> makeEpollLoop();
+std::unique_ptr<IoLoop> makeUringLoop();
+// 0 when this process can run weft's io_uring loop (a ring can be set up and offers the
+// operations weft uses), else the errno that says why not (ENOSYS when weft was built
+// without liburing). noexcept: failures are the result.
+int probeIoUring() noexcept;
+
+}  // namespace weft::detail

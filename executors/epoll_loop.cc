@@ -1,0 +1,315 @@
+// The epoll event loop: readiness, then the system call made by the loop.
+//
+// Every operation is first tried at once (sockets are non-blocking; recv and send also
+// pass MSG_DONTWAIT): most sends and many receives complete there, with no wait at all.
+// One that would block (EAGAIN, or EINPROGRESS for connect) is queued on its fd: a list of
+// readers and one of writers, in arrival order, in a table indexed by fd. The fd is armed
+// EPOLLONESHOT for the directions that have waiters (EPOLL_CTL_MOD, or ADD when the
+// kernel has no registration: a new fd, or a number reused after close, which removed
+// the old registration). One-shot means an idle connection costs nothing and a stale
+// registration cannot fire. When the fd fires, the loop retries the waiters of the
+// ready directions in order until one would block again, then re-arms what is left.
+//
+// Files are always "ready" to epoll: their operations run at once, blocking this thread
+// (io/File uses weft::blocking on this backend instead).
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <memory>
+#include <system_error>
+#include <vector>
+
+#include "executors/detail/io_loop_base.h"
+
+namespace weft::detail {
+
+namespace {
+
+constexpr std::uint64_t kWakeData = ~std::uint64_t{0};
+constexpr int kMaxEvents = 256;
+
+// Where an operation is (IoOperation::loopKey).
+constexpr std::uint64_t kQueued = 1;     // on its fd's readers or writers
+constexpr std::uint64_t kReady = 2;      // on ready_: complete, its function not yet run
+constexpr std::uint64_t kConnecting = 4;  // a kConnect that returned EINPROGRESS (flag)
+
+bool isWrite(IoOpcode opcode) noexcept {
+  return opcode == IoOpcode::kSend || opcode == IoOpcode::kSendMessage ||
+         opcode == IoOpcode::kConnect || opcode == IoOpcode::kPollWritable;
+}
+
+std::int64_t result(ssize_t r) noexcept { return r < 0 ? -errno : r; }
+
+class EpollLoop final : public IoLoopBase {
+ public:
+  EpollLoop() {
+    epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (epollFd_ < 0) {
+      throw std::system_error(errno, std::generic_category(), "weft: epoll_create1 failed");
+    }
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = kWakeData;
+    if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &event) != 0) {
+      const int error = errno;
+      ::close(epollFd_);
+      throw std::system_error(error, std::generic_category(),
+                              "weft: epoll_ctl cannot watch the loop's eventfd");
+    }
+  }
+  ~EpollLoop() override { ::close(epollFd_); }
+
+  IoBackend backend() const noexcept override { return IoBackend::kEpoll; }
+
+  bool submit(IoOperation& op) noexcept override {
+    op.loopShutDown = false;
+    if (shutDown_) {
+      op.result = -ECANCELED;
+      op.loopShutDown = true;
+      return true;
+    }
+    op.loopKey = 0;
+    if (op.opcode != IoOpcode::kPollReadable && op.opcode != IoOpcode::kPollWritable) {
+      const std::int64_t r = attempt(op);
+      if (r != -EAGAIN && !(op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) {
+        op.result = r;
+        return true;
+      }
+      if (op.opcode == IoOpcode::kConnect) op.loopKey = kConnecting;
+    }
+    if (op.fd < 0) {
+      op.result = -EBADF;
+      return true;
+    }
+    Fd& fd = entry(op.fd);
+    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
+    op.loopKey |= kQueued;
+    append(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+    ++inFlight_;
+    arm(op.fd, fd);
+    return false;
+  }
+
+  void withdraw(IoOperation& op) noexcept override {
+    if ((op.loopKey & kQueued) != 0) {
+      Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
+      remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+    } else if ((op.loopKey & kReady) != 0) {
+      remove(ready_, op);
+    } else {
+      return;  // not in flight
+    }
+    op.loopKey = 0;
+    settle(op);
+  }
+
+  std::size_t run(int timeoutMs) noexcept override {
+    drainRemoteCancels();
+    if (!ready_.empty()) timeoutMs = 0;
+    epoll_event events[kMaxEvents];
+    int n = ::epoll_wait(epollFd_, events, kMaxEvents, timeoutMs);
+    if (n < 0) {
+      if (errno != EINTR) fail("epoll_wait", errno);
+      n = 0;
+    }
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t data = events[i].data.u64;
+      if (data == kWakeData) {
+        consumeWake();
+        continue;
+      }
+      const int fdNumber = static_cast<int>(data);
+      Fd& fd = fds_[static_cast<std::size_t>(fdNumber)];
+      fd.armed = 0;  // one-shot: the registration is disarmed now
+      const std::uint32_t e = events[i].events;
+      if ((e & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) != 0) retry(fd.readers);
+      if ((e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) retry(fd.writers);
+      // fds_ does not move here: nothing above submits (completions run below, after).
+      arm(fdNumber, fd);
+    }
+    return runReady();
+  }
+
+  void shutdown() noexcept override {
+    if (shutDown_) return;
+    shutDown_ = true;
+    for (Fd& fd : fds_) {
+      for (List* list : {&fd.readers, &fd.writers}) {
+        while (!list->empty()) {
+          IoOperation& op = *list->head;
+          remove(*list, op);
+          op.result = -ECANCELED;
+          op.loopShutDown = true;
+          op.loopKey = kReady;
+          append(ready_, op);
+        }
+      }
+    }
+  }
+
+ private:
+  struct List {
+    IoOperation* head = nullptr;
+    IoOperation* tail = nullptr;
+    bool empty() const noexcept { return head == nullptr; }
+  };
+  struct Fd {
+    List readers;
+    List writers;
+    std::uint32_t armed = 0;  // the events the one-shot registration waits for, or 0
+  };
+
+  static void append(List& list, IoOperation& op) noexcept {
+    op.loopNext = nullptr;
+    op.loopPrev = list.tail;
+    (list.tail == nullptr ? list.head : list.tail->loopNext) = &op;
+    list.tail = &op;
+  }
+  static void remove(List& list, IoOperation& op) noexcept {
+    (op.loopPrev == nullptr ? list.head : op.loopPrev->loopNext) = op.loopNext;
+    (op.loopNext == nullptr ? list.tail : op.loopNext->loopPrev) = op.loopPrev;
+    op.loopNext = op.loopPrev = nullptr;
+  }
+
+  Fd& entry(int fd) {
+    const auto index = static_cast<std::size_t>(fd);
+    if (index >= fds_.size()) fds_.resize(std::max(index + 1, fds_.size() * 2));
+    return fds_[index];
+  }
+
+  // The system call, non-blocking. -errno on failure.
+  static std::int64_t attempt(IoOperation& op) noexcept {
+    switch (op.opcode) {
+      case IoOpcode::kReceive:
+        return result(::recv(op.fd, op.buffer, op.length, op.flags | MSG_DONTWAIT));
+      case IoOpcode::kSend:
+        return result(::send(op.fd, op.buffer, op.length, op.flags | MSG_DONTWAIT | MSG_NOSIGNAL));
+      case IoOpcode::kAccept:
+        return result(::accept4(op.fd, op.address, op.address != nullptr ? &op.addressLength : nullptr,
+                                SOCK_NONBLOCK | SOCK_CLOEXEC));
+      case IoOpcode::kConnect: {
+        if ((op.loopKey & kConnecting) != 0) {
+          int error = 0;
+          socklen_t length = sizeof error;
+          if (::getsockopt(op.fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) return -errno;
+          if (error == 0) {
+            // Writable without an error can still mean "not yet" for a spurious wake-up.
+            sockaddr_storage peer;
+            socklen_t peerLength = sizeof peer;
+            if (::getpeername(op.fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) != 0) {
+              return errno == ENOTCONN ? -EAGAIN : -errno;
+            }
+            return 0;
+          }
+          return -error;
+        }
+        return ::connect(op.fd, op.address, op.addressLength) == 0 ? 0 : -errno;
+      }
+      case IoOpcode::kReceiveMessage:
+        return result(::recvmsg(op.fd, op.message, op.flags | MSG_DONTWAIT));
+      case IoOpcode::kSendMessage:
+        return result(::sendmsg(op.fd, op.message, op.flags | MSG_DONTWAIT | MSG_NOSIGNAL));
+      case IoOpcode::kReadAt:
+        return result(::pread(op.fd, op.buffer, op.length, static_cast<off_t>(op.offset)));
+      case IoOpcode::kWriteAt:
+        return result(::pwrite(op.fd, op.buffer, op.length, static_cast<off_t>(op.offset)));
+      case IoOpcode::kSync:
+        return (op.flags == IoOperation::kSyncDataOnly ? ::fdatasync(op.fd) : ::fsync(op.fd)) == 0
+                   ? 0
+                   : -errno;
+      case IoOpcode::kPollReadable:
+      case IoOpcode::kPollWritable: {
+        pollfd p{op.fd, static_cast<short>(op.opcode == IoOpcode::kPollReadable ? POLLIN : POLLOUT), 0};
+        const int r = ::poll(&p, 1, 0);
+        if (r < 0) return -errno;
+        return r == 0 ? -EAGAIN : 0;
+      }
+    }
+    return -EINVAL;
+  }
+
+  // Retries the waiters of one ready direction, oldest first, until one would block.
+  // Completed ones move to ready_: their completion functions run after the pass over
+  // the events, so that none can submit into fds_ while it is being walked.
+  void retry(List& list) noexcept {
+    while (!list.empty()) {
+      IoOperation& op = *list.head;
+      const std::int64_t r = attempt(op);
+      if (r == -EAGAIN || (op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) break;
+      remove(list, op);
+      op.result = r;
+      op.loopKey = kReady;
+      append(ready_, op);
+    }
+  }
+
+  void arm(int fdNumber, Fd& fd) noexcept {
+    std::uint32_t events = 0;
+    if (!fd.readers.empty()) events |= EPOLLIN | EPOLLRDHUP;
+    if (!fd.writers.empty()) events |= EPOLLOUT;
+    if (events == 0 || events == fd.armed) return;
+    epoll_event event{};
+    event.events = events | EPOLLONESHOT;
+    event.data.u64 = static_cast<std::uint32_t>(fdNumber);
+    int r = ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, fdNumber, &event);
+    if (r != 0 && errno == ENOENT) r = ::epoll_ctl(epollFd_, EPOLL_CTL_ADD, fdNumber, &event);
+    if (r != 0) {
+      // Not pollable (EPERM: a regular file), or a closed fd (EBADF): the waiters fail.
+      const int error = errno;
+      for (List* list : {&fd.readers, &fd.writers}) {
+        while (!list->empty()) {
+          IoOperation& op = *list->head;
+          remove(*list, op);
+          op.result = -error;
+          op.loopKey = kReady;
+          append(ready_, op);
+        }
+      }
+      fd.armed = 0;
+      return;
+    }
+    fd.armed = events;
+  }
+
+  void cancelLocal(IoOperation& op) noexcept override {
+    if ((op.loopKey & kQueued) == 0) return;  // completing already, or not in flight
+    Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
+    remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+    op.result = -ECANCELED;
+    op.loopKey = kReady;
+    append(ready_, op);
+    // The one-shot registration may stay armed for a direction nobody waits on: it
+    // fires once, finds no waiter and is not re-armed.
+  }
+
+  // Runs the completion functions of ready_, including those of operations that the
+  // completions themselves cancel (a completion may withdraw another from ready_).
+  std::size_t runReady() noexcept {
+    std::size_t n = 0;
+    for (;;) {
+      drainRemoteCancels();
+      if (ready_.empty()) return n;
+      IoOperation& op = *ready_.head;
+      remove(ready_, op);
+      op.loopKey = 0;
+      finish(op);
+      ++n;
+    }
+  }
+
+  int epollFd_ = -1;
+  std::vector<Fd> fds_;
+  List ready_;  // complete (or cancelled, or failed), completion function not yet run
+};
+
+}  // namespace
+
+std::unique_ptr<IoLoop> makeEpollLoop() { return std::make_unique<EpollLoop>(); }
+
+}  // namespace weft::detail

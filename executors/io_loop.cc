@@ -1,0 +1,185 @@
+#include "executors/io_loop.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "executors/detail/io_loop_base.h"
+
+namespace weft {
+
+namespace {
+
+// The calling thread's loop, and the factory its executor left for creating one.
+constinit thread_local IoLoop* tlLoop = nullptr;
+constinit thread_local IoLoop::LoopFactory tlFactory = nullptr;
+constinit thread_local void* tlFactoryContext = nullptr;
+
+// ENOSYS (no io_uring in the kernel, or weft built without liburing), EPERM/EACCES
+// (seccomp, io_uring_disabled=2, or a group restriction), EINVAL (a kernel without a
+// feature weft uses, io_uring_disabled=1 for unprivileged users on some kernels),
+// EOPNOTSUPP: io_uring is not available here; epoll is the answer. Anything else
+// (ENOMEM, EMFILE, ENFILE...) is a lack of resources that epoll would hit too: reported.
+bool meansUnavailable(int error) noexcept {
+  return error == ENOSYS || error == EPERM || error == EACCES || error == EINVAL ||
+         error == EOPNOTSUPP;
+}
+
+IoBackend probeOnce() {
+  // A function-local static: the probe runs once per process, thread-safely.
+  static const int result = detail::probeIoUring();
+  if (result == 0) return IoBackend::kIoUring;
+  if (meansUnavailable(result)) return IoBackend::kEpoll;
+  throw std::system_error(result, std::generic_category(),
+                          "weft: probing io_uring failed for lack of resources (not falling "
+                          "back to epoll)");
+}
+
+}  // namespace
+
+std::string_view ioBackendName(IoBackend backend) noexcept {
+  return backend == IoBackend::kIoUring ? "io_uring" : "epoll";
+}
+
+IoBackend IoLoop::resolveBackend(IoBackendChoice choice) {
+  if (choice == IoBackendChoice::kIoUring) return IoBackend::kIoUring;
+  if (choice == IoBackendChoice::kEpoll) return IoBackend::kEpoll;
+  if (const char* env = std::getenv("WEFT_IO_BACKEND"); env != nullptr && *env != '\0') {
+    const std::string_view value(env);
+    if (value == "io_uring") return IoBackend::kIoUring;
+    if (value == "epoll") return IoBackend::kEpoll;
+    if (value != "auto") {
+      throw std::invalid_argument("weft: WEFT_IO_BACKEND='" + std::string(value) +
+                                  "' names no I/O backend (io_uring, epoll or auto)");
+    }
+  }
+  return probeOnce();
+}
+
+std::unique_ptr<IoLoop> IoLoop::create(IoBackendChoice choice) {
+  const IoBackend backend = resolveBackend(choice);
+  if (backend == IoBackend::kEpoll) return detail::makeEpollLoop();
+  return detail::makeUringLoop();
+}
+
+IoLoop* IoLoop::current() {
+  if (tlLoop != nullptr) [[likely]]
+    return tlLoop;
+  if (tlFactory == nullptr) return nullptr;
+  tlLoop = tlFactory(tlFactoryContext);
+  return tlLoop;
+}
+
+IoLoop* IoLoop::currentIfAny() noexcept { return tlLoop; }
+
+void IoLoop::setCurrentFactory(LoopFactory make, void* context) noexcept {
+  tlFactory = make;
+  tlFactoryContext = context;
+  if (make == nullptr) tlLoop = nullptr;
+}
+
+IoLoop::CurrentScope::CurrentScope(IoLoop* loop) noexcept : previous_(tlLoop) { tlLoop = loop; }
+
+IoLoop::CurrentScope::~CurrentScope() { tlLoop = previous_; }
+
+namespace detail {
+
+IoLoop* currentIoLoopIfAny() noexcept { return tlLoop; }
+
+IoLoopBase::IoLoopBase() {
+  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) {
+    throw std::system_error(errno, std::generic_category(),
+                            "weft: cannot create the event loop's eventfd");
+  }
+}
+
+IoLoopBase::~IoLoopBase() {
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+}
+
+void IoLoopBase::fail(const char* what, int error) noexcept {
+  std::fprintf(stderr, "weft: event loop: %s failed: %s\n", what, std::strerror(error));
+  std::abort();
+}
+
+void IoLoopBase::wake() noexcept {
+  const std::uint64_t one = 1;
+  // EAGAIN (the counter is full) still leaves the eventfd readable: the wake is there.
+  [[maybe_unused]] ssize_t n = ::write(wakeFd_, &one, sizeof one);
+}
+
+void IoLoopBase::consumeWake() noexcept {
+  std::uint64_t value;
+  [[maybe_unused]] ssize_t n = ::read(wakeFd_, &value, sizeof value);
+}
+
+void IoLoopBase::cancel(IoOperation& op) noexcept {
+  if (currentIoLoopIfAny() == this) {
+    cancelLocal(op);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    std::uint8_t expected = 0;
+    // acq_rel: orders against the loop's exchange in finish(); a failed exchange means
+    // the operation completed (2) or a cancellation is already queued (1).
+    if (!op.loopState.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
+    op.cancelNext = remoteHead_;
+    remoteHead_ = &op;
+    // Release: the loop's acquire load then finds the queue under the mutex anyway; the
+    // flag only spares it the lock when nothing is queued.
+    remotePending_.store(true, std::memory_order_release);
+  }
+  wake();
+}
+
+void IoLoopBase::drainRemoteCancels() noexcept {
+  // Acquire: pairs with the requester's release store.
+  if (!remotePending_.load(std::memory_order_acquire)) return;
+  IoOperation* list;
+  {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    list = remoteHead_;
+    remoteHead_ = nullptr;
+    remotePending_.store(false, std::memory_order_relaxed);  // under the mutex
+    for (IoOperation* op = list; op != nullptr; op = op->cancelNext) {
+      // Relaxed: under the mutex that every 0 -> 1 transition holds.
+      op->loopState.store(0, std::memory_order_relaxed);
+    }
+  }
+  while (list != nullptr) {
+    IoOperation* op = list;
+    list = op->cancelNext;
+    op->cancelNext = nullptr;
+    cancelLocal(*op);
+  }
+}
+
+void IoLoopBase::finish(IoOperation& op) noexcept {
+  settle(op);
+  op.complete(op);
+}
+
+void IoLoopBase::settle(IoOperation& op) noexcept {
+  --inFlight_;
+  // acq_rel: see the class comment; pairs with the requester's compare-exchange.
+  if (op.loopState.exchange(2, std::memory_order_acq_rel) == 1) [[unlikely]] {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    IoOperation** link = &remoteHead_;
+    while (*link != nullptr && *link != &op) link = &(*link)->cancelNext;
+    if (*link == &op) *link = op.cancelNext;
+    op.cancelNext = nullptr;
+  }
+}
+
+}  // namespace detail
+
+}  // namespace weft

@@ -1,0 +1,191 @@
+#pragma once
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+namespace weft {
+
+// Which kernel interface an event loop drives.
+enum class IoBackend : std::uint8_t {
+  kIoUring,  // io_uring through liburing: operations are submitted and complete in the kernel
+  kEpoll,    // epoll: the loop waits for readiness, then makes the system call itself
+};
+
+// What a loop should be: a backend, or `kAuto` (io_uring when the kernel allows it).
+enum class IoBackendChoice : std::uint8_t { kAuto, kIoUring, kEpoll };
+
+// "io_uring" or "epoll". noexcept: a table lookup.
+std::string_view ioBackendName(IoBackend backend) noexcept;
+
+// One system call an event loop performs for an awaitable. The awaitable owns it (it
+// lives in the coroutine frame) and must keep it, and every buffer it points to, alive
+// and unchanged from IoLoop::submit until `complete` has run or IoLoop::withdraw returned.
+enum class IoOpcode : std::uint8_t {
+  kReceive,         // recv(fd, buffer, length, flags)
+  kSend,            // send(fd, buffer, length, flags | MSG_NOSIGNAL)
+  kAccept,          // accept4(fd, address, &addressLength, SOCK_NONBLOCK | SOCK_CLOEXEC)
+  kConnect,         // connect(fd, address, addressLength); result 0 once connected
+  kReceiveMessage,  // recvmsg(fd, message, flags)
+  kSendMessage,     // sendmsg(fd, message, flags | MSG_NOSIGNAL)
+  kReadAt,          // pread(fd, buffer, length, offset)
+  kWriteAt,         // pwrite(fd, buffer, length, offset)
+  kSync,            // fsync(fd), or fdatasync(fd) when flags == kSyncDataOnly
+  kPollReadable,    // waits until fd is readable (or has an error); result 0
+  kPollWritable,    // waits until fd is writable (or has an error); result 0
+};
+
+struct IoOperation {
+  static constexpr int kSyncDataOnly = 1;
+
+  // Set by the awaitable before submit.
+  IoOpcode opcode = IoOpcode::kReceive;
+  int fd = -1;
+  int flags = 0;
+  void* buffer = nullptr;
+  std::size_t length = 0;
+  std::uint64_t offset = 0;
+  sockaddr* address = nullptr;  // kAccept: where the peer's address goes; kConnect: the target
+  socklen_t addressLength = 0;  // kAccept: capacity in, length out; kConnect: length
+  msghdr* message = nullptr;    // kReceiveMessage, kSendMessage
+
+  // Set by the loop: the system call's result (bytes, a new fd, 0), or -errno on failure,
+  // -ECANCELED when IoLoop::cancel stopped it first.
+  std::int64_t result = 0;
+  // Set by the loop when it completed the operation because the loop is shutting down
+  // (its executor is stopping): result is then -ECANCELED, and the awaitable should
+  // report ExecutorShutDown rather than a cancellation.
+  bool loopShutDown = false;
+
+  // Runs exactly once on the loop's thread when the operation is complete, unless submit
+  // completed it at once (returned true) or withdraw() took it back. noexcept: it runs
+  // inside the loop, where an exception has nowhere to go; it usually resumes a
+  // coroutine.
+  void (*complete)(IoOperation& op) noexcept = nullptr;
+
+  // The loop's bookkeeping while the operation is in flight; not for the awaitable.
+  IoOperation* loopNext = nullptr;
+  IoOperation* loopPrev = nullptr;
+  IoOperation* cancelNext = nullptr;
+  std::uint64_t loopKey = 0;
+  // 0: not in flight or in flight; 1: a cancellation from another thread is queued;
+  // 2: complete. See IoLoop::cancel.
+  std::atomic<std::uint8_t> loopState{0};
+};
+
+// IoLoop: an event loop on one thread, the part of an executor that performs I/O.
+//
+// weft's I/O awaitables (io/) find the loop of the thread they run on with
+// IoLoop::current(), submit an IoOperation to it, and resume when its completion
+// function runs. ThreadPool gives every worker a loop of its own (created when the worker
+// first does I/O), so I/O started on a worker completes on that worker. An executor of
+// one's own can serve the same awaitables: create a loop per thread with IoLoop::create,
+// make it current on that thread (IoLoop::CurrentScope), and call run() whenever the
+// thread has nothing else to do (and from time to time when it does, with a zero
+// timeout); wake() interrupts a blocked run() from any thread. An executor that offers no
+// I/O binds no loop: the awaitables then fail with a clear error naming the thread.
+//
+// Thread safety: submit, withdraw, run, shutdown and hasWork on the loop's own thread
+// only; cancel and wake from any thread.
+//
+// Example (a user's executor thread):
+//   auto loop = weft::IoLoop::create(weft::IoBackendChoice::kAuto);
+//   weft::IoLoop::CurrentScope scope(loop.get());
+//   while (running) { runQueuedWork(); loop->run(queueEmpty() ? -1 : 0); }
+class IoLoop {
+ public:
+  virtual ~IoLoop() = default;
+  IoLoop(const IoLoop&) = delete;
+  IoLoop& operator=(const IoLoop&) = delete;
+
+  // A new loop for the calling thread. kAuto resolves as resolveBackend() says.
+  // Errors: std::system_error when the kernel refuses (ENOMEM, EMFILE, or io_uring
+  // forced where it is unavailable), naming the backend and the errno.
+  static std::unique_ptr<IoLoop> create(IoBackendChoice choice);
+
+  // The backend `choice` stands for on this machine: kAuto reads WEFT_IO_BACKEND
+  // ("io_uring" or "epoll") and otherwise probes io_uring once per process (a ring is set
+  // up with the features weft uses) and falls back to epoll when the kernel does not
+  // offer it (ENOSYS, EPERM/EACCES as under seccomp, EINVAL, io_uring_disabled).
+  // Errors: std::system_error when the probe fails for lack of resources (ENOMEM,
+  // EMFILE, ENFILE: never a reason to fall back); std::invalid_argument for a
+  // WEFT_IO_BACKEND that names no backend.
+  static IoBackend resolveBackend(IoBackendChoice choice);
+
+  // The loop of the calling thread, created on first use when the thread's executor
+  // creates loops lazily (ThreadPool), or nullptr when the thread has none.
+  // Errors: std::system_error if the lazily created loop cannot be set up.
+  static IoLoop* current();
+  // The calling thread's loop if it has one already; never creates one. noexcept: a
+  // thread_local read.
+  static IoLoop* currentIfAny() noexcept;
+
+  // Makes `loop` the calling thread's current loop for the scope's lifetime (restoring
+  // the previous one after). noexcept: two thread_local stores.
+  class CurrentScope {
+   public:
+    explicit CurrentScope(IoLoop* loop) noexcept;
+    ~CurrentScope();
+    CurrentScope(const CurrentScope&) = delete;
+    CurrentScope& operator=(const CurrentScope&) = delete;
+
+   private:
+    IoLoop* previous_;
+  };
+
+  // For executors that create loops lazily: on the calling thread, IoLoop::current()
+  // calls `make(context)` the first time it is asked and no loop is current; `make`
+  // returns the new loop (owned by the executor) or throws. Pass nullptr to clear.
+  // noexcept: thread_local stores.
+  using LoopFactory = IoLoop* (*)(void* context);
+  static void setCurrentFactory(LoopFactory make, void* context) noexcept;
+
+  virtual IoBackend backend() const noexcept = 0;
+
+  // Starts `op`. Returns true when the operation completed at once (op.result is set and
+  // complete will not run: the epoll loop tries the system call first), false when it is
+  // in flight: op.complete then runs later, on this thread, from run(). Never runs
+  // op.complete itself. noexcept: a failure to start the operation is its result
+  // (-errno). After shutdown() every operation completes at once with -ECANCELED and
+  // op.loopShutDown set.
+  virtual bool submit(IoOperation& op) noexcept = 0;
+
+  // Asks the loop to stop `op` (in flight on this loop). It still completes exactly once:
+  // with -ECANCELED once the kernel has let go of its buffers, or with its own result if
+  // it finished first (a read that got data returns it). May be called from any thread
+  // while `op` is in flight (the caller guarantees `op` stays alive during the call).
+  // noexcept: a queue push, or a cancellation request to the kernel.
+  virtual void cancel(IoOperation& op) noexcept = 0;
+
+  // Takes `op` back for good, on this thread (to destroy a coroutine suspended on it):
+  // when it returns, the kernel no longer uses `op` or its buffers, and op.complete will
+  // not run. noexcept: the kernel's synchronous cancellation cannot fail in a way that
+  // could be reported; if it did, weft prints a message and aborts.
+  virtual void withdraw(IoOperation& op) noexcept = 0;
+
+  // Runs the loop once: hands queued operations to the kernel, waits up to `timeoutMs`
+  // milliseconds (0: do not wait; -1: until something happens) for completions or a
+  // wake(), and runs the completion functions. Returns how many ran.
+  // noexcept: completion functions are noexcept; kernel errors abort with a message.
+  virtual std::size_t run(int timeoutMs) noexcept = 0;
+
+  // Interrupts a run() that waits (now or next). Any thread. noexcept: one write(2).
+  virtual void wake() noexcept = 0;
+
+  // True while operations are in flight (run() has something to wait for).
+  virtual bool hasWork() const noexcept = 0;
+
+  // Cancels every operation in flight (each completes with -ECANCELED and loopShutDown
+  // set) and refuses later ones the same way. Call run() until hasWork() is false.
+  virtual void shutdown() noexcept = 0;
+
+ protected:
+  IoLoop() = default;
+};
+
+}  // namespace weft

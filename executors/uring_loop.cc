@@ -1,0 +1,336 @@
+// The io_uring event loop (liburing): operations are submitted to the kernel, which
+// performs them and posts their completions.
+//
+// Keys. Each in-flight operation holds a slot in slots_; its user_data (and its
+// IoOperation::loopKey) is the slot index and the slot's generation. A completion whose
+// generation no longer matches belongs to an operation that withdraw() took back: it is
+// dropped without touching the (possibly freed) operation. Cancellation names the
+// operation by that key, so it can never hit a later operation that reuses the memory.
+//
+// Submission is batched: submit() only fills a submission queue entry; run() hands them
+// all to the kernel in the io_uring_enter that also waits for completions, so a worker
+// that resumes many coroutines in a row makes one system call for all their I/O.
+//
+// Ring set-up asks for COOP_TASKRUN (completion work runs when the worker enters the
+// kernel, not through an interrupting signal), SINGLE_ISSUER (only the worker submits)
+// and SUBMIT_ALL, and falls back to fewer flags on kernels that lack them.
+
+#include <cerrno>
+#include <memory>
+#include <system_error>
+
+#include "executors/detail/io_loop_base.h"
+
+#if defined(WEFT_HAVE_LIBURING)
+
+#include <liburing.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <vector>
+
+namespace weft::detail {
+
+namespace {
+
+constexpr std::uint32_t kWakeIndex = 0xffffffffu;
+constexpr std::uint32_t kCancelIndex = 0xfffffffeu;
+constexpr std::uint64_t kWakeKey = kWakeIndex;
+constexpr std::uint64_t kCancelKey = kCancelIndex;
+constexpr unsigned kEntries = 256;
+constexpr unsigned kCompletionEntries = 4096;
+
+int setUpRing(io_uring& ring, unsigned entries, unsigned completionEntries) noexcept {
+  io_uring_params params{};
+  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
+                 IORING_SETUP_SINGLE_ISSUER;
+  params.cq_entries = completionEntries;
+  int r = io_uring_queue_init_params(entries, &ring, &params);
+  if (r == -EINVAL) {
+    params = {};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = completionEntries;
+    r = io_uring_queue_init_params(entries, &ring, &params);
+  }
+  return r;
+}
+
+class UringLoop final : public IoLoopBase {
+ public:
+  UringLoop() {
+    const int r = setUpRing(ring_, kEntries, kCompletionEntries);
+    if (r < 0) {
+      throw std::system_error(-r, std::generic_category(), "weft: io_uring set-up failed");
+    }
+  }
+  ~UringLoop() override { io_uring_queue_exit(&ring_); }
+
+  IoBackend backend() const noexcept override { return IoBackend::kIoUring; }
+
+  bool submit(IoOperation& op) noexcept override {
+    op.loopShutDown = false;
+    if (shutDown_) {
+      op.result = -ECANCELED;
+      op.loopShutDown = true;
+      return true;
+    }
+    io_uring_sqe* sqe = nextSqe();
+    if (sqe == nullptr) {
+      op.result = -EBUSY;
+      return true;
+    }
+    prepare(sqe, op);
+    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
+    op.loopKey = takeSlot(op);
+    io_uring_sqe_set_data64(sqe, op.loopKey);
+    ++inFlight_;
+    return false;
+  }
+
+  void withdraw(IoOperation& op) noexcept override {
+    const auto index = static_cast<std::uint32_t>(op.loopKey);
+    if (index >= slots_.size() || slots_[index].op != &op ||
+        slots_[index].generation != static_cast<std::uint32_t>(op.loopKey >> 32)) {
+      return;  // not in flight
+    }
+    // Its entry may still wait in the submission queue: hand it over first, so that the
+    // synchronous cancellation finds it in the kernel.
+    io_uring_submit(&ring_);
+    io_uring_sync_cancel_reg reg{};
+    reg.addr = op.loopKey;
+    reg.fd = -1;
+    reg.timeout.tv_sec = -1;
+    reg.timeout.tv_nsec = -1;
+    const int r = io_uring_register_sync_cancel(&ring_, &reg);
+    // 0: cancelled; -ENOENT: it had completed (its completion waits in the queue);
+    // -EALREADY cannot come back from a synchronous cancellation without a timeout.
+    if (r < 0 && r != -ENOENT && r != -EALREADY) fail("io_uring synchronous cancellation", -r);
+    releaseSlot(index);  // its completion, if any, is dropped
+    settle(op);
+  }
+
+  std::size_t run(int timeoutMs) noexcept override {
+    drainRemoteCancels();
+    if (!wakeArmed_) armWake();
+    if (timeoutMs != 0 && io_uring_cq_ready(&ring_) == 0) {
+      io_uring_cqe* cqe = nullptr;
+      __kernel_timespec ts{};
+      ts.tv_sec = timeoutMs / 1000;
+      ts.tv_nsec = static_cast<long long>(timeoutMs % 1000) * 1000000;
+      const int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeoutMs > 0 ? &ts : nullptr,
+                                                     nullptr);
+      if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY) fail("io_uring_enter", -r);
+    } else if (io_uring_sq_ready(&ring_) != 0) {
+      const int r = io_uring_submit(&ring_);
+      if (r < 0 && r != -EINTR && r != -EBUSY) fail("io_uring_submit", -r);
+    }
+    return reap();
+  }
+
+  void shutdown() noexcept override {
+    if (shutDown_) return;
+    shutDown_ = true;
+    if (inFlight_ == 0) return;
+    io_uring_sqe* sqe = nextSqe();
+    if (sqe == nullptr) fail("io_uring cancellation of every operation (no queue entry)", EBUSY);
+    io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+    io_uring_sqe_set_data64(sqe, kCancelKey);
+  }
+
+ private:
+  struct Slot {
+    IoOperation* op = nullptr;
+    std::uint32_t generation = 0;
+    std::uint32_t nextFree = 0;
+  };
+
+  std::uint64_t takeSlot(IoOperation& op) {
+    std::uint32_t index;
+    if (freeHead_ != kNoFree) {
+      index = freeHead_;
+      freeHead_ = slots_[index].nextFree;
+    } else {
+      index = static_cast<std::uint32_t>(slots_.size());
+      slots_.push_back({});
+    }
+    slots_[index].op = &op;
+    return (std::uint64_t{slots_[index].generation} << 32) | index;
+  }
+  void releaseSlot(std::uint32_t index) noexcept {
+    Slot& slot = slots_[index];
+    slot.op = nullptr;
+    ++slot.generation;
+    slot.nextFree = freeHead_;
+    freeHead_ = index;
+  }
+
+  io_uring_sqe* nextSqe() noexcept {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      // The submission queue is full: hand it to the kernel and take a fresh entry.
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
+  static void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept {
+    switch (op.opcode) {
+      case IoOpcode::kReceive:
+        io_uring_prep_recv(sqe, op.fd, op.buffer, op.length, op.flags);
+        return;
+      case IoOpcode::kSend:
+        io_uring_prep_send(sqe, op.fd, op.buffer, op.length, op.flags | MSG_NOSIGNAL);
+        return;
+      case IoOpcode::kAccept:
+        io_uring_prep_accept(sqe, op.fd, op.address,
+                             op.address != nullptr ? &op.addressLength : nullptr,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+        return;
+      case IoOpcode::kConnect:
+        io_uring_prep_connect(sqe, op.fd, op.address, op.addressLength);
+        return;
+      case IoOpcode::kReceiveMessage:
+        io_uring_prep_recvmsg(sqe, op.fd, op.message, static_cast<unsigned>(op.flags));
+        return;
+      case IoOpcode::kSendMessage:
+        io_uring_prep_sendmsg(sqe, op.fd, op.message, static_cast<unsigned>(op.flags | MSG_NOSIGNAL));
+        return;
+      case IoOpcode::kReadAt:
+        io_uring_prep_read(sqe, op.fd, op.buffer, static_cast<unsigned>(op.length), op.offset);
+        return;
+      case IoOpcode::kWriteAt:
+        io_uring_prep_write(sqe, op.fd, op.buffer, static_cast<unsigned>(op.length), op.offset);
+        return;
+      case IoOpcode::kSync:
+        io_uring_prep_fsync(sqe, op.fd,
+                            op.flags == IoOperation::kSyncDataOnly ? IORING_FSYNC_DATASYNC : 0);
+        return;
+      case IoOpcode::kPollReadable:
+        io_uring_prep_poll_add(sqe, op.fd, POLLIN);
+        return;
+      case IoOpcode::kPollWritable:
+        io_uring_prep_poll_add(sqe, op.fd, POLLOUT);
+        return;
+    }
+    io_uring_prep_nop(sqe);
+  }
+
+  void armWake() noexcept {
+    io_uring_sqe* sqe = nextSqe();
+    if (sqe == nullptr) return;  // retried by the next run()
+    io_uring_prep_read(sqe, wakeFd_, &wakeValue_, sizeof wakeValue_, 0);
+    io_uring_sqe_set_data64(sqe, kWakeKey);
+    wakeArmed_ = true;
+  }
+
+  void cancelLocal(IoOperation& op) noexcept override {
+    const auto index = static_cast<std::uint32_t>(op.loopKey);
+    if (index >= slots_.size() || slots_[index].op != &op) return;  // completing already
+    io_uring_sqe* sqe = nextSqe();
+    if (sqe == nullptr) return;  // cannot happen after nextSqe's submit; harmless
+    io_uring_prep_cancel64(sqe, op.loopKey, 0);
+    io_uring_sqe_set_data64(sqe, kCancelKey);
+  }
+
+  // Runs the completions that are ready, in batches, until none is left.
+  std::size_t reap() noexcept {
+    std::size_t n = 0;
+    for (;;) {
+      drainRemoteCancels();
+      io_uring_cqe* cqes[64];
+      const unsigned count = io_uring_peek_batch_cqe(&ring_, cqes, 64);
+      if (count == 0) return n;
+      struct Done {
+        std::uint64_t key;
+        int res;
+      } done[64];
+      for (unsigned i = 0; i < count; ++i) done[i] = {cqes[i]->user_data, cqes[i]->res};
+      // Consumed before any completion function runs (they may submit and reap).
+      io_uring_cq_advance(&ring_, count);
+      for (unsigned i = 0; i < count; ++i) {
+        const auto index = static_cast<std::uint32_t>(done[i].key);
+        if (index == kWakeIndex) {
+          wakeArmed_ = false;
+          continue;
+        }
+        if (index == kCancelIndex) continue;
+        if (index >= slots_.size() ||
+            slots_[index].generation != static_cast<std::uint32_t>(done[i].key >> 32) ||
+            slots_[index].op == nullptr) {
+          continue;  // withdrawn
+        }
+        IoOperation& op = *slots_[index].op;
+        releaseSlot(index);
+        int res = done[i].res;
+        if ((op.opcode == IoOpcode::kPollReadable || op.opcode == IoOpcode::kPollWritable) &&
+            res > 0) {
+          res = 0;
+        }
+        op.result = res;
+        if (shutDown_ && res == -ECANCELED) op.loopShutDown = true;
+        finish(op);
+        ++n;
+      }
+    }
+  }
+
+  static constexpr std::uint32_t kNoFree = 0xffffffffu;
+
+  io_uring ring_{};
+  std::vector<Slot> slots_;
+  std::uint32_t freeHead_ = kNoFree;
+  std::uint64_t wakeValue_ = 0;
+  bool wakeArmed_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<IoLoop> makeUringLoop() { return std::make_unique<UringLoop>(); }
+
+int probeIoUring() noexcept {
+  io_uring ring{};
+  int r = setUpRing(ring, 8, 16);
+  if (r < 0) return -r;
+  int result = 0;
+  if (io_uring_probe* probe = io_uring_get_probe_ring(&ring); probe != nullptr) {
+    for (int opcode : {IORING_OP_RECV, IORING_OP_SEND, IORING_OP_ACCEPT, IORING_OP_CONNECT,
+                       IORING_OP_RECVMSG, IORING_OP_SENDMSG, IORING_OP_READ, IORING_OP_WRITE,
+                       IORING_OP_FSYNC, IORING_OP_POLL_ADD, IORING_OP_ASYNC_CANCEL}) {
+      if (!io_uring_opcode_supported(probe, opcode)) result = EOPNOTSUPP;
+    }
+    io_uring_free_probe(probe);
+  } else {
+    result = EOPNOTSUPP;
+  }
+  if (result == 0) {
+    // withdraw() needs synchronous cancellation (Linux 6.0): ENOENT means it is there.
+    io_uring_sync_cancel_reg reg{};
+    reg.addr = 1;
+    reg.fd = -1;
+    reg.timeout.tv_sec = -1;
+    reg.timeout.tv_nsec = -1;
+    r = io_uring_register_sync_cancel(&ring, &reg);
+    if (r != -ENOENT) result = r < 0 ? -r : EOPNOTSUPP;
+    if (result == EINVAL) result = EOPNOTSUPP;
+  }
+  io_uring_queue_exit(&ring);
+  return result;
+}
+
+}  // namespace weft::detail
+
+#else  // !WEFT_HAVE_LIBURING
+
+namespace weft::detail {
+
+std::unique_ptr<IoLoop> makeUringLoop() {
+  throw std::system_error(ENOSYS, std::generic_category(),
+                          "weft: this weft was built without liburing: no io_uring loop");
+}
+
+int probeIoUring() noexcept { return ENOSYS; }
+
+}  // namespace weft::detail
+
+#endif

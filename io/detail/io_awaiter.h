@@ -1,0 +1,138 @@
+#pragma once
+
+#include <cerrno>
+#include <coroutine>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "coro/cancellation.h"
+#include "executors/executor.h"
+#include "executors/io_loop.h"
+
+namespace weft::detail {
+
+// The loop of the calling thread, or a clear error when it has none.
+// Errors: std::logic_error naming the operation; std::system_error if the loop cannot be
+// created (ThreadPool creates a worker's loop on its first I/O).
+inline IoLoop& requireIoLoop(const char* what) {
+  IoLoop* loop = IoLoop::current();
+  if (loop == nullptr) [[unlikely]] {
+    throw std::logic_error(std::string("weft: ") + what +
+                           " was awaited on a thread without an event loop: run the coroutine "
+                           "on a ThreadPool (e.g. syncAwait(task.via(pool)), or a fiber "
+                           "spawned on the pool), or on an executor that binds an IoLoop");
+  }
+  return *loop;
+}
+
+// Throws std::system_error for a failed operation's -errno.
+[[noreturn]] inline void throwIoError(std::int64_t result, const char* what) {
+  throw std::system_error(static_cast<int>(-result), std::system_category(),
+                          std::string("weft: ") + what);
+}
+
+// IoAwaiter: one IoOperation on the calling thread's event loop, as an awaiter.
+//
+// await_suspend submits the operation; the epoll loop may complete it at once (then the
+// coroutine does not suspend). Otherwise the loop's completion function resumes the
+// coroutine on the loop's thread, which is the thread that submitted it: I/O started on
+// a ThreadPool worker completes on that worker.
+//
+// Cancellation: while in flight, a CancellationCallback on the coroutine's token asks the
+// loop to cancel the operation (from any thread). The operation still completes exactly
+// once: with ECANCELED once the kernel let go of its buffers (await_resume then throws
+// OperationCancelled), or with its own result if it finished first (a read that got data
+// returns it: nothing is lost).
+//
+// Destroying the coroutine while it is suspended here (#15's rule) withdraws the
+// operation: on the loop's thread, synchronously (IoLoop::withdraw: the kernel lets go of
+// the buffers before the frame is freed). On another thread that cannot be done safely,
+// so weft reports the misuse and aborts.
+class IoAwaiter {
+ public:
+  IoAwaiter(const char* what, Executor* executor, const CancellationToken& token) noexcept
+      : what_(what), executor_(executor), token_(&token) {}
+  IoAwaiter(const IoAwaiter&) = delete;
+  IoAwaiter& operator=(const IoAwaiter&) = delete;
+  ~IoAwaiter() {
+    if (inFlight_) [[unlikely]] withdraw();
+  }
+
+  IoOperation& operation() noexcept { return op_; }
+
+  bool await_ready() const {
+    token_->throwIfCancellationRequested();
+    return false;
+  }
+
+  bool await_suspend(std::coroutine_handle<> waiter) {
+    IoLoop& loop = requireIoLoop(what_);
+    op_.complete = &IoAwaiter::onComplete;
+    op_.owner = this;
+    waiter_ = waiter;
+    if (loop.submit(op_)) return false;  // done at once
+    loop_ = &loop;
+    inFlight_ = true;
+    if (token_->canBeCancelled()) {
+      // Captures one pointer: stored inline, so this does not throw. If cancellation was
+      // already requested it runs now: the cancel then completes the operation later.
+      onCancel_.emplace(*token_, [this] { loop_->cancel(op_); });
+    }
+    return true;
+  }
+
+  // The operation's result (>= 0). Errors: OperationCancelled when a cancellation stopped
+  // it; ExecutorShutDown when the executor stopped it; otherwise a negative result is
+  // returned as is (the caller names the failure).
+  std::int64_t await_resume() {
+    onCancel_.reset();
+    if (op_.result == -ECANCELED) [[unlikely]] {
+      if (op_.loopShutDown) {
+        throw ExecutorShutDown(executor_ != nullptr ? executor_->name() : "I/O event loop");
+      }
+      if (token_->isCancellationRequested()) throw OperationCancelled();
+    }
+    return op_.result;
+  }
+
+ private:
+  static void onComplete(IoOperation& op) noexcept {
+    IoAwaiter* self = static_cast<Operation&>(op).owner;
+    self->inFlight_ = false;
+    self->waiter_.resume();
+  }
+
+  void withdraw() noexcept {
+    onCancel_.reset();  // waits for a cancellation callback running on another thread
+    if (IoLoop::currentIfAny() != loop_) {
+      std::fprintf(stderr,
+                   "weft: a coroutine suspended in %s was destroyed on a thread other than the "
+                   "one whose event loop runs the operation; the kernel may still write into "
+                   "its buffers. Destroy it on that thread, or cancel it and let it finish\n",
+                   what_);
+      std::abort();
+    }
+    loop_->withdraw(op_);
+    inFlight_ = false;
+  }
+
+  struct Operation : IoOperation {
+    IoAwaiter* owner;
+  };
+
+  Operation op_;
+  const char* what_;
+  Executor* executor_;
+  const CancellationToken* token_;
+  IoLoop* loop_ = nullptr;
+  std::coroutine_handle<> waiter_;
+  bool inFlight_ = false;
+  std::optional<CancellationCallback> onCancel_;
+};
+
+}  // namespace weft::detail

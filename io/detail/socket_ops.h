@@ -1,0 +1,105 @@
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <system_error>
+
+#include "coro/cancellation.h"
+#include "executors/executor.h"
+#include "executors/io_loop.h"
+#include "io/detail/io_awaiter.h"
+
+namespace weft::detail {
+
+// What an I/O awaitable returns from co_await: a byte count, a new fd, or nothing.
+// The failure of an operation on a closed socket (fd -1), checked before anything is
+// submitted.
+[[noreturn]] inline void throwClosed(const char* what) {
+  throw std::system_error(EBADF, std::system_category(),
+                          std::string("weft: ") + what + " on a closed socket");
+}
+
+// One IoOperation as an awaitable: `co_await` in a Lazy/Task, `weft::await` in a fiber.
+// The operation is described once (opcode, fd, buffer...) and submitted by its awaiter;
+// await_resume returns the non-negative result and throws std::system_error for a
+// failure (naming `what`), OperationCancelled or ExecutorShutDown as IoAwaiter says.
+class IoOperationAwaitable {
+ public:
+  IoOperationAwaitable(const char* what, IoOpcode opcode, int fd) noexcept
+      : what_(what), opcode_(opcode), fd_(fd) {}
+
+  IoOperationAwaitable& buffer(void* data, std::size_t size) noexcept {
+    buffer_ = data;
+    length_ = size;
+    return *this;
+  }
+  IoOperationAwaitable& flags(int flags) noexcept {
+    flags_ = flags;
+    return *this;
+  }
+  IoOperationAwaitable& offset(std::uint64_t offset) noexcept {
+    offset_ = offset;
+    return *this;
+  }
+  IoOperationAwaitable& address(sockaddr* address, socklen_t length) noexcept {
+    address_ = address;
+    addressLength_ = length;
+    return *this;
+  }
+  IoOperationAwaitable& message(msghdr* message) noexcept {
+    message_ = message;
+    return *this;
+  }
+
+  class Awaiter : public IoAwaiter {
+   public:
+    Awaiter(const IoOperationAwaitable& a, Executor* executor, const CancellationToken& token)
+        : IoAwaiter(a.what_, executor, token), what_(a.what_), addressLength_(nullptr) {
+      if (a.fd_ < 0) throwClosed(a.what_);
+      IoOperation& op = operation();
+      op.opcode = a.opcode_;
+      op.fd = a.fd_;
+      op.flags = a.flags_;
+      op.buffer = a.buffer_;
+      op.length = a.length_;
+      op.offset = a.offset_;
+      op.address = a.address_;
+      op.addressLength = a.addressLength_;
+      op.message = a.message_;
+    }
+
+    // The result; for kAccept, the peer address length is in operation().addressLength.
+    std::size_t await_resume() {
+      const std::int64_t r = IoAwaiter::await_resume();
+      if (r < 0) throwIoError(r, what_);
+      return static_cast<std::size_t>(r);
+    }
+
+   private:
+    const char* what_;
+    socklen_t* addressLength_;
+  };
+
+  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
+    return Awaiter(*this, executor, token);
+  }
+  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
+
+ private:
+  const char* what_;
+  IoOpcode opcode_;
+  int fd_;
+  int flags_ = 0;
+  void* buffer_ = nullptr;
+  std::size_t length_ = 0;
+  std::uint64_t offset_ = 0;
+  sockaddr* address_ = nullptr;
+  socklen_t addressLength_ = 0;
+  msghdr* message_ = nullptr;
+};
+
+}  // namespace weft::detail

@@ -1,0 +1,80 @@
+#include "io/tcp_stream.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <system_error>
+
+#include "io/detail/socket_util.h"
+
+namespace weft {
+
+TcpStream& TcpStream::operator=(TcpStream&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+TcpStream::~TcpStream() { close(); }
+
+void TcpStream::close() noexcept {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+Lazy<TcpStream> TcpStream::connect(SocketAddress address) {
+  TcpStream stream(detail::openSocket(address.family(), SOCK_STREAM, "connect"));
+  if (address.isIpv4() || address.isIpv6()) stream.setNoDelay(true);
+  const std::string what = "connect to " + address.toString();
+  try {
+    co_await detail::IoOperationAwaitable("connect", IoOpcode::kConnect, stream.nativeHandle())
+        .address(const_cast<sockaddr*>(address.native()), address.nativeLength());
+  } catch (const std::system_error& e) {
+    if (e.code().category() != std::system_category()) throw;
+    throw std::system_error(e.code(), "weft: " + what);
+  }
+  co_return stream;
+}
+
+Lazy<void> TcpStream::readExactly(std::span<std::byte> buffer) {
+  std::size_t done = 0;
+  while (done < buffer.size()) {
+    const std::size_t n = co_await read(buffer.subspan(done));
+    if (n == 0) throw EndOfStream(done);
+    done += n;
+  }
+}
+
+Lazy<void> TcpStream::writeAll(std::span<const std::byte> buffer) {
+  std::size_t done = 0;
+  while (done < buffer.size()) done += co_await write(buffer.subspan(done));
+}
+
+Lazy<void> TcpStream::writeAll(std::string_view text) {
+  return writeAll(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+void TcpStream::shutdownWrite() {
+  if (fd_ < 0) detail::throwClosed("shutdownWrite");
+  if (::shutdown(fd_, SHUT_WR) != 0) {
+    throw std::system_error(errno, std::system_category(), "weft: shutdownWrite");
+  }
+}
+
+void TcpStream::setNoDelay(bool on) { detail::setSocketOption(fd_, IPPROTO_TCP, TCP_NODELAY, on, "TCP_NODELAY"); }
+
+void TcpStream::setKeepAlive(bool on) { detail::setSocketOption(fd_, SOL_SOCKET, SO_KEEPALIVE, on, "SO_KEEPALIVE"); }
+
+SocketAddress TcpStream::localAddress() const { return detail::socketName(fd_, false); }
+
+SocketAddress TcpStream::peerAddress() const { return detail::socketName(fd_, true); }
+
+}  // namespace weft

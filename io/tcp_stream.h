@@ -1,0 +1,129 @@
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+#include <string_view>
+
+#include "coro/lazy.h"
+#include "executors/io_loop.h"
+#include "io/detail/socket_ops.h"
+#include "io/socket_address.h"
+
+namespace weft {
+
+// Thrown by TcpStream::readExactly when the peer ends the stream before the buffer is
+// full. bytesRead() says how much of the buffer was filled.
+class EndOfStream : public std::runtime_error {
+ public:
+  explicit EndOfStream(std::size_t bytesRead)
+      : std::runtime_error("weft: the peer ended the stream before the read was complete"),
+        bytesRead_(bytesRead) {}
+  std::size_t bytesRead() const noexcept { return bytesRead_; }
+
+ private:
+  std::size_t bytesRead_;
+};
+
+// TcpStream: a connected stream socket (TCP over IPv4/IPv6, or a Unix domain stream
+// socket), read and written with awaitables on the event loop of the thread that awaits.
+//
+// Semantics:
+//  - `co_await stream.read(buffer)` returns the number of bytes read, 0 at the end of the
+//    stream; `write(buffer)` the number written (possibly fewer than asked: a partial
+//    write). readExactly and writeAll loop until the whole buffer is done.
+//  - Each await is one operation on the calling thread's event loop (ThreadPool gives
+//    every worker one); the coroutine resumes on that thread. From a fiber:
+//    `weft::await(stream.read(buffer))`.
+//  - TCP streams have TCP_NODELAY set (as Go does): small writes go out at once.
+//  - Cancellation: every await honours the coroutine's token (a Task's, withCancellation,
+//    withTimeout). An operation already in the kernel is cancelled there; the await then
+//    throws OperationCancelled once the kernel let go of the buffer, unless the operation
+//    completed first: a read that got data returns it, nothing is lost.
+//  - Destroying the stream closes the socket. SIGPIPE is never raised (MSG_NOSIGNAL): a
+//    write to a peer that closed fails with EPIPE or ECONNRESET.
+//
+// Preconditions: the buffer of an operation stays valid until its await returns. At most
+// one read and one write in flight at a time is the usual use; several are served in
+// order. close() (and the destructor, and move-assignment) only when no operation on the
+// stream is in flight.
+//
+// Errors: std::system_error with the errno (ECONNRESET, EPIPE, ECONNREFUSED, ETIMEDOUT...)
+// and a message naming the operation; EBADF for an operation on a closed stream;
+// EndOfStream from readExactly; OperationCancelled; ExecutorShutDown when the pool shuts
+// down with the operation in flight; std::logic_error when awaited on a thread without an
+// event loop.
+//
+// Thread safety: distinct streams are independent. One stream may have a read in flight
+// on one thread and a write on another; other members are not synchronised.
+//
+// Example:
+//   weft::TcpStream stream = co_await weft::TcpStream::connect(weft::SocketAddress::parse("127.0.0.1:8080"));
+//   co_await stream.writeAll("ping");
+//   std::size_t n = co_await stream.read(buffer);
+class TcpStream {
+ public:
+  // Not connected: isOpen() is false.
+  TcpStream() noexcept = default;
+  // Adopts `fd`, a connected non-blocking stream socket (as accept returns).
+  explicit TcpStream(int fd) noexcept : fd_(fd) {}
+  TcpStream(TcpStream&& other) noexcept : fd_(other.release()) {}
+  TcpStream& operator=(TcpStream&& other) noexcept;
+  ~TcpStream();
+
+  // Connects to `address` (IPv4, IPv6 or a Unix domain path).
+  // Errors: std::system_error (ECONNREFUSED, ENETUNREACH, ...) naming the address;
+  // cancellation as above.
+  static Lazy<TcpStream> connect(SocketAddress address);
+
+  // Reads at most buffer.size() bytes; 0 means the peer ended the stream.
+  detail::IoOperationAwaitable read(std::span<std::byte> buffer) const noexcept {
+    return detail::IoOperationAwaitable("read from a TcpStream", IoOpcode::kReceive, fd_)
+        .buffer(buffer.data(), buffer.size());
+  }
+  detail::IoOperationAwaitable read(void* data, std::size_t size) const noexcept {
+    return read(std::span<std::byte>(static_cast<std::byte*>(data), size));
+  }
+  // Reads until `buffer` is full. Errors: EndOfStream if the stream ends first.
+  Lazy<void> readExactly(std::span<std::byte> buffer);
+
+  // Writes at most buffer.size() bytes; returns how many were written (at least 1).
+  detail::IoOperationAwaitable write(std::span<const std::byte> buffer) const noexcept {
+    return detail::IoOperationAwaitable("write to a TcpStream", IoOpcode::kSend, fd_)
+        .buffer(const_cast<std::byte*>(buffer.data()), buffer.size());
+  }
+  detail::IoOperationAwaitable write(const void* data, std::size_t size) const noexcept {
+    return write(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
+  }
+  // Writes all of `buffer`, however many partial writes it takes.
+  Lazy<void> writeAll(std::span<const std::byte> buffer);
+  Lazy<void> writeAll(std::string_view text);
+
+  // Ends our direction of the stream (the peer reads end of stream); reads still work.
+  // Errors: std::system_error (ENOTCONN), EBADF when closed.
+  void shutdownWrite();
+  // Closes the socket now. Idempotent. Precondition: no operation in flight.
+  void close() noexcept;
+  bool isOpen() const noexcept { return fd_ >= 0; }
+  int nativeHandle() const noexcept { return fd_; }
+  // Gives up ownership of the socket (the stream is closed, the fd is not). noexcept.
+  int release() noexcept {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+  // TCP_NODELAY (on by default) and SO_KEEPALIVE. Errors: std::system_error; EBADF when
+  // closed; EOPNOTSUPP for a Unix domain stream.
+  void setNoDelay(bool on);
+  void setKeepAlive(bool on);
+
+  // getsockname / getpeername. Errors: std::system_error.
+  SocketAddress localAddress() const;
+  SocketAddress peerAddress() const;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace weft
