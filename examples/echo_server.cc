@@ -1,0 +1,83 @@
+// A TCP echo server: one Lazy per connection, on a ThreadPool whose workers run the I/O.
+//   echo_server PORT          serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
+//                             accepting, lets connections finish (5 s at most), cancels
+//                             the rest and exits 0.
+// Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
+// READ_TIMEOUT_MS (close a connection idle that long; default: never).
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "coro/cancellation.h"
+#include "coro/current_executor.h"
+#include "coro/sync_await.h"
+#include "coro/with_cancellation.h"
+#include "coro/with_timeout.h"
+#include "executors/thread_pool.h"
+#include "io/signal_set.h"
+#include "io/tcp_listener.h"
+
+using namespace std::chrono_literals;
+
+std::atomic<int> openConnections{0};
+const long readTimeoutMs = std::getenv("READ_TIMEOUT_MS") ? std::atol(std::getenv("READ_TIMEOUT_MS")) : 0;
+
+weft::Lazy<std::size_t> readSome(weft::TcpStream& stream, std::span<std::byte> buffer) {
+  co_return co_await stream.read(buffer);
+}
+
+weft::Lazy<void> echo(weft::TcpStream stream) {
+  std::array<std::byte, 16384> buffer;
+  try {
+    for (;;) {
+      const std::size_t n = readTimeoutMs > 0 ? co_await weft::withTimeout(readSome(stream, buffer), std::chrono::milliseconds(readTimeoutMs))
+                                              : co_await stream.read(buffer);
+      if (n == 0) break;
+      co_await stream.writeAll(std::span<const std::byte>(buffer.data(), n));
+    }
+  } catch (const std::exception&) {  // reset by the peer, timed out, or cancelled: close it
+  }
+  openConnections.fetch_sub(1);
+}
+
+weft::Lazy<void> acceptLoop(weft::TcpListener& listener, weft::CancellationToken connectionsToken) {
+  weft::Executor* executor = co_await weft::currentExecutor();
+  for (;;) {
+    weft::TcpStream stream = co_await listener.accept();  // throws OperationCancelled at shutdown
+    openConnections.fetch_add(1);
+    weft::withCancellation(connectionsToken, echo(std::move(stream))).via(executor).start([](weft::Try<void>) {});
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s PORT\n", argv[0]);
+    return 2;
+  }
+  weft::SignalSet signals{SIGINT, SIGTERM};  // first: the pool's threads inherit the mask
+  const char* threads = std::getenv("WEFT_THREADS");
+  weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "echo");
+  auto listener = weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
+  weft::CancellationSource stopAccepting, stopConnections;
+  std::atomic<bool> acceptStopped{false};
+  weft::withCancellation(stopAccepting.token(), acceptLoop(listener, stopConnections.token()))
+      .via(&pool)
+      .start([&](weft::Try<void>) { acceptStopped = true; });
+  std::printf("echo_server: 127.0.0.1:%d, %s, %zu thread(s)\n", listener.localAddress().port(),
+              weft::ioBackendName(pool.ioBackend()).data(), pool.threadCount());
+  std::fflush(stdout);
+
+  const int signal = weft::syncAwait(signals.wait().via(&pool));
+  stopAccepting.requestCancellation();
+  while (!acceptStopped) std::this_thread::sleep_for(1ms);
+  for (auto deadline = std::chrono::steady_clock::now() + 5s; openConnections > 0 && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  stopConnections.requestCancellation();  // whatever is still open is cancelled, and closes
+  while (openConnections > 0) std::this_thread::sleep_for(1ms);
+  std::printf("echo_server: stopped by signal %d\n", signal);
+  return 0;
+}

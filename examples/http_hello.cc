@@ -1,0 +1,86 @@
+// A minimal HTTP/1.1 server answering every request with "hello", keeping connections
+// alive (pipelined requests are answered in order, with one write per batch).
+//   http_hello PORT           serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
+//                             accepting, lets connections finish (5 s at most), cancels
+//                             the rest and exits 0.
+// Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "coro/cancellation.h"
+#include "coro/current_executor.h"
+#include "coro/sync_await.h"
+#include "coro/with_cancellation.h"
+#include "executors/thread_pool.h"
+#include "io/signal_set.h"
+#include "io/tcp_listener.h"
+
+using namespace std::chrono_literals;
+
+std::atomic<int> openConnections{0};
+constexpr std::string_view kResponse =
+    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
+
+weft::Lazy<void> serve(weft::TcpStream stream) {
+  std::string request, response;
+  char buffer[8192];
+  try {
+    while (std::size_t n = co_await stream.read(buffer, sizeof buffer)) {
+      request.append(buffer, n);
+      std::size_t end;
+      while ((end = request.find("\r\n\r\n")) != std::string::npos) {  // one whole request
+        request.erase(0, end + 4);
+        response += kResponse;
+      }
+      if (request.size() > 65536) break;  // a header that never ends
+      if (!response.empty()) co_await stream.writeAll(response);
+      response.clear();
+    }
+  } catch (const std::exception&) {  // reset by the peer, or cancelled at shutdown
+  }
+  openConnections.fetch_sub(1);
+}
+
+weft::Lazy<void> acceptLoop(weft::TcpListener& listener, weft::CancellationToken connectionsToken) {
+  weft::Executor* executor = co_await weft::currentExecutor();
+  for (;;) {
+    weft::TcpStream stream = co_await listener.accept();  // throws OperationCancelled at shutdown
+    openConnections.fetch_add(1);
+    weft::withCancellation(connectionsToken, serve(std::move(stream))).via(executor).start([](weft::Try<void>) {});
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s PORT\n", argv[0]);
+    return 2;
+  }
+  weft::SignalSet signals{SIGINT, SIGTERM};  // first: the pool's threads inherit the mask
+  const char* threads = std::getenv("WEFT_THREADS");
+  weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "http");
+  auto listener = weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
+  weft::CancellationSource stopAccepting, stopConnections;
+  std::atomic<bool> acceptStopped{false};
+  weft::withCancellation(stopAccepting.token(), acceptLoop(listener, stopConnections.token()))
+      .via(&pool)
+      .start([&](weft::Try<void>) { acceptStopped = true; });
+  std::printf("http_hello: 127.0.0.1:%d, %s, %zu thread(s)\n", listener.localAddress().port(),
+              weft::ioBackendName(pool.ioBackend()).data(), pool.threadCount());
+  std::fflush(stdout);
+
+  const int signal = weft::syncAwait(signals.wait().via(&pool));
+  stopAccepting.requestCancellation();
+  while (!acceptStopped) std::this_thread::sleep_for(1ms);
+  for (auto deadline = std::chrono::steady_clock::now() + 5s; openConnections > 0 && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  stopConnections.requestCancellation();
+  while (openConnections > 0) std::this_thread::sleep_for(1ms);
+  std::printf("http_hello: stopped by signal %d\n", signal);
+  return 0;
+}
