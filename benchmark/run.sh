@@ -27,6 +27,8 @@
 #      baselines (repeatable where timings on a shared machine are not); skipped
 #      without valgrind
 #   6. docs/performance.md (benchmark/support/report.py)
+#   7. benchmark/io/run.sh: weft's servers against real peers -> docs/io-benchmarks.md
+#      (about 35 minutes more; see that script for its own settings)
 #
 # Environment:
 #   WEFT_NO_INSTALL=1          install nothing
@@ -36,6 +38,7 @@
 #   WEFT_BENCH_SKIP_ALT=1      no -O2/-O3 comparison
 #   WEFT_BENCH_SKIP_CALLGRIND=1  no instruction counts
 #   WEFT_BENCH_SKIP_PAIRED=1   no paired rounds (step 4c)
+#   WEFT_BENCH_SKIP_IO=1       no I/O benchmarks (step 7)
 #   JOBS=n                     build parallelism
 # About 12 minutes on 2 cores, half of it compiling the 1000-deep template chains. Run it
 # on an idle machine: the report records the load average at the start.
@@ -350,4 +353,10 @@ python3 benchmark/support/report.py \
   --alt-flags "${alt_flags}" \
   --min-time "${min_time}" --repetitions "${repetitions}" --load "${load_at_start}" \
   --steal "${steal_seconds}" --measure-seconds "${measure_seconds}"
+
+# --- 7. I/O benchmarks ----------------------------------------------------------------
+if [[ "${WEFT_BENCH_SKIP_IO:-0}" != 1 ]]; then
+  banner "benchmark/io/run.sh"
+  benchmark/io/run.sh
+fi
 echo "benchmark/run.sh: done in $(((SECONDS - start_seconds) / 60)) min $(((SECONDS - start_seconds) % 60)) s"
