@@ -5,9 +5,9 @@
 #   benchmark/io/run.sh
 #
 # Steps:
-#   1. build the peers and the load generator under build/io-peers/ (g++ -O2 for the C++
-#      peers, go build, cargo build --release --locked); a peer that does not build is
-#      reported, not fatal
+#   1. install missing Debian packages (WEFT_NO_INSTALL=1: none); build the peers and the
+#      load generator under build/io-peers/ (g++ -O2 for the C++ peers, go build, cargo
+#      build --release --locked); a peer that does not build is reported, not fatal
 #   2. for each workload, repetitions interleaved across servers (the order rotates and
 #      reverses from one repetition to the next), each run on a fresh server process:
 #      start it, wait until it accepts, warm up, measure, SIGTERM it; a server that does
@@ -40,9 +40,11 @@
 #   WEFT_IO_BENCH_IDLE_CONNS=n     connections of the idle workload (default 10000)
 #   WEFT_IO_BENCH_SERVERS=regex    only the servers whose name matches (bash =~)
 #   WEFT_IO_BENCH_WORKLOADS=regex  only the workloads whose name matches
-#   WEFT_IO_BENCH_OUT=file         the markdown report (default docs/io-benchmarks.md)
+#   WEFT_IO_BENCH_OUT=file         the markdown report (default docs/io-benchmarks.md);
+#                                  its charts go to images/ beside it
+#   WEFT_NO_INSTALL=1              install no package
 # Raw results: build/io-bench-results/ (one JSON file per run, server logs, build logs).
-# About 35 minutes with the defaults and every server present (3 x ~11 min).
+# With the defaults: about 35 minutes for the peers alone, 50 with weft's six rows.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -104,7 +106,26 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# --- 1. build ---------------------------------------------------------------------------
+# --- 1. packages and builds ----------------------------------------------------------
+# Debian packages the peers and clients need (Go and cargo come from their own installers;
+# without them their rows are skipped). WEFT_NO_INSTALL=1 installs nothing.
+packages=(g++ liburing-dev libasio-dev nginx-light wrk python3-matplotlib)
+if [[ "${WEFT_NO_INSTALL:-0}" != 1 ]] && command -v dpkg-query >/dev/null; then
+  missing=()
+  for p in "${packages[@]}"; do
+    [[ "$(dpkg-query -W -f='${db:Status-Status}' "${p}" 2>/dev/null || true)" == installed ]] ||
+      missing+=("${p}")
+  done
+  if ((${#missing[@]} > 0)); then
+    echo "installing: ${missing[*]}"
+    sudo=()
+    [[ "$(id -u)" == 0 ]] || sudo=(sudo)
+    "${sudo[@]}" apt-get update || true
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y --no-install-recommends "${missing[@]}" || note - "could not install ${missing[*]}"
+  fi
+fi
+
 banner "building the peers and the load generator (logs in ${results}/logs/build-*.log)"
 build() {  # build <name> <command...>: false (and a note) when the command fails
   local name="$1"
@@ -117,6 +138,8 @@ build() {  # build <name> <command...>: false (and a note) when the command fail
     tail -n 1 "${results}/logs/build-${name}.log")"
   return 1
 }
+# A peer that fails to build must not run last time's binary.
+rm -f "${peers}"/*_peer "${peers}/go-peer" "${peers}/loadgen" "${peers}/tokio/release/tokio-peer"
 cxx="${CXX:-g++}"
 cxxflags=(-std=c++20 -O2 -DNDEBUG -pthread)
 build epoll "${cxx}" "${cxxflags[@]}" -o "${peers}/epoll_peer" benchmark/io/peers/epoll/main.cc || true
