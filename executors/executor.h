@@ -8,12 +8,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "executors/detail/job.h"
+#include "executors/io_loop.h"
+#include "executors/timer_entry.h"
+#include "executors/work_item.h"
 
 namespace weft {
 
 namespace detail {
-struct TimerEntry;   // executors/detail/timer_queue.h
 class SoloRunQueue;  // executors/detail/solo_run_queue.h
 }  // namespace detail
 
@@ -43,7 +44,7 @@ class ExecutorShutDown : public std::runtime_error {
 // Thread safety: schedule and currentThreadInExecutor may be called from any thread
 // concurrently.
 //
-// Timers: scheduleTimer/cancelTimer arm and disarm an intrusive detail::TimerEntry (what
+// Timers: scheduleTimer/cancelTimer arm and disarm an intrusive TimerEntry (what
 // weft::sleep uses). The default implementation shares one process-wide timer thread,
 // started by the first timer, which runs each expired entry's fire function there; the
 // fire function brings its coroutine to the executor with schedule(). So timers work on
@@ -51,12 +52,20 @@ class ExecutorShutDown : public std::runtime_error {
 // with a timer thread of its own whose expired timers its workers run before their
 // queued work (see thread_pool.h).
 //
-// Implementing one: override schedule(std::coroutine_handle<>), currentThreadInExecutor
-// and scheduleJob, and write `using Executor::schedule;` in the derived class (the
-// override otherwise hides the callable overload). Run items inside
-// `try { item.run(); } catch (...) { detail::reportEscapedException(name()); }`.
+// Implementing one (everything needed is public and included by this header: Job,
+// WorkItem, reportEscapedException in executors/work_item.h, TimerEntry in
+// executors/timer_entry.h, IoLoop in executors/io_loop.h): override
+// schedule(std::coroutine_handle<>), currentThreadInExecutor and scheduleJob, and write
+// `using Executor::schedule;` in the derived class (the override otherwise hides the
+// callable overload). Queue handles and jobs as WorkItems if convenient; run items inside
+// `try { item.run(); } catch (...) { reportEscapedException(name()); }`.
 // Override scheduleTimer/cancelTimer only to drive timers from the executor's own event
 // loop (e.g. an epoll timeout).
+// I/O: weft's I/O awaitables (io/) run on the event loop of the thread that awaits them
+// (IoLoop::current()). To serve them, give each of the executor's threads an IoLoop
+// (IoLoop::create, IoLoop::CurrentScope) and run it when the thread is idle (see
+// executors/io_loop.h); an executor that binds none refuses them: the await throws
+// std::logic_error saying the thread has no event loop.
 //
 // Example:
 //   weft::ThreadPool pool(2);
@@ -77,7 +86,7 @@ class Executor {
     requires(!std::convertible_to<F, std::coroutine_handle<>>) &&
             std::invocable<std::decay_t<F>&> && std::move_constructible<std::decay_t<F>>
   void schedule(F&& f) {
-    scheduleJob(new detail::CallableJob<std::decay_t<F>>(std::forward<F>(f)));
+    scheduleJob(new CallableJob<std::decay_t<F>>(std::forward<F>(f)));
   }
 
   // True when the calling thread is one of this executor's own threads. An executor
@@ -98,7 +107,7 @@ class Executor {
   // Errors: ExecutorShutDown if the executor accepts no more timers; std::bad_alloc;
   // std::system_error if the timer thread cannot be started. Nothing is armed then.
   // Thread safety: any thread.
-  virtual void scheduleTimer(detail::TimerEntry& timer);
+  virtual void scheduleTimer(TimerEntry& timer);
 
   // Disarms `timer`: true if its fire function will never run (not yet due, or due but
   // not yet started: an implementation that queues fired timers for its own threads must
@@ -108,7 +117,7 @@ class Executor {
   // its way to such a queue). noexcept: a removal
   // from a heap, which allocates nothing. Thread safety: any thread, concurrently with
   // the firing.
-  virtual bool cancelTimer(detail::TimerEntry& timer) noexcept;
+  virtual bool cancelTimer(TimerEntry& timer) noexcept;
 
   // For schedulers that switch straight from one coroutine to the next on the same thread
   // without going back to the executor's loop (weft's fibers: stackful/spawn_fiber.h).
@@ -147,7 +156,7 @@ class Executor {
 
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it
   // with job->complete(job, false) and throws ExecutorShutDown.
-  virtual void scheduleJob(detail::Job* job) = 0;
+  virtual void scheduleJob(Job* job) = 0;
 
  private:
   std::string name_;

@@ -1,0 +1,108 @@
+#pragma once
+
+#include <coroutine>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <new>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace weft {
+
+// What an executor queues and runs: the vocabulary for implementing an Executor (this
+// header, executors/timer_entry.h and executors/io_loop.h, all included by
+// executors/executor.h). An implementer needs nothing from weft::detail.
+//
+// Job: a type-erased, heap-allocated, move-only unit of work: what Executor::schedule(F&&)
+// turns a callable into, and what a fired TimerEntry is. `next` is an intrusive link so
+// queues need no node allocation.
+struct Job {
+  Job* next = nullptr;
+  // run == true: invoke the callable, then free the job (also when it throws: the
+  // exception propagates to the executor, which reports it with reportEscapedException).
+  // run == false: only free it (used when an executor refuses a job).
+  void (*complete)(Job* self, bool run) = nullptr;
+};
+
+// What an executor does with an exception escaping a scheduled callable (run items in
+// `try { item.run(); } catch (...) { reportEscapedException(name()); }`): there is no
+// awaiter to hand it to, so it is reported (naming the executor) and the process aborts,
+// as std::thread does.
+// Precondition: called from a catch handler. noexcept: it never returns, and an
+// exception leaving it would escape the executor's worker loop.
+[[noreturn]] inline void reportEscapedException(std::string_view executorName) noexcept {
+  const char* what = "unknown exception";
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "weft: a callable scheduled on executor '%.*s' threw: %s\n",
+               static_cast<int>(executorName.size()), executorName.data(), what);
+  std::abort();
+}
+
+// The Job that Executor::schedule(F&&) allocates for a callable.
+template <class F>
+struct CallableJob final : Job {
+  explicit CallableJob(F&& f) : fn(std::move(f)) { complete = &CallableJob::completeImpl; }
+  explicit CallableJob(const F& f) : fn(f) { complete = &CallableJob::completeImpl; }
+
+  static void completeImpl(Job* self, bool run) {
+    auto* job = static_cast<CallableJob*>(self);
+    struct Free {
+      CallableJob* j;
+      ~Free() { delete j; }
+    } free{job};
+    if (run) job->fn();
+  }
+
+  F fn;
+};
+
+// One entry of an executor queue: either a coroutine handle (the fast path: no
+// allocation) or a Job*. Frames and Jobs are at least 2-byte aligned, so the low bit
+// tells them apart. The all-zero item is "empty" (no work), so a null handle must never
+// be scheduled. The accessors are noexcept: they only reinterpret one word.
+class WorkItem {
+ public:
+  WorkItem() = default;
+  static WorkItem fromHandle(std::coroutine_handle<> h) noexcept {
+    return WorkItem(reinterpret_cast<std::uintptr_t>(h.address()));
+  }
+  static WorkItem fromJob(Job* job) noexcept {
+    return WorkItem(reinterpret_cast<std::uintptr_t>(job) | 1u);
+  }
+
+  bool empty() const noexcept { return bits_ == 0; }
+  bool isJob() const noexcept { return (bits_ & 1u) != 0; }
+  Job* job() const noexcept { return reinterpret_cast<Job*>(bits_ & ~std::uintptr_t{1}); }
+  std::coroutine_handle<> handle() const noexcept {
+    return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(bits_));
+  }
+
+  // Runs the item: resumes the coroutine or runs (then frees) the job. Only a job's
+  // callable can throw (weft's coroutines catch in their promise); the executor catches
+  // and calls reportEscapedException(name()).
+  void run() const {
+    if (isJob()) {
+      Job* j = job();
+      j->complete(j, true);
+    } else {
+      handle().resume();
+    }
+  }
+
+  std::uintptr_t bits() const noexcept { return bits_; }
+  static WorkItem fromBits(std::uintptr_t bits) noexcept { return WorkItem(bits); }
+
+ private:
+  explicit WorkItem(std::uintptr_t bits) : bits_(bits) {}
+  std::uintptr_t bits_ = 0;
+};
+
+}  // namespace weft
