@@ -1,0 +1,135 @@
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "executors/io_loop.h"
+#include "io/datagram.h"
+#include "io/detail/datagram_ops.h"
+#include "io/detail/socket_ops.h"
+#include "io/socket_address.h"
+
+namespace weft {
+
+struct UdpSocketOptions {
+  bool reuseAddress = false;  // SO_REUSEADDR: several sockets may bind the address
+  bool reusePort = false;     // SO_REUSEPORT: the kernel spreads datagrams across them
+  bool broadcast = false;     // SO_BROADCAST: sendTo may target a broadcast address
+};
+
+// UdpSocket: a datagram socket (UDP over IPv4/IPv6, or a Unix domain datagram socket),
+// sent to and received from with awaitables on the event loop of the thread that awaits.
+//
+// Semantics:
+//  - bind() makes a socket that receives at an address (a server); open() an unbound one
+//    (a client: sending binds it to an ephemeral port, and replies come back to that).
+//    An AF_UNIX socket from open() is bound at once to a kernel-chosen abstract name
+//    (Linux autobind), so that its peer can reply to it too.
+//  - `co_await socket.sendTo(buffer, address)` sends one datagram and returns its size
+//    (a datagram is sent whole, or fails: EMSGSIZE when it is too large).
+//    `co_await socket.receiveFrom(buffer)` waits for one datagram and returns a Datagram:
+//    the bytes stored, the sender, and whether the datagram was longer than the buffer
+//    (its rest is lost then, as the kernel drops it: never silently, `truncated` says
+//    so). An empty datagram is received as size 0.
+//  - connect(address) sets the default peer (a synchronous connect(2): nothing goes on
+//    the wire) and filters what is received to datagrams from it. send(buffer) and
+//    receive(buffer) then need no address; receive() returns a Datagram like
+//    receiveFrom() so that truncation is never silent. After an ICMP "port unreachable"
+//    the next operation on a connected UDP socket fails with ECONNREFUSED.
+//  - Each await is one operation (sendmsg/recvmsg) on the calling thread's event loop
+//    (ThreadPool gives every worker one); the coroutine resumes on that thread. From a
+//    fiber: `weft::await(socket.receiveFrom(buffer))`.
+//  - Cancellation: every await honours the coroutine's token (a Task's, withCancellation,
+//    withTimeout). An operation already in the kernel is cancelled there; the await then
+//    throws OperationCancelled once the kernel let go of the buffer, unless the operation
+//    completed first: a datagram received is returned, nothing is lost.
+//  - Destroying the socket closes it. A Unix socket's path is not unlinked (by bind() or
+//    the destructor), as for TcpListener.
+//
+// Preconditions: the buffer of an operation stays valid until its await returns. Several
+// operations may be in flight at once (each datagram goes to one receive). close() (and
+// the destructor, and move-assignment) only when no operation on the socket is in
+// flight.
+//
+// Errors: std::system_error with the errno and a message naming the operation (sendTo
+// also names the destination): EMSGSIZE, ECONNREFUSED, ENETUNREACH, EACCES (broadcast
+// without the option)...; EBADF for an operation on a closed socket; bind() and connect()
+// name the address, and throw std::invalid_argument for an empty one;
+// OperationCancelled; ExecutorShutDown when the pool shuts down with the operation in
+// flight; std::logic_error when awaited on a thread without an event loop.
+//
+// Thread safety: distinct sockets are independent. Operations may be awaited on one socket
+// from several threads at once; other members are not synchronised.
+//
+// Example:
+//   auto socket = weft::UdpSocket::bind(weft::SocketAddress::parse("127.0.0.1:5353"));
+//   weft::Datagram d = co_await socket.receiveFrom(buffer);
+//   co_await socket.sendTo(std::span(buffer).first(d.size), d.from);  // echo it back
+class UdpSocket {
+ public:
+  // Not open: isOpen() is false.
+  UdpSocket() noexcept = default;
+  // Adopts `fd`, a non-blocking datagram socket.
+  explicit UdpSocket(int fd) noexcept : fd_(fd) {}
+  UdpSocket(UdpSocket&& other) noexcept : fd_(other.release()) {}
+  UdpSocket& operator=(UdpSocket&& other) noexcept;
+  ~UdpSocket();
+
+  // A socket bound to `address` (IPv4 or IPv6 with port 0 for an ephemeral port, or a
+  // Unix path or abstract name). The options apply to IP sockets only.
+  // Errors: std::system_error (EADDRINUSE, EACCES, EADDRNOTAVAIL...) naming the address;
+  // std::invalid_argument for an empty address.
+  static UdpSocket bind(const SocketAddress& address, UdpSocketOptions options = {});
+
+  // An unbound socket of `family` (AF_INET, AF_INET6 or AF_UNIX; see above for AF_UNIX).
+  // Errors: std::system_error (EAFNOSUPPORT for another family, EMFILE...).
+  static UdpSocket open(int family);
+
+  // Sets the default peer: send() goes there, and only its datagrams are received.
+  // Errors: std::system_error naming the address (EAFNOSUPPORT for another family,
+  // ENOENT/ECONNREFUSED for a Unix address nobody is bound to); EBADF when closed;
+  // std::invalid_argument for an empty address.
+  void connect(const SocketAddress& address);
+
+  // Sends `buffer` as one datagram to `to`; returns its size.
+  detail::SendMessageAwaitable sendTo(std::span<const std::byte> buffer,
+                                      const SocketAddress& to) const noexcept {
+    return detail::SendMessageAwaitable("sendTo on a UdpSocket to", fd_, buffer, to);
+  }
+  // Waits for the next datagram; stores what fits of it in `buffer`.
+  detail::ReceiveMessageAwaitable receiveFrom(std::span<std::byte> buffer) const noexcept {
+    return detail::ReceiveMessageAwaitable("receiveFrom on a UdpSocket", fd_, buffer);
+  }
+
+  // Connected sockets: send to the peer (EDESTADDRREQ when not connected), receive from it.
+  detail::IoOperationAwaitable send(std::span<const std::byte> buffer) const noexcept {
+    return detail::IoOperationAwaitable("send on a UdpSocket", IoOpcode::kSend, fd_)
+        .buffer(const_cast<std::byte*>(buffer.data()), buffer.size());
+  }
+  detail::ReceiveMessageAwaitable receive(std::span<std::byte> buffer) const noexcept {
+    return detail::ReceiveMessageAwaitable("receive on a UdpSocket", fd_, buffer);
+  }
+
+  // SO_BROADCAST. Errors: std::system_error; EBADF when closed.
+  void setBroadcast(bool on);
+
+  // getsockname / getpeername (ENOTCONN when not connected). Errors: std::system_error.
+  SocketAddress localAddress() const;
+  SocketAddress peerAddress() const;
+
+  // Closes the socket now. Idempotent. Precondition: no operation in flight.
+  void close() noexcept;
+  bool isOpen() const noexcept { return fd_ >= 0; }
+  int nativeHandle() const noexcept { return fd_; }
+  // Gives up ownership of the socket (this one is closed, the fd is not). noexcept.
+  int release() noexcept {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace weft
