@@ -1,0 +1,170 @@
+// IoLoop as an executor implementer uses it: a user's own single-threaded executor that
+// binds a loop serves weft's I/O awaitables; one that binds none refuses them clearly.
+#include "executors/io_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <coroutine>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "coro/collect.h"
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "executors/executor.h"
+#include "io/tcp_listener.h"
+#include "io/tcp_stream.h"
+
+namespace weft {
+namespace {
+
+// A user's executor: one thread, a FIFO of WorkItems, and an IoLoop it runs when idle.
+// Only public names are used (no weft::detail).
+class LoopExecutor final : public Executor {
+ public:
+  explicit LoopExecutor(IoBackendChoice backend) : Executor("user-loop") {
+    thread_ = std::thread([this, backend] {
+      auto loop = IoLoop::create(backend);
+      IoLoop::CurrentScope scope(loop.get());
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        loop_ = loop.get();
+      }
+      for (;;) {
+        WorkItem item;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (!queue_.empty()) {
+            item = queue_.front();
+            queue_.pop_front();
+          } else if (stop_ && !loop->hasWork()) {
+            break;
+          }
+        }
+        if (!item.empty()) {
+          try {
+            item.run();
+          } catch (...) {
+            reportEscapedException(name());
+          }
+          loop->run(0);
+        } else {
+          loop->run(-1);  // until I/O completes or schedule() wakes it
+        }
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      loop_ = nullptr;
+    });
+  }
+  ~LoopExecutor() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      if (loop_ != nullptr) loop_->wake();
+    }
+    thread_.join();
+  }
+
+  using Executor::schedule;
+  void schedule(std::coroutine_handle<> h) override { push(WorkItem::fromHandle(h)); }
+  bool currentThreadInExecutor() const noexcept override {
+    return std::this_thread::get_id() == thread_.get_id();
+  }
+
+ private:
+  void scheduleJob(Job* job) override { push(WorkItem::fromJob(job)); }
+  void push(WorkItem item) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(item);
+    if (loop_ != nullptr) loop_->wake();
+  }
+
+  std::mutex mutex_;
+  std::deque<WorkItem> queue_;
+  IoLoop* loop_ = nullptr;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// A user's executor without I/O: runs items on its thread, binds no loop.
+class PlainExecutor final : public Executor {
+ public:
+  PlainExecutor() : Executor("plain") {}
+  using Executor::schedule;
+  void schedule(std::coroutine_handle<> h) override { std::thread([h] { h.resume(); }).detach(); }
+  bool currentThreadInExecutor() const noexcept override { return false; }
+
+ private:
+  void scheduleJob(Job* job) override {
+    std::thread([job] { job->complete(job, true); }).detach();
+  }
+};
+
+class IoLoopTest : public ::testing::TestWithParam<IoBackendChoice> {};
+
+TEST_P(IoLoopTest, UserExecutorServesSocketAwaitables) {
+  LoopExecutor executor(GetParam());
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  const SocketAddress address = listener.localAddress();
+  auto server = [&]() -> Lazy<std::size_t> {
+    TcpStream stream = co_await listener.accept();
+    std::array<std::byte, 256> buffer;
+    std::size_t total = 0;
+    while (std::size_t n = co_await stream.read(buffer)) {
+      total += n;
+      co_await stream.writeAll(std::span<const std::byte>(buffer.data(), n));
+    }
+    co_return total;
+  };
+  auto client = [&]() -> Lazy<std::string> {
+    TcpStream stream = co_await TcpStream::connect(address);
+    co_await stream.writeAll("hello, loop");
+    stream.shutdownWrite();
+    std::string echoed;
+    std::array<char, 64> buffer;
+    while (std::size_t n = co_await stream.read(buffer.data(), buffer.size())) {
+      echoed.append(buffer.data(), n);
+    }
+    co_return echoed;
+  };
+  auto [served, echoed] = syncAwait(collectAll(server(), client()).via(&executor));
+  EXPECT_EQ(served.value(), 11u);
+  EXPECT_EQ(echoed.value(), "hello, loop");
+}
+
+TEST_P(IoLoopTest, ReportsItsBackend) {
+  auto loop = IoLoop::create(GetParam());
+  EXPECT_EQ(loop->backend(),
+            GetParam() == IoBackendChoice::kEpoll ? IoBackend::kEpoll : IoBackend::kIoUring);
+  EXPECT_FALSE(loop->hasWork());
+  EXPECT_EQ(loop->run(0), 0u);
+  loop->wake();
+  EXPECT_EQ(loop->run(-1), 0u);  // returns for the wake, with nothing completed
+}
+
+TEST(IoLoopRefusalTest, ExecutorWithoutLoopRefusesIoWithAClearError) {
+  PlainExecutor executor;
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  auto accept = [&]() -> Lazy<void> { co_await listener.accept(); };
+  try {
+    syncAwait(accept().via(&executor));
+    FAIL() << "accept on a thread without an event loop did not throw";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("without an event loop"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, IoLoopTest,
+                         ::testing::Values(IoBackendChoice::kIoUring, IoBackendChoice::kEpoll),
+                         [](const auto& info) {
+                           return info.param == IoBackendChoice::kEpoll ? std::string("epoll")
+                                                                         : std::string("io_uring");
+                         });
+
+}  // namespace
+}  // namespace weft
