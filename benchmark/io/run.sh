@@ -91,20 +91,31 @@ if (($(ulimit -n) < idle_conns + 100)); then
 fi
 
 # --- processes: every one this script starts is killed on exit -------------------------
+# The server's processes: the pid and its descendants (nginx's workers).
+process_tree() {
+  local pid="$1" child
+  echo "${pid}"
+  for child in $(cat /proc/"${pid}"/task/*/children 2>/dev/null); do
+    process_tree "${child}"
+  done
+}
 server_pid=""
 client_pid=""
+build_pid=""
 cleanup() {
-  local pid
-  for pid in ${client_pid} ${server_pid}; do
-    kill -TERM "${pid}" 2>/dev/null || true
+  local pids=() pid
+  for pid in ${build_pid} ${client_pid} ${server_pid}; do
+    mapfile -t -O "${#pids[@]}" pids < <(process_tree "${pid}")
   done
+  ((${#pids[@]} > 0)) || return 0
+  kill -TERM "${pids[@]}" 2>/dev/null || true
   sleep 0.2
-  for pid in ${client_pid} ${server_pid}; do
-    kill -KILL "${pid}" 2>/dev/null || true
-  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# Every child runs in the background and is waited for, so that a signal's trap runs at
+# once rather than when the child is done.
 
 # --- 1. packages and builds ----------------------------------------------------------
 # Debian packages the peers and clients need (Go and cargo come from their own installers;
@@ -131,9 +142,13 @@ build() {  # build <name> <command...>: false (and a note) when the command fail
   local name="$1"
   shift
   echo "${name}: $*"
-  if "$@" >"${results}/logs/build-${name}.log" 2>&1; then
+  "$@" >"${results}/logs/build-${name}.log" 2>&1 &
+  build_pid=$!
+  if wait "${build_pid}"; then
+    build_pid=""
     return 0
   fi
+  build_pid=""
   note "${name}" "did not build: $(grep -m1 -iE 'error|fatal' "${results}/logs/build-${name}.log" ||
     tail -n 1 "${results}/logs/build-${name}.log")"
   return 1
@@ -222,14 +237,6 @@ workloads=(
   "http-c400-t2|http|2|wrk|400|"
 )
 
-# The server's processes: the pid and its descendants (nginx's workers).
-process_tree() {
-  local pid="$1" child
-  echo "${pid}"
-  for child in $(cat /proc/"${pid}"/task/*/children 2>/dev/null); do
-    process_tree "${child}"
-  done
-}
 cpu_seconds() {  # cpu_seconds <pid>...: utime+stime of these processes, in seconds
   local pid total=0 fields
   for pid in "$@"; do
@@ -324,6 +331,8 @@ run_one() {
   server_pid=""
   if [[ "${status}" == ok && "${exit_code}" != 0 && -z "${detail}" ]]; then
     detail="exited ${exit_code} after SIGTERM"
+  elif [[ "${status}" != ok && -z "${detail}" ]]; then
+    detail="exit status ${exit_code}"
   fi
   [[ "${status}" != ok ]] && echo "   ${status} ${detail} (log: ${log})"
 
