@@ -1,0 +1,193 @@
+#include "io/blocking.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
+namespace weft {
+
+// How the threads come and go (everything below is guarded by mutex_):
+//  - A call is queued, then a thread is made to see it: an idle one is notified, and a
+//    new one is started when the queued calls outnumber the threads about to look at the
+//    queue (idle_ + starting_) and the bound allows. A running thread looks at the queue
+//    again after each call, so a queued call is always seen by some thread.
+//  - A thread with nothing to do waits up to idleTimeout_ for a call, then exits. It also
+//    exits at shutdown once the queue is empty, and when the bound was lowered below the
+//    number of threads.
+//  - Joining: an exiting thread leaves its own std::thread in lastExited_ and joins the
+//    one it found there (so at most one exited thread is ever unjoined, and nobody joins
+//    on the call path). shutdown() waits for threads_ to reach 0, then joins lastExited_,
+//    which joined its predecessor before it ended, and so on: every thread is joined.
+
+namespace {
+
+thread_local BlockingPool* tlCurrentPool = nullptr;
+
+[[noreturn]] void abortShutdownFromOwnThread(std::string_view name) noexcept {
+  std::fprintf(stderr,
+               "weft: BlockingPool '%.*s' shut down (or destroyed) from one of its own "
+               "threads; it would wait for itself\n",
+               static_cast<int>(name.size()), name.data());
+  std::abort();
+}
+
+}  // namespace
+
+BlockingPool::BlockingPool(std::size_t maxThreads, std::chrono::steady_clock::duration idleTimeout,
+                           std::string name)
+    : idleTimeout_(idleTimeout), name_(std::move(name)), maxThreads_(maxThreads) {
+  if (maxThreads == 0) throw std::invalid_argument("weft: BlockingPool with 0 threads");
+}
+
+BlockingPool::~BlockingPool() { shutdown(); }
+
+BlockingPool& BlockingPool::defaultPool() {
+  // Leaked on purpose (see the class comment): never destroyed at exit, so a call or a
+  // thread still using it then finds it intact. Reachable from this static, so leak
+  // checkers do not report it.
+  static BlockingPool* const pool = new BlockingPool();
+  return *pool;
+}
+
+BlockingPool* BlockingPool::current() noexcept { return tlCurrentPool; }
+
+std::size_t BlockingPool::threadCount() const {
+  std::lock_guard lock(mutex_);
+  return threads_;
+}
+
+std::size_t BlockingPool::queuedCount() const {
+  std::lock_guard lock(mutex_);
+  return queued_;
+}
+
+std::size_t BlockingPool::maxThreads() const {
+  std::lock_guard lock(mutex_);
+  return maxThreads_;
+}
+
+void BlockingPool::setMaxThreads(std::size_t maxThreads) {
+  if (maxThreads == 0) throw std::invalid_argument("weft: BlockingPool with 0 threads");
+  std::lock_guard lock(mutex_);
+  maxThreads_ = maxThreads;
+  // Raised: start threads for the calls that waited for room. Lowered: the surplus
+  // threads exit when they next find the queue empty (woken here if idle).
+  while (!closing_ && queued_ > idle_ + starting_ && threads_ < maxThreads_) {
+    try {
+      startThreadLocked();
+    } catch (...) {
+      break;  // the threads there are take the calls
+    }
+  }
+  workOrStop_.notify_all();
+}
+
+void BlockingPool::unlinkLocked(detail::BlockingJob& job) noexcept {
+  (job.prev != nullptr ? job.prev->next : head_) = job.next;
+  (job.next != nullptr ? job.next->prev : tail_) = job.prev;
+  job.prev = job.next = nullptr;
+  job.queued = false;
+  --queued_;
+}
+
+void BlockingPool::submit(detail::BlockingJob& job) {
+  std::lock_guard lock(mutex_);
+  if (closing_) throw ExecutorShutDown(name_);
+  job.prev = tail_;
+  job.next = nullptr;
+  (tail_ != nullptr ? tail_->next : head_) = &job;
+  tail_ = &job;
+  job.queued = true;
+  ++queued_;
+  if (idle_ != 0) workOrStop_.notify_one();
+  if (queued_ > idle_ + starting_ && threads_ < maxThreads_) {
+    try {
+      startThreadLocked();
+    } catch (...) {
+      if (threads_ == 0) {
+        unlinkLocked(job);  // nobody would ever run it
+        throw;
+      }
+      // Otherwise a thread of the pool takes it after its current call.
+    }
+  }
+}
+
+bool BlockingPool::withdraw(detail::BlockingJob& job) noexcept {
+  std::lock_guard lock(mutex_);
+  if (!job.queued) return false;
+  unlinkLocked(job);
+  return true;
+}
+
+void BlockingPool::startThreadLocked() {
+  handles_.emplace_back();
+  const ThreadList::iterator self = std::prev(handles_.end());
+  try {
+    // The new thread blocks on mutex_ (held here) before it reads *self.
+    *self = std::thread([this, self] { threadMain(self); });
+  } catch (...) {
+    handles_.erase(self);
+    throw;
+  }
+  ++threads_;
+  ++starting_;
+}
+
+void BlockingPool::threadMain(ThreadList::iterator self) {
+  tlCurrentPool = this;
+#if defined(__linux__)
+  pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
+#endif
+  std::unique_lock lock(mutex_);
+  --starting_;
+  for (;;) {
+    if (head_ != nullptr) {
+      detail::BlockingJob& job = *head_;
+      unlinkLocked(job);  // taken: from now on only this thread finishes it
+      lock.unlock();
+      job.run(&job);  // may free the job (its coroutine resumed and went on)
+      lock.lock();
+      continue;
+    }
+    if (closing_ || threads_ > maxThreads_) break;
+    ++idle_;
+    const bool woken = workOrStop_.wait_for(lock, idleTimeout_, [this] {
+      return head_ != nullptr || closing_ || threads_ > maxThreads_;
+    });
+    --idle_;
+    if (!woken) break;  // idle for idleTimeout_: retire
+  }
+  --threads_;
+  std::thread previous = std::exchange(lastExited_, std::move(*self));
+  handles_.erase(self);
+  if (threads_ == 0) allExited_.notify_all();
+  lock.unlock();
+  // Nothing of the pool is touched from here on: shutdown() may be destroying it, once it
+  // has joined this thread (through lastExited_).
+  if (previous.joinable()) previous.join();
+}
+
+void BlockingPool::shutdown() {
+  if (tlCurrentPool == this) abortShutdownFromOwnThread(name_);
+  std::lock_guard shutdownLock(shutdownMutex_);
+  if (joined_) return;
+  std::thread last;
+  {
+    std::unique_lock lock(mutex_);
+    closing_ = true;
+    workOrStop_.notify_all();
+    // The threads drain the queue (a call cancelled meanwhile leaves it), then exit.
+    allExited_.wait(lock, [this] { return threads_ == 0; });
+    last = std::move(lastExited_);
+  }
+  if (last.joinable()) last.join();
+  joined_ = true;
+}
+
+}  // namespace weft

@@ -1,0 +1,573 @@
+#include "io/blocking.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coro/cancellation.h"
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/try.h"
+#include "coro/with_cancellation.h"
+#include "coro/with_timeout.h"
+#include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
+#include "test/support/counted.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+// Death tests use the default "fast" style (a fork): the "threadsafe" style re-executes
+// the binary, which fails under qemu-user. Everything with a thread is made inside the
+// death statement; death test suites run first, before any pool has a thread.
+
+using namespace std::chrono_literals;
+using test::Counted;
+using test::Watchdog;
+
+// pthread_self() is __attribute__((const)): asked through an opaque call each time.
+[[gnu::noinline]] std::thread::id threadId() {
+  asm volatile("");
+  return std::this_thread::get_id();
+}
+[[gnu::noinline]] ThreadPool* currentPool() {
+  asm volatile("");
+  return ThreadPool::current();
+}
+
+// Spins (yielding) until `done()` or 10 s; returns done().
+template <class Done>
+bool eventually(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Resumes a Lazy's frame once (it runs until its first suspension), bound to `executor`
+// and `token`, keeping it owned by `lazy`: for tests that destroy it while suspended.
+template <class T>
+void startSuspended(Lazy<T>& lazy, Executor* executor = nullptr,
+                    const CancellationToken* token = nullptr) {
+  auto handle = detail::LazyAccess::handle(lazy);
+  handle.promise().setExecutor(executor);
+  if (token != nullptr) handle.promise().setCancellationToken(token);
+  handle.resume();
+  ASSERT_FALSE(handle.done()) << "the coroutine was expected to suspend";
+}
+
+// --- results --------------------------------------------------------------------------
+
+TEST(BlockingTest, ReturnsTheValue) {
+  EXPECT_EQ(syncAwait(blocking([] { return 6 * 7; })), 42);
+}
+
+TEST(BlockingTest, RunsVoidFunctions) {
+  std::atomic<bool> ran{false};
+  syncAwait(blocking([&] { ran = true; }));
+  EXPECT_TRUE(ran.load());
+}
+
+TEST(BlockingTest, ReturnsMoveOnlyResults) {
+  auto body = []() -> Lazy<int> {
+    std::unique_ptr<int> p = co_await blocking([] { return std::make_unique<int>(5); });
+    co_return *p;
+  };
+  EXPECT_EQ(syncAwait(body()), 5);
+}
+
+TEST(BlockingTest, AcceptsMoveOnlyFunctions) {
+  auto owned = std::make_unique<std::string>("moved in");
+  EXPECT_EQ(syncAwait(blocking([s = std::move(owned)] { return *s; })), "moved in");
+}
+
+TEST(BlockingTest, RethrowsTheException) {
+  auto body = []() -> Lazy<int> {
+    co_return co_await blocking([]() -> int { throw std::invalid_argument("from fn"); });
+  };
+  try {
+    syncAwait(body());
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "from fn");
+  }
+}
+
+TEST(BlockingTest, RunsOffTheAwaitingThread) {
+  const std::thread::id self = threadId();
+  const std::thread::id ran = syncAwait(blocking([] { return threadId(); }));
+  EXPECT_NE(ran, self);
+}
+
+TEST(BlockingTest, DestroysTheFunctionWithTheAwait) {
+  Counted::reset();
+  syncAwait(blocking([c = Counted()] { return 1; }));
+  EXPECT_EQ(Counted::alive(), 0);
+}
+
+// --- where the coroutine resumes -------------------------------------------------------
+
+TEST(BlockingTest, TaskResumesOnItsPool) {
+  ThreadPool pool(2, "tasks");
+  auto body = [&]() -> Lazy<bool> {
+    ThreadPool* during = co_await blocking([] { return currentPool(); });
+    EXPECT_EQ(during, nullptr);  // fn ran on the blocking pool, not on a worker
+    co_return currentPool() == &pool;
+  };
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(syncAwait(body().via(&pool)));
+}
+
+TEST(BlockingTest, PlainLazyOnAPoolWorkerResumesOnThatPool) {
+  ThreadPool pool(2, "plain");
+  std::atomic<int> done{0};
+  std::atomic<bool> onPool{false};
+  auto body = [&]() -> Lazy<void> {
+    co_await blocking([] { std::this_thread::sleep_for(1ms); });
+    onPool = currentPool() == &pool;
+  };
+  pool.schedule([&] {
+    body().start([&](Try<void> result) {
+      EXPECT_TRUE(result.hasValue());
+      done = 1;
+    });
+  });
+  ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
+  EXPECT_TRUE(onPool.load());
+}
+
+TEST(BlockingTest, PlainLazyElsewhereResumesOnTheBlockingThread) {
+  // fn waits until the Lazy has suspended (start() returned): a fn that finished first
+  // would have the Lazy continue on this thread, without suspending.
+  std::latch suspended(1);
+  std::atomic<int> done{0};
+  std::atomic<bool> sameThread{false};
+  auto body = [&]() -> Lazy<void> {
+    const std::thread::id ran = co_await blocking([&] {
+      suspended.wait();
+      return threadId();
+    });
+    sameThread = ran == threadId();
+  };
+  body().start([&](Try<void> result) {
+    EXPECT_TRUE(result.hasValue());
+    done = 1;
+  });
+  suspended.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
+  EXPECT_TRUE(sameThread.load());
+}
+
+TEST(BlockingTest, FiberResumesOnItsPool) {
+  ThreadPool pool(2, "fibers");
+  auto future = spawnFiber(&pool, [&] {
+    const int v = weft::await(blocking([] { return 7; }));
+    return v == 7 && currentPool() == &pool;
+  });
+  EXPECT_TRUE(syncAwait(std::move(future)));
+}
+
+// An executor that refuses everything, as one shut down while fn ran does.
+class RefusingExecutor final : public Executor {
+ public:
+  RefusingExecutor() : Executor("refusing") {}
+  using Executor::schedule;
+  void schedule(std::coroutine_handle<>) override { throw ExecutorShutDown(name()); }
+  bool currentThreadInExecutor() const noexcept override { return false; }
+
+ private:
+  void scheduleJob(detail::Job* job) override {
+    job->complete(job, false);
+    throw ExecutorShutDown(name());
+  }
+};
+
+TEST(BlockingTest, RefusedResumptionContinuesOnTheBlockingThreadWithTheValue) {
+  RefusingExecutor refusing;
+  std::latch suspended(1);
+  std::atomic<int> value{0}, done{0};
+  std::atomic<bool> onBlockingThread{false};
+  auto body = [&]() -> Lazy<void> {
+    value = co_await blocking([&] {
+      suspended.wait();
+      return 9;
+    });
+    onBlockingThread = BlockingPool::current() == &BlockingPool::defaultPool();
+  };
+  Lazy<void> lazy = body();
+  detail::LazyAccess::handle(lazy).promise().setExecutor(&refusing);
+  std::move(lazy).start([&](Try<void> result) {
+    EXPECT_TRUE(result.hasValue());
+    done = 1;
+  });
+  suspended.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
+  EXPECT_EQ(value.load(), 9);
+  EXPECT_TRUE(onBlockingThread.load());
+}
+
+// --- the pool ---------------------------------------------------------------------------
+
+TEST(BlockingPoolTest, RunsAtMostItsBoundAtOnce) {
+  Watchdog watchdog(60s, "BlockingPoolTest.RunsAtMostItsBoundAtOnce");
+  constexpr int kBound = 4;
+  BlockingPool pool(kBound, 10s, "bounded");
+  std::latch gate(1);
+  std::atomic<int> running{0}, most{0}, done{0};
+  auto call = [&]() -> Lazy<void> {
+    co_await blocking(pool, [&] {
+      const int now = ++running;
+      int seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      gate.wait();
+      --running;
+    });
+  };
+  for (int i = 0; i < 2 * kBound; ++i) {
+    call().start([&](Try<void> result) {
+      EXPECT_TRUE(result.hasValue());
+      ++done;
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return running.load() == kBound; }));
+  EXPECT_EQ(pool.queuedCount(), std::size_t{kBound});  // the others wait in the queue
+  EXPECT_EQ(pool.threadCount(), std::size_t{kBound});
+  EXPECT_EQ(running.load(), kBound);
+  gate.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 2 * kBound; }));
+  EXPECT_EQ(most.load(), kBound);
+}
+
+TEST(BlockingPoolTest, RunsQueuedCallsInOrder) {
+  BlockingPool pool(1, 10s, "fifo");
+  std::latch gate(1);
+  std::vector<int> order;  // written by the pool's one thread only
+  std::atomic<int> done{0};
+  auto call = [&](int i) -> Lazy<void> {
+    co_await blocking(pool, [&, i] {
+      if (i == 0) gate.wait();
+      order.push_back(i);
+    });
+  };
+  for (int i = 0; i < 5; ++i) call(i).start([&](Try<void>) { ++done; });
+  gate.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 5; }));
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(BlockingPoolTest, IdleThreadsRetire) {
+  BlockingPool pool(3, 50ms, "retiring");
+  std::latch started(3), gate(1);
+  std::atomic<int> done{0};
+  auto call = [&]() -> Lazy<void> {
+    co_await blocking(pool, [&] {
+      started.count_down();
+      gate.wait();
+    });
+  };
+  for (int i = 0; i < 3; ++i) call().start([&](Try<void>) { ++done; });
+  started.wait();
+  EXPECT_EQ(pool.threadCount(), 3u);
+  gate.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 3; }));
+  EXPECT_TRUE(eventually([&] { return pool.threadCount() == 0; }));
+  // Started again on demand.
+  EXPECT_EQ(syncAwait(blocking(pool, [] { return 4; })), 4);
+}
+
+TEST(BlockingPoolTest, ShutdownRunsQueuedCallsThenRefuses) {
+  BlockingPool pool(1, 10s, "closing");
+  std::latch started(1), gate(1);
+  std::atomic<int> ran{0}, done{0};
+  auto call = [&](int i) -> Lazy<void> {
+    const int v = co_await blocking(pool, [&, i] {
+      if (i == 0) {
+        started.count_down();
+        gate.wait();
+      }
+      ++ran;
+      return i;
+    });
+    EXPECT_EQ(v, i);
+  };
+  for (int i = 0; i < 3; ++i) {
+    call(i).start([&](Try<void> result) {
+      EXPECT_TRUE(result.hasValue());
+      ++done;
+    });
+  }
+  started.wait();
+  EXPECT_EQ(pool.queuedCount(), 2u);
+  std::thread closer([&] { pool.shutdown(); });
+  // A call made once shutdown() has begun is refused (synchronously: the callback runs
+  // inside start()); the ones made before it are queued, and run.
+  std::atomic<int> probesRan{0};
+  std::string refusal;
+  while (refusal.empty()) {
+    auto probe = [&]() -> Lazy<void> { co_await blocking(pool, [] {}); };
+    probe().start([&](Try<void> result) {
+      if (!result.hasException()) {
+        ++probesRan;
+        return;
+      }
+      try {
+        std::rethrow_exception(result.exception());
+      } catch (const ExecutorShutDown& e) {
+        refusal = e.what();
+      } catch (...) {
+        ADD_FAILURE() << "another exception";
+      }
+    });
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_NE(refusal.find("'closing'"), std::string::npos) << refusal;
+  gate.count_down();
+  closer.join();
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_EQ(done.load(), 3);
+  EXPECT_EQ(pool.threadCount(), 0u);
+}
+
+TEST(BlockingPoolTest, RaisingTheBoundStartsThreadsForQueuedCalls) {
+  BlockingPool pool(1, 10s, "raised");
+  std::latch gate(1), bothRunning(2);
+  std::atomic<int> done{0};
+  auto call = [&]() -> Lazy<void> {
+    co_await blocking(pool, [&] {
+      bothRunning.count_down();
+      gate.wait();
+    });
+  };
+  for (int i = 0; i < 2; ++i) call().start([&](Try<void>) { ++done; });
+  ASSERT_TRUE(eventually([&] { return pool.queuedCount() == 1; }));
+  pool.setMaxThreads(2);
+  bothRunning.wait();  // hangs (watchdog: the test timeout) if the second never starts
+  gate.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 2; }));
+  EXPECT_THROW(pool.setMaxThreads(0), std::invalid_argument);
+}
+
+// --- cancellation -----------------------------------------------------------------------
+
+TEST(BlockingCancelTest, BeforeStartFnNeverRuns) {
+  BlockingPool pool(1, 10s, "cancel");
+  std::latch started(1), gate(1);
+  std::atomic<bool> secondRan{false};
+  std::atomic<int> done{0};
+  auto occupy = [&]() -> Lazy<void> {
+    co_await blocking(pool, [&] {
+      started.count_down();
+      gate.wait();
+    });
+  };
+  occupy().start([&](Try<void>) { ++done; });
+  started.wait();
+  CancellationSource source;
+  Try<int> outcome;
+  bool finished = false;
+  auto second = [&]() -> Lazy<int> {
+    co_return co_await blocking(pool, [&] {
+      secondRan = true;
+      return 1;
+    });
+  };
+  withCancellation(source.token(), second()).start([&](Try<int> result) {
+    outcome = std::move(result);
+    finished = true;
+  });
+  EXPECT_EQ(pool.queuedCount(), 1u);
+  EXPECT_FALSE(finished);
+  source.requestCancellation();  // no executor: resumed inline, here
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(pool.queuedCount(), 0u);
+  EXPECT_THROW(outcome.value(), OperationCancelled);
+  gate.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
+  EXPECT_FALSE(secondRan.load());
+}
+
+TEST(BlockingCancelTest, AlreadyCancelledNeverQueues) {
+  CancellationSource source;
+  source.requestCancellation();
+  std::atomic<bool> ran{false};
+  auto body = [&]() -> Lazy<void> { co_await blocking([&] { ran = true; }); };
+  EXPECT_THROW(syncAwait(withCancellation(source.token(), body())), OperationCancelled);
+  EXPECT_FALSE(ran.load());
+}
+
+TEST(BlockingCancelTest, AfterStartTheValueIsReturned) {
+  ThreadPool tasks(1, "after-start");
+  BlockingPool pool(1, 10s, "after-start");
+  std::latch started(1), gate(1);
+  CancellationSource source;
+  auto body = [&]() -> Lazy<int> {
+    co_return co_await blocking(pool, [&] {
+      started.count_down();
+      gate.wait();
+      return 11;
+    });
+  };
+  std::thread canceller([&] {
+    started.wait();
+    source.requestCancellation();  // too late: fn runs on
+    gate.count_down();
+  });
+  EXPECT_EQ(syncAwait(withCancellation(source.token(), body()).via(&tasks)), 11);
+  canceller.join();
+}
+
+TEST(BlockingCancelTest, RacesResumeExactlyOnce) {
+  Watchdog watchdog(120s, "BlockingCancelTest.RacesResumeExactlyOnce");
+  ThreadPool tasks(2, "race");
+  BlockingPool pool(2, 10s, "race");
+  std::atomic<int> ran{0}, values{0}, cancelled{0};
+  constexpr int kRounds = 2000;
+  for (int i = 0; i < kRounds; ++i) {
+    CancellationSource source;
+    std::atomic<bool> cancelDone{false};
+    auto body = [&]() -> Lazy<void> {
+      try {
+        const int v = co_await blocking(pool, [&] {
+          ++ran;
+          return 1;
+        });
+        values += v;
+      } catch (const OperationCancelled&) {
+        ++cancelled;
+      }
+    };
+    tasks.schedule([&] {
+      source.requestCancellation();
+      cancelDone = true;
+    });
+    syncAwait(withCancellation(source.token(), body()).via(&tasks));
+    while (!cancelDone.load()) std::this_thread::yield();
+  }
+  EXPECT_EQ(values.load() + cancelled.load(), kRounds);  // one outcome per call
+  EXPECT_EQ(ran.load(), values.load());                  // fn ran iff its value came back
+  EXPECT_EQ(pool.queuedCount(), 0u);
+}
+
+TEST(BlockingCancelTest, WithTimeoutReturnsTheValueWhenFnFinishesFirst) {
+  ThreadPool tasks(2, "timeout");
+  auto call = []() -> Lazy<int> { co_return co_await blocking([] { return 5; }); };
+  EXPECT_EQ(syncAwait(withTimeout(call(), 10s).via(&tasks)), 5);
+}
+
+TEST(BlockingCancelTest, WithTimeoutKeepsTheValueOfAStartedFn) {
+  ThreadPool tasks(2, "timeout");
+  auto call = []() -> Lazy<int> {
+    co_return co_await blocking([] {
+      std::this_thread::sleep_for(30ms);  // the timeout fires meanwhile (if not: same answer)
+      return 6;
+    });
+  };
+  EXPECT_EQ(syncAwait(withTimeout(call(), 1ms).via(&tasks)), 6);
+}
+
+TEST(BlockingCancelTest, WithTimeoutOfAQueuedCallTimesOut) {
+  ThreadPool tasks(2, "timeout");
+  BlockingPool pool(1, 10s, "timeout");
+  std::latch started(1), gate(1);
+  std::atomic<bool> secondRan{false};
+  std::atomic<int> done{0};
+  auto occupy = [&]() -> Lazy<void> {
+    co_await blocking(pool, [&] {
+      started.count_down();
+      gate.wait();
+    });
+  };
+  occupy().start([&](Try<void>) { ++done; });
+  started.wait();
+  auto call = [&]() -> Lazy<int> {
+    co_return co_await blocking(pool, [&] {
+      secondRan = true;
+      return 1;
+    });
+  };
+  EXPECT_THROW(syncAwait(withTimeout(call(), 5ms).via(&tasks)), TimeoutError);
+  gate.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
+  EXPECT_FALSE(secondRan.load());
+}
+
+// --- destruction while suspended ---------------------------------------------------------
+
+TEST(BlockingDestroyTest, DestroyingAQueuedCallWithdrawsIt) {
+  Counted::reset();
+  BlockingPool pool(1, 10s, "withdraw");
+  std::latch started(1), gate(1);
+  std::atomic<int> done{0};
+  std::atomic<bool> secondRan{false};
+  auto occupy = [&]() -> Lazy<void> {
+    co_await blocking(pool, [&] {
+      started.count_down();
+      gate.wait();
+    });
+  };
+  occupy().start([&](Try<void>) { ++done; });
+  started.wait();
+  {
+    auto queued = [&]() -> Lazy<void> {
+      // Named first: g++ 12 destroys a lambda temporary with an init-capture inside the
+      // co_await expression twice when the suspended frame is destroyed.
+      auto fn = [&, c = Counted()] { secondRan = true; };
+      co_await blocking(pool, std::move(fn));
+    };
+    Lazy<void> lazy = queued();
+    startSuspended(lazy);
+    EXPECT_EQ(pool.queuedCount(), 1u);
+    EXPECT_GE(Counted::alive(), 1);  // fn (and the moved-from copies it was made from)
+  }  // destroys the suspended frame
+  EXPECT_EQ(pool.queuedCount(), 0u);
+  EXPECT_EQ(Counted::alive(), 0);  // fn's captures went with it
+  gate.count_down();
+  ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
+  EXPECT_FALSE(secondRan.load());
+  EXPECT_EQ(syncAwait(blocking(pool, [] { return 2; })), 2);  // the pool goes on
+}
+
+TEST(BlockingDestroyDeathTest, DestroyingACallWhoseFnStartedAborts) {
+  EXPECT_DEATH(
+      {
+        BlockingPool pool(1, 10s, "death");
+        std::latch started(1);
+        std::latch never(1);
+        auto body = [&]() -> Lazy<void> {
+          co_await blocking(pool, [&] {
+            started.count_down();
+            never.wait();
+          });
+        };
+        Lazy<void> lazy = body();
+        startSuspended(lazy);
+        started.wait();
+        lazy = Lazy<void>();
+      },
+      "weft: a coroutine was destroyed while suspended in blocking\\(\\) after its wake-up "
+      "had been claimed \\(its function had started on the pool");
+}
+
+TEST(BlockingDestroyDeathTest, ShutdownFromOwnThreadAborts) {
+  EXPECT_DEATH(
+      {
+        BlockingPool pool(1, 10s, "self");
+        syncAwait(blocking(pool, [&] { pool.shutdown(); }));
+      },
+      "weft: BlockingPool 'self' shut down \\(or destroyed\\) from one of its own threads");
+}
+
+}  // namespace
+}  // namespace weft
