@@ -1,0 +1,257 @@
+#include "io/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "coro/cancellation.h"
+#include "executors/executor.h"
+#include "executors/io_loop.h"
+#include "io/blocking.h"
+#include "io/detail/io_awaiter.h"
+
+namespace weft {
+
+namespace {
+
+// Linux transfers at most this much in one read or write (MAX_RW_COUNT). Capping here
+// also keeps a length within the 32 bits an io_uring read or write takes.
+constexpr std::size_t kMaxTransfer = 0x7ffff000;
+
+// One IoOperation on the calling thread's loop (io_uring here), as an awaitable whose
+// co_await returns the raw result: >= 0, or -errno (File names the failure with its
+// path). The IoOperation lives in the awaiter, in the awaiting coroutine's frame.
+class RingOperation {
+ public:
+  RingOperation(const char* what, IoOpcode opcode, int fd) noexcept
+      : what_(what), opcode_(opcode), fd_(fd) {}
+  RingOperation& buffer(const void* data, std::size_t length, std::uint64_t offset) noexcept {
+    buffer_ = const_cast<void*>(data);
+    length_ = length;
+    offset_ = offset;
+    return *this;
+  }
+  RingOperation& flags(int flags) noexcept {
+    flags_ = flags;
+    return *this;
+  }
+
+  class Awaiter : public detail::IoAwaiter {
+   public:
+    Awaiter(const RingOperation& a, Executor* executor, const CancellationToken& token) noexcept
+        : IoAwaiter(a.what_, executor, token) {
+      IoOperation& op = operation();
+      op.opcode = a.opcode_;
+      op.fd = a.fd_;
+      op.flags = a.flags_;
+      op.buffer = a.buffer_;
+      op.length = a.length_;
+      op.offset = a.offset_;
+    }
+    // IoAwaiter::await_resume: the result, OperationCancelled, ExecutorShutDown.
+  };
+
+  Awaiter coAwait(Executor* executor, const CancellationToken& token) const noexcept {
+    return Awaiter(*this, executor, token);
+  }
+
+ private:
+  const char* what_;
+  IoOpcode opcode_;
+  int fd_;
+  int flags_ = 0;
+  void* buffer_ = nullptr;
+  std::size_t length_ = 0;
+  std::uint64_t offset_ = 0;
+};
+
+// True when the calling thread's loop is io_uring: file operations go to the ring.
+// Otherwise (epoll, which would make the call itself and block, or no loop) they go to
+// the blocking pool. Errors: std::system_error if a ThreadPool worker's loop cannot be
+// created.
+bool ringOnThisThread() {
+  IoLoop* loop = IoLoop::current();
+  return loop != nullptr && loop->backend() == IoBackend::kIoUring;
+}
+
+// A system call's result as the loops report it: >= 0, or -errno. EINTR is retried.
+template <class Call>
+std::int64_t retryInterrupted(Call call) noexcept {
+  for (;;) {
+    const auto r = call();
+    if (r >= 0) return static_cast<std::int64_t>(r);
+    if (errno != EINTR) return -errno;
+  }
+}
+
+[[noreturn]] void throwFileError(std::int64_t result, const char* what, const std::string& path) {
+  throw std::system_error(static_cast<int>(-result), std::system_category(),
+                          std::string("weft: ") + what + " " + path);
+}
+
+void requireOpen(int fd, const char* what) {
+  if (fd < 0) {
+    throw std::system_error(EBADF, std::system_category(),
+                            std::string("weft: ") + what + " on a closed File");
+  }
+}
+
+void requireOffset(std::uint64_t offset, const char* what, const std::string& path) {
+  // Above 2^63 - 1 the offset is negative to the kernel, and io_uring reads -1 as "the
+  // file position": refused for both.
+  if (offset > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
+    throwFileError(-EINVAL, what, path + ": offset above 2^63 - 1");
+  }
+}
+
+int openFlags(FileMode mode) {
+  const bool write = hasFlags(mode, FileMode::kWrite) || hasFlags(mode, FileMode::kAppend);
+  const bool read = hasFlags(mode, FileMode::kRead);
+  if (!read && !write) {
+    throw std::invalid_argument("weft: File::open: the mode has neither kRead nor kWrite");
+  }
+  if (!write && (hasFlags(mode, FileMode::kCreate) || hasFlags(mode, FileMode::kTruncate))) {
+    throw std::invalid_argument("weft: File::open: kCreate and kTruncate need kWrite");
+  }
+  if (hasFlags(mode, FileMode::kExclusive) && !hasFlags(mode, FileMode::kCreate)) {
+    throw std::invalid_argument("weft: File::open: kExclusive needs kCreate");
+  }
+  int flags = O_CLOEXEC | (read && write ? O_RDWR : write ? O_WRONLY : O_RDONLY);
+  if (hasFlags(mode, FileMode::kCreate)) flags |= O_CREAT;
+  if (hasFlags(mode, FileMode::kExclusive)) flags |= O_EXCL;
+  if (hasFlags(mode, FileMode::kTruncate)) flags |= O_TRUNC;
+  if (hasFlags(mode, FileMode::kAppend)) flags |= O_APPEND;
+  return flags;
+}
+
+}  // namespace
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = other.release();
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+File::~File() { close(); }
+
+void File::close() noexcept {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+Lazy<File> File::open(std::string path, FileMode mode, mode_t permissions) {
+  const int flags = openFlags(mode);
+  // On the blocking pool whatever the loop: neither loop has an open operation, and a
+  // path lookup can block (NFS, a FIFO without its other end).
+  const std::int64_t fd = co_await blocking([&path, flags, permissions] {
+    return retryInterrupted([&] { return ::open(path.c_str(), flags, permissions); });
+  });
+  if (fd < 0) throwFileError(fd, "open", path);
+  co_return File(static_cast<int>(fd), std::move(path));
+}
+
+Lazy<std::size_t> File::readAt(std::span<std::byte> buffer, std::uint64_t offset) const {
+  requireOpen(fd_, "readAt");
+  requireOffset(offset, "readAt on", path_);
+  const int fd = fd_;
+  void* const data = buffer.data();
+  const std::size_t length = std::min(buffer.size(), kMaxTransfer);
+  std::int64_t r;
+  if (ringOnThisThread()) {
+    r = co_await RingOperation("readAt on a File", IoOpcode::kReadAt, fd)
+            .buffer(data, length, offset);
+  } else {
+    r = co_await blocking([fd, data, length, offset] {
+      return retryInterrupted(
+          [&] { return ::pread(fd, data, length, static_cast<off_t>(offset)); });
+    });
+  }
+  if (r < 0) throwFileError(r, "readAt on", path_);
+  co_return static_cast<std::size_t>(r);
+}
+
+Lazy<std::size_t> File::writeAt(std::span<const std::byte> buffer, std::uint64_t offset) const {
+  requireOpen(fd_, "writeAt");
+  requireOffset(offset, "writeAt on", path_);
+  const int fd = fd_;
+  const void* const data = buffer.data();
+  const std::size_t length = std::min(buffer.size(), kMaxTransfer);
+  std::int64_t r;
+  if (ringOnThisThread()) {
+    r = co_await RingOperation("writeAt on a File", IoOpcode::kWriteAt, fd)
+            .buffer(data, length, offset);
+  } else {
+    r = co_await blocking([fd, data, length, offset] {
+      return retryInterrupted(
+          [&] { return ::pwrite(fd, data, length, static_cast<off_t>(offset)); });
+    });
+  }
+  if (r < 0) throwFileError(r, "writeAt on", path_);
+  co_return static_cast<std::size_t>(r);
+}
+
+Lazy<void> File::readExactlyAt(std::span<std::byte> buffer, std::uint64_t offset) const {
+  std::size_t done = 0;
+  while (done < buffer.size()) {
+    const std::size_t n = co_await readAt(buffer.subspan(done), offset + done);
+    if (n == 0) throw EndOfFile(done);
+    done += n;
+  }
+}
+
+Lazy<void> File::writeAllAt(std::span<const std::byte> buffer, std::uint64_t offset) const {
+  std::size_t done = 0;
+  while (done < buffer.size()) {
+    const std::size_t n = co_await writeAt(buffer.subspan(done), offset + done);
+    // pwrite(2) of a regular file writes something or fails; never spin on a 0.
+    if (n == 0) throwFileError(-EIO, "writeAt wrote nothing to", path_);
+    done += n;
+  }
+}
+
+Lazy<void> File::sync() const { return syncImpl(false); }
+
+Lazy<void> File::syncData() const { return syncImpl(true); }
+
+Lazy<void> File::syncImpl(bool dataOnly) const {
+  const char* what = dataOnly ? "syncData" : "sync";
+  requireOpen(fd_, what);
+  const int fd = fd_;
+  std::int64_t r;
+  if (ringOnThisThread()) {
+    const char* awaiting = dataOnly ? "syncData on a File" : "sync on a File";
+    r = co_await RingOperation(awaiting, IoOpcode::kSync, fd)
+            .flags(dataOnly ? IoOperation::kSyncDataOnly : 0);
+  } else {
+    r = co_await blocking([fd, dataOnly] {
+      return retryInterrupted([&] { return dataOnly ? ::fdatasync(fd) : ::fsync(fd); });
+    });
+  }
+  if (r < 0) throwFileError(r, dataOnly ? "syncData on" : "sync on", path_);
+}
+
+Lazy<std::uint64_t> File::size() const {
+  requireOpen(fd_, "size");
+  const int fd = fd_;
+  struct stat status {};
+  const std::int64_t r = co_await blocking([fd, &status] {
+    return retryInterrupted([&] { return ::fstat(fd, &status); });
+  });
+  if (r < 0) throwFileError(r, "size of", path_);
+  co_return static_cast<std::uint64_t>(status.st_size);
+}
+
+}  // namespace weft
