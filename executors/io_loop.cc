@@ -32,14 +32,28 @@ bool meansUnavailable(int error) noexcept {
          error == EOPNOTSUPP;
 }
 
-IoBackend probeOnce() {
+int probeResult() noexcept {
   // A function-local static: the probe runs once per process, thread-safely.
   static const int result = detail::probeIoUring();
+  return result;
+}
+
+IoBackend probeOnce() {
+  const int result = probeResult();
   if (result == 0) return IoBackend::kIoUring;
   if (meansUnavailable(result)) return IoBackend::kEpoll;
   throw std::system_error(result, std::generic_category(),
                           "weft: probing io_uring failed for lack of resources (not falling "
                           "back to epoll)");
+}
+
+IoBackend requireIoUring(const char* why) {
+  if (const int result = probeResult(); result != 0) {
+    throw std::system_error(result, std::generic_category(),
+                            std::string("weft: io_uring was asked for (") + why +
+                                ") but this process cannot use it");
+  }
+  return IoBackend::kIoUring;
 }
 
 }  // namespace
@@ -49,11 +63,11 @@ std::string_view ioBackendName(IoBackend backend) noexcept {
 }
 
 IoBackend IoLoop::resolveBackend(IoBackendChoice choice) {
-  if (choice == IoBackendChoice::kIoUring) return IoBackend::kIoUring;
+  if (choice == IoBackendChoice::kIoUring) return requireIoUring("IoBackendChoice::kIoUring");
   if (choice == IoBackendChoice::kEpoll) return IoBackend::kEpoll;
   if (const char* env = std::getenv("WEFT_IO_BACKEND"); env != nullptr && *env != '\0') {
     const std::string_view value(env);
-    if (value == "io_uring") return IoBackend::kIoUring;
+    if (value == "io_uring") return requireIoUring("WEFT_IO_BACKEND=io_uring");
     if (value == "epoll") return IoBackend::kEpoll;
     if (value != "auto") {
       throw std::invalid_argument("weft: WEFT_IO_BACKEND='" + std::string(value) +
@@ -61,6 +75,10 @@ IoBackend IoLoop::resolveBackend(IoBackendChoice choice) {
     }
   }
   return probeOnce();
+}
+
+bool IoLoop::available(IoBackend backend) noexcept {
+  return backend == IoBackend::kEpoll || probeResult() == 0;
 }
 
 std::unique_ptr<IoLoop> IoLoop::create(IoBackendChoice choice) {

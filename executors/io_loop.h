@@ -113,9 +113,16 @@ class IoLoop {
   // up with the features weft uses) and falls back to epoll when the kernel does not
   // offer it (ENOSYS, EPERM/EACCES as under seccomp, EINVAL, io_uring_disabled).
   // Errors: std::system_error when the probe fails for lack of resources (ENOMEM,
-  // EMFILE, ENFILE: never a reason to fall back); std::invalid_argument for a
+  // EMFILE, ENFILE: never a reason to fall back), or when io_uring is asked for (by
+  // `choice` or WEFT_IO_BACKEND) and is not available; std::invalid_argument for a
   // WEFT_IO_BACKEND that names no backend.
   static IoBackend resolveBackend(IoBackendChoice choice);
+
+  // True when a loop of `backend` can run in this process: epoll always; io_uring when
+  // weft was built with liburing and the kernel offers what weft uses (the probe above,
+  // run once; a probe that failed for lack of resources answers false here).
+  // noexcept: the probe's failures are its answer.
+  static bool available(IoBackend backend) noexcept;
 
   // The loop of the calling thread, created on first use when the thread's executor
   // creates loops lazily (ThreadPool), or nullptr when the thread has none.

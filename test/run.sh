@@ -16,8 +16,9 @@
 #   bazel     bazel test //... (offline, Debian's bazel-bootstrap)
 #   boost     g++ Release with -DWEFT_FIBER_BACKEND=boost (Boost.Context switch core):
 #             the stackful tests
-#   aarch64   cross build with aarch64-linux-gnu-g++ (cmake/toolchains/): the coro and
-#             stackful tests, run by ctest under qemu-aarch64
+#   aarch64   cross build with aarch64-linux-gnu-g++ (cmake/toolchains/): the coro,
+#             stackful and io tests, run by ctest under qemu-aarch64 (no liburing for
+#             the target: the epoll loop, and io_uring tests skip)
 #   tsan      clang++-16 -O1 with ThreadSanitizer (halt on the first report): tests
 #   valgrind  the stackful tests of build/gcc-release under valgrind memcheck (any error
 #             fails)
@@ -132,7 +133,7 @@ step_boost() {
 
 # aarch64 for real: the asm switch core and the coroutine machinery under qemu-user.
 step_aarch64() {
-  cmake_tests build/aarch64 '^(coro|stackful)/' -DCMAKE_BUILD_TYPE=Release \
+  cmake_tests build/aarch64 '^(coro|stackful|io|executors/io_loop)' -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
     -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_BUILD_EXAMPLES=OFF
 }

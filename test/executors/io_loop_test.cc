@@ -18,6 +18,7 @@
 #include "coro/sync_await.h"
 #include "executors/executor.h"
 #include "io/tcp_listener.h"
+#include "test/support/io_backends.h"
 #include "io/tcp_stream.h"
 
 namespace weft {
@@ -108,6 +109,7 @@ class PlainExecutor final : public Executor {
 class IoLoopTest : public ::testing::TestWithParam<IoBackendChoice> {};
 
 TEST_P(IoLoopTest, UserExecutorServesSocketAwaitables) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
   LoopExecutor executor(GetParam());
   TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
   const SocketAddress address = listener.localAddress();
@@ -138,6 +140,7 @@ TEST_P(IoLoopTest, UserExecutorServesSocketAwaitables) {
 }
 
 TEST_P(IoLoopTest, ReportsItsBackend) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
   auto loop = IoLoop::create(GetParam());
   EXPECT_EQ(loop->backend(),
             GetParam() == IoBackendChoice::kEpoll ? IoBackend::kEpoll : IoBackend::kIoUring);
@@ -159,12 +162,7 @@ TEST(IoLoopRefusalTest, ExecutorWithoutLoopRefusesIoWithAClearError) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, IoLoopTest,
-                         ::testing::Values(IoBackendChoice::kIoUring, IoBackendChoice::kEpoll),
-                         [](const auto& info) {
-                           return info.param == IoBackendChoice::kEpoll ? std::string("epoll")
-                                                                         : std::string("io_uring");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, IoLoopTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft

@@ -15,6 +15,7 @@
 #include "coro/task.h"
 #include "executors/thread_pool.h"
 #include "io/tcp_listener.h"
+#include "test/support/io_backends.h"
 
 namespace weft {
 namespace {
@@ -39,6 +40,7 @@ Lazy<void> echoOnce(TcpListener& listener) {
 }
 
 TEST_P(TcpStreamTest, EchoesBytesOverLoopback) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
   ThreadPool& p = pool();
   EXPECT_EQ(p.ioBackend(), GetParam() == IoBackendChoice::kEpoll ? IoBackend::kEpoll : IoBackend::kIoUring);
   TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
@@ -65,12 +67,7 @@ TEST_P(TcpStreamTest, EchoesBytesOverLoopback) {
   EXPECT_EQ(received.value(), expected);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TcpStreamTest,
-                         ::testing::Values(IoBackendChoice::kIoUring, IoBackendChoice::kEpoll),
-                         [](const auto& info) {
-                           return info.param == IoBackendChoice::kEpoll ? std::string("epoll")
-                                                                         : std::string("io_uring");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, TcpStreamTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft
