@@ -58,7 +58,7 @@ class IoOperationAwaitable {
   class Awaiter : public IoAwaiter {
    public:
     Awaiter(const IoOperationAwaitable& a, Executor* executor, const CancellationToken& token)
-        : IoAwaiter(a.what_, executor, token), what_(a.what_), addressLength_(nullptr) {
+        : IoAwaiter(a.what_, executor, token), what_(a.what_) {
       if (a.fd_ < 0) throwClosed(a.what_);
       IoOperation& op = operation();
       op.opcode = a.opcode_;
@@ -81,7 +81,6 @@ class IoOperationAwaitable {
 
    private:
     const char* what_;
-    socklen_t* addressLength_;
   };
 
   Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
