@@ -481,6 +481,9 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
         stopSearching();
         return item;
       }
+      // With I/O in flight, waiting in the event loop beats spinning: a completion or a
+      // waker's eventfd write ends the wait at once.
+      if (self.loop != nullptr && self.loop->hasWork()) break;
       std::this_thread::yield();
     }
 
