@@ -23,6 +23,7 @@
 #include "io/blocking.h"
 #include "stackful/await.h"
 #include "stackful/spawn_fiber.h"
+#include "test/support/io_backends.h"
 
 namespace weft {
 namespace {
@@ -70,6 +71,8 @@ constexpr FileMode kNew = FileMode::kReadWrite | FileMode::kCreate | FileMode::k
 
 class FileTest : public ::testing::TestWithParam<IoBackendChoice> {
  protected:
+  // io_uring is skipped where the kernel (or the build) does not offer it.
+  void SetUp() override { WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam()); }
   ThreadPool& pool(std::size_t threads = 1) {
     if (!pool_) pool_.emplace(ThreadPoolOptions{threads, "file-test", GetParam()});
     return *pool_;
@@ -289,12 +292,7 @@ TEST_P(FileTest, RefusesOffsetsAboveTheLargestFileOffset) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, FileTest,
-                         ::testing::Values(IoBackendChoice::kIoUring, IoBackendChoice::kEpoll),
-                         [](const auto& info) {
-                           return info.param == IoBackendChoice::kEpoll ? std::string("epoll")
-                                                                         : std::string("io_uring");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, FileTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft

@@ -27,6 +27,7 @@
 #include "executors/thread_pool.h"
 #include "stackful/await.h"
 #include "stackful/spawn_fiber.h"
+#include "test/support/io_backends.h"
 
 namespace weft {
 namespace {
@@ -60,6 +61,8 @@ class TempDir {
 
 class UdpSocketTest : public ::testing::TestWithParam<IoBackendChoice> {
  protected:
+  // io_uring is skipped where the kernel (or the build) does not offer it.
+  void SetUp() override { WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam()); }
   ThreadPool& pool(std::size_t threads = 1) {
     if (!pool_) pool_.emplace(ThreadPoolOptions{threads, "udp-test", GetParam()});
     return *pool_;
@@ -336,12 +339,7 @@ TEST_P(UdpSocketTest, ErrorsNameTheAddress) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, UdpSocketTest,
-                         ::testing::Values(IoBackendChoice::kIoUring, IoBackendChoice::kEpoll),
-                         [](const auto& info) {
-                           return info.param == IoBackendChoice::kEpoll ? std::string("epoll")
-                                                                         : std::string("io_uring");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, UdpSocketTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft

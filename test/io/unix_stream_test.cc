@@ -21,6 +21,7 @@
 #include "io/tcp_stream.h"
 #include "stackful/await.h"
 #include "stackful/spawn_fiber.h"
+#include "test/support/io_backends.h"
 
 namespace weft {
 namespace {
@@ -44,6 +45,8 @@ class TempDir {
 
 class UnixStreamTest : public ::testing::TestWithParam<IoBackendChoice> {
  protected:
+  // io_uring is skipped where the kernel (or the build) does not offer it.
+  void SetUp() override { WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam()); }
   ThreadPool& pool(std::size_t threads = 1) {
     if (!pool_) pool_.emplace(ThreadPoolOptions{threads, "unix-test", GetParam()});
     return *pool_;
@@ -206,12 +209,7 @@ TEST_P(UnixStreamTest, TcpOptionsAreRefused) {
   }().via(&p));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, UnixStreamTest,
-                         ::testing::Values(IoBackendChoice::kIoUring, IoBackendChoice::kEpoll),
-                         [](const auto& info) {
-                           return info.param == IoBackendChoice::kEpoll ? std::string("epoll")
-                                                                         : std::string("io_uring");
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, UnixStreamTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft
