@@ -16,9 +16,11 @@
 #include <system_error>
 #include <vector>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
+#include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
 #include "io/blocking.h"
 #include "stackful/await.h"
@@ -290,6 +292,26 @@ TEST_P(FileTest, RefusesOffsetsAboveTheLargestFileOffset) {
       EXPECT_EQ(e.code().value(), EINVAL) << e.what();
     }
   });
+}
+
+// A cancelled token stops each operation before it starts: nothing is read or written.
+TEST_P(FileTest, HonoursACancelledToken) {
+  const std::string path = dir_.file("cancelled");
+  File file = run([&] { return File::open(path, kNew); });
+  CancellationSource source;
+  source.requestCancellation();
+  const std::string data = "never";
+  std::string buffer(4, '?');
+  auto cancelled = [&](auto makeLazy) {
+    return [&source, makeLazy] { return withCancellation(source.token(), makeLazy()); };
+  };
+  EXPECT_THROW(run(cancelled([&] { return file.writeAt(bytes(data), 0); })), OperationCancelled);
+  EXPECT_THROW(run(cancelled([&] { return file.readAt(writable(buffer), 0); })),
+               OperationCancelled);
+  EXPECT_THROW(run(cancelled([&] { return file.sync(); })), OperationCancelled);
+  EXPECT_THROW(run(cancelled([&] { return File::open(path, FileMode::kRead); })),
+               OperationCancelled);
+  EXPECT_EQ(run([&] { return file.size(); }), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FileTest, test::kIoBackends, test::ioBackendName);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <atomic>
@@ -277,6 +278,47 @@ TEST_P(UdpSocketTest, CancelsAPendingReceiveFromAnotherThread) {
     const Datagram d = co_await socket.receiveFrom(buffer);
     EXPECT_EQ(text(std::span<const std::byte>(buffer.data(), d.size)), "after");
   }().via(&p));
+}
+
+// Several receives in flight on one socket: each datagram goes to exactly one of them.
+TEST_P(UdpSocketTest, ServesSeveralReceivesInFlight) {
+  ThreadPool& p = pool(2);
+  UdpSocket receiver = UdpSocket::bind(SocketAddress::loopbackV4(0));
+  UdpSocket sender = UdpSocket::open(AF_INET);
+  auto receiveOne = [&]() -> Lazy<std::string> {
+    std::array<std::byte, 64> buffer;
+    const Datagram d = co_await receiver.receiveFrom(buffer);
+    co_return text(std::span<const std::byte>(buffer.data(), d.size));
+  };
+  auto sendAll = [&]() -> Lazy<void> {
+    for (int i = 0; i < 4; ++i) {
+      co_await sender.sendTo(bytes("datagram " + std::to_string(i)), receiver.localAddress());
+    }
+  };
+  auto [a, b, c, d, sent] =
+      syncAwait(collectAll(receiveOne(), receiveOne(), receiveOne(), receiveOne(), sendAll())
+                    .via(&p));
+  sent.value();
+  std::vector<std::string> received{a.value(), b.value(), c.value(), d.value()};
+  std::sort(received.begin(), received.end());
+  EXPECT_EQ(received, (std::vector<std::string>{"datagram 0", "datagram 1", "datagram 2",
+                                                "datagram 3"}));
+}
+
+TEST_P(UdpSocketTest, AppliesTheBindOptions) {
+  UdpSocketOptions options;
+  options.reusePort = true;
+  options.broadcast = true;
+  UdpSocket first = UdpSocket::bind(SocketAddress::loopbackV4(0), options);
+  // SO_REUSEPORT on both: a second socket binds the same port.
+  UdpSocket second = UdpSocket::bind(first.localAddress(), options);
+  EXPECT_EQ(second.localAddress(), first.localAddress());
+  int broadcast = 0;
+  socklen_t length = sizeof broadcast;
+  ASSERT_EQ(::getsockopt(first.nativeHandle(), SOL_SOCKET, SO_BROADCAST, &broadcast, &length), 0);
+  EXPECT_EQ(broadcast, 1);
+  // Without the option the port is taken.
+  EXPECT_THROW(UdpSocket::bind(first.localAddress()), std::system_error);
 }
 
 void expectBadDescriptor(const std::function<void()>& f) {
