@@ -536,7 +536,7 @@ TEST_P(IoCancellationTest, DestroyingASuspendedAcceptWithdrawsIt) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, IoCancellationTest, test::bothIoBackends(), test::ioBackendName);
+INSTANTIATE_TEST_SUITE_P(Backends, IoCancellationTest, test::kIoBackends, test::ioBackendName);
 
 // Destroying the coroutine after what it waits for has arrived, but before its loop's
 // next turn: from weft's side the operation is still in flight (nothing claimed it), so

@@ -217,7 +217,7 @@ TEST_P(IoShutdownTest, DestructorUnwindsFibersWaitingInReadsAndAccepts) {
   run(Stop::kDestructor, Kind::kFiber);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, IoShutdownTest, test::bothIoBackends(), test::ioBackendName);
+INSTANTIATE_TEST_SUITE_P(Backends, IoShutdownTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft

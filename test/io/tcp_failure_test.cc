@@ -442,7 +442,7 @@ TEST_P(TcpFailureTest, AcceptOutOfDescriptorsKeepsServingAndResumesWithoutSpinni
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::describeStatus(status);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TcpFailureTest, test::bothIoBackends(), test::ioBackendName);
+INSTANTIATE_TEST_SUITE_P(Backends, TcpFailureTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft

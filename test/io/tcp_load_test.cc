@@ -316,7 +316,7 @@ TEST_P(TcpLoadTest, EveryByteOfEveryConnectionComesBackFromFibers) {
   EXPECT_EQ(test::openFdCount(), fdsBefore);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TcpLoadTest, test::bothIoBackends(), test::ioBackendName);
+INSTANTIATE_TEST_SUITE_P(Backends, TcpLoadTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft

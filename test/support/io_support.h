@@ -25,12 +25,12 @@
 
 #include "coro/sync_await.h"
 #include "coro/task.h"
-#include "executors/detail/io_loop_base.h"
 #include "executors/io_loop.h"
 #include "executors/thread_pool.h"
 #include "io/socket_address.h"
 #include "io/tcp_listener.h"
 #include "io/tcp_stream.h"
+#include "test/support/io_backends.h"
 
 namespace weft::test {
 
@@ -48,38 +48,24 @@ inline bool reducedIoScale() {
   return emulator != nullptr && *emulator != '\0' && std::strcmp(emulator, "0") != 0;
 }
 
-// A suite run once per I/O backend (GetParam() is the explicit choice). SetUp skips the
-// io_uring instantiation where this process cannot run weft's io_uring loop (an old
-// kernel, seccomp, io_uring_disabled): that is what the fallback is for, not a failure.
+// A suite run once per I/O backend (GetParam() is the explicit choice), instantiated
+// with test::kIoBackends and test::ioBackendName (test/support/io_backends.h). SetUp skips
+// the io_uring instantiation where this process cannot run weft's io_uring loop (an old
+// kernel, seccomp, qemu-user, a build without liburing).
 //
 // Example:
 //   class ReadTest : public weft::test::IoBackendTest {};
 //   TEST_P(ReadTest, Something) { weft::ThreadPool pool(options(1)); ... }
-//   INSTANTIATE_TEST_SUITE_P(Backends, ReadTest, weft::test::bothIoBackends(),
+//   INSTANTIATE_TEST_SUITE_P(Backends, ReadTest, weft::test::kIoBackends,
 //                            weft::test::ioBackendName);
 class IoBackendTest : public ::testing::TestWithParam<IoBackendChoice> {
  protected:
-  void SetUp() override {
-    if (GetParam() == IoBackendChoice::kIoUring) {
-      // Uncached (IoLoop::resolveBackend caches its probe); opens and closes one ring.
-      if (const int error = detail::probeIoUring(); error != 0) {
-        GTEST_SKIP() << "io_uring is not available to this process: " << std::strerror(error);
-      }
-    }
-  }
+  void SetUp() override { WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam()); }
 
   ThreadPoolOptions options(std::size_t threads, std::string name = "io-test") const {
     return ThreadPoolOptions{threads, std::move(name), GetParam()};
   }
 };
-
-inline auto bothIoBackends() {
-  return ::testing::Values(IoBackendChoice::kIoUring, IoBackendChoice::kEpoll);
-}
-
-inline std::string ioBackendName(const ::testing::TestParamInfo<IoBackendChoice>& info) {
-  return info.param == IoBackendChoice::kEpoll ? "epoll" : "io_uring";
-}
 
 // The number of open file descriptors of this process (the entries of /proc/self/fd,
 // without the one that lists them). -1 if /proc is not mounted.

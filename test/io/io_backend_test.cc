@@ -1,0 +1,290 @@
+// Which event-loop backend kAuto picks (IoLoop::resolveBackend, ThreadPoolOptions):
+// io_uring when the kernel allows it, epoll when seccomp refuses io_uring_setup (EPERM)
+// or the kernel has no io_uring (ENOSYS); WEFT_IO_BACKEND=epoll / io_uring decides for
+// kAuto, a value naming no backend is rejected with std::invalid_argument, and an
+// explicit IoBackendChoice beats the environment.
+//
+// Every test runs in a forked child (test::runInChild): the seccomp filter and setenv
+// must not touch the test process. IoLoop::resolveBackend probes io_uring once per
+// process and caches the answer in a function-local static, which a child inherits: so
+// NOTHING in this binary's parent process may resolve kAuto (no ThreadPool with kAuto, no
+// IoLoop::create(kAuto), no resolveBackend(kAuto) outside a child). Each child then
+// starts with the probe not yet made. (A test added here that probes in the parent would
+// make the fallback tests fail, not pass: the child would inherit "io_uring".) The
+// children call detail::probeIoUring() directly (uncached) to check what the kernel says.
+//
+// The seccomp filter (raw BPF) makes the native io_uring_setup fail with a chosen errno
+// and allows everything else; it checks the architecture field first and leaves system
+// calls of another ABI alone. Where seccomp is not available (qemu-user refuses
+// PR_SET_SECCOMP: the filter would apply to the emulator), the tests that need it skip.
+//
+// Child exit codes: 0 success, 77 seccomp unavailable (skip), 20+ the step that failed.
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "coro/collect.h"
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "executors/detail/io_loop_base.h"
+#include "executors/io_loop.h"
+#include "executors/thread_pool.h"
+#include "io/socket_address.h"
+#include "io/tcp_listener.h"
+#include "io/tcp_stream.h"
+#include "test/support/io_support.h"
+
+namespace weft {
+namespace {
+
+constexpr int kSeccompUnavailable = 77;
+
+#if defined(__x86_64__)
+constexpr std::uint32_t kAuditArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+constexpr std::uint32_t kAuditArch = AUDIT_ARCH_AARCH64;
+#else
+#error "io_backend_test: add this architecture's AUDIT_ARCH_* value"
+#endif
+
+// Installs a seccomp filter on the calling (single-threaded) process under which
+// io_uring_setup fails with `error`. Returns 0, or the errno of the prctl that failed.
+int denyIoUringSetup(int error) {
+  sock_filter filter[] = {
+      // Another ABI's system call numbers mean other calls: allow them.
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kAuditArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K,
+               SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(error) & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) return errno;
+  return 0;
+}
+
+// One echo round trip on `pool` over 127.0.0.1: true if the bytes came back.
+bool echoRoundTrip(ThreadPool& pool) {
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  const SocketAddress address = listener.localAddress();
+  auto server = [](TcpListener& l) -> Lazy<void> {
+    TcpStream stream = co_await l.accept();
+    std::array<std::byte, 64> buffer;
+    for (;;) {
+      const std::size_t n = co_await stream.read(buffer);
+      if (n == 0) co_return;
+      co_await stream.writeAll(std::span<const std::byte>(buffer.data(), n));
+    }
+  };
+  auto client = [](SocketAddress a) -> Lazy<std::string> {
+    TcpStream stream = co_await TcpStream::connect(a);
+    co_await stream.writeAll("round trip");
+    std::string echo(10, '\0');
+    co_await stream.readExactly(std::as_writable_bytes(std::span<char>(echo.data(), echo.size())));
+    stream.shutdownWrite();
+    co_return echo;
+  };
+  auto [served, echoed] = syncAwait(collectAll(server(listener), client(address)).via(&pool));
+  return served.hasValue() && echoed.hasValue() && echoed.value() == "round trip";
+}
+
+bool ioUringAvailable() { return detail::probeIoUring() == 0; }
+
+// Runs `body` in a child with WEFT_IO_BACKEND unset (or set to `env`) and expects it to
+// exit 0; skips the calling test on exit 77.
+template <class Body>
+void expectChildSucceeds(const char* env, Body body) {
+  const int status = test::runInChild([env, &body]() -> int {
+    ::alarm(60);  // hang guard: SIGALRM
+    if (env == nullptr) {
+      ::unsetenv("WEFT_IO_BACKEND");
+    } else {
+      ::setenv("WEFT_IO_BACKEND", env, 1);
+    }
+    return body();
+  });
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kSeccompUnavailable) {
+    GTEST_SKIP() << "seccomp filters are not available here (an emulator, or a kernel "
+                    "without CONFIG_SECCOMP_FILTER)";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::describeStatus(status);
+}
+
+// In the child: io_uring_setup denied with `error`; kAuto must choose epoll everywhere.
+int fallsBackToEpoll(int error) {
+  if (denyIoUringSetup(error) != 0) return kSeccompUnavailable;
+  if (const int probed = detail::probeIoUring(); probed != error) {
+    std::fprintf(stderr, "child: probeIoUring() = %d (%s), expected %d\n", probed,
+                 std::strerror(probed), error);
+    return 20;
+  }
+  if (IoLoop::resolveBackend(IoBackendChoice::kAuto) != IoBackend::kEpoll) return 21;
+  if (IoLoop::create(IoBackendChoice::kAuto)->backend() != IoBackend::kEpoll) return 22;
+  ThreadPool pool(ThreadPoolOptions{1, "fallback", IoBackendChoice::kAuto});
+  if (pool.ioBackend() != IoBackend::kEpoll) return 23;
+  if (!echoRoundTrip(pool)) return 24;
+  return 0;
+}
+
+TEST(IoLoopBackendTest, AutoFallsBackToEpollWhenSeccompDeniesIoUringWithEperm) {
+  expectChildSucceeds(nullptr, [] { return fallsBackToEpoll(EPERM); });
+}
+
+TEST(IoLoopBackendTest, AutoFallsBackToEpollWhenTheKernelHasNoIoUring) {
+  expectChildSucceeds(nullptr, [] { return fallsBackToEpoll(ENOSYS); });
+}
+
+// Forcing io_uring where it is refused is an error, never a silent fallback:
+// resolveBackend, IoLoop::create and the ThreadPool constructor throw std::system_error
+// with the errno the kernel gave.
+TEST(IoLoopBackendTest, ForcedIoUringWhereItIsDeniedFailsWithTheErrno) {
+  expectChildSucceeds(nullptr, []() -> int {
+    if (denyIoUringSetup(EPERM) != 0) return kSeccompUnavailable;
+    auto failsWithEperm = [](auto operation) {
+      try {
+        operation();
+        return false;
+      } catch (const std::system_error& e) {
+        if (e.code().value() == EPERM) return true;
+        std::fprintf(stderr, "child: %s\n", e.what());
+        return false;
+      }
+    };
+    if (!failsWithEperm([] { (void)IoLoop::resolveBackend(IoBackendChoice::kIoUring); })) return 20;
+    if (!failsWithEperm([] { (void)IoLoop::create(IoBackendChoice::kIoUring); })) return 21;
+    if (!failsWithEperm([] { ThreadPool pool(ThreadPoolOptions{1, "forced", IoBackendChoice::kIoUring}); })) {
+      return 22;
+    }
+    // The fallback is kAuto's alone; epoll asked for works.
+    ThreadPool epoll(ThreadPoolOptions{1, "epoll", IoBackendChoice::kEpoll});
+    return echoRoundTrip(epoll) ? 0 : 23;
+  });
+}
+
+TEST(IoLoopBackendTest, AutoUsesIoUringWhenTheKernelOffersIt) {
+  expectChildSucceeds(nullptr, []() -> int {
+    const IoBackend expected = ioUringAvailable() ? IoBackend::kIoUring : IoBackend::kEpoll;
+    if (IoLoop::resolveBackend(IoBackendChoice::kAuto) != expected) return 20;
+    ThreadPool pool(ThreadPoolOptions{1, "auto", IoBackendChoice::kAuto});
+    if (pool.ioBackend() != expected) return 21;
+    return echoRoundTrip(pool) ? 0 : 22;
+  });
+}
+
+TEST(IoLoopBackendTest, EnvironmentEpollDecidesAuto) {
+  expectChildSucceeds("epoll", []() -> int {
+    if (IoLoop::resolveBackend(IoBackendChoice::kAuto) != IoBackend::kEpoll) return 20;
+    ThreadPool pool(ThreadPoolOptions{1, "env-epoll", IoBackendChoice::kAuto});
+    if (pool.ioBackend() != IoBackend::kEpoll) return 21;
+    return echoRoundTrip(pool) ? 0 : 22;
+  });
+}
+
+TEST(IoLoopBackendTest, EnvironmentIoUringDecidesAuto) {
+  if (!ioUringAvailable()) GTEST_SKIP() << "io_uring is not available to this process";
+  expectChildSucceeds("io_uring", []() -> int {
+    if (IoLoop::resolveBackend(IoBackendChoice::kAuto) != IoBackend::kIoUring) return 20;
+    ThreadPool pool(ThreadPoolOptions{1, "env-uring", IoBackendChoice::kAuto});
+    if (pool.ioBackend() != IoBackend::kIoUring) return 21;
+    return echoRoundTrip(pool) ? 0 : 22;
+  });
+}
+
+// WEFT_IO_BACKEND=io_uring where the kernel refuses it is the same error as asking for
+// io_uring explicitly, not a fallback.
+TEST(IoLoopBackendTest, EnvironmentIoUringWhereItIsDeniedFailsWithTheErrno) {
+  expectChildSucceeds("io_uring", []() -> int {
+    if (denyIoUringSetup(EPERM) != 0) return kSeccompUnavailable;
+    try {
+      (void)IoLoop::resolveBackend(IoBackendChoice::kAuto);
+      return 20;
+    } catch (const std::system_error& e) {
+      if (e.code().value() != EPERM) return 21;
+      if (std::string(e.what()).find("WEFT_IO_BACKEND=io_uring") == std::string::npos) return 22;
+    }
+    try {
+      ThreadPool pool(ThreadPoolOptions{1, "env-uring", IoBackendChoice::kAuto});
+      return 23;
+    } catch (const std::system_error& e) {
+      return e.code().value() == EPERM ? 0 : 24;
+    }
+  });
+}
+
+TEST(IoLoopBackendTest, EnvironmentAutoProbesLikeNoEnvironment) {
+  expectChildSucceeds("auto", []() -> int {
+    const IoBackend expected = ioUringAvailable() ? IoBackend::kIoUring : IoBackend::kEpoll;
+    return IoLoop::resolveBackend(IoBackendChoice::kAuto) == expected ? 0 : 20;
+  });
+}
+
+TEST(IoLoopBackendTest, EnvironmentNamingNoBackendIsRejected) {
+  expectChildSucceeds("bogus", []() -> int {
+    try {
+      (void)IoLoop::resolveBackend(IoBackendChoice::kAuto);
+      return 20;
+    } catch (const std::invalid_argument& e) {
+      if (std::string(e.what()).find("'bogus'") == std::string::npos) return 21;
+    }
+    try {
+      (void)IoLoop::create(IoBackendChoice::kAuto);
+      return 22;
+    } catch (const std::invalid_argument&) {
+    }
+    try {
+      ThreadPool pool(ThreadPoolOptions{1, "bogus", IoBackendChoice::kAuto});
+      return 23;
+    } catch (const std::invalid_argument&) {
+    }
+    return 0;
+  });
+}
+
+TEST(IoLoopBackendTest, ExplicitChoiceBeatsTheEnvironment) {
+  const bool uring = ioUringAvailable();
+  expectChildSucceeds("epoll", [uring]() -> int {
+    if (IoLoop::resolveBackend(IoBackendChoice::kIoUring) != IoBackend::kIoUring) return 20;
+    if (!uring) return 0;
+    ThreadPool pool(ThreadPoolOptions{1, "explicit", IoBackendChoice::kIoUring});
+    if (pool.ioBackend() != IoBackend::kIoUring) return 21;
+    return echoRoundTrip(pool) ? 0 : 22;
+  });
+  expectChildSucceeds("io_uring", []() -> int {
+    if (IoLoop::resolveBackend(IoBackendChoice::kEpoll) != IoBackend::kEpoll) return 20;
+    ThreadPool pool(ThreadPoolOptions{1, "explicit", IoBackendChoice::kEpoll});
+    if (pool.ioBackend() != IoBackend::kEpoll) return 21;
+    return echoRoundTrip(pool) ? 0 : 22;
+  });
+  expectChildSucceeds("bogus", []() -> int {
+    // Not even read: an explicit choice never looks at the environment.
+    ThreadPool pool(ThreadPoolOptions{1, "explicit", IoBackendChoice::kEpoll});
+    if (pool.ioBackend() != IoBackend::kEpoll) return 20;
+    return echoRoundTrip(pool) ? 0 : 21;
+  });
+}
+
+}  // namespace
+}  // namespace weft
