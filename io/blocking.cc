@@ -50,7 +50,12 @@ BlockingPool& BlockingPool::defaultPool() {
   // Leaked on purpose (see the class comment): never destroyed at exit, so a call or a
   // thread still using it then finds it intact. Reachable from this static, so leak
   // checkers do not report it.
-  static BlockingPool* const pool = new BlockingPool();
+  static BlockingPool* const pool = [] {
+    auto* created = new BlockingPool();
+    // Failing to register only leaves the idle threads running at exit.
+    static_cast<void>(std::atexit([] { defaultPool().retireIdleThreadsAtExit(); }));
+    return created;
+  }();
   return *pool;
 }
 
@@ -155,10 +160,10 @@ void BlockingPool::threadMain(ThreadList::iterator self) {
       lock.lock();
       continue;
     }
-    if (closing_ || threads_ > maxThreads_) break;
+    if (closing_ || exiting_ || threads_ > maxThreads_) break;
     ++idle_;
     const bool woken = workOrStop_.wait_for(lock, idleTimeout_, [this] {
-      return head_ != nullptr || closing_ || threads_ > maxThreads_;
+      return head_ != nullptr || closing_ || exiting_ || threads_ > maxThreads_;
     });
     --idle_;
     if (!woken) break;  // idle for idleTimeout_: retire
@@ -166,11 +171,26 @@ void BlockingPool::threadMain(ThreadList::iterator self) {
   --threads_;
   std::thread previous = std::exchange(lastExited_, std::move(*self));
   handles_.erase(self);
-  if (threads_ == 0) allExited_.notify_all();
+  if (threads_ == 0 || exiting_) threadExited_.notify_all();
   lock.unlock();
   // Nothing of the pool is touched from here on: shutdown() may be destroying it, once it
   // has joined this thread (through lastExited_).
   if (previous.joinable()) previous.join();
+}
+
+void BlockingPool::retireIdleThreadsAtExit() noexcept {
+  std::thread last;
+  {
+    std::unique_lock lock(mutex_);
+    exiting_ = true;
+    workOrStop_.notify_all();
+    // Each idle thread wakes, finds the queue empty and leaves, in one hold of mutex_.
+    threadExited_.wait(lock, [this] { return idle_ == 0; });
+    last = std::move(lastExited_);
+  }
+  // Joins the last thread to have exited, which joined the one before it, and so on: all
+  // of them have ended, so this cannot wait for a running call.
+  if (last.joinable()) last.join();
 }
 
 void BlockingPool::shutdown() {
@@ -183,7 +203,7 @@ void BlockingPool::shutdown() {
     closing_ = true;
     workOrStop_.notify_all();
     // The threads drain the queue (a call cancelled meanwhile leaves it), then exit.
-    allExited_.wait(lock, [this] { return threads_ == 0; });
+    threadExited_.wait(lock, [this] { return threads_ == 0; });
     last = std::move(lastExited_);
   }
   if (last.joinable()) last.join();

@@ -63,9 +63,11 @@ class BlockingAwaiter;
 //    queued, then joins them.
 //  - defaultPool(), the process-wide pool that blocking(fn) uses, is created on first use
 //    and never destroyed (deliberately leaked, so that no static destructor can run while
-//    a thread still uses it, or destroy it under a call made during exit). Its threads
-//    are left where they are when the process exits; a call still running then is cut off
-//    with the process, as any thread is.
+//    a thread still uses it, or destroy it under a call made during exit). At exit (an
+//    std::atexit handler registered when it is created) its idle threads end and are
+//    joined, so that their thread-local state (weft's frame caches) is released before
+//    leak checkers look; a thread still running a call is left alone and cut off with the
+//    process, as any thread is, and never waited for. Calls made during exit still run.
 //
 // Preconditions: shutdown() and the destructor must not run on one of the pool's own
 // threads (inside fn, or in a coroutine that continued there): weft prints a message
@@ -126,6 +128,10 @@ class BlockingPool {
   // noexcept: an unlink under a mutex.
   bool withdraw(detail::BlockingJob& job) noexcept;
 
+  // defaultPool()'s exit handler: ends the idle threads and joins them; threads running
+  // a call end when they next find the queue empty. noexcept: a lock and joins.
+  void retireIdleThreadsAtExit() noexcept;
+
   using ThreadList = std::list<std::thread>;
   void startThreadLocked();
   void threadMain(ThreadList::iterator self);
@@ -136,7 +142,7 @@ class BlockingPool {
 
   mutable std::mutex mutex_;
   std::condition_variable workOrStop_;  // a call queued, shutdown, bound lowered
-  std::condition_variable allExited_;   // threads_ reached 0 during shutdown
+  std::condition_variable threadExited_;  // for shutdown() and the exit handler
   detail::BlockingJob* head_ = nullptr;  // guarded by mutex_ (and the four below)
   detail::BlockingJob* tail_ = nullptr;
   std::size_t queued_ = 0;
@@ -145,6 +151,7 @@ class BlockingPool {
   std::size_t idle_ = 0;      // waiting for a call
   std::size_t starting_ = 0;  // started, not yet looked at the queue
   bool closing_ = false;
+  bool exiting_ = false;  // the process is exiting: idle threads end (defaultPool only)
   ThreadList handles_;      // guarded by mutex_: the threads alive
   std::thread lastExited_;  // guarded by mutex_: joined by the next to exit, or shutdown()
 

@@ -468,13 +468,30 @@ TEST(BlockingCancelTest, WithTimeoutReturnsTheValueWhenFnFinishesFirst) {
 
 TEST(BlockingCancelTest, WithTimeoutKeepsTheValueOfAStartedFn) {
   ThreadPool tasks(2, "timeout");
-  auto call = []() -> Lazy<int> {
-    co_return co_await blocking([] {
-      std::this_thread::sleep_for(30ms);  // the timeout fires meanwhile (if not: same answer)
+  BlockingPool pool(1, 10s, "timeout");
+  syncAwait(blocking(pool, [] {}));  // a thread is ready: fn starts at once
+  std::atomic<bool> ran{false};
+  auto call = [&]() -> Lazy<int> {
+    const CancellationToken token = co_await currentCancellationToken();
+    co_return co_await blocking(pool, [&ran, token] {
+      ran = true;
+      // Runs on until the timeout has fired (and cancelled the call): too late to stop it.
+      const auto giveUp = std::chrono::steady_clock::now() + 10s;
+      while (!token.isCancellationRequested() && std::chrono::steady_clock::now() < giveUp) {
+        std::this_thread::sleep_for(1ms);
+      }
       return 6;
     });
   };
-  EXPECT_EQ(syncAwait(withTimeout(call(), 1ms).via(&tasks)), 6);
+  // The timer almost always fires after fn has started; if the machine is so slow that
+  // it fires first, fn never runs and TimeoutError is right. A started fn's value is
+  // never lost.
+  try {
+    EXPECT_EQ(syncAwait(withTimeout(call(), 20ms).via(&tasks)), 6);
+    EXPECT_TRUE(ran.load());
+  } catch (const TimeoutError&) {
+    EXPECT_FALSE(ran.load()) << "fn ran, and its value was lost";
+  }
 }
 
 TEST(BlockingCancelTest, WithTimeoutOfAQueuedCallTimesOut) {
