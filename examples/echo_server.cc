@@ -1,7 +1,7 @@
 // A TCP echo server: one Lazy per connection, on a ThreadPool whose workers run the I/O.
 //   echo_server PORT          serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
-//                             accepting, lets connections finish (5 s at most), cancels
-//                             the rest and exits 0.
+//                             accepting, lets connections finish (5 s at most), then
+//                             shuts the pool down, which cancels the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
 // READ_TIMEOUT_MS (close a connection idle that long; default: never).
 #include <array>
@@ -43,12 +43,12 @@ weft::Lazy<void> echo(weft::TcpStream stream) {
   openConnections.fetch_sub(1);
 }
 
-weft::Lazy<void> acceptLoop(weft::TcpListener& listener, weft::CancellationToken connectionsToken) {
+weft::Lazy<void> acceptLoop(weft::TcpListener& listener) {
   weft::Executor* executor = co_await weft::currentExecutor();
   for (;;) {
     weft::TcpStream stream = co_await listener.accept();  // throws OperationCancelled at shutdown
     openConnections.fetch_add(1);
-    weft::withCancellation(connectionsToken, echo(std::move(stream))).via(executor).start([](weft::Try<void>) {});
+    echo(std::move(stream)).via(executor).start([](weft::Try<void>) {});
   }
 }
 
@@ -61,9 +61,9 @@ int main(int argc, char** argv) {
   const char* threads = std::getenv("WEFT_THREADS");
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "echo");
   auto listener = weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
-  weft::CancellationSource stopAccepting, stopConnections;
+  weft::CancellationSource stopAccepting;
   std::atomic<bool> acceptStopped{false};
-  weft::withCancellation(stopAccepting.token(), acceptLoop(listener, stopConnections.token()))
+  weft::withCancellation(stopAccepting.token(), acceptLoop(listener))
       .via(&pool)
       .start([&](weft::Try<void>) { acceptStopped = true; });
   std::printf("echo_server: 127.0.0.1:%d, %s, %zu thread(s)\n", listener.localAddress().port(),
@@ -76,8 +76,7 @@ int main(int argc, char** argv) {
   for (auto deadline = std::chrono::steady_clock::now() + 5s; openConnections > 0 && std::chrono::steady_clock::now() < deadline;) {
     std::this_thread::sleep_for(10ms);
   }
-  stopConnections.requestCancellation();  // whatever is still open is cancelled, and closes
-  while (openConnections > 0) std::this_thread::sleep_for(1ms);
+  pool.shutdown();  // cancels the I/O of what is still open: those connections close
   std::printf("echo_server: stopped by signal %d\n", signal);
   return 0;
 }

@@ -1,8 +1,8 @@
 // A TCP echo server written as blocking-style code: one fiber per connection, each
 // calling weft::await(stream.read(buffer)); the fibers share the pool's event loops.
 //   fiber_echo_server PORT    serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
-//                             accepting, lets connections finish (5 s at most), cancels
-//                             the rest and exits 0.
+//                             accepting, lets connections finish (5 s at most), then
+//                             shuts the pool down, which cancels the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
 #include <array>
 #include <atomic>
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   const char* threads = std::getenv("WEFT_THREADS");
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "fiber-echo");
   auto listener = weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
-  weft::CancellationSource stopAccepting, stopConnections;
+  weft::CancellationSource stopAccepting;
   weft::SpawnOptions acceptorOptions;
   acceptorOptions.cancellationToken = stopAccepting.token();
   auto acceptor = weft::spawnFiber(&pool, [&] {
@@ -51,10 +51,7 @@ int main(int argc, char** argv) {
       for (;;) {
         weft::TcpStream stream = weft::await(listener.accept());  // cancelled at shutdown
         openConnections.fetch_add(1);
-        weft::SpawnOptions options;
-        options.cancellationToken = stopConnections.token();
-        (void)weft::spawnFiber(&pool, [s = std::move(stream)]() mutable { echo(std::move(s)); },
-                               options);  // detached: the future is dropped
+        (void)weft::spawnFiber(&pool, [s = std::move(stream)]() mutable { echo(std::move(s)); });
       }
     } catch (const weft::OperationCancelled&) {
     }
@@ -69,8 +66,7 @@ int main(int argc, char** argv) {
   for (auto deadline = std::chrono::steady_clock::now() + 5s; openConnections > 0 && std::chrono::steady_clock::now() < deadline;) {
     std::this_thread::sleep_for(10ms);
   }
-  stopConnections.requestCancellation();
-  while (openConnections > 0) std::this_thread::sleep_for(1ms);
+  pool.shutdown();  // cancels the I/O of what is still open: those connections close
   std::printf("fiber_echo_server: stopped by signal %d\n", signal);
   return 0;
 }

@@ -1,8 +1,8 @@
 // A minimal HTTP/1.1 server answering every request with "hello", keeping connections
 // alive (pipelined requests are answered in order, with one write per batch).
 //   http_hello PORT           serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
-//                             accepting, lets connections finish (5 s at most), cancels
-//                             the rest and exits 0.
+//                             accepting, lets connections finish (5 s at most), then
+//                             shuts the pool down, which cancels the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
 #include <atomic>
 #include <chrono>
@@ -46,12 +46,12 @@ weft::Lazy<void> serve(weft::TcpStream stream) {
   openConnections.fetch_sub(1);
 }
 
-weft::Lazy<void> acceptLoop(weft::TcpListener& listener, weft::CancellationToken connectionsToken) {
+weft::Lazy<void> acceptLoop(weft::TcpListener& listener) {
   weft::Executor* executor = co_await weft::currentExecutor();
   for (;;) {
     weft::TcpStream stream = co_await listener.accept();  // throws OperationCancelled at shutdown
     openConnections.fetch_add(1);
-    weft::withCancellation(connectionsToken, serve(std::move(stream))).via(executor).start([](weft::Try<void>) {});
+    serve(std::move(stream)).via(executor).start([](weft::Try<void>) {});
   }
 }
 
@@ -64,9 +64,9 @@ int main(int argc, char** argv) {
   const char* threads = std::getenv("WEFT_THREADS");
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "http");
   auto listener = weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
-  weft::CancellationSource stopAccepting, stopConnections;
+  weft::CancellationSource stopAccepting;
   std::atomic<bool> acceptStopped{false};
-  weft::withCancellation(stopAccepting.token(), acceptLoop(listener, stopConnections.token()))
+  weft::withCancellation(stopAccepting.token(), acceptLoop(listener))
       .via(&pool)
       .start([&](weft::Try<void>) { acceptStopped = true; });
   std::printf("http_hello: 127.0.0.1:%d, %s, %zu thread(s)\n", listener.localAddress().port(),
@@ -79,8 +79,7 @@ int main(int argc, char** argv) {
   for (auto deadline = std::chrono::steady_clock::now() + 5s; openConnections > 0 && std::chrono::steady_clock::now() < deadline;) {
     std::this_thread::sleep_for(10ms);
   }
-  stopConnections.requestCancellation();
-  while (openConnections > 0) std::this_thread::sleep_for(1ms);
+  pool.shutdown();  // cancels the I/O of what is still open: those connections close
   std::printf("http_hello: stopped by signal %d\n", signal);
   return 0;
 }
