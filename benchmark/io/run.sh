@@ -344,6 +344,9 @@ run_one() {
 
 # --- 2. the runs ------------------------------------------------------------------------
 load_at_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+# CPU time the hypervisor gave to others while we measured (the "steal" column of /proc/stat).
+steal_ticks() { awk '/^cpu /{print $9}' /proc/stat; }
+steal_before="$(steal_ticks)"
 start_seconds=${SECONDS}
 for wl in "${workloads[@]}"; do
   IFS='|' read -r wname protocol threads client _ _ <<<"${wl}"
@@ -385,6 +388,9 @@ done
 banner "${out_md}"
 "${python}" benchmark/io/report.py report --results "${results}" --out "${out_md}" \
   --images "$(dirname "${out_md}")/images" --load "${load_at_start}" --repetitions "${repetitions}" \
+  --load-end "$(cut -d' ' -f1-3 /proc/loadavg)" \
+  --steal "$(awk -v a="${steal_before}" -v b="$(steal_ticks)" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { printf "%.1f", (b - a) / hz }')" \
   --duration "${duration}" --warmup "${warmup}" --weft-build "${weft_build}" \
   --server-cpus "${server_cpus}" --client-cpus "${client_cpus}" \
   --measure-seconds "$((SECONDS - start_seconds))"
