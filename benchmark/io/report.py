@@ -244,7 +244,7 @@ def charts(table, images, out_dir):
             ax.margins(x=0.25)
         fig.suptitle(title + " — grey: raw floors, purple: Go/Asio/tokio, green: nginx, "
                      "orange: weft", fontsize=10)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 0.97))  # room for the suptitle
         path = os.path.join(images, filename)
         fig.savefig(path, format="svg", metadata={"Date": None})
         plt.close(fig)
