@@ -23,7 +23,8 @@ enum class IoBackendChoice : std::uint8_t { kAuto, kIoUring, kEpoll };
 // "io_uring" or "epoll". noexcept: a table lookup.
 std::string_view ioBackendName(IoBackend backend) noexcept;
 
-// One system call an event loop performs for an awaitable. The awaitable owns it (it
+// One system call an event loop performs for an awaitable. A length above 0x7ffff000 is
+// a partial transfer of that many bytes, as for read(2). The awaitable owns it (it
 // lives in the coroutine frame) and must keep it, and every buffer it points to, alive
 // and unchanged from IoLoop::submit until `complete` has run or IoLoop::withdraw returned.
 enum class IoOpcode : std::uint8_t {
@@ -33,8 +34,8 @@ enum class IoOpcode : std::uint8_t {
   kConnect,         // connect(fd, address, addressLength); result 0 once connected
   kReceiveMessage,  // recvmsg(fd, message, flags)
   kSendMessage,     // sendmsg(fd, message, flags | MSG_NOSIGNAL)
-  kReadAt,          // pread(fd, buffer, length, offset)
-  kWriteAt,         // pwrite(fd, buffer, length, offset)
+  kReadAt,          // pread(fd, buffer, length, offset); offset <= INT64_MAX
+  kWriteAt,         // pwrite(fd, buffer, length, offset); offset <= INT64_MAX
   kSync,            // fsync(fd), or fdatasync(fd) when flags == kSyncDataOnly
   kPollReadable,    // waits until fd is readable (or has an error); result 0
   kPollWritable,    // waits until fd is writable (or has an error); result 0

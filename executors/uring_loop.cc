@@ -12,8 +12,9 @@
 // that resumes many coroutines in a row makes one system call for all their I/O.
 //
 // Ring set-up asks for COOP_TASKRUN (completion work runs when the worker enters the
-// kernel, not through an interrupting signal), SINGLE_ISSUER (only the worker submits)
-// and SUBMIT_ALL, and falls back to fewer flags on kernels that lack them.
+// kernel, not through an interrupting signal) with TASKRUN_FLAG, SINGLE_ISSUER (only the
+// worker submits) and SUBMIT_ALL, and falls back to fewer flags on kernels that lack
+// them.
 
 #include <cerrno>
 #include <memory>
@@ -27,6 +28,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace weft::detail {
@@ -39,11 +41,14 @@ constexpr std::uint64_t kWakeKey = kWakeIndex;
 constexpr std::uint64_t kCancelKey = kCancelIndex;
 constexpr unsigned kEntries = 256;
 constexpr unsigned kCompletionEntries = 4096;
+constexpr std::size_t kMaxTransfer = 0x7ffff000;  // Linux's MAX_RW_COUNT on 4 KiB pages
 
 int setUpRing(io_uring& ring, unsigned entries, unsigned completionEntries) noexcept {
   io_uring_params params{};
+  // TASKRUN_FLAG: with COOP_TASKRUN, completions may wait as task work until the worker
+  // enters the kernel; the flag tells liburing's peek (run(0)) to enter for them.
   params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
-                 IORING_SETUP_SINGLE_ISSUER;
+                 IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SINGLE_ISSUER;
   params.cq_entries = completionEntries;
   int r = io_uring_queue_init_params(entries, &ring, &params);
   if (r == -EINVAL) {
@@ -175,6 +180,10 @@ class UringLoop final : public IoLoopBase {
   }
 
   static void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept {
+    // The ring's length field is 32 bits; Linux transfers at most kMaxTransfer bytes per
+    // call anyway (as read(2) does), so a longer buffer is a partial transfer, not a
+    // length truncated to its low bits.
+    op.length = std::min<std::size_t>(op.length, kMaxTransfer);
     switch (op.opcode) {
       case IoOpcode::kReceive:
         io_uring_prep_recv(sqe, op.fd, op.buffer, op.length, op.flags);

@@ -26,7 +26,10 @@ struct TcpListenerOptions {
 //    1 s) and tries again, so open connections keep being served and accepting resumes
 //    once some close. A connection the peer aborted before it was accepted
 //    (ECONNABORTED) is skipped.
-//  - Unix domain: bind() does not remove an existing path; the destructor does not
+//  - Unix domain stream sockets use these same types (there is no UnixListener or
+//    UnixStream): bind to `SocketAddress::unixPath("/run/app.sock")` or an abstract
+//    "@name", and TcpStream::connect to it. An accepted stream's peer is the unnamed
+//    address ("unix:"). bind() does not remove an existing path; the destructor does not
 //    unlink it.
 //
 // Errors: bind throws std::system_error (EADDRINUSE, EACCES...) naming the address, and

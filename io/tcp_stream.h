@@ -113,8 +113,8 @@ class TcpStream {
     return fd;
   }
 
-  // TCP_NODELAY (on by default) and SO_KEEPALIVE. Errors: std::system_error; EBADF when
-  // closed; EOPNOTSUPP for a Unix domain stream.
+  // TCP_NODELAY (on by default for TCP) and SO_KEEPALIVE. Errors: std::system_error;
+  // EBADF when closed; setNoDelay fails with EOPNOTSUPP on a Unix domain stream.
   void setNoDelay(bool on);
   void setKeepAlive(bool on);
 

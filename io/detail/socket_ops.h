@@ -15,7 +15,6 @@
 
 namespace weft::detail {
 
-// What an I/O awaitable returns from co_await: a byte count, a new fd, or nothing.
 // The failure of an operation on a closed socket (fd -1), checked before anything is
 // submitted.
 [[noreturn]] inline void throwClosed(const char* what) {
