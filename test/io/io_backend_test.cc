@@ -175,9 +175,8 @@ TEST(IoLoopBackendTest, ForcedIoUringWhereItIsDeniedFailsWithTheErrno) {
     };
     if (!failsWithEperm([] { (void)IoLoop::resolveBackend(IoBackendChoice::kIoUring); })) return 20;
     if (!failsWithEperm([] { (void)IoLoop::create(IoBackendChoice::kIoUring); })) return 21;
-    if (!failsWithEperm([] { ThreadPool pool(ThreadPoolOptions{1, "forced", IoBackendChoice::kIoUring}); })) {
-      return 22;
-    }
+    const ThreadPoolOptions forced{1, "forced", IoBackendChoice::kIoUring};
+    if (!failsWithEperm([&] { ThreadPool pool(forced); })) return 22;
     // The fallback is kAuto's alone; epoll asked for works.
     ThreadPool epoll(ThreadPoolOptions{1, "epoll", IoBackendChoice::kEpoll});
     return echoRoundTrip(epoll) ? 0 : 23;

@@ -373,8 +373,9 @@ TEST_P(IoCancellationTest, CancelledBeforeTheAwaitThrowsAtOnceAndReadsNothing) {
   CancellationSource source;
   source.requestCancellation();
   std::byte buffer[16];
-  EXPECT_THROW(syncAwait(withCancellation(source.token(), readCounted(pair.stream, buffer)).via(&pool)),
-               OperationCancelled);
+  EXPECT_THROW(
+      syncAwait(withCancellation(source.token(), readCounted(pair.stream, buffer)).via(&pool)),
+      OperationCancelled);
   // Nothing was submitted: a read (which the epoll loop tries at once) would have taken
   // the bytes.
   ASSERT_EQ(syncAwait(readCounted(pair.stream, buffer).via(&pool)), 3u);

@@ -32,6 +32,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -106,6 +107,10 @@ void quiesce(ThreadPool& pool) {
 
 Lazy<std::size_t> readSome(TcpStream& stream, std::span<std::byte> buffer) {
   co_return co_await stream.read(buffer);
+}
+
+Lazy<std::size_t> writeSome(TcpStream& stream, std::string_view text) {
+  co_return co_await stream.write(text.data(), text.size());
 }
 
 void resetConnection(test::OwnedFd& peer) {
@@ -198,8 +203,7 @@ TEST_P(TcpFailureTest, PeerClosingDuringAWriteFailsTheWriteWithoutSigpipe) {
     if (write.what().find("write to a TcpStream") == std::string::npos) return 14;
     // A second write after the failure: EPIPE, and still no signal.
     Outcome<std::size_t> again;
-    startOn(pool, [](TcpStream& s) -> Lazy<std::size_t> { co_return co_await s.write("y", 1); }(pair.stream),
-            again);
+    startOn(pool, writeSome(pair.stream, "y"), again);
     again.wait();
     if (again.error() != EPIPE && again.error() != ECONNRESET) return 15;
     return error == EPIPE ? 0 : 1;
@@ -252,8 +256,7 @@ void expectEveryOperationFailsWithEbadf(ThreadPool& pool, TcpStream& stream) {
   expectEbadf([&] { syncAwait(readSome(stream, buffer).via(&pool)); }, "read");
   expectEbadf(
       [&] {
-        syncAwait([](TcpStream& s) -> Lazy<std::size_t> { co_return co_await s.write("x", 1); }(stream)
-                      .via(&pool));
+        syncAwait(writeSome(stream, "x").via(&pool));
       },
       "write");
   expectEbadf([&] { syncAwait(stream.readExactly(buffer).via(&pool)); }, "readExactly");
@@ -418,9 +421,9 @@ TEST_P(TcpFailureTest, AcceptOutOfDescriptorsKeepsServingAndResumesWithoutSpinni
              std::chrono::microseconds(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
     };
     const auto used = cpu(after) - cpu(before);
+    const auto wallUs = std::chrono::duration_cast<std::chrono::microseconds>(wall).count();
     std::fprintf(stderr, "child: %d round trips served during EMFILE; CPU %lld us of %lld us\n",
-                 served, static_cast<long long>(used.count()),
-                 static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(wall).count()));
+                 served, static_cast<long long>(used.count()), static_cast<long long>(wallUs));
     if (acceptB.done.load()) {
       std::fprintf(stderr, "child: accept ended during EMFILE: %s\n", acceptB.what().c_str());
       return 28;
