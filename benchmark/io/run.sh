@@ -72,7 +72,16 @@ note() {  # note <server or "-"> <text>: a line for the report
   echo "note: $1: $2" >&2
 }
 
-rm -rf "${results}"
+# One run at a time: a second one would rebuild the peers and empty the results under the
+# first, and share its CPUs. It waits for the first to finish.
+mkdir -p "${repo}/build"
+exec 9>"${repo}/build/io-bench.lock"
+if ! flock -n 9; then
+  echo "another benchmark/io/run.sh holds build/io-bench.lock: waiting for it to finish" >&2
+  flock 9
+fi
+
+rm -rf "${results}" "${peers}"/nginx-*
 mkdir -p "${results}/runs" "${results}/logs" "${peers}"
 : >"${results}/notes.tsv"
 
