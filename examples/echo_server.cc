@@ -15,7 +15,6 @@
 #include "coro/current_executor.h"
 #include "coro/sync_await.h"
 #include "coro/with_cancellation.h"
-#include "coro/with_timeout.h"
 #include "executors/thread_pool.h"
 #include "io/signal_set.h"
 #include "io/tcp_listener.h"
@@ -25,17 +24,11 @@ using namespace std::chrono_literals;
 std::atomic<int> openConnections{0};
 const long readTimeoutMs = std::getenv("READ_TIMEOUT_MS") ? std::atol(std::getenv("READ_TIMEOUT_MS")) : 0;
 
-weft::Lazy<std::size_t> readSome(weft::TcpStream& stream, std::span<std::byte> buffer) {
-  co_return co_await stream.read(buffer);
-}
-
 weft::Lazy<void> echo(weft::TcpStream stream) {
   std::array<std::byte, 16384> buffer;
+  stream.setReadTimeout(std::chrono::milliseconds(readTimeoutMs));  // 0: no limit
   try {
-    for (;;) {
-      const std::size_t n = readTimeoutMs > 0 ? co_await weft::withTimeout(readSome(stream, buffer), std::chrono::milliseconds(readTimeoutMs))
-                                              : co_await stream.read(buffer);
-      if (n == 0) break;
+    while (std::size_t n = co_await stream.read(buffer)) {
       co_await stream.writeAll(std::span<const std::byte>(buffer.data(), n));
     }
   } catch (const std::exception&) {  // reset by the peer, timed out, or cancelled: close it

@@ -21,6 +21,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <system_error>
 #include <vector>
@@ -69,6 +70,7 @@ class EpollLoop final : public IoLoopBase {
 
   bool submit(IoOperation& op) noexcept override {
     op.loopShutDown = false;
+    op.loopHeapIndex = 0;
     if (shutDown_) {
       op.result = -ECANCELED;
       op.loopShutDown = true;
@@ -92,6 +94,18 @@ class EpollLoop final : public IoLoopBase {
     op.loopKey |= kQueued;
     append(isWrite(op.opcode) ? fd.writers : fd.readers, op);
     ++inFlight_;
+    if (op.timeoutNs >= 0) {
+      op.loopDeadline = nowNs() + op.timeoutNs;
+      try {
+        heapPush(op);
+      } catch (...) {  // std::bad_alloc growing the heap: the operation fails instead
+        remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+        --inFlight_;
+        op.loopKey = 0;
+        op.result = -ENOMEM;
+        return true;
+      }
+    }
     arm(op.fd, fd);
     return false;
   }
@@ -100,6 +114,7 @@ class EpollLoop final : public IoLoopBase {
     if ((op.loopKey & kQueued) != 0) {
       Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
       remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+      untime(op);
     } else if ((op.loopKey & kReady) != 0) {
       remove(ready_, op);
     } else {
@@ -112,6 +127,12 @@ class EpollLoop final : public IoLoopBase {
   std::size_t run(int timeoutMs) noexcept override {
     drainRemoteCancels();
     if (!ready_.empty()) timeoutMs = 0;
+    if (!heap_.empty() && timeoutMs != 0) {
+      // Wake for the earliest deadline (rounded up to the next millisecond).
+      const std::int64_t wait = (heap_.front()->loopDeadline - nowNs() + 999999) / 1000000;
+      const int untilDeadline = static_cast<int>(std::clamp<std::int64_t>(wait, 0, 1 << 30));
+      timeoutMs = timeoutMs < 0 ? untilDeadline : std::min(timeoutMs, untilDeadline);
+    }
     epoll_event events[kMaxEvents];
     int n = ::epoll_wait(epollFd_, events, kMaxEvents, timeoutMs);
     if (n < 0) {
@@ -133,6 +154,7 @@ class EpollLoop final : public IoLoopBase {
       // fds_ does not move here: nothing above submits (completions run below, after).
       arm(fdNumber, fd);
     }
+    expireDeadlines();
     return runReady();
   }
 
@@ -144,6 +166,7 @@ class EpollLoop final : public IoLoopBase {
         while (!list->empty()) {
           IoOperation& op = *list->head;
           remove(*list, op);
+          untime(op);
           op.result = -ECANCELED;
           op.loopShutDown = true;
           op.loopKey = kReady;
@@ -243,7 +266,74 @@ class EpollLoop final : public IoLoopBase {
       const std::int64_t r = attempt(op);
       if (r == -EAGAIN || (op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) break;
       remove(list, op);
+      untime(op);
       op.result = r;
+      op.loopKey = kReady;
+      append(ready_, op);
+    }
+  }
+
+  static std::int64_t nowNs() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // The deadline heap: a binary min-heap on loopDeadline; each operation knows its
+  // position (loopHeapIndex, 1-based; 0 when not in the heap), so one that completes
+  // first leaves it in O(log n).
+  bool earlier(std::size_t a, std::size_t b) const noexcept {
+    return heap_[a]->loopDeadline < heap_[b]->loopDeadline;
+  }
+  void place(std::size_t i) noexcept { heap_[i]->loopHeapIndex = i + 1; }
+  void siftUp(std::size_t i) noexcept {
+    while (i > 0 && earlier(i, (i - 1) / 2)) {
+      std::swap(heap_[i], heap_[(i - 1) / 2]);
+      place(i);
+      i = (i - 1) / 2;
+    }
+    place(i);
+  }
+  void siftDown(std::size_t i) noexcept {
+    for (;;) {
+      std::size_t least = i;
+      for (std::size_t child : {2 * i + 1, 2 * i + 2}) {
+        if (child < heap_.size() && earlier(child, least)) least = child;
+      }
+      if (least == i) break;
+      std::swap(heap_[i], heap_[least]);
+      place(i);
+      i = least;
+    }
+    place(i);
+  }
+  void heapPush(IoOperation& op) {
+    heap_.push_back(&op);
+    siftUp(heap_.size() - 1);
+  }
+  void untime(IoOperation& op) noexcept {
+    if (op.loopHeapIndex == 0) return;
+    const std::size_t i = op.loopHeapIndex - 1;
+    op.loopHeapIndex = 0;
+    if (i + 1 != heap_.size()) {
+      heap_[i] = heap_.back();
+      heap_.pop_back();
+      siftDown(i);
+      siftUp(heap_[i]->loopHeapIndex - 1);
+    } else {
+      heap_.pop_back();
+    }
+  }
+  // Operations whose deadline passed leave their fd's waiters with -ETIMEDOUT.
+  void expireDeadlines() noexcept {
+    if (heap_.empty()) return;
+    const std::int64_t now = nowNs();
+    while (!heap_.empty() && heap_.front()->loopDeadline <= now) {
+      IoOperation& op = *heap_.front();
+      untime(op);
+      Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
+      remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+      op.result = -ETIMEDOUT;
       op.loopKey = kReady;
       append(ready_, op);
     }
@@ -266,6 +356,7 @@ class EpollLoop final : public IoLoopBase {
         while (!list->empty()) {
           IoOperation& op = *list->head;
           remove(*list, op);
+          untime(op);
           op.result = -error;
           op.loopKey = kReady;
           append(ready_, op);
@@ -281,6 +372,7 @@ class EpollLoop final : public IoLoopBase {
     if ((op.loopKey & kQueued) == 0) return;  // completing already, or not in flight
     Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
     remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+    untime(op);
     op.result = -ECANCELED;
     op.loopKey = kReady;
     append(ready_, op);
@@ -306,6 +398,7 @@ class EpollLoop final : public IoLoopBase {
   int epollFd_ = -1;
   std::vector<Fd> fds_;
   List ready_;  // complete (or cancelled, or failed), completion function not yet run
+  std::vector<IoOperation*> heap_;  // queued operations with a deadline
 };
 
 }  // namespace

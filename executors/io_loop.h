@@ -54,6 +54,11 @@ struct IoOperation {
   sockaddr* address = nullptr;  // kAccept: where the peer's address goes; kConnect: the target
   socklen_t addressLength = 0;  // kAccept: capacity in, length out; kConnect: length
   msghdr* message = nullptr;    // kReceiveMessage, kSendMessage
+  // When >= 0: the loop stops the operation if it has not completed this many
+  // nanoseconds after submit, with result -ETIMEDOUT (once the kernel has let go of the
+  // buffer; an operation that completed first keeps its result). io_uring: a linked
+  // timeout in the kernel; epoll: the loop's own deadline heap and epoll_wait's timeout.
+  std::int64_t timeoutNs = -1;
 
   // Set by the loop: the system call's result (bytes, a new fd, 0), or -errno on failure,
   // -ECANCELED when IoLoop::cancel stopped it first.
@@ -74,6 +79,10 @@ struct IoOperation {
   IoOperation* loopPrev = nullptr;
   IoOperation* cancelNext = nullptr;
   std::uint64_t loopKey = 0;
+  std::int64_t loopTime[2] = {0, 0};    // io_uring: the linked timeout's timespec
+  std::size_t loopHeapIndex = 0;        // epoll: position in the deadline heap, 0: none
+  std::int64_t loopDeadline = 0;        // epoll: steady-clock ns
+  bool loopCancelled = false;           // cancel() reached the loop for this operation
   // 0: not in flight or in flight; 1: a cancellation from another thread is queued;
   // 2: complete. See IoLoop::cancel.
   std::atomic<std::uint8_t> loopState{0};

@@ -79,15 +79,28 @@ class UringLoop final : public IoLoopBase {
       op.loopShutDown = true;
       return true;
     }
+    const bool timed = op.timeoutNs >= 0;
+    // A linked timeout must follow its operation in the same submission.
+    if (timed && io_uring_sq_space_left(&ring_) < 2) io_uring_submit(&ring_);
     io_uring_sqe* sqe = nextSqe();
     if (sqe == nullptr) {
       op.result = -EBUSY;
       return true;
     }
     prepare(sqe, op);
+    op.loopCancelled = false;
     op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
     op.loopKey = takeSlot(op);
     io_uring_sqe_set_data64(sqe, op.loopKey);
+    if (timed) {
+      io_uring_sqe* timeout = io_uring_get_sqe(&ring_);  // room was made above
+      sqe->flags |= IOSQE_IO_LINK;
+      op.loopTime[0] = op.timeoutNs / 1000000000;
+      op.loopTime[1] = op.timeoutNs % 1000000000;
+      static_assert(sizeof op.loopTime == sizeof(__kernel_timespec));
+      io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
+      io_uring_sqe_set_data64(timeout, kCancelKey);
+    }
     ++inFlight_;
     return false;
   }
@@ -240,6 +253,7 @@ class UringLoop final : public IoLoopBase {
     if (sqe == nullptr) return;  // cannot happen after nextSqe's submit; harmless
     io_uring_prep_cancel64(sqe, op.loopKey, 0);
     io_uring_sqe_set_data64(sqe, kCancelKey);
+    op.loopCancelled = true;
   }
 
   // Runs the completions that are ready, in batches, until none is left.
@@ -275,6 +289,9 @@ class UringLoop final : public IoLoopBase {
         if ((op.opcode == IoOpcode::kPollReadable || op.opcode == IoOpcode::kPollWritable) &&
             res > 0) {
           res = 0;
+        }
+        if (res == -ECANCELED && op.timeoutNs >= 0 && !op.loopCancelled && !shutDown_) {
+          res = -ETIMEDOUT;  // its linked timeout fired
         }
         op.result = res;
         if (shutDown_ && res == -ECANCELED) op.loopShutDown = true;

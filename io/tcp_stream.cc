@@ -17,6 +17,8 @@ TcpStream& TcpStream::operator=(TcpStream&& other) noexcept {
   if (this != &other) {
     close();
     fd_ = other.release();
+    readTimeoutNs_ = other.readTimeoutNs_;
+    writeTimeoutNs_ = other.writeTimeoutNs_;
   }
   return *this;
 }

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string_view>
@@ -67,7 +69,10 @@ class TcpStream {
   TcpStream() noexcept = default;
   // Adopts `fd`, a connected non-blocking stream socket (as accept returns).
   explicit TcpStream(int fd) noexcept : fd_(fd) {}
-  TcpStream(TcpStream&& other) noexcept : fd_(other.release()) {}
+  TcpStream(TcpStream&& other) noexcept
+      : fd_(other.release()),
+        readTimeoutNs_(other.readTimeoutNs_),
+        writeTimeoutNs_(other.writeTimeoutNs_) {}
   TcpStream& operator=(TcpStream&& other) noexcept;
   ~TcpStream();
 
@@ -79,7 +84,8 @@ class TcpStream {
   // Reads at most buffer.size() bytes; 0 means the peer ended the stream.
   detail::IoOperationAwaitable read(std::span<std::byte> buffer) const noexcept {
     return detail::IoOperationAwaitable("read from a TcpStream", IoOpcode::kReceive, fd_)
-        .buffer(buffer.data(), buffer.size());
+        .buffer(buffer.data(), buffer.size())
+        .timeout(readTimeoutNs_);
   }
   detail::IoOperationAwaitable read(void* data, std::size_t size) const noexcept {
     return read(std::span<std::byte>(static_cast<std::byte*>(data), size));
@@ -90,7 +96,8 @@ class TcpStream {
   // Writes at most buffer.size() bytes; returns how many were written (at least 1).
   detail::IoOperationAwaitable write(std::span<const std::byte> buffer) const noexcept {
     return detail::IoOperationAwaitable("write to a TcpStream", IoOpcode::kSend, fd_)
-        .buffer(const_cast<std::byte*>(buffer.data()), buffer.size());
+        .buffer(const_cast<std::byte*>(buffer.data()), buffer.size())
+        .timeout(writeTimeoutNs_);
   }
   detail::IoOperationAwaitable write(const void* data, std::size_t size) const noexcept {
     return write(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
@@ -113,6 +120,19 @@ class TcpStream {
     return fd;
   }
 
+  // Per-stream time limits, as Go's read and write deadlines renewed before each call:
+  // every later read (write) that waits longer than `limit` for data (for room) fails with
+  // std::system_error ETIMEDOUT, once the kernel has let go of the buffer; a read that got
+  // data first returns it. The stream stays usable. Zero or negative: no limit (the
+  // default). Enforced by the event loop (io_uring: a linked timeout; epoll: the loop's
+  // deadlines), with no timer thread and no allocation. noexcept: stores a number.
+  void setReadTimeout(std::chrono::nanoseconds limit) noexcept {
+    readTimeoutNs_ = limit.count() > 0 ? limit.count() : -1;
+  }
+  void setWriteTimeout(std::chrono::nanoseconds limit) noexcept {
+    writeTimeoutNs_ = limit.count() > 0 ? limit.count() : -1;
+  }
+
   // TCP_NODELAY (on by default for TCP) and SO_KEEPALIVE. Errors: std::system_error;
   // EBADF when closed; setNoDelay fails with EOPNOTSUPP on a Unix domain stream.
   void setNoDelay(bool on);
@@ -124,6 +144,8 @@ class TcpStream {
 
  private:
   int fd_ = -1;
+  std::int64_t readTimeoutNs_ = -1;
+  std::int64_t writeTimeoutNs_ = -1;
 };
 
 }  // namespace weft

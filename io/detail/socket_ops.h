@@ -53,6 +53,12 @@ class IoOperationAwaitable {
     message_ = message;
     return *this;
   }
+  // Fails the operation with ETIMEDOUT if it has not completed `ns` nanoseconds after it
+  // was submitted (negative: no limit).
+  IoOperationAwaitable& timeout(std::int64_t ns) noexcept {
+    timeoutNs_ = ns;
+    return *this;
+  }
 
   class Awaiter : public IoAwaiter {
    public:
@@ -69,6 +75,7 @@ class IoOperationAwaitable {
       op.address = a.address_;
       op.addressLength = a.addressLength_;
       op.message = a.message_;
+      op.timeoutNs = a.timeoutNs_;
     }
 
     // The result; for kAccept, the peer address length is in operation().addressLength.
@@ -98,6 +105,7 @@ class IoOperationAwaitable {
   sockaddr* address_ = nullptr;
   socklen_t addressLength_ = 0;
   msghdr* message_ = nullptr;
+  std::int64_t timeoutNs_ = -1;
 };
 
 }  // namespace weft::detail
