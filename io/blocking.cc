@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #if defined(__linux__)
 #include <pthread.h>
 #endif
@@ -23,10 +25,16 @@ namespace weft {
 //    one it found there (so at most one exited thread is ever unjoined, and nobody joins
 //    on the call path). shutdown() waits for threads_ to reach 0, then joins lastExited_,
 //    which joined its predecessor before it ended, and so on: every thread is joined.
+//    The default pool's exit handler does the same for the threads not inside a call;
+//    a thread that ends after it detaches itself.
+//  - No thread ever holds mutex_ while taking another lock, or the other way round.
 
 namespace {
 
 thread_local BlockingPool* tlCurrentPool = nullptr;
+
+// The process that created the default pool (see defaultPool()'s exit handler).
+pid_t gDefaultPoolProcess = 0;
 
 [[noreturn]] void abortShutdownFromOwnThread(std::string_view name) noexcept {
   std::fprintf(stderr,
@@ -52,8 +60,13 @@ BlockingPool& BlockingPool::defaultPool() {
   // checkers do not report it.
   static BlockingPool* const pool = [] {
     auto* created = new BlockingPool();
+    gDefaultPoolProcess = ::getpid();
     // Failing to register only leaves the idle threads running at exit.
-    static_cast<void>(std::atexit([] { defaultPool().retireIdleThreadsAtExit(); }));
+    static_cast<void>(std::atexit([] {
+      // A child forked after the pool had threads has none of them: nothing to end (and
+      // waiting for them would hang its exit()).
+      if (::getpid() == gDefaultPoolProcess) defaultPool().retireIdleThreadsAtExit();
+    }));
     return created;
   }();
   return *pool;
@@ -155,9 +168,11 @@ void BlockingPool::threadMain(ThreadList::iterator self) {
     if (head_ != nullptr) {
       detail::BlockingJob& job = *head_;
       unlinkLocked(job);  // taken: from now on only this thread finishes it
+      ++running_;
       lock.unlock();
       job.run(&job);  // may free the job (its coroutine resumed and went on)
       lock.lock();
+      --running_;
       continue;
     }
     if (closing_ || exiting_ || threads_ > maxThreads_) break;
@@ -169,9 +184,14 @@ void BlockingPool::threadMain(ThreadList::iterator self) {
     if (!woken) break;  // idle for idleTimeout_: retire
   }
   --threads_;
-  std::thread previous = std::exchange(lastExited_, std::move(*self));
+  std::thread previous;
+  if (exitJoined_) {
+    self->detach();  // the process is exiting and nobody joins any more
+  } else {
+    previous = std::exchange(lastExited_, std::move(*self));
+  }
   handles_.erase(self);
-  if (threads_ == 0 || exiting_) threadExited_.notify_all();
+  threadExited_.notify_all();
   lock.unlock();
   // Nothing of the pool is touched from here on: shutdown() may be destroying it, once it
   // has joined this thread (through lastExited_).
@@ -184,9 +204,11 @@ void BlockingPool::retireIdleThreadsAtExit() noexcept {
     std::unique_lock lock(mutex_);
     exiting_ = true;
     workOrStop_.notify_all();
-    // Each idle thread wakes, finds the queue empty and leaves, in one hold of mutex_.
-    threadExited_.wait(lock, [this] { return idle_ == 0; });
+    // Every thread not inside a call finds the queue empty and leaves (one that finishes
+    // a call meanwhile too); those inside a call are not waited for.
+    threadExited_.wait(lock, [this] { return threads_ == running_; });
     last = std::move(lastExited_);
+    exitJoined_ = true;  // threads that end later detach themselves
   }
   // Joins the last thread to have exited, which joined the one before it, and so on: all
   // of them have ended, so this cannot wait for a running call.
@@ -195,19 +217,24 @@ void BlockingPool::retireIdleThreadsAtExit() noexcept {
 
 void BlockingPool::shutdown() {
   if (tlCurrentPool == this) abortShutdownFromOwnThread(name_);
-  std::lock_guard shutdownLock(shutdownMutex_);
-  if (joined_) return;
-  std::thread last;
-  {
-    std::unique_lock lock(mutex_);
-    closing_ = true;
-    workOrStop_.notify_all();
-    // The threads drain the queue (a call cancelled meanwhile leaves it), then exit.
-    threadExited_.wait(lock, [this] { return threads_ == 0; });
-    last = std::move(lastExited_);
+  std::unique_lock lock(mutex_);
+  closing_ = true;
+  workOrStop_.notify_all();
+  // The threads drain the queue (a call cancelled meanwhile leaves it), then exit.
+  threadExited_.wait(lock, [this] { return threads_ == 0; });
+  if (joinStarted_) {
+    // Another shutdown() joins: return once it has (the pool may be destroyed then).
+    threadExited_.wait(lock, [this] { return joined_; });
+    return;
   }
+  joinStarted_ = true;
+  std::thread last = std::move(lastExited_);
+  lock.unlock();
+  // Only one mutex is ever held at a time, here and in the threads.
   if (last.joinable()) last.join();
+  lock.lock();
   joined_ = true;
+  threadExited_.notify_all();
 }
 
 }  // namespace weft

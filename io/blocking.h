@@ -64,14 +64,16 @@ class BlockingAwaiter;
 //  - defaultPool(), the process-wide pool that blocking(fn) uses, is created on first use
 //    and never destroyed (deliberately leaked, so that no static destructor can run while
 //    a thread still uses it, or destroy it under a call made during exit). At exit (an
-//    std::atexit handler registered when it is created) its idle threads end and are
-//    joined, so that their thread-local state (weft's frame caches) is released before
-//    leak checkers look; a thread still running a call is left alone and cut off with the
-//    process, as any thread is, and never waited for. Calls made during exit still run.
+//    std::atexit handler registered when it is created) its threads that are not inside
+//    a call end and are joined, so that their thread-local state (weft's frame caches) is
+//    released before leak checkers look; a thread inside a call is never waited for (it
+//    detaches itself if the call ends, or is cut off with the process, as any thread is).
+//    Calls made during exit still run.
 //
 // Preconditions: shutdown() and the destructor must not run on one of the pool's own
 // threads (inside fn, or in a coroutine that continued there): weft prints a message
-// naming the pool and aborts. No call may be awaited on a pool being destroyed.
+// naming the pool and aborts. No call may be awaited on a pool being destroyed. A child
+// forked while a pool had threads must not use that pool (it has none of its threads).
 // Errors: the constructor throws std::invalid_argument for maxThreads == 0. A call that
 // cannot start a thread when the pool has none throws std::system_error from its
 // co_await (with at least one thread, the call waits in the queue instead).
@@ -128,8 +130,8 @@ class BlockingPool {
   // noexcept: an unlink under a mutex.
   bool withdraw(detail::BlockingJob& job) noexcept;
 
-  // defaultPool()'s exit handler: ends the idle threads and joins them; threads running
-  // a call end when they next find the queue empty. noexcept: a lock and joins.
+  // defaultPool()'s exit handler: ends the threads not inside a call and joins them;
+  // the others detach when they next find the queue empty. noexcept: a lock and joins.
   void retireIdleThreadsAtExit() noexcept;
 
   using ThreadList = std::list<std::thread>;
@@ -143,20 +145,21 @@ class BlockingPool {
   mutable std::mutex mutex_;
   std::condition_variable workOrStop_;  // a call queued, shutdown, bound lowered
   std::condition_variable threadExited_;  // for shutdown() and the exit handler
-  detail::BlockingJob* head_ = nullptr;  // guarded by mutex_ (and the four below)
+  detail::BlockingJob* head_ = nullptr;  // guarded by mutex_, as is everything below
   detail::BlockingJob* tail_ = nullptr;
   std::size_t queued_ = 0;
   std::size_t maxThreads_;
   std::size_t threads_ = 0;   // alive
   std::size_t idle_ = 0;      // waiting for a call
   std::size_t starting_ = 0;  // started, not yet looked at the queue
+  std::size_t running_ = 0;   // inside a call
   bool closing_ = false;
-  bool exiting_ = false;  // the process is exiting: idle threads end (defaultPool only)
-  ThreadList handles_;      // guarded by mutex_: the threads alive
-  std::thread lastExited_;  // guarded by mutex_: joined by the next to exit, or shutdown()
-
-  std::mutex shutdownMutex_;
-  bool joined_ = false;  // guarded by shutdownMutex_
+  bool exiting_ = false;      // the process is exiting: idle threads end (defaultPool only)
+  bool exitJoined_ = false;   // ... and the exit handler has joined those that ended
+  bool joinStarted_ = false;  // a shutdown() is joining the threads
+  bool joined_ = false;       // ... and has joined them
+  ThreadList handles_;        // the threads alive
+  std::thread lastExited_;    // joined by the next thread to exit, or by shutdown()
 };
 
 namespace detail {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <latch>
 #include <memory>
 #include <stdexcept>
@@ -575,6 +576,44 @@ TEST(BlockingDestroyDeathTest, DestroyingACallWhoseFnStartedAborts) {
       },
       "weft: a coroutine was destroyed while suspended in blocking\\(\\) after its wake-up "
       "had been claimed \\(its function had started on the pool");
+}
+
+// The default pool at process exit: its idle threads end, a thread still in a call is not
+// waited for, and nothing crashes. In a forked child whose default pool has no thread yet
+// (death test suites run first); a child must not use threads it does not have, so with
+// --gtest_repeat the later rounds skip.
+#define WEFT_SKIP_IF_DEFAULT_POOL_HAS_THREADS()                                     \
+  if (BlockingPool::defaultPool().threadCount() != 0) {                            \
+    GTEST_SKIP() << "the default pool has threads: a forked child could not use it"; \
+  }
+
+TEST(BlockingExitDeathTest, ExitWithIdleDefaultPoolThreads) {
+  WEFT_SKIP_IF_DEFAULT_POOL_HAS_THREADS();
+  EXPECT_EXIT(
+      {
+        const int v = syncAwait(blocking([] { return 3; }));
+        std::exit(v == 3 && BlockingPool::defaultPool().threadCount() == 1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(BlockingExitDeathTest, ExitDoesNotWaitForARunningCall) {
+  WEFT_SKIP_IF_DEFAULT_POOL_HAS_THREADS();
+  EXPECT_EXIT(
+      {
+        static std::latch started(1);
+        static std::latch never(1);
+        auto body = []() -> Lazy<void> {
+          co_await blocking([] {
+            started.count_down();
+            never.wait();
+          });
+        };
+        body().start([](Try<void>) {});
+        started.wait();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(BlockingDestroyDeathTest, ShutdownFromOwnThreadAborts) {
