@@ -23,6 +23,7 @@
 #include "stackful/await.h"
 #include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
+#include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -614,6 +615,33 @@ TEST(BlockingExitDeathTest, ExitDoesNotWaitForARunningCall) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+TEST(BlockingDestroyDeathTest, DestroyingACallWhoseCancellationWasDeliveredAborts) {
+  EXPECT_DEATH(
+      {
+        BlockingPool pool(1, 10s, "death");
+        std::latch started(1);
+        std::latch gate(1);
+        auto occupy = [&]() -> Lazy<void> {
+          co_await blocking(pool, [&] {
+            started.count_down();
+            gate.wait();
+          });
+        };
+        occupy().start([](Try<void>) {});
+        started.wait();
+        test::ManualExecutor manual;
+        CancellationSource source;
+        CancellationToken token = source.token();
+        auto body = [&]() -> Lazy<void> { co_await blocking(pool, [] {}); };
+        Lazy<void> lazy = body();
+        startSuspended(lazy, &manual, &token);  // queued behind `occupy`
+        source.requestCancellation();  // claims the call; its resumption waits in `manual`
+        lazy = Lazy<void>();
+      },
+      "weft: a coroutine was destroyed while suspended in blocking\\(\\) after its wake-up "
+      "had been claimed \\(its cancellation had been delivered");
 }
 
 TEST(BlockingDestroyDeathTest, ShutdownFromOwnThreadAborts) {
