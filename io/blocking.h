@@ -352,10 +352,12 @@ concept BlockingCallable =
 //    a Lazy resumes where its awaitee completed: keep what follows short, or the thread
 //    is not free for the next call. If that executor refuses (it was shut down while fn
 //    ran), the coroutine continues inline on the pool's thread with fn's result, rather
-//    than losing it.
+//    than losing it. (A fn that finishes before the coroutine has finished suspending
+//    lets it go on at once, on its own thread.)
 //  - Cancellation (the coroutine's token): a request before fn has started takes the call
 //    out of the queue, fn never runs, and the co_await throws OperationCancelled
-//    (resumed through the executor, or inline on the canceller's thread without one). Once
+//    (resumed as above through the executor or ThreadPool, or else inline on the
+//    canceller's thread, inside requestCancellation()). Once
 //    fn has started it cannot be interrupted: the co_await returns its value (or
 //    exception) when it finishes. Exactly one of the two happens.
 //  - Destruction: destroying the coroutine while its call waits in the queue withdraws
@@ -363,7 +365,8 @@ concept BlockingCallable =
 //    has started, or after its cancellation was delivered, is a use error: weft prints
 //    "weft: a coroutine was destroyed while suspended in blocking() ..." and aborts.
 //
-// Preconditions: awaited once, as the rvalue blocking() returns. The pool, and the
+// Preconditions: awaited once, as the rvalue blocking() returns (awaiting a named one is
+// a compile error). The pool, and the
 // executor or ThreadPool the coroutine resumes on, outlive the await.
 // Errors: what fn throws, rethrown at the co_await (std::exception_ptr); OperationCancelled
 // (above); ExecutorShutDown naming the pool after its shutdown() (fn never runs);
