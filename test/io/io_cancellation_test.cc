@@ -241,11 +241,13 @@ class IoCancellationTest : public test::IoBackendTest {
 
 enum class Race { kCancellationSource, kTaskToken, kTimeout };
 
-// Waits (bounded) until a new read frame exists: the read has started on the worker.
-void waitForReadStart(int constructionsBefore) {
-  for (int i = 0; i < 1000000 && Counted::constructions.load() == constructionsBefore; ++i) {
-    std::this_thread::yield();
-  }
+// A counted read that announces its start (readStarts goes up, waiters are woken).
+Lazy<std::size_t> readAnnounced(TcpStream& stream, std::span<std::byte> buffer,
+                                std::atomic<int>& readStarts) {
+  Counted inFrame;
+  readStarts.fetch_add(1);
+  readStarts.notify_all();
+  co_return co_await stream.read(buffer);
 }
 
 // The moments are anchored to each read's start (not to wall time, which a loaded
@@ -277,6 +279,7 @@ void raceReadsAgainstAWriter(ThreadPool& pool, Race race) {
 
   std::vector<std::byte> received;
   std::minstd_rand random(11);
+  std::atomic<int> readStarts{0};
   int cancelled = 0;
   int completed = 0;
   int wrongEnds = 0;
@@ -287,23 +290,23 @@ void raceReadsAgainstAWriter(ThreadPool& pool, Race race) {
     CancellationSource source;
     const unsigned when = random() % 8;
     if (race != Race::kTimeout && when == 0) source.requestCancellation();
-    const int constructions = Counted::constructions.load();
+    const int starts = readStarts.load();
+    auto readOne = [&] { return readAnnounced(pair.stream, buffer, readStarts); };
     switch (race) {
       case Race::kCancellationSource:
-        startOn(pool, withCancellation(source.token(), readCounted(pair.stream, buffer)), read);
+        startOn(pool, withCancellation(source.token(), readOne()), read);
         break;
       case Race::kTaskToken:
-        withCancellation(source.token(), readCounted(pair.stream, buffer).via(&pool))
-            .start(recordInto(read));
+        withCancellation(source.token(), readOne().via(&pool)).start(recordInto(read));
         break;
       case Race::kTimeout:
         startOn(pool,
-                withTimeout(readCounted(pair.stream, buffer),
+                withTimeout(readOne(),
                             std::chrono::microseconds(when == 0 ? 0 : random() % (when * 25))),
                 read);
         break;
     }
-    waitForReadStart(constructions);
+    readStarts.wait(starts);  // the read has started on the worker
     readStarted.store(i);
     readStarted.notify_all();
     if (race != Race::kTimeout && when != 0) {
