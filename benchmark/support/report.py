@@ -718,6 +718,17 @@ def main():
               f"benchmarks. {conclusion}")
         w("")
 
+    w("## I/O (issue #16)")
+    w("")
+    w("weft's TCP echo and HTTP servers (examples/) against Go `net`, Asio, tokio, nginx and "
+      "raw epoll and io_uring loops: requests per second and per server CPU-second, p50/p99 "
+      "latency, streaming throughput and memory per idle connection, with ratios and charts, "
+      "are in [io-benchmarks.md](io-benchmarks.md), written by `benchmark/io/run.sh` (step 7 "
+      "of `benchmark/run.sh`). `benchmark/io/tcp_stream_benchmark` measures weft's own I/O "
+      "path in one process.")
+    w("")
+    w("![requests per server CPU-second](images/io-req-per-cpu.svg)")
+    w("")
     w("## Summary")
     w("")
     if misses:
