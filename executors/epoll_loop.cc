@@ -110,18 +110,22 @@ class EpollLoop final : public IoLoopBase {
     return false;
   }
 
-  void withdraw(IoOperation& op) noexcept override {
+  bool withdraw(IoOperation& op) noexcept override {
+    bool neverTookEffect = true;
     if ((op.loopKey & kQueued) != 0) {
       Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
       remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
       untime(op);
     } else if ((op.loopKey & kReady) != 0) {
+      // Complete (or cancelled, or timed out): its result waits for this turn.
       remove(ready_, op);
+      neverTookEffect = false;
     } else {
-      return;  // not in flight
+      return true;  // not in flight
     }
     op.loopKey = 0;
     settle(op);
+    return neverTookEffect;
   }
 
   std::size_t run(int timeoutMs) noexcept override {

@@ -181,9 +181,13 @@ class IoLoop {
 
   // Takes `op` back for good, on this thread (to destroy a coroutine suspended on it):
   // when it returns, the kernel no longer uses `op` or its buffers, and op.complete will
-  // not run. noexcept: the kernel's synchronous cancellation cannot fail in a way that
-  // could be reported; if it did, weft prints a message and aborts.
-  virtual void withdraw(IoOperation& op) noexcept = 0;
+  // not run. Returns true when the operation never took effect (the bytes are still
+  // unread, the connection still in the backlog), false when it had already completed
+  // and its effect cannot be undone (io_uring: the kernel had performed it; both: its
+  // completion was waiting for this loop's turn): a wake-up already claimed, which the
+  // caller reports (#15's rule). noexcept: the kernel's synchronous cancellation cannot
+  // fail in a way that could be reported; if it did, weft prints a message and aborts.
+  [[nodiscard]] virtual bool withdraw(IoOperation& op) noexcept = 0;
 
   // Runs the loop once: hands queued operations to the kernel, waits up to `timeoutMs`
   // milliseconds (0: do not wait; -1: until something happens) for completions or a

@@ -105,11 +105,11 @@ class UringLoop final : public IoLoopBase {
     return false;
   }
 
-  void withdraw(IoOperation& op) noexcept override {
+  bool withdraw(IoOperation& op) noexcept override {
     const auto index = static_cast<std::uint32_t>(op.loopKey);
     if (index >= slots_.size() || slots_[index].op != &op ||
         slots_[index].generation != static_cast<std::uint32_t>(op.loopKey >> 32)) {
-      return;  // not in flight
+      return true;  // not in flight
     }
     // Its entry may still wait in the submission queue: hand it over first, so that the
     // synchronous cancellation finds it in the kernel.
@@ -120,11 +120,13 @@ class UringLoop final : public IoLoopBase {
     reg.timeout.tv_sec = -1;
     reg.timeout.tv_nsec = -1;
     const int r = io_uring_register_sync_cancel(&ring_, &reg);
-    // 0: cancelled; -ENOENT: it had completed (its completion waits in the queue);
-    // -EALREADY cannot come back from a synchronous cancellation without a timeout.
+    // 0: cancelled before it took effect; -ENOENT: it had completed (its completion
+    // waits in the queue, and what it did, a read's bytes taken or an accepted
+    // connection, cannot be undone); -EALREADY: it was completing.
     if (r < 0 && r != -ENOENT && r != -EALREADY) fail("io_uring synchronous cancellation", -r);
     releaseSlot(index);  // its completion, if any, is dropped
     settle(op);
+    return r == 0;
   }
 
   std::size_t run(int timeoutMs) noexcept override {

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "coro/cancellation.h"
+#include "coro/detail/via_awaiter.h"
 #include "executors/executor.h"
 #include "executors/io_loop.h"
 
@@ -51,8 +52,11 @@ inline IoLoop& requireIoLoop(const char* what) {
 //
 // Destroying the coroutine while it is suspended here (#15's rule) withdraws the
 // operation: on the loop's thread, synchronously (IoLoop::withdraw: the kernel lets go of
-// the buffers before the frame is freed). On another thread that cannot be done safely,
-// so weft reports the misuse and aborts.
+// the buffers before the frame is freed), leaving the socket as if nobody had waited. If
+// the operation had already taken effect (the kernel read the bytes or accepted the
+// connection; its completion only waits for the loop's turn), its wake-up is claimed and
+// cannot be withdrawn: weft reports that and aborts, as for every awaitable. On another
+// thread the withdrawal cannot be done safely at all, so weft reports that too.
 class IoAwaiter {
  public:
   IoAwaiter(const char* what, Executor* executor, const CancellationToken& token) noexcept
@@ -117,7 +121,11 @@ class IoAwaiter {
                    what_);
       std::abort();
     }
-    loop_->withdraw(op_);
+    if (!loop_->withdraw(op_)) {
+      // The kernel had already performed the operation (bytes read, a connection
+      // accepted): that cannot be handed back, and nobody is left to receive it.
+      abortDestroyedWhileResuming(what_, "its I/O operation had already completed");
+    }
     inFlight_ = false;
   }
 
