@@ -64,6 +64,30 @@ Lazy<void> TcpStream::writeAll(std::string_view text) {
   return writeAll(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
+std::optional<std::size_t> TcpStream::tryRead(std::span<std::byte> buffer) const {
+  if (fd_ < 0) detail::throwClosed("read from a TcpStream");
+  for (;;) {
+    const ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return std::nullopt;
+    if (errno != EINTR) {
+      throw std::system_error(errno, std::system_category(), "weft: read from a TcpStream");
+    }
+  }
+}
+
+std::optional<std::size_t> TcpStream::tryWrite(std::span<const std::byte> buffer) const {
+  if (fd_ < 0) detail::throwClosed("write to a TcpStream");
+  for (;;) {
+    const ssize_t n = ::send(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return std::nullopt;
+    if (errno != EINTR) {
+      throw std::system_error(errno, std::system_category(), "weft: write to a TcpStream");
+    }
+  }
+}
+
 void TcpStream::shutdownWrite() {
   if (fd_ < 0) detail::throwClosed("shutdownWrite");
   if (::shutdown(fd_, SHUT_WR) != 0) {

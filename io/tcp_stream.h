@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string_view>
@@ -105,6 +106,35 @@ class TcpStream {
   // Writes all of `buffer`, however many partial writes it takes.
   Lazy<void> writeAll(std::span<const std::byte> buffer);
   Lazy<void> writeAll(std::string_view text);
+
+  // Readiness, for servers that keep no buffer per idle connection (as tokio's
+  // `readable()` + `try_read`): `co_await stream.readable()` waits until a read would not
+  // block (data, the end of the stream, or an error is pending), then tryRead reads
+  // without waiting into a buffer taken only then. writable() and tryWrite likewise.
+  // Readiness is a hint: another reader may take the data first, so tryRead may still
+  // find nothing (std::nullopt) and the caller waits again. Both waits honour
+  // cancellation and the stream's read (write) timeout, failing with ETIMEDOUT; they
+  // resume with 0.
+  // Errors: as read() and write(): EBADF when closed, OperationCancelled, ExecutorShutDown.
+  detail::IoOperationAwaitable readable() const noexcept {
+    return detail::IoOperationAwaitable("wait until a TcpStream is readable",
+                                        IoOpcode::kPollReadable, fd_)
+        .timeout(readTimeoutNs_);
+  }
+  detail::IoOperationAwaitable writable() const noexcept {
+    return detail::IoOperationAwaitable("wait until a TcpStream is writable",
+                                        IoOpcode::kPollWritable, fd_)
+        .timeout(writeTimeoutNs_);
+  }
+  // Reads at most buffer.size() bytes that are there now, without waiting and without the
+  // event loop (any thread may call it): the bytes read, 0 at the end of the stream, or
+  // std::nullopt when nothing is there yet.
+  // Errors: std::system_error with the errno (ECONNRESET...), EBADF when closed.
+  std::optional<std::size_t> tryRead(std::span<std::byte> buffer) const;
+  // Writes what fits now, without waiting (any thread): the bytes written (at least 1 for
+  // a non-empty buffer), or std::nullopt when the socket's send buffer is full.
+  // Errors: std::system_error (EPIPE, ECONNRESET...; never SIGPIPE), EBADF when closed.
+  std::optional<std::size_t> tryWrite(std::span<const std::byte> buffer) const;
 
   // Ends our direction of the stream (the peer reads end of stream); reads still work.
   // Errors: std::system_error (ENOTCONN), EBADF when closed.

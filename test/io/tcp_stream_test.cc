@@ -13,10 +13,12 @@
 #include <utility>
 #include <sys/socket.h>
 
+#include "coro/cancellation.h"
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/task.h"
+#include "coro/with_cancellation.h"
 #include "executors/thread_pool.h"
 #include "io/tcp_listener.h"
 #include "test/support/io_backends.h"
@@ -144,6 +146,155 @@ TEST_P(TcpStreamTest, ReadTimeoutNeverLosesOrDuplicatesData) {
     ASSERT_EQ(static_cast<unsigned char>(received[i]), static_cast<unsigned char>(i)) << i;
   }
   EXPECT_GT(timeouts, 0);  // the limit did fire (the writer pauses up to 2 ms)
+}
+
+// readable() + tryRead: nothing there yet is std::nullopt, data after readable() is read
+// whole, and the end of the stream makes the stream readable with tryRead returning 0.
+TEST_P(TcpStreamTest, ReadableThenTryReadReadsWhatArrived) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
+  ThreadPool& p = pool();
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  auto body = [&]() -> Lazy<std::string> {
+    auto [client, server] = co_await connectedPair(listener);
+    std::array<char, 64> buffer;
+    auto bytes = std::as_writable_bytes(std::span<char>(buffer));
+    EXPECT_FALSE(server.tryRead(bytes).has_value());
+    std::thread writer([&client] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // readable() waits first
+      ASSERT_EQ(::send(client.nativeHandle(), "ready", 5, MSG_NOSIGNAL), 5);
+    });
+    const std::size_t readiness = co_await server.readable();
+    writer.join();
+    EXPECT_EQ(readiness, 0u);
+    std::string received;
+    while (received.size() < 5) {
+      std::optional<std::size_t> n = server.tryRead(bytes);
+      if (!n) {
+        co_await server.readable();
+        continue;
+      }
+      EXPECT_GT(*n, 0u);
+      received.append(buffer.data(), *n);
+    }
+    client.shutdownWrite();
+    co_await server.readable();
+    EXPECT_EQ(server.tryRead(bytes), std::optional<std::size_t>(0));
+    co_return received;
+  };
+  EXPECT_EQ(syncAwait(body().via(&p)), "ready");
+}
+
+// tryWrite fills the send buffer until it reports std::nullopt; writable() then waits for
+// the peer to drain it, and every byte written arrives once, in order.
+TEST_P(TcpStreamTest, TryWriteUntilFullThenWritableWaitsForRoom) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
+  ThreadPool& p = pool();
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  std::pair<TcpStream, TcpStream> streams = syncAwait(connectedPair(listener).via(&p));
+  std::atomic<bool> full{false};
+  std::vector<unsigned char> received;
+  std::thread reader([&] {  // drains the peer only once the writer found the buffer full
+    while (!full) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::array<unsigned char, 65536> buffer;
+    for (;;) {
+      const ssize_t n = ::recv(streams.second.nativeHandle(), buffer.data(), buffer.size(), 0);
+      ASSERT_GE(n, 0);
+      if (n == 0) break;
+      received.insert(received.end(), buffer.begin(), buffer.begin() + n);
+    }
+  });
+  std::size_t written = 0;
+  auto writer = [&]() -> Lazy<void> {
+    TcpStream& client = streams.first;
+    std::vector<std::byte> chunk(65536);
+    std::size_t target = 0;  // set when the buffer is first full: 1 MiB more after that
+    while (target == 0 || written < target) {
+      const std::size_t size =
+          target == 0 ? chunk.size() : std::min(chunk.size(), target - written);
+      for (std::size_t i = 0; i < size; ++i) chunk[i] = static_cast<std::byte>((written + i) % 251);
+      if (std::optional<std::size_t> n = client.tryWrite(std::span(chunk.data(), size))) {
+        EXPECT_GT(*n, 0u);
+        written += *n;
+        continue;
+      }
+      if (target == 0) {
+        target = written + (1u << 20);
+        full = true;
+      }
+      co_await client.writable();
+    }
+    client.shutdownWrite();
+  };
+  syncAwait(writer().via(&p));
+  reader.join();
+  EXPECT_TRUE(full);
+  ASSERT_EQ(received.size(), written);
+  for (std::size_t i = 0; i < received.size(); ++i) {
+    ASSERT_EQ(received[i], static_cast<unsigned char>(i % 251)) << i;
+  }
+}
+
+// readable() honours the stream's read timeout and cancellation; tryRead and tryWrite on
+// a closed stream fail with EBADF, and on a reset connection with ECONNRESET.
+TEST_P(TcpStreamTest, ReadinessWaitsTimeOutAndTryOperationsReportErrors) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
+  ThreadPool& p = pool();
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  auto body = [&]() -> Lazy<void> {
+    auto [client, server] = co_await connectedPair(listener);
+    server.setReadTimeout(std::chrono::milliseconds(10));
+    int timeouts = 0;
+    try {
+      co_await server.readable();
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code().value(), ETIMEDOUT) << e.what();
+      ++timeouts;
+    }
+    EXPECT_EQ(timeouts, 1);
+    server.setReadTimeout(std::chrono::nanoseconds(0));
+    CancellationSource source;
+    std::thread canceller([&source] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      source.requestCancellation();
+    });
+    int cancelled = 0;
+    try {
+      co_await withCancellation(source.token(), [&]() -> Lazy<void> {
+        co_await server.readable();
+      }());
+    } catch (const OperationCancelled&) {
+      ++cancelled;
+    }
+    canceller.join();
+    EXPECT_EQ(cancelled, 1);
+
+    linger reset{1, 0};  // close with RST
+    EXPECT_EQ(::setsockopt(client.nativeHandle(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    client.close();
+    co_await server.readable();
+    std::array<std::byte, 8> buffer;
+    int resets = 0;
+    try {
+      server.tryRead(buffer);
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code().value(), ECONNRESET) << e.what();
+      ++resets;
+    }
+    EXPECT_EQ(resets, 1);
+    server.close();
+    int closed = 0;
+    for (auto attempt : {0, 1}) {
+      try {
+        if (attempt == 0) server.tryRead(buffer);
+        else server.tryWrite(buffer);
+      } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code().value(), EBADF) << e.what();
+        ++closed;
+      }
+    }
+    EXPECT_EQ(closed, 2);
+  };
+  syncAwait(body().via(&p));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TcpStreamTest, test::kIoBackends, test::ioBackendName);
