@@ -4,11 +4,12 @@
 //                             shuts the pool down, which cancels the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
 // READ_TIMEOUT_MS (close a connection idle that long; default: never).
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "coro/cancellation.h"
@@ -22,14 +23,22 @@
 using namespace std::chrono_literals;
 
 std::atomic<int> openConnections{0};
-const long readTimeoutMs = std::getenv("READ_TIMEOUT_MS") ? std::atol(std::getenv("READ_TIMEOUT_MS")) : 0;
+const long readTimeoutMs =
+    std::getenv("READ_TIMEOUT_MS") != nullptr ? std::atol(std::getenv("READ_TIMEOUT_MS")) : 0;
 
+// An idle connection holds no buffer, only this frame: it waits for readiness, then reads
+// what arrived into a buffer taken for that message (as tokio's readable() + try_read).
 weft::Lazy<void> echo(weft::TcpStream stream) {
-  std::array<std::byte, 16384> buffer;
+  constexpr std::size_t kBufferSize = 16384;
   stream.setReadTimeout(std::chrono::milliseconds(readTimeoutMs));  // 0: no limit
   try {
-    while (std::size_t n = co_await stream.read(buffer)) {
-      co_await stream.writeAll(std::span<const std::byte>(buffer.data(), n));
+    for (;;) {
+      co_await stream.readable();
+      auto buffer = std::make_unique_for_overwrite<std::byte[]>(kBufferSize);
+      const std::optional<std::size_t> n = stream.tryRead({buffer.get(), kBufferSize});
+      if (!n) continue;    // readiness is a hint: wait again
+      if (*n == 0) break;  // the peer ended the stream
+      co_await stream.writeAll({buffer.get(), *n});
     }
   } catch (const std::exception&) {  // reset by the peer, timed out, or cancelled: close it
   }
@@ -53,7 +62,8 @@ int main(int argc, char** argv) {
   weft::SignalSet signals{SIGINT, SIGTERM};  // first: the pool's threads inherit the mask
   const char* threads = std::getenv("WEFT_THREADS");
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "echo");
-  auto listener = weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
+  auto listener =
+      weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
   weft::CancellationSource stopAccepting;
   std::atomic<bool> acceptStopped{false};
   weft::withCancellation(stopAccepting.token(), acceptLoop(listener))
@@ -66,7 +76,8 @@ int main(int argc, char** argv) {
   const int signal = weft::syncAwait(signals.wait().via(&pool));
   stopAccepting.requestCancellation();
   while (!acceptStopped) std::this_thread::sleep_for(1ms);
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; openConnections > 0 && std::chrono::steady_clock::now() < deadline;) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (openConnections > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);
   }
   pool.shutdown();  // cancels the I/O of what is still open: those connections close

@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   weft::SignalSet signals{SIGINT, SIGTERM};  // first: the pool's threads inherit the mask
   const char* threads = std::getenv("WEFT_THREADS");
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "fiber-echo");
-  auto listener = weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
+  auto listener =
+      weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
   weft::CancellationSource stopAccepting;
   weft::SpawnOptions acceptorOptions;
   acceptorOptions.cancellationToken = stopAccepting.token();
@@ -56,14 +57,16 @@ int main(int argc, char** argv) {
     } catch (const weft::OperationCancelled&) {
     }
   }, acceptorOptions);
-  std::printf("fiber_echo_server: 127.0.0.1:%d, %s, %zu thread(s)\n", listener.localAddress().port(),
+  std::printf("fiber_echo_server: 127.0.0.1:%d, %s, %zu thread(s)\n",
+              listener.localAddress().port(),
               weft::ioBackendName(pool.ioBackend()).data(), pool.threadCount());
   std::fflush(stdout);
 
   const int signal = weft::syncAwait(signals.wait().via(&pool));
   stopAccepting.requestCancellation();
   weft::syncAwait(std::move(acceptor));
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; openConnections > 0 && std::chrono::steady_clock::now() < deadline;) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (openConnections > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);
   }
   pool.shutdown();  // cancels the I/O of what is still open: those connections close

@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   weft::SignalSet signals{SIGINT, SIGTERM};  // first: the pool's threads inherit the mask
   const char* threads = std::getenv("WEFT_THREADS");
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "http");
-  auto listener = weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
+  auto listener =
+      weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
   weft::CancellationSource stopAccepting;
   std::atomic<bool> acceptStopped{false};
   weft::withCancellation(stopAccepting.token(), acceptLoop(listener))
@@ -76,7 +77,8 @@ int main(int argc, char** argv) {
   const int signal = weft::syncAwait(signals.wait().via(&pool));
   stopAccepting.requestCancellation();
   while (!acceptStopped) std::this_thread::sleep_for(1ms);
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; openConnections > 0 && std::chrono::steady_clock::now() < deadline;) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (openConnections > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);
   }
   pool.shutdown();  // cancels the I/O of what is still open: those connections close
