@@ -4,13 +4,15 @@
 //                             shuts the pool down, which cancels the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
 // READ_TIMEOUT_MS (close a connection idle that long; default: never).
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <optional>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "coro/cancellation.h"
 #include "coro/current_executor.h"
@@ -26,19 +28,31 @@ std::atomic<int> openConnections{0};
 const long readTimeoutMs =
     std::getenv("READ_TIMEOUT_MS") != nullptr ? std::atol(std::getenv("READ_TIMEOUT_MS")) : 0;
 
-// An idle connection holds no buffer, only this frame: it waits for readiness, then reads
-// what arrived into a buffer taken for that message (as tokio's readable() + try_read).
+// The calling thread's buffer for a message between two suspensions. A function, not a
+// thread_local named in the coroutine: a coroutine may resume on another thread, and
+// compilers may keep a thread_local's address across co_await.
+std::span<std::byte> threadBuffer() {
+  thread_local std::array<std::byte, 16384> buffer;
+  return buffer;
+}
+
+// An idle connection holds no buffer, only this frame: it waits until data arrives (as
+// tokio's readable() + try_read), reads it into its thread's buffer and writes it back
+// at once; only what the peer cannot take yet is copied and kept until it is written.
 weft::Lazy<void> echo(weft::TcpStream stream) {
-  constexpr std::size_t kBufferSize = 16384;
   stream.setReadTimeout(std::chrono::milliseconds(readTimeoutMs));  // 0: no limit
   try {
     for (;;) {
       co_await stream.readable();
-      auto buffer = std::make_unique_for_overwrite<std::byte[]>(kBufferSize);
-      const std::optional<std::size_t> n = stream.tryRead({buffer.get(), kBufferSize});
+      const std::span<std::byte> buffer = threadBuffer();
+      const std::optional<std::size_t> n = stream.tryRead(buffer);
       if (!n) continue;    // readiness is a hint: wait again
       if (*n == 0) break;  // the peer ended the stream
-      co_await stream.writeAll({buffer.get(), *n});
+      const std::size_t sent = stream.tryWrite(buffer.first(*n)).value_or(0);
+      if (sent < *n) {
+        std::vector<std::byte> rest(buffer.begin() + sent, buffer.begin() + *n);
+        co_await stream.writeAll(rest);
+      }
     }
   } catch (const std::exception&) {  // reset by the peer, timed out, or cancelled: close it
   }

@@ -2,9 +2,10 @@
 # Runs one of weft's server examples (examples/echo_server.cc, fiber_echo_server.cc,
 # http_hello.cc) as a test: once per I/O backend, it starts the server on port 0 (the
 # kernel picks one; the server prints it), talks to it over 127.0.0.1 with python3 (echo:
-# 200 messages of growing size, every byte checked, on 3 connections at once; http: 100
-# keep-alive requests, some pipelined), leaves one connection open, sends SIGTERM and
-# requires exit status 0 within 10 s.
+# 200 messages of growing size, every byte checked, on 3 connections at once, and 8 MiB
+# sent before any is read back on a fourth; http: 100 keep-alive requests, some
+# pipelined), leaves one connection open, sends SIGTERM and requires exit status 0 within
+# 10 s.
 #
 #   test/examples/server_example_test.sh BINARY echo|http
 set -euo pipefail
@@ -32,7 +33,7 @@ for backend in io_uring epoll; do
   [[ -n "${port}" ]] || { echo "FAIL: ${binary} (${backend}) printed no port: $(cat "${out}")"; exit 1; }
   grep -q "${backend}" "${out}" || { echo "FAIL: ${binary} does not run ${backend}: $(cat "${out}")"; exit 1; }
   python3 - "${port}" "${protocol}" <<'PY'
-import socket, sys, threading
+import os, socket, sys, threading
 port, protocol = int(sys.argv[1]), sys.argv[2]
 errors = []
 def echo(index):
@@ -51,6 +52,26 @@ def echo(index):
                     raise RuntimeError("echo mismatch at message %d" % i)
     except Exception as e:
         errors.append(repr(e))
+def flood():
+    # 8 MiB sent before anything is read back: the server's writes must wait for room
+    # (partial writes), and every byte still comes back once, in order.
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            data = os.urandom(8 << 20)
+            sender = threading.Thread(target=s.sendall, args=(data,))
+            sender.start()
+            threading.Event().wait(0.3)
+            got = bytearray()
+            while len(got) < len(data):
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    raise RuntimeError("connection closed early")
+                got += chunk
+            sender.join()
+            if bytes(got) != data:
+                raise RuntimeError("flood echo mismatch")
+    except Exception as e:
+        errors.append("flood: " + repr(e))
 def http():
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -67,6 +88,7 @@ def http():
                 raise RuntimeError("unexpected response: %r" % got[:200])
 if protocol == "echo":
     threads = [threading.Thread(target=echo, args=(i,)) for i in range(3)]
+    threads.append(threading.Thread(target=flood))
     for t in threads: t.start()
     for t in threads: t.join()
     if errors:
