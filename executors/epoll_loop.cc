@@ -263,11 +263,14 @@ class EpollLoop final : public IoLoopBase {
 
   // Retries the waiters of one ready direction, oldest first, until one would block.
   // Completed ones move to ready_: their completion functions run after the pass over
-  // the events, so that none can submit into fds_ while it is being walked.
+  // the events, so that none can submit into fds_ while it is being walked. A readiness
+  // wait (kPollReadable/kPollWritable) completes from the event itself, with no poll(2).
   void retry(List& list) noexcept {
     while (!list.empty()) {
       IoOperation& op = *list.head;
-      const std::int64_t r = attempt(op);
+      const bool readinessWait =
+          op.opcode == IoOpcode::kPollReadable || op.opcode == IoOpcode::kPollWritable;
+      const std::int64_t r = readinessWait ? 0 : attempt(op);
       if (r == -EAGAIN || (op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) break;
       remove(list, op);
       untime(op);
