@@ -4,8 +4,8 @@
 # kernel picks one; the server prints it), talks to it over 127.0.0.1 with python3 (echo:
 # 200 messages of growing size, every byte checked, on 3 connections at once, and 8 MiB
 # sent before any is read back on a fourth; http: 100 keep-alive requests, some
-# pipelined), leaves one connection open, sends SIGTERM and requires exit status 0 within
-# 10 s.
+# pipelined, and requests split across reads), leaves one connection open, sends SIGTERM
+# and requires exit status 0 within 10 s.
 #
 #   test/examples/server_example_test.sh BINARY echo|http
 set -euo pipefail
@@ -86,6 +86,20 @@ def http():
                 got += chunk
             if got != want:
                 raise RuntimeError("unexpected response: %r" % got[:200])
+        # Two requests sent in three pieces with pauses, each cut inside its "\r\n\r\n":
+        # only a server that keeps the part it has read answers both.
+        cut = len(request) - 1
+        for piece in (request[:cut - 2], request[cut - 2:] + request[:cut], request[cut:]):
+            s.sendall(piece)
+            threading.Event().wait(0.05)
+        got = b""
+        while len(got) < 2 * len(response):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("connection closed early")
+            got += chunk
+        if got != response * 2:
+            raise RuntimeError("unexpected response to split requests: %r" % got[:200])
 if protocol == "echo":
     threads = [threading.Thread(target=echo, args=(i,)) for i in range(3)]
     threads.append(threading.Thread(target=flood))
