@@ -1,7 +1,8 @@
 // The epoll event loop: readiness, then the system call made by the loop.
 //
 // Every operation is first tried at once (sockets are non-blocking; recv and send also
-// pass MSG_DONTWAIT): most sends and many receives complete there, with no wait at all.
+// pass MSG_DONTWAIT), unless an earlier one in its direction waits on the fd (order is
+// kept): most sends and many receives complete there, with no wait at all.
 // One that would block (EAGAIN, or EINPROGRESS for connect) is queued on its fd: a list of
 // readers and one of writers, in arrival order, in a table indexed by fd. The fd is armed
 // EPOLLONESHOT for the directions that have waiters (EPOLL_CTL_MOD, or ADD when the
@@ -77,7 +78,10 @@ class EpollLoop final : public IoLoopBase {
       return true;
     }
     op.loopKey = 0;
-    if (op.opcode != IoOpcode::kPollReadable && op.opcode != IoOpcode::kPollWritable) {
+    // Tried at once unless an earlier operation in the same direction waits on the fd:
+    // operations are served in order, so a later write never overtakes a waiting one.
+    if (op.opcode != IoOpcode::kPollReadable && op.opcode != IoOpcode::kPollWritable &&
+        !hasWaiters(op)) {
       const std::int64_t r = attempt(op);
       if (r != -EAGAIN && !(op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) {
         op.result = r;
@@ -202,6 +206,13 @@ class EpollLoop final : public IoLoopBase {
     (op.loopPrev == nullptr ? list.head : op.loopPrev->loopNext) = op.loopNext;
     (op.loopNext == nullptr ? list.tail : op.loopNext->loopPrev) = op.loopPrev;
     op.loopNext = op.loopPrev = nullptr;
+  }
+
+  bool hasWaiters(const IoOperation& op) const noexcept {
+    const auto index = static_cast<std::size_t>(op.fd);
+    if (op.fd < 0 || index >= fds_.size()) return false;
+    const Fd& fd = fds_[index];
+    return !(isWrite(op.opcode) ? fd.writers : fd.readers).empty();
   }
 
   Fd& entry(int fd) {

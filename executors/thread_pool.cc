@@ -123,6 +123,11 @@ struct alignas(64) ThreadPoolWorker {
   // the worker only, read under idleMutex_ by wakers when parkedInLoop is set.
   std::unique_ptr<IoLoop> loop;
   std::uint32_t itemsSincePoll = 0;  // owner only
+  // The word workerMain tests before each item (owner only): the pool's timerDueSize_
+  // while the worker has no event loop, then alwaysAttend. So one load and one test
+  // cover both timers and I/O, and a pool that never does I/O pays nothing for it.
+  const std::atomic<std::size_t>* attention = nullptr;
+  const std::atomic<std::size_t> alwaysAttend{1};
   std::thread thread;
 };
 
@@ -208,6 +213,7 @@ IoLoop* ThreadPool::makeWorkerLoop(void* worker) {
   self->loop = IoLoop::create(self->pool->ioBackend_ == IoBackend::kIoUring
                                   ? IoBackendChoice::kIoUring
                                   : IoBackendChoice::kEpoll);
+  self->attention = &self->alwaysAttend;  // from now on, every item checks the loop too
   return self->loop.get();
 }
 
@@ -413,21 +419,25 @@ void ThreadPool::workerMain(Worker& self) {
   }
 #endif
   IoLoop::setCurrentFactory(&ThreadPool::makeWorkerLoop, &self);
+  self.attention = &timerDueSize_;
   for (;;) {
     detail::WorkItem item;
     // Relaxed: a stale zero only lets one more queued item run before a due timer; the
-    // delivery's wake-up (rule 1) covers the workers that are not running.
-    if (timerDueSize_.load(std::memory_order_relaxed) != 0) [[unlikely]]
-      item = takeDueTimer();
-    if (item.empty()) item = popLocal(self);
-    if (self.loop != nullptr) [[unlikely]] {
+    // delivery's wake-up (rule 1) covers the workers that are not running. A worker with
+    // an event loop always takes this branch (attention is then alwaysAttend).
+    if (self.attention->load(std::memory_order_relaxed) != 0) [[unlikely]] {
+      if (timerDueSize_.load(std::memory_order_relaxed) != 0) item = takeDueTimer();
+      if (item.empty()) item = popLocal(self);
       // I/O: out of queued work, or every kItemsPerIoPoll items, hand the queued
       // submissions to the kernel and run the completions that are there (no waiting).
-      if ((item.empty() || ++self.itemsSincePoll == kItemsPerIoPoll) && self.loop->hasWork()) {
+      if (self.loop != nullptr &&
+          (item.empty() || ++self.itemsSincePoll == kItemsPerIoPoll) && self.loop->hasWork()) {
         self.itemsSincePoll = 0;
         const std::size_t ran = self.loop->run(0);
         if (item.empty() && ran != 0) continue;
       }
+    } else {
+      item = popLocal(self);
     }
     if (item.empty()) {
       item = findWork(self);
@@ -441,6 +451,7 @@ void ThreadPool::workerMain(Worker& self) {
     }
   }
   IoLoop::setCurrentFactory(nullptr, nullptr);
+  self.attention = &timerDueSize_;
   self.loop.reset();  // nothing in flight: the pool closed with every worker parked idle
   tlWorker = nullptr;
   detail::SoloRunQueue::unbind();
