@@ -265,8 +265,17 @@ TEST(IoLoopBackendTest, EnvironmentNamingNoBackendIsRejected) {
 TEST(IoLoopBackendTest, ExplicitChoiceBeatsTheEnvironment) {
   const bool uring = ioUringAvailable();
   expectChildSucceeds("epoll", [uring]() -> int {
+    if (!uring) {
+      // Asked for and unavailable (qemu-user, a build without liburing): an error, never
+      // a silent epoll.
+      try {
+        IoLoop::resolveBackend(IoBackendChoice::kIoUring);
+        return 23;
+      } catch (const std::system_error&) {
+        return 0;
+      }
+    }
     if (IoLoop::resolveBackend(IoBackendChoice::kIoUring) != IoBackend::kIoUring) return 20;
-    if (!uring) return 0;
     ThreadPool pool(ThreadPoolOptions{1, "explicit", IoBackendChoice::kIoUring});
     if (pool.ioBackend() != IoBackend::kIoUring) return 21;
     return echoRoundTrip(pool) ? 0 : 22;
