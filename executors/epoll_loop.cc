@@ -15,7 +15,6 @@
 // (io/File uses weft::blocking on this backend instead).
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,6 +43,11 @@ constexpr std::uint64_t kConnecting = 4;  // a kConnect that returned EINPROGRES
 bool isWrite(IoOpcode opcode) noexcept {
   return opcode == IoOpcode::kSend || opcode == IoOpcode::kSendMessage ||
          opcode == IoOpcode::kConnect || opcode == IoOpcode::kPollWritable;
+}
+
+// kPollReadable/kPollWritable: the loop only waits for readiness, it makes no transfer.
+bool isReadinessWait(IoOpcode opcode) noexcept {
+  return opcode == IoOpcode::kPollReadable || opcode == IoOpcode::kPollWritable;
 }
 
 std::int64_t result(ssize_t r) noexcept { return r < 0 ? -errno : r; }
@@ -80,8 +84,7 @@ class EpollLoop final : public IoLoopBase {
     op.loopKey = 0;
     // Tried at once unless an earlier operation in the same direction waits on the fd:
     // operations are served in order, so a later write never overtakes a waiting one.
-    if (op.opcode != IoOpcode::kPollReadable && op.opcode != IoOpcode::kPollWritable &&
-        !hasWaiters(op)) {
+    if (!isReadinessWait(op.opcode) && !hasWaiters(op)) {
       const std::int64_t r = attempt(op);
       if (r != -EAGAIN && !(op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) {
         op.result = r;
@@ -262,12 +265,8 @@ class EpollLoop final : public IoLoopBase {
                    ? 0
                    : -errno;
       case IoOpcode::kPollReadable:
-      case IoOpcode::kPollWritable: {
-        pollfd p{op.fd, static_cast<short>(op.opcode == IoOpcode::kPollReadable ? POLLIN : POLLOUT), 0};
-        const int r = ::poll(&p, 1, 0);
-        if (r < 0) return -errno;
-        return r == 0 ? -EAGAIN : 0;
-      }
+      case IoOpcode::kPollWritable:
+        break;  // never attempted: readiness waits complete from their epoll event
     }
     return -EINVAL;
   }
@@ -279,9 +278,7 @@ class EpollLoop final : public IoLoopBase {
   void retry(List& list) noexcept {
     while (!list.empty()) {
       IoOperation& op = *list.head;
-      const bool readinessWait =
-          op.opcode == IoOpcode::kPollReadable || op.opcode == IoOpcode::kPollWritable;
-      const std::int64_t r = readinessWait ? 0 : attempt(op);
+      const std::int64_t r = isReadinessWait(op.opcode) ? 0 : attempt(op);
       if (r == -EAGAIN || (op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) break;
       remove(list, op);
       untime(op);

@@ -451,7 +451,6 @@ void ThreadPool::workerMain(Worker& self) {
     }
   }
   IoLoop::setCurrentFactory(nullptr, nullptr);
-  self.attention = &timerDueSize_;
   self.loop.reset();  // nothing in flight: the pool closed with every worker parked idle
   tlWorker = nullptr;
   detail::SoloRunQueue::unbind();

@@ -64,28 +64,34 @@ Lazy<void> TcpStream::writeAll(std::string_view text) {
   return writeAll(std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
-std::optional<std::size_t> TcpStream::tryRead(std::span<std::byte> buffer) const {
-  if (fd_ < 0) detail::throwClosed("read from a TcpStream");
+namespace {
+
+// One non-blocking transfer on `fd` (`transfer` makes the system call): the bytes moved,
+// or std::nullopt when the socket would block. EINTR is retried; other errors throw.
+template <class Transfer>
+std::optional<std::size_t> transferNow(int fd, const char* what, Transfer transfer) {
+  if (fd < 0) detail::throwClosed(what);
   for (;;) {
-    const ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    const ssize_t n = transfer();
     if (n >= 0) return static_cast<std::size_t>(n);
     if (errno == EAGAIN || errno == EWOULDBLOCK) return std::nullopt;
     if (errno != EINTR) {
-      throw std::system_error(errno, std::system_category(), "weft: read from a TcpStream");
+      throw std::system_error(errno, std::system_category(), std::string("weft: ") + what);
     }
   }
 }
 
+}  // namespace
+
+std::optional<std::size_t> TcpStream::tryRead(std::span<std::byte> buffer) const {
+  return transferNow(fd_, "read from a TcpStream",
+                     [&] { return ::recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT); });
+}
+
 std::optional<std::size_t> TcpStream::tryWrite(std::span<const std::byte> buffer) const {
-  if (fd_ < 0) detail::throwClosed("write to a TcpStream");
-  for (;;) {
-    const ssize_t n = ::send(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n >= 0) return static_cast<std::size_t>(n);
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return std::nullopt;
-    if (errno != EINTR) {
-      throw std::system_error(errno, std::system_category(), "weft: write to a TcpStream");
-    }
-  }
+  return transferNow(fd_, "write to a TcpStream", [&] {
+    return ::send(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  });
 }
 
 void TcpStream::shutdownWrite() {

@@ -50,8 +50,8 @@ class EndOfStream : public std::runtime_error {
 // one read and one write in flight at a time is the usual use; several are served in
 // order, each read's or write's bytes contiguous, but two readExactly or writeAll calls
 // in flight may interleave at their partial transfers (serialize them, e.g. with a
-// Mutex, when several coroutines write one stream). close() (and the destructor, and move-assignment) only when no operation on the
-// stream is in flight.
+// Mutex, when several coroutines write one stream). close() (and the destructor, and
+// move-assignment) only when no operation on the stream is in flight.
 //
 // Errors: std::system_error with the errno (ECONNRESET, EPIPE, ECONNREFUSED, ETIMEDOUT...)
 // and a message naming the operation; EBADF for an operation on a closed stream;
