@@ -24,7 +24,7 @@ using namespace std::chrono_literals;
 std::atomic<int> openConnections{0};
 
 void echo(weft::TcpStream stream) {
-  std::array<std::byte, 16384> buffer;
+  std::array<std::byte, 65536> buffer;
   try {
     while (std::size_t n = weft::await(stream.read(buffer))) {
       weft::await(stream.writeAll(std::span<const std::byte>(buffer.data(), n)));
