@@ -7,6 +7,8 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "coro/detail/spin_lock.h"
 #include "coro/detail/sync_waiter.h"
@@ -16,9 +18,52 @@ namespace weft {
 
 class Semaphore;
 
+// SemaphorePermit: owns one permit of a Semaphore and releases it when destroyed. What
+// `co_await semaphore.scopedAcquire()` returns.
+//
+// Move-only; an empty (default-constructed, moved-from, released or detached) permit owns
+// nothing. Thread safety: a single-owner value; it may be destroyed on another thread than
+// the one that acquired (permits are not tied to threads).
+//
+// Example:
+//   weft::SemaphorePermit permit = co_await slots.scopedAcquire();
+//   co_await send(request);  // the permit is returned at the end of the scope
+class [[nodiscard]] SemaphorePermit {
+ public:
+  SemaphorePermit() noexcept = default;
+  // Adopts a permit the caller already holds.
+  SemaphorePermit(Semaphore& semaphore, std::adopt_lock_t) noexcept : semaphore_(&semaphore) {}
+  SemaphorePermit(SemaphorePermit&& other) noexcept
+      : semaphore_(std::exchange(other.semaphore_, nullptr)) {}
+  SemaphorePermit& operator=(SemaphorePermit&& other) noexcept {
+    if (this != &other) {
+      reset();
+      semaphore_ = std::exchange(other.semaphore_, nullptr);
+    }
+    return *this;
+  }
+  ~SemaphorePermit() { reset(); }
+
+  bool ownsPermit() const noexcept { return semaphore_ != nullptr; }
+  explicit operator bool() const noexcept { return ownsPermit(); }
+  Semaphore* semaphore() const noexcept { return semaphore_; }
+
+  // Returns the permit now. Precondition: owns one (else a message and abort).
+  inline void release() noexcept;
+  // Gives the permit up without returning it: the caller must release it.
+  Semaphore* detach() noexcept { return std::exchange(semaphore_, nullptr); }
+
+ private:
+  inline void reset() noexcept;
+
+  Semaphore* semaphore_ = nullptr;
+};
+
 namespace detail {
 
-// The awaiter of `co_await semaphore.acquire()`.
+// The awaiter of `co_await semaphore.acquire()` (Result = void) and of `co_await
+// semaphore.scopedAcquire()` (Result = SemaphorePermit).
+template <class Result>
 class SemaphoreAcquireAwaiter : public CancellableSyncWaiter {
  public:
   SemaphoreAcquireAwaiter(Semaphore& semaphore, Executor* waiterExecutor,
@@ -29,15 +74,16 @@ class SemaphoreAcquireAwaiter : public CancellableSyncWaiter {
   SemaphoreAcquireAwaiter(const SemaphoreAcquireAwaiter&) = delete;
   SemaphoreAcquireAwaiter& operator=(const SemaphoreAcquireAwaiter&) = delete;
   // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
-  inline ~SemaphoreAcquireAwaiter();
+  ~SemaphoreAcquireAwaiter();
 
   // A permit is free and nobody waits: one compare-exchange, no suspension.
-  inline bool await_ready() noexcept;
+  bool await_ready() noexcept;
   // Registers for cancellation, then queues (see CancellableSyncWaiter).
-  inline bool await_suspend(std::coroutine_handle<> awaiting);
+  bool await_suspend(std::coroutine_handle<> awaiting);
   // Throws OperationCancelled if the wait was cancelled (no permit is held then).
-  void await_resume() {
+  Result await_resume() {
     finishWait();
+    if constexpr (!std::is_void_v<Result>) return Result(semaphore_, std::adopt_lock);
   }
 
  private:
@@ -75,6 +121,8 @@ class SemaphoreAcquireAwaiter : public CancellableSyncWaiter {
 //   co_await slots.acquire();
 //   co_await send(request);
 //   slots.release();
+//   // or, returned at the end of the scope, also when send() throws:
+//   weft::SemaphorePermit permit = co_await slots.scopedAcquire();
 class Semaphore {
  public:
   explicit Semaphore(std::ptrdiff_t initialCount) : state_(checkedInitial(initialCount)) {}
@@ -94,8 +142,15 @@ class Semaphore {
   }
 
   // Awaitable: takes one permit, waiting for one if none is free. Returns void.
-  detail::SyncOperation<detail::SemaphoreAcquireAwaiter, Semaphore&> acquire() noexcept {
-    return detail::SyncOperation<detail::SemaphoreAcquireAwaiter, Semaphore&>(*this);
+  detail::SyncOperation<detail::SemaphoreAcquireAwaiter<void>, Semaphore&> acquire() noexcept {
+    return detail::SyncOperation<detail::SemaphoreAcquireAwaiter<void>, Semaphore&>(*this);
+  }
+  // Awaitable: as acquire(), returning a SemaphorePermit that releases the permit at the
+  // end of its scope. Cancelled, it throws OperationCancelled and no permit is held.
+  detail::SyncOperation<detail::SemaphoreAcquireAwaiter<SemaphorePermit>, Semaphore&>
+  scopedAcquire() noexcept {
+    return detail::SyncOperation<detail::SemaphoreAcquireAwaiter<SemaphorePermit>, Semaphore&>(
+        *this);
   }
 
   // Takes a permit if one is free and nobody waits; never suspends.
@@ -110,6 +165,10 @@ class Semaphore {
       }
     }
     return false;
+  }
+  // tryAcquire() as a permit: owns one if it was taken, else empty.
+  SemaphorePermit tryScopedAcquire() noexcept {
+    return tryAcquire() ? SemaphorePermit(*this, std::adopt_lock) : SemaphorePermit();
   }
 
   // Returns `n` permits (default 1), handing them to waiters first, oldest first.
@@ -136,6 +195,7 @@ class Semaphore {
   }
 
  private:
+  template <class Result>
   friend class detail::SemaphoreAcquireAwaiter;
 
   // state_ = permits * kPermit + (kWaitersBit if waiters_ is not empty). While waiters
@@ -232,9 +292,22 @@ class Semaphore {
   detail::WaiterQueue waiters_;  // guarded by queueLock_
 };
 
+inline void SemaphorePermit::release() noexcept {
+  if (semaphore_ == nullptr) {
+    detail::abortSyncMisuse("SemaphorePermit::release() on a permit that owns none");
+  }
+  // Throws only if other code released past max() meanwhile: then std::terminate, with
+  // release()'s std::overflow_error as the message.
+  std::exchange(semaphore_, nullptr)->release();
+}
+inline void SemaphorePermit::reset() noexcept {
+  if (semaphore_ != nullptr) std::exchange(semaphore_, nullptr)->release();
+}
+
 namespace detail {
 
-SemaphoreAcquireAwaiter::~SemaphoreAcquireAwaiter() {
+template <class Result>
+SemaphoreAcquireAwaiter<Result>::~SemaphoreAcquireAwaiter() {
   disarmCancellation();
   // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
   // resumption is under way, and this destruction is the caller's race.
@@ -242,8 +315,12 @@ SemaphoreAcquireAwaiter::~SemaphoreAcquireAwaiter() {
     abortDestroyedWhileResuming("Semaphore::acquire()");
   }
 }
-bool SemaphoreAcquireAwaiter::await_ready() noexcept { return semaphore_.tryAcquire(); }
-bool SemaphoreAcquireAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
+template <class Result>
+bool SemaphoreAcquireAwaiter<Result>::await_ready() noexcept {
+  return semaphore_.tryAcquire();
+}
+template <class Result>
+bool SemaphoreAcquireAwaiter<Result>::await_suspend(std::coroutine_handle<> awaiting) {
   handle = awaiting;
   armCancellation([this] {
     if (semaphore_.cancelWaiter(this)) resumeWaiter(this);

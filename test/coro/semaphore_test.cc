@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -103,6 +104,112 @@ TEST(SemaphoreTest, TryAcquireFailsWhileOthersWait) {
   semaphore.release();
   EXPECT_EQ(done.load(), 1);
   EXPECT_EQ(semaphore.available(), 0);
+}
+
+TEST(SemaphoreTest, ScopedAcquireReturnsThePermitAtTheEndOfItsScope) {
+  Semaphore semaphore(2);
+  syncAwait([&]() -> Lazy<> {
+    {
+      SemaphorePermit permit = co_await semaphore.scopedAcquire();
+      EXPECT_TRUE(permit.ownsPermit());
+      EXPECT_EQ(permit.semaphore(), &semaphore);
+      EXPECT_EQ(semaphore.available(), 1);
+    }
+    EXPECT_EQ(semaphore.available(), 2);
+    try {
+      SemaphorePermit permit = co_await semaphore.scopedAcquire();
+      throw std::runtime_error("request failed");
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_EQ(semaphore.available(), 2);  // returned by the unwinding too
+  }());
+}
+
+TEST(SemaphoreTest, PermitsMoveReleaseEarlyAndDetach) {
+  Semaphore semaphore(1);
+  SemaphorePermit a = semaphore.tryScopedAcquire();
+  EXPECT_TRUE(a);
+  EXPECT_FALSE(semaphore.tryScopedAcquire());
+  SemaphorePermit b = std::move(a);
+  EXPECT_FALSE(a);  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
+  EXPECT_TRUE(b);
+  EXPECT_EQ(semaphore.available(), 0);
+  b.release();
+  EXPECT_FALSE(b);
+  EXPECT_EQ(semaphore.available(), 1);
+  SemaphorePermit c = semaphore.tryScopedAcquire();
+  EXPECT_EQ(c.detach(), &semaphore);
+  EXPECT_FALSE(c);
+  EXPECT_EQ(semaphore.available(), 0);  // detached: still taken
+  SemaphorePermit d(semaphore, std::adopt_lock);
+  d = SemaphorePermit();  // assigning releases what was owned
+  EXPECT_EQ(semaphore.available(), 1);
+}
+
+TEST(SemaphoreTest, ADroppedPermitGoesToTheOldestWaiter) {
+  Semaphore semaphore(1);
+  std::vector<int> order;
+  std::atomic<int> done{0};
+  auto held = std::make_unique<SemaphorePermit>(semaphore.tryScopedAcquire());
+  auto waiter = [&](int id) -> Lazy<> {
+    SemaphorePermit permit = co_await semaphore.scopedAcquire();
+    order.push_back(id);
+  };
+  startDetached(waiter(0), done);
+  startDetached(waiter(1), done);
+  EXPECT_TRUE(order.empty());
+  held.reset();  // handed to waiter 0, whose permit then goes to waiter 1
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));
+  EXPECT_EQ(done.load(), 2);
+  EXPECT_EQ(semaphore.available(), 1);
+}
+
+TEST(SemaphoreTest, ACancelledScopedAcquireHoldsNoPermit) {
+  Semaphore semaphore(0);
+  CancellationSource source;
+  std::atomic<int> outcome{0};  // 1: cancelled, 2: got a permit
+  withCancellation(source.token(), [&]() -> Lazy<> {
+    SemaphorePermit permit = co_await semaphore.scopedAcquire();
+    outcome = 2;
+  }()).start([&](Try<void> result) {
+    if (result.hasException()) {
+      try {
+        std::rethrow_exception(result.exception());
+      } catch (const OperationCancelled&) {
+        outcome = 1;
+      } catch (...) {
+      }
+    }
+  });
+  EXPECT_EQ(outcome.load(), 0);
+  source.requestCancellation();
+  EXPECT_EQ(outcome.load(), 1);
+  semaphore.release();
+  EXPECT_EQ(semaphore.available(), 1);  // nobody kept or lost it
+}
+
+TEST(SemaphoreTest, AFiberHoldsAScopedPermit) {
+  ThreadPool pool(2);
+  Semaphore semaphore(1);
+  std::atomic<int> inside{0};
+  std::atomic<int> maxInside{0};
+  auto body = [&] {
+    for (int i = 0; i < 100; ++i) {
+      SemaphorePermit permit = await(semaphore.scopedAcquire());
+      const int now = inside.fetch_add(1) + 1;
+      int seen = maxInside.load();
+      while (now > seen && !maxInside.compare_exchange_weak(seen, now)) {
+      }
+      this_fiber::yield();
+      inside.fetch_sub(1);
+    }
+  };
+  auto a = spawnFiber(&pool, body);
+  auto b = spawnFiber(&pool, body);
+  syncAwait(std::move(a));
+  syncAwait(std::move(b));
+  EXPECT_EQ(maxInside.load(), 1);
+  EXPECT_EQ(semaphore.available(), 1);
 }
 
 TEST(SemaphoreTest, BadCountsThrow) {
@@ -265,7 +372,8 @@ TEST(SemaphoreCancellationTest, CancellationRacingWithReleaseNeverLosesAPermit) 
 }
 
 // On ThreadPool(1) these fibers act on their parks before switching out.
-static_assert(detail::ResumesOnlyThroughExecutor<detail::SemaphoreAcquireAwaiter>);
+static_assert(detail::ResumesOnlyThroughExecutor<detail::SemaphoreAcquireAwaiter<void>>);
+static_assert(detail::ResumesOnlyThroughExecutor<detail::SemaphoreAcquireAwaiter<SemaphorePermit>>);
 class SemaphoreFiberTest : public test::PoolThreadsTest {};
 
 TEST_P(SemaphoreFiberTest, FibersAndLazysShareThePermits) {
