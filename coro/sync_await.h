@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/detail/await_in_lazy.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
 #include "coro/lazy.h"
@@ -77,18 +78,6 @@ T takeResult(LazyPromise<T>& promise) {
   }
 }
 
-// The value type `co_await a` produces (rvalue references decay to values).
-template <class A>
-using AwaitResult = std::conditional_t<
-    std::is_rvalue_reference_v<decltype(std::declval<AwaiterOf<A>>().await_resume())>,
-    std::remove_cvref_t<decltype(std::declval<AwaiterOf<A>>().await_resume())>,
-    decltype(std::declval<AwaiterOf<A>>().await_resume())>;
-
-template <class T>
-inline constexpr bool kIsTask = false;
-template <class T>
-inline constexpr bool kIsTask<Task<T>> = true;
-
 // An awaitable that can complete only by running on an executor's threads names it
 // with `Executor* syncAwaitExecutor() const noexcept` (nullptr: none); stackful's
 // FiberFuture does. syncAwait refuses to block one of those threads on it.
@@ -96,14 +85,6 @@ template <class A>
 concept NamesSyncAwaitExecutor = requires(const std::remove_cvref_t<A>& a) {
   { a.syncAwaitExecutor() } -> std::convertible_to<Executor*>;
 };
-
-// Wraps any awaitable in a Lazy. `A` is a reference type for an lvalue awaitable (it is
-// awaited in place: syncAwait blocks, so it outlives the wrapper) and a value type for an
-// rvalue (moved into the frame).
-template <class T, class A>
-Lazy<T> awaitInLazy(A awaitable) {
-  co_return co_await static_cast<A&&>(awaitable);
-}
 
 }  // namespace detail
 

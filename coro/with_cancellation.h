@@ -1,9 +1,11 @@
 #pragma once
 
 #include <coroutine>
+#include <type_traits>
 #include <utility>
 
 #include "coro/cancellation.h"
+#include "coro/detail/await_in_lazy.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/lazy.h"
 #include "coro/task.h"
@@ -80,6 +82,16 @@ Task<T> withCancellation(CancellationToken token, Task<T> task) {
   Executor* executor = task.executor();
   return detail::withCancellationImpl(std::move(token), std::move(detail::LazyAccess::lazyOf(task)))
       .via(executor);
+}
+
+// withCancellation(token, awaitable): the same for anything else a Lazy can co_await (a
+// FiberFuture, a weft awaitable, a user's): a Lazy that awaits it carrying `token`. It
+// reaches the awaitable only if that is cancellation-aware (see withTimeout). An rvalue is
+// moved into the returned Lazy; an lvalue is awaited in place and must outlive it.
+template <class A>
+  requires(!detail::kIsLazy<std::remove_cvref_t<A>> && !detail::kIsTask<std::remove_cvref_t<A>>)
+Lazy<detail::AwaitResult<A>> withCancellation(CancellationToken token, A&& awaitable) {
+  return detail::withCancellationImpl(std::move(token), detail::asLazy(std::forward<A>(awaitable)));
 }
 
 }  // namespace weft

@@ -4,10 +4,12 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "coro/cancellation.h"
 #include "coro/collect_any.h"
+#include "coro/detail/await_in_lazy.h"
 #include "coro/lazy.h"
 #include "coro/sleep.h"
 #include "coro/try.h"
@@ -92,6 +94,25 @@ template <class T, class Rep, class Period>
 Lazy<T> withTimeout(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout) {
   if (!lazy.valid()) detail::abortInvalidLazy("withTimeout");
   return detail::withTimeoutImpl(std::move(lazy), timeout);
+}
+
+// withTimeout(awaitable, duration): the same for anything a Lazy can co_await: a Task, a
+// fiber started by weft::inFiber (its awaits see the cancellation), a weft awaitable (a
+// channel receive, a lock, an I/O operation) or a user's. Returns a Lazy; from a fiber,
+// `weft::await(weft::withTimeout(x, d))`.
+//
+// The timeout reaches the work as cancellation, so it ends early only if the awaitable
+// is cancellation-aware (it exposes `coAwait(Executor*, const CancellationToken&)`, as
+// every weft awaitable, a Task and inFiber do). Any other awaitable, including the
+// FiberFuture of a fiber already running under its own token, is awaited to its end, and
+// its value is returned even if the time ran out (nothing it obtained is discarded). An rvalue is moved into the returned Lazy; an
+// lvalue is awaited in place and must outlive it.
+// Errors: as above; an empty Task or FiberFuture aborts with a message when awaited.
+template <class A, class Rep, class Period>
+  requires(!detail::kIsLazy<std::remove_cvref_t<A>>)
+Lazy<detail::AwaitResult<A>> withTimeout(A&& awaitable,
+                                         std::chrono::duration<Rep, Period> timeout) {
+  return detail::withTimeoutImpl(detail::asLazy(std::forward<A>(awaitable)), timeout);
 }
 
 }  // namespace weft

@@ -14,6 +14,10 @@
 //    ping-pong under GOMAXPROCS(1) (benchmark/go/gosched_pingpong): target <= 0.25 x Go.
 //    Baseline in this binary: BM_Baseline_Lazy_YieldViaExecutor, the same with two
 //    stackless Lazys and co_await yield().
+//  - BM_InFiber_AwaitFromLazy: a Lazy on ThreadPool(1) runs a trivial function in a fiber
+//    with `co_await weft::inFiber(fn)` (the fiber inherits the Lazy's executor and token)
+//    and waits for it. Baseline: BM_SpawnFiber_AwaitFromLazy, the same with
+//    `co_await weft::spawnFiber(executor, fn)`. Target (issue #17): no slower.
 //
 // Every benchmark checks its result; a wrong count aborts the run.
 
@@ -31,7 +35,9 @@
 #include "coro/sync_await.h"
 #include "coro/yield.h"
 #include "executors/thread_pool.h"
+#include "coro/current_executor.h"
 #include "stackful/fiber.h"
+#include "stackful/in_fiber.h"
 #include "stackful/shared_stack.h"
 #include "stackful/spawn_fiber.h"
 #include "stackful/stack_pool.h"
@@ -171,6 +177,36 @@ void BM_Baseline_Lazy_YieldViaExecutor(benchmark::State& state) {
   state.SetLabel("time per yield (one Lazy-to-Lazy switch through the executor)");
 }
 BENCHMARK(BM_Baseline_Lazy_YieldViaExecutor)->UseRealTime();
+
+weft::Lazy<std::int64_t> spawnAndAwaitFibers(std::int64_t n) {
+  weft::Executor* executor = co_await weft::currentExecutor();
+  std::int64_t sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += co_await weft::spawnFiber(executor, [] { return 1; });
+  co_return sum;
+}
+
+weft::Lazy<std::int64_t> inFiberAwaits(std::int64_t n) {
+  std::int64_t sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += co_await weft::inFiber([] { return 1; });
+  co_return sum;
+}
+
+template <weft::Lazy<std::int64_t> (*kRun)(std::int64_t)>
+void runFibersFromLazy(benchmark::State& state) {
+  weft::ThreadPool pool(1);
+  constexpr std::int64_t kBatch = 1000;
+  weft::syncAwait(kRun(kBatch), &pool);  // warm up: stacks, frames, the worker
+  while (state.KeepRunningBatch(kBatch)) {
+    if (weft::syncAwait(kRun(kBatch), &pool) != kBatch) fail("lost a fiber");
+  }
+  state.SetLabel("time per fiber started, run and awaited from a Lazy");
+}
+
+void BM_SpawnFiber_AwaitFromLazy(benchmark::State& state) { runFibersFromLazy<spawnAndAwaitFibers>(state); }
+BENCHMARK(BM_SpawnFiber_AwaitFromLazy)->UseRealTime();
+
+void BM_InFiber_AwaitFromLazy(benchmark::State& state) { runFibersFromLazy<inFiberAwaits>(state); }
+BENCHMARK(BM_InFiber_AwaitFromLazy)->UseRealTime();
 
 }  // namespace
 

@@ -168,10 +168,11 @@ TEST(SemaphoreTest, ACancelledScopedAcquireHoldsNoPermit) {
   Semaphore semaphore(0);
   CancellationSource source;
   std::atomic<int> outcome{0};  // 1: cancelled, 2: got a permit
-  withCancellation(source.token(), [&]() -> Lazy<> {
+  auto body = [&]() -> Lazy<> {  // named: it outlives this statement's suspension
     SemaphorePermit permit = co_await semaphore.scopedAcquire();
     outcome = 2;
-  }()).start([&](Try<void> result) {
+  };
+  withCancellation(source.token(), body()).start([&](Try<void> result) {
     if (result.hasException()) {
       try {
         std::rethrow_exception(result.exception());

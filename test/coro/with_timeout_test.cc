@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <coroutine>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "coro/semaphore.h"
 #include "coro/sleep.h"
 #include "coro/sync_await.h"
+#include "coro/task.h"
 #include "coro/with_cancellation.h"
 #include "coro/yield.h"
 #include "executors/detail/timer_queue.h"
@@ -177,6 +179,125 @@ Lazy<int> sleepsAnHour() {
   Counted alive;
   co_await sleep(1h);
   co_return 1;
+}
+
+// withTimeout and withCancellation of awaitables that are not Lazys.
+
+TEST(WithTimeoutAwaitableTest, AChannelReceiveTimesOutAndAValueSentInTimeIsReturned) {
+  ThreadPool pool(2);
+  Channel<int> channel(1);
+  auto body = [&]() -> Lazy<void> {
+    EXPECT_THROW((void)co_await withTimeout(channel.receive(), 5ms), TimeoutError);
+    co_await channel.send(7);
+    std::optional<int> v = co_await withTimeout(channel.receive(), 1h);
+    EXPECT_EQ(v, std::optional<int>(7));
+  };
+  Watchdog watchdog(60s, "WithTimeoutAwaitableTest.AChannelReceive");
+  syncAwait(body(), &pool);
+}
+
+TEST(WithTimeoutAwaitableTest, ATaskIsCancelledByTheTimeout) {
+  ThreadPool pool(2);
+  std::atomic<bool> cancelled{false};
+  auto never = [&]() -> Lazy<int> {
+    try {
+      co_await sleep(std::chrono::hours(1));
+    } catch (const OperationCancelled&) {
+      cancelled = true;
+      throw;
+    }
+    co_return 1;
+  };
+  auto quick = []() -> Lazy<int> { co_return 2; };
+  auto body = [&]() -> Lazy<int> {
+    Task<int> slow = never().via(&pool);
+    EXPECT_THROW((void)co_await withTimeout(std::move(slow), 5ms), TimeoutError);
+    co_return co_await withTimeout(quick().via(&pool), 1h);
+  };
+  Watchdog watchdog(60s, "WithTimeoutAwaitableTest.ATaskIsCancelledByTheTimeout");
+  EXPECT_EQ(syncAwait(body(), &pool), 2);
+  EXPECT_TRUE(cancelled.load());
+}
+
+TEST(WithTimeoutAwaitableTest, AMutexLockGrantedInTimeIsKept) {
+  ThreadPool pool(2);
+  Mutex mutex;
+  auto body = [&]() -> Lazy<void> {
+    ScopedLock<Mutex> lock = co_await withTimeout(mutex.scopedLock(), 1h);
+    EXPECT_TRUE(lock.ownsLock());
+    EXPECT_FALSE(mutex.tryLock());
+    // Held: a second lock can only time out.
+    EXPECT_THROW((void)co_await withTimeout(mutex.scopedLock(), 5ms), TimeoutError);
+  };
+  Watchdog watchdog(60s, "WithTimeoutAwaitableTest.AMutexLockGrantedInTimeIsKept");
+  syncAwait(body(), &pool);
+  EXPECT_TRUE(mutex.tryLock());  // the ScopedLock unlocked it
+  mutex.unlock();
+}
+
+// A user's awaitable that knows nothing of cancellation: withTimeout cannot end it early,
+// so it waits for it and returns its value (nothing obtained is thrown away).
+struct PlainThreadAwaitable {
+  int value;
+  std::thread* thread;
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    *thread = std::thread([h] {
+      std::this_thread::sleep_for(30ms);
+      h.resume();
+    });
+  }
+  int await_resume() const noexcept { return value; }
+};
+
+TEST(WithTimeoutAwaitableTest, AnAwaitableThatCannotBeCancelledDeliversItsValue) {
+  ThreadPool pool(2);
+  std::thread resumer;
+  auto body = [&]() -> Lazy<int> {
+    co_return co_await withTimeout(PlainThreadAwaitable{9, &resumer}, 1ms);
+  };
+  EXPECT_EQ(syncAwait(body(), &pool), 9);
+  resumer.join();
+}
+
+// A user's cancellation-aware awaitable (coAwait with the token) is cancelled by it.
+struct CancellableWait {
+  struct Awaiter {
+    const CancellationToken* token;
+    std::optional<CancellationCallback> onCancel;
+    Executor* executor;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) {
+      onCancel.emplace(*token, [this, h] { executor->schedule(h); });
+    }
+    void await_resume() { throw OperationCancelled(); }
+  };
+  Awaiter coAwait(Executor* executor, const CancellationToken& token) const noexcept {
+    return Awaiter{&token, std::nullopt, executor};
+  }
+};
+
+TEST(WithTimeoutAwaitableTest, AUsersCancellationAwareAwaitableIsCancelled) {
+  ThreadPool pool(2);
+  auto body = [&]() -> Lazy<void> { co_await withTimeout(CancellableWait{}, 5ms); };
+  Watchdog watchdog(60s, "WithTimeoutAwaitableTest.AUsersCancellationAwareAwaitableIsCancelled");
+  EXPECT_THROW(syncAwait(body(), &pool), TimeoutError);
+}
+
+TEST(WithCancellationAwaitableTest, BindsTheTokenToAnAwaitable) {
+  ThreadPool pool(2);
+  CancellationSource source;
+  Channel<int> channel;
+  auto body = [&]() -> Lazy<std::optional<int>> {
+    co_return co_await withCancellation(source.token(), channel.receive());
+  };
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(5ms);
+    source.requestCancellation();
+  });
+  Watchdog watchdog(60s, "WithCancellationAwaitableTest.BindsTheTokenToAnAwaitable");
+  EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
+  canceller.join();
 }
 
 TEST(WithTimeoutDestroyTest, DestroyingASuspendedWithTimeoutDisarmsBothTimers) {

@@ -1,0 +1,240 @@
+#include "stackful/in_fiber.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "coro/cancellation.h"
+#include "coro/channel.h"
+#include "coro/current_executor.h"
+#include "coro/lazy.h"
+#include "coro/mutex.h"
+#include "coro/sleep.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/with_cancellation.h"
+#include "coro/with_timeout.h"
+#include "executors/thread_pool.h"
+#include "io/tcp_stream.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
+#include "test/support/io_support.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Watchdog;
+
+// A generous bound for "at once": far below the waits the tests cancel (10 s), far above
+// any scheduling delay of a loaded machine. Not a timing assertion beyond that.
+constexpr auto kPromptly = 5s;
+
+TEST(InFiberTest, RunsOnTheAwaitersExecutorAndReturnsTheValue) {
+  ThreadPool pool(2);
+  auto lazy = [&]() -> Lazy<int> {
+    Executor* executor = co_await currentExecutor();
+    co_return co_await inFiber([&] {
+      EXPECT_TRUE(pool.currentThreadInExecutor());
+      weft::await(sleep(1ms));  // parks: only a fiber can do this in plain code
+      return executor == &pool ? 42 : -1;
+    });
+  };
+  EXPECT_EQ(syncAwait(lazy(), &pool), 42);
+}
+
+TEST(InFiberTest, TheFibersExceptionReachesTheAwaiter) {
+  ThreadPool pool(1);
+  auto lazy = []() -> Lazy<void> {
+    co_await inFiber([]() -> int { throw std::runtime_error("from the fiber"); });
+  };
+  EXPECT_THROW(syncAwait(lazy(), &pool), std::runtime_error);
+}
+
+TEST(InFiberTest, NothingRunsUntilAwaited) {
+  ThreadPool pool(1);
+  std::atomic<int> runs{0};
+  {
+    auto dropped = inFiber([&] { runs.fetch_add(1); });
+  }
+  auto started = inFiber([&] { runs.fetch_add(1); });
+  std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(runs.load(), 0);
+  syncAwait([&]() -> Lazy<void> { co_await std::move(started); }(), &pool);
+  EXPECT_EQ(runs.load(), 1);
+}
+
+TEST(InFiberTest, WithoutAnExecutorTheAwaitFailsAndNothingRuns) {
+  std::atomic<int> runs{0};
+  EXPECT_THROW(syncAwait(inFiber([&] { runs.fetch_add(1); })), std::logic_error);
+  EXPECT_THROW(syncAwait([&]() -> Lazy<void> { co_await inFiber([&] { runs.fetch_add(1); }); }()),
+               std::logic_error);
+  EXPECT_EQ(runs.load(), 0);
+}
+
+TEST(InFiberTest, TheOptionsNameTheFiberAndTheirTokenReplacesTheInherited) {
+  ThreadPool pool(1);
+  CancellationSource own;
+  own.requestCancellation();
+  SpawnOptions options;
+  std::string name = "worker";
+  options.name = name;
+  options.cancellationToken = own.token();
+  auto work = inFiber([] { weft::await(sleep(10s)); }, options);
+  auto lazy = [&]() -> Lazy<void> { co_await std::move(work); };
+  Watchdog watchdog(60s, "InFiberTest.TheOptionsNameTheFiberAndTheirTokenReplacesTheInherited");
+  EXPECT_THROW(syncAwait(lazy(), &pool), OperationCancelled);
+}
+
+// The case: withTimeout around a Lazy that runs blocking-style code in a fiber.
+// Each wait the fiber can be in must see the timeout's cancellation at once.
+class InFiberTimeoutTest : public ::testing::Test {
+ protected:
+  template <class Body>
+  void expectTimeoutReachesFiber(Body body) {
+    ThreadPool pool(2);
+    std::atomic<bool> sawCancellation{false};
+    auto lazy = [&]() -> Lazy<void> {
+      co_await inFiber([&] {
+        try {
+          body();
+        } catch (const OperationCancelled&) {
+          sawCancellation = true;
+          throw;
+        }
+      });
+    };
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(syncAwait(withTimeout(lazy(), 50ms), &pool), TimeoutError);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
+    EXPECT_TRUE(sawCancellation.load());
+  }
+};
+
+TEST_F(InFiberTimeoutTest, ASleepingFiber) {
+  expectTimeoutReachesFiber([] { weft::await(sleep(10s)); });
+}
+
+TEST_F(InFiberTimeoutTest, AFiberWaitingOnAChannel) {
+  Channel<int> channel;
+  expectTimeoutReachesFiber([&] { (void)weft::await(channel.receive()); });
+}
+
+TEST_F(InFiberTimeoutTest, AFiberWaitingForAMutex) {
+  Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  expectTimeoutReachesFiber([&] { weft::await(mutex.lock()); });
+  mutex.unlock();
+}
+
+TEST_F(InFiberTimeoutTest, AFiberWaitingForASocket) {
+  ThreadPool ioPool(1);
+  test::StreamAndPeer pair = test::connectedPair(ioPool);
+  expectTimeoutReachesFiber([&] {
+    std::array<std::byte, 64> buffer;
+    (void)weft::await(pair.stream.read(buffer));  // the peer never writes
+  });
+}
+
+TEST(InFiberTest, WithTimeoutTakesAnInFiberDirectly) {
+  ThreadPool pool(1);
+  auto body = []() -> Lazy<int> {
+    co_return co_await withTimeout(inFiber([] {
+                                     weft::await(sleep(10s));
+                                     return 1;
+                                   }),
+                                   20ms);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(syncAwait(body(), &pool), TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
+  auto quick = []() -> Lazy<int> { co_return co_await withTimeout(inFiber([] { return 3; }), 1h); };
+  EXPECT_EQ(syncAwait(quick(), &pool), 3);
+}
+
+TEST(InFiberTest, ATasksTokenReachesTheFiber) {
+  ThreadPool pool(2);
+  CancellationSource source;
+  std::atomic<bool> waiting{false};
+  auto body = [&]() -> Lazy<void> {  // named: the coroutine refers to its captures
+    co_await inFiber([&] {
+      waiting = true;
+      weft::await(sleep(10s));
+    });
+  };
+  Task<void> task = withCancellation(source.token(), body().via(&pool));
+  std::thread canceller([&] {
+    while (!waiting.load()) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(5ms);  // most likely parked in the sleep by now
+    source.requestCancellation();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(syncAwait(std::move(task)), OperationCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
+  canceller.join();
+}
+
+// The other way round: a Lazy awaited inside a fiber carries the fiber's token.
+TEST(InFiberTest, ALazyAwaitedInAFiberInheritsTheFibersToken) {
+  ThreadPool pool(2);
+  CancellationSource source;
+  SpawnOptions options;
+  options.cancellationToken = source.token();
+  std::atomic<bool> started{false};
+  auto sleeper = [&]() -> Lazy<void> {
+    started = true;
+    co_await sleep(10s);
+  };
+  auto future = spawnFiber(&pool, [&] { weft::await(sleeper()); }, options);
+  while (!started.load()) std::this_thread::sleep_for(1ms);
+  source.requestCancellation();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(syncAwait(std::move(future)), OperationCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
+}
+
+TEST(InFiberTest, AFiberCanStartAnotherWithItsOwnToken) {
+  ThreadPool pool(2);
+  CancellationSource source;
+  SpawnOptions options;
+  options.cancellationToken = source.token();
+  std::atomic<bool> innerStarted{false};
+  auto outer = spawnFiber(&pool, [&] {
+    return weft::await(inFiber([&] {
+      innerStarted = true;
+      weft::await(sleep(10s));
+      return 1;
+    }));
+  }, options);
+  while (!innerStarted.load()) std::this_thread::sleep_for(1ms);
+  source.requestCancellation();
+  EXPECT_THROW(syncAwait(std::move(outer)), OperationCancelled);
+}
+
+TEST(InFiberTest, ManyFibersFromManyTasks) {
+  ThreadPool pool(2);
+  constexpr int kTasks = 200;
+  std::atomic<int> sum{0};
+  auto one = [&](int i) -> Lazy<void> {
+    const int v = co_await inFiber([i] {
+      weft::await(sleep(std::chrono::microseconds(i % 7)));
+      return i;
+    });
+    sum.fetch_add(v);
+  };
+  std::vector<Lazy<void>> tasks;
+  for (int i = 0; i < kTasks; ++i) tasks.push_back(one(i));
+  for (auto& t : tasks) syncAwait(std::move(t), &pool);
+  EXPECT_EQ(sum.load(), kTasks * (kTasks - 1) / 2);
+}
+
+}  // namespace
+}  // namespace weft
