@@ -16,6 +16,7 @@
 #include "coro/cancellation.h"
 #include "coro/detail/await_in_lazy.h"
 #include "coro/detail/lazy_promise.h"
+#include "coro/detail/spin_lock.h"
 #include "coro/detail/via_awaiter.h"
 #include "coro/lazy.h"
 #include "coro/task.h"
@@ -347,65 +348,94 @@ class TaskGroup {
     return false;
   }
 
+  // Where a task of the group goes when it finishes: hands its result to the group and
+  // frees its frame. On the frame allocator (recycled per thread), like the frames.
+  template <class U>
+  struct ChildSink final : detail::CompletionSink, detail::FrameAllocated {
+    ChildSink(TaskGroup* g, std::coroutine_handle<detail::LazyPromise<U>> h) noexcept
+        : CompletionSink(&ChildSink::complete), group(g), handle(h) {}
+    TaskGroup* group;
+    std::coroutine_handle<detail::LazyPromise<U>> handle;
+
+    // noexcept: runs inside the task's final suspend.
+    static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+      auto* self = static_cast<ChildSink*>(sink);
+      Try<U> result = std::move(self->handle.promise().result_);
+      self->handle.destroy();
+      TaskGroup* group = self->group;
+      delete self;
+      group->finished(std::move(result));
+      return std::noop_coroutine();
+    }
+  };
+
+  // Starts `task` as Task::start does (inline on one of its executor's threads, else
+  // scheduled there), counted in running_ and carrying the group's token.
   template <class U>
   void startTask(Task<U> task) {
-    detail::LazyAccess::handle(detail::LazyAccess::lazyOf(task)).promise().setCancellationToken(
-        &token_);
+    Lazy<U>& lazy = detail::LazyAccess::lazyOf(task);
+    auto handle = detail::LazyAccess::handle(lazy);
+    Executor* executor = handle.promise().executor();
+    handle.promise().setCancellationToken(&token_);
+    auto* sink = new ChildSink<U>(this, handle);
+    handle.promise().setCompletionSink(sink);
     {
       std::lock_guard guard(mutex_);
       ++running_;
     }
+    if (executor->currentThreadInExecutor()) {
+      detail::LazyAccess::release(lazy).resume();
+      return;
+    }
     try {
-      std::move(task).start([this](Try<U>&& result) { finished(std::move(result)); });
+      executor->schedule(handle);
     } catch (...) {
+      delete sink;  // not started: the task still owns (and frees) the frame
       std::lock_guard guard(mutex_);
       --running_;  // refused by its executor: it never ran
       throw;
     }
+    detail::LazyAccess::release(lazy);
   }
 
   // A task of the group has finished (on the thread that finished it). The group may be
-  // destroyed as soon as running_ reaches 0, so that decrement is the last touch of it.
+  // destroyed as soon as running_ reaches 0, so that decrement, under mutex_, is the last
+  // touch of it (SpinLock::unlock touches nothing after its store).
   template <class U>
   void finished(Try<U>&& result) noexcept {
-    bool cancelOthers = false;
-    {
-      std::lock_guard guard(mutex_);
-      const bool failed = result.hasException();
-      if (failed && !anyFailure_) {
-        anyFailure_ = true;
-        cancelOthers = cancelOnFirstFailure_;
-      }
-      if constexpr (std::is_void_v<T>) {
-        if (failed && !failure_) failure_ = result.exception();
-      } else {
-        results_.push_back(convert(std::move(result)));
-      }
-    }
-    // Not under mutex_: the callbacks it runs may take it (a task waiting in next()).
-    if (cancelOthers) source_.requestCancellation();
     std::vector<detail::TaskGroupWaiter*> wake;
-    {
-      std::lock_guard guard(mutex_);
-      --running_;
-      if constexpr (!std::is_void_v<T>) {
-        // Each waiting result goes straight to a waiter (oldest first); once no task
-        // runs, the waiters left over get std::nullopt.
-        while (!nextWaiters_.empty() && (!results_.empty() || running_ == 0)) {
-          NextAwaiter* next = nextWaiters_.front();
-          nextWaiters_.erase(nextWaiters_.begin());
-          if (!results_.empty()) {
-            next->delivered_.emplace(std::move(results_.front()));
-            results_.pop_front();
-          }
-          wake.push_back(&next->waiter_);
-        }
+    std::unique_lock guard(mutex_);
+    if (result.hasException() && !anyFailure_) {
+      anyFailure_ = true;
+      if (cancelOnFirstFailure_) {
+        // Not under mutex_: the callbacks it runs may take it (a task waiting in next());
+        // running_ is not decremented yet, so the group stays alive.
+        guard.unlock();
+        source_.requestCancellation();
+        guard.lock();
       }
-      if (running_ == 0) {
-        wake.insert(wake.end(), joiners_.begin(), joiners_.end());
-        joiners_.clear();
+      if constexpr (std::is_void_v<T>) failure_ = result.exception();
+    }
+    if constexpr (!std::is_void_v<T>) results_.push_back(convert(std::move(result)));
+    --running_;
+    if constexpr (!std::is_void_v<T>) {
+      // Each waiting result goes straight to a waiter (oldest first); once no task runs,
+      // the waiters left over get std::nullopt.
+      while (!nextWaiters_.empty() && (!results_.empty() || running_ == 0)) {
+        NextAwaiter* next = nextWaiters_.front();
+        nextWaiters_.erase(nextWaiters_.begin());
+        if (!results_.empty()) {
+          next->delivered_.emplace(std::move(results_.front()));
+          results_.pop_front();
+        }
+        wake.push_back(&next->waiter_);
       }
     }
+    if (running_ == 0 && !joiners_.empty()) {
+      wake.insert(wake.end(), joiners_.begin(), joiners_.end());
+      joiners_.clear();
+    }
+    guard.unlock();
     for (detail::TaskGroupWaiter* waiter : wake) detail::resumeTaskGroupWaiter(waiter);
   }
 
@@ -477,7 +507,7 @@ class TaskGroup {
   const CancellationToken token_;  // every task's promise points here
   std::optional<CancellationCallback> parentLink_;
 
-  mutable std::mutex mutex_;
+  mutable detail::SpinLock mutex_;
   std::size_t running_ = 0;                               // guarded by mutex_
   bool anyFailure_ = false;                               // guarded by mutex_
   std::exception_ptr failure_;                            // void groups; guarded by mutex_
