@@ -1,0 +1,192 @@
+#include "coro/spawn.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "coro/cancellation.h"
+#include "coro/channel.h"
+#include "coro/current_executor.h"
+#include "coro/lazy.h"
+#include "coro/sleep.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/with_timeout.h"
+#include "coro/yield.h"
+#include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/in_fiber.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Watchdog;
+
+constexpr auto kPromptly = 5s;  // far below the 10 s waits cancelled here
+
+Lazy<int> valueAfterYield(int v) {
+  co_await yield();
+  co_return v;
+}
+
+TEST(SpawnTest, TheHandleDeliversTheValueOrTheException) {
+  ThreadPool pool(2);
+  auto body = []() -> Lazy<int> {
+    Executor* executor = co_await currentExecutor();
+    JoinHandle<int> a = spawn(executor, valueAfterYield(40));
+    JoinHandle<void> b = spawn(executor, []() -> Lazy<void> {
+      co_await yield();
+      throw std::runtime_error("spawned failure");
+    }());
+    EXPECT_THROW(co_await std::move(b), std::runtime_error);
+    co_return co_await std::move(a) + 2;
+  };
+  EXPECT_EQ(syncAwait(body(), &pool), 42);
+}
+
+TEST(SpawnTest, TheTaskRunsWhileTheSpawnerDoesOtherWork) {
+  ThreadPool pool(2);
+  Channel<int> channel;
+  auto body = [&]() -> Lazy<int> {
+    // The spawned task sends; the spawner receives before it ever awaits the handle, so
+    // this completes only if the task runs on its own.
+    JoinHandle<void> sender = spawn(co_await currentExecutor(), channel.send(7));
+    const int v = *co_await channel.receive();
+    co_await std::move(sender);
+    co_return v;
+  };
+  Watchdog watchdog(60s, "SpawnTest.TheTaskRunsWhileTheSpawnerDoesOtherWork");
+  EXPECT_EQ(syncAwait(body(), &pool), 7);
+}
+
+TEST(SpawnTest, HandlesAwaitedInAnyOrderAndNever) {
+  ThreadPool pool(2);
+  std::atomic<int> finished{0};
+  auto work = [&](int v) -> Lazy<int> {
+    co_await sleep(std::chrono::milliseconds(v % 3));
+    finished.fetch_add(1);
+    co_return v;
+  };
+  auto body = [&]() -> Lazy<int> {
+    Executor* executor = co_await currentExecutor();
+    std::vector<JoinHandle<int>> handles;
+    for (int i = 0; i < 100; ++i) handles.push_back(spawn(executor, work(i)));
+    int sum = 0;
+    for (int i = 99; i >= 0; i -= 2) sum += co_await std::move(handles[i]);  // odd, backwards
+    co_return sum;  // the even ones are dropped: detached, they still run to their end
+  };
+  EXPECT_EQ(syncAwait(body(), &pool), 2500);
+  Watchdog watchdog(60s, "SpawnTest.HandlesAwaitedInAnyOrderAndNever");
+  while (finished.load() != 100) std::this_thread::sleep_for(1ms);
+}
+
+TEST(SpawnTest, CancelEndsTheTaskAndTheAwaitReportsIt) {
+  ThreadPool pool(2);
+  auto body = []() -> Lazy<void> {
+    JoinHandle<void> handle = spawn(co_await currentExecutor(), sleep(10s));
+    co_await yield();
+    handle.cancel();
+    co_await std::move(handle);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
+}
+
+TEST(SpawnTest, CancellingTheAwaiterCancelsTheTaskAndWaitsForIt) {
+  ThreadPool pool(2);
+  std::atomic<bool> taskEnded{false};
+  auto task = [&]() -> Lazy<void> {
+    try {
+      co_await sleep(10s);
+    } catch (const OperationCancelled&) {
+      taskEnded = true;
+      throw;
+    }
+  };
+  auto awaiter = [&]() -> Lazy<void> {
+    co_await spawn(co_await currentExecutor(), task());
+  };
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(syncAwait(withTimeout(awaiter(), 10ms), &pool), TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
+  EXPECT_TRUE(taskEnded.load());  // ended before the await returned: never abandoned
+}
+
+TEST(SpawnTest, AFiberSpawnedWithInFiberIsCancelledThroughItsHandle) {
+  ThreadPool pool(2);
+  std::atomic<bool> sawCancellation{false};
+  auto body = [&]() -> Lazy<void> {
+    JoinHandle<void> handle = spawn(co_await currentExecutor(), inFiber([&] {
+                                      try {
+                                        weft::await(sleep(10s));
+                                      } catch (const OperationCancelled&) {
+                                        sawCancellation = true;
+                                        throw;
+                                      }
+                                    }));
+    co_await sleep(5ms);
+    handle.cancel();
+    co_await std::move(handle);
+  };
+  EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
+  EXPECT_TRUE(sawCancellation.load());
+}
+
+TEST(SpawnTest, ATaskKeepsItsExecutorAndSyncAwaitWorksFromOutside) {
+  ThreadPool pool(1);
+  ThreadPool other(1);
+  auto where = [&]() -> Lazy<bool> { co_return other.currentThreadInExecutor(); };
+  JoinHandle<bool> handle = spawn(&pool, where().via(&other));
+  EXPECT_TRUE(syncAwait(std::move(handle)));
+  JoinHandle<int> second = spawn(&pool, valueAfterYield(3));
+  EXPECT_EQ(syncAwait(std::move(second)), 3);
+}
+
+TEST(SpawnTest, ANullExecutorIsRejected) {
+  EXPECT_THROW((void)spawn(nullptr, valueAfterYield(1)), std::invalid_argument);
+}
+
+TEST(SpawnTest, ADroppedHandleOfACancelledTaskEndsQuietly) {
+  ThreadPool pool(1);
+  std::atomic<bool> ended{false};
+  auto task = [&]() -> Lazy<void> {
+    try {
+      co_await sleep(10s);
+    } catch (const OperationCancelled&) {
+      ended = true;
+      throw;
+    }
+  };
+  {
+    JoinHandle<void> handle = spawn(&pool, task());
+    handle.cancel();
+  }  // dropped: its OperationCancelled is the expected end, not a lost failure
+  Watchdog watchdog(60s, "SpawnTest.ADroppedHandleOfACancelledTaskEndsQuietly");
+  while (!ended.load()) std::this_thread::sleep_for(1ms);
+}
+
+TEST(SpawnDeathTest, ADroppedHandleWhoseTaskFailsAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(1);
+        {
+          JoinHandle<void> handle = spawn(&pool, []() -> Lazy<void> {
+            co_await yield();
+            throw std::runtime_error("nobody awaits this");
+          }());
+        }
+        std::this_thread::sleep_for(10s);  // the report aborts long before
+      },
+      "JoinHandle was dropped ended with an exception nobody awaited: nobody awaits this");
+}
+
+}  // namespace
+}  // namespace weft
