@@ -11,6 +11,7 @@
 
 #include "coro/cancellation.h"
 #include "coro/current_executor.h"
+#include "coro/detail/await_in_lazy.h"
 #include "coro/detail/cancelling_barrier.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/lazy.h"
@@ -464,6 +465,70 @@ Lazy<std::vector<Try<T>>> collectAllWindowedPara(std::size_t maxInFlight,
                                                  std::vector<Lazy<T>> branches) {
   detail::checkWindowed(maxInFlight, branches);
   return detail::collectWindowed<true>(maxInFlight, std::move(branches));
+}
+
+// The collects above also take other awaitables: Tasks, fibers (inFiber, FiberFuture),
+// weft's awaitables (channel operations, locks, I/O) or a user's, mixed freely with Lazys
+// in the variadic forms, or a std::vector of one awaitable type. Each runs in a Lazy that
+// awaits it (moved into it), exactly as a Lazy branch would, with the same results.
+template <class... A>
+  requires(sizeof...(A) > 0 && detail::NotAllLazys<A...>)
+auto collectAll(A&&... branches) {
+  return collectAll(detail::asLazy(std::forward<A>(branches))...);
+}
+
+template <class A>
+  requires(!detail::kIsLazy<A>)
+auto collectAll(std::vector<A> branches) {
+  return collectAll(detail::asLazies(std::move(branches)));
+}
+
+template <class... A>
+  requires(sizeof...(A) > 0 && detail::NotAllLazys<A...>)
+auto collectAllPara(A&&... branches) {
+  return collectAllPara(detail::asLazy(std::forward<A>(branches))...);
+}
+
+template <class A>
+  requires(!detail::kIsLazy<A>)
+auto collectAllPara(std::vector<A> branches) {
+  return collectAllPara(detail::asLazies(std::move(branches)));
+}
+
+template <class... A>
+  requires(sizeof...(A) > 0 && detail::NotAllLazys<A...>)
+auto collectAllFailFast(A&&... branches) {
+  return collectAllFailFast(detail::asLazy(std::forward<A>(branches))...);
+}
+
+template <class A>
+  requires(!detail::kIsLazy<A>)
+auto collectAllFailFast(std::vector<A> branches) {
+  return collectAllFailFast(detail::asLazies(std::move(branches)));
+}
+
+template <class... A>
+  requires(sizeof...(A) > 0 && detail::NotAllLazys<A...>)
+auto collectAllParaFailFast(A&&... branches) {
+  return collectAllParaFailFast(detail::asLazy(std::forward<A>(branches))...);
+}
+
+template <class A>
+  requires(!detail::kIsLazy<A>)
+auto collectAllParaFailFast(std::vector<A> branches) {
+  return collectAllParaFailFast(detail::asLazies(std::move(branches)));
+}
+
+template <class A>
+  requires(!detail::kIsLazy<A>)
+auto collectAllWindowed(std::size_t maxInFlight, std::vector<A> branches) {
+  return collectAllWindowed(maxInFlight, detail::asLazies(std::move(branches)));
+}
+
+template <class A>
+  requires(!detail::kIsLazy<A>)
+auto collectAllWindowedPara(std::size_t maxInFlight, std::vector<A> branches) {
+  return collectAllWindowedPara(maxInFlight, detail::asLazies(std::move(branches)));
 }
 
 }  // namespace weft

@@ -15,6 +15,7 @@
 #include "coro/current_executor.h"
 #include "coro/detail/cancelling_barrier.h"
 #include "coro/detail/lazy_promise.h"
+#include "coro/detail/await_in_lazy.h"
 #include "coro/lazy.h"
 #include "coro/try.h"
 #include "executors/executor.h"
@@ -265,6 +266,32 @@ template <class T>
 Lazy<CollectAnyNoDiscardRangeResult<T>> collectAnyNoDiscard(std::vector<Lazy<T>> branches) {
   detail::checkBranchRange("collectAnyNoDiscard of a vector holding", branches);
   return detail::collectAnyRange<true>(std::move(branches));
+}
+
+// collectAny and collectAnyNoDiscard also take other awaitables, as the collects of
+// coro/collect.h do: mixed with Lazys in the variadic forms, or a vector of one type.
+template <class... A>
+  requires(sizeof...(A) > 0 && detail::NotAllLazys<A...>)
+auto collectAny(A&&... branches) {
+  return collectAny(detail::asLazy(std::forward<A>(branches))...);
+}
+
+template <class A>
+  requires(!detail::kIsLazy<A>)
+auto collectAny(std::vector<A> branches) {
+  return collectAny(detail::asLazies(std::move(branches)));
+}
+
+template <class... A>
+  requires(sizeof...(A) > 0 && detail::NotAllLazys<A...>)
+auto collectAnyNoDiscard(A&&... branches) {
+  return collectAnyNoDiscard(detail::asLazy(std::forward<A>(branches))...);
+}
+
+template <class A>
+  requires(!detail::kIsLazy<A>)
+auto collectAnyNoDiscard(std::vector<A> branches) {
+  return collectAnyNoDiscard(detail::asLazies(std::move(branches)));
 }
 
 }  // namespace weft

@@ -2,6 +2,7 @@
 
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
@@ -50,6 +51,19 @@ auto asLazy(A&& awaitable) {
   } else {
     return awaitInLazy<AwaitResult<A>, A>(std::forward<A>(awaitable));
   }
+}
+
+// True unless every A is a Lazy: selects the collects' overloads for other awaitables.
+template <class... A>
+concept NotAllLazys = !(kIsLazy<std::remove_cvref_t<A>> && ...);
+
+// A vector of awaitables as a vector of Lazys awaiting them (each moved into its Lazy).
+template <class A>
+std::vector<Lazy<AwaitResult<A>>> asLazies(std::vector<A> awaitables) {
+  std::vector<Lazy<AwaitResult<A>>> lazies;
+  lazies.reserve(awaitables.size());
+  for (A& awaitable : awaitables) lazies.push_back(awaitInLazy<AwaitResult<A>, A>(std::move(awaitable)));
+  return lazies;
 }
 
 }  // namespace detail
