@@ -269,7 +269,9 @@ struct JoinHandleAccess {
 // cancels it. For many tasks joined together, TaskGroup is the structured alternative.
 //
 // Preconditions: `executor` is not null (else std::invalid_argument); a Lazy/Task is valid
-// (else a message and abort).
+// (else a message and abort). What `work` refers to outlives the task: an awaitable that
+// borrows its argument (`channel.send(value)` borrows `value`) must not borrow a temporary
+// of the spawning statement; put such an await in a Lazy that owns its data.
 // Errors: ExecutorShutDown if the executor refuses the task (nothing ran); std::bad_alloc.
 // Thread safety: may be called from any thread.
 //

@@ -100,7 +100,9 @@ inline void resumeTaskGroupWaiter(TaskGroupWaiter* waiter) noexcept {
 //    coroutine that joins it.
 //
 // Preconditions: `executor` is not null (else std::invalid_argument); a spawned Lazy/Task
-// is valid (else a message and abort).
+// is valid (else a message and abort). What a spawned task refers to outlives it: an
+// awaitable that borrows its argument (`channel.send(value)` borrows `value`) must not
+// borrow a temporary of the spawning statement; put such an await in a Lazy that owns it.
 // Errors: spawn throws ExecutorShutDown if the executor refuses the task (the task did
 // not run and is not counted) and std::bad_alloc; join() rethrows the first failure.
 // Thread safety: spawn, requestCancellation, join and next may be called concurrently from

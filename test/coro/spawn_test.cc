@@ -56,7 +56,11 @@ TEST(SpawnTest, TheTaskRunsWhileTheSpawnerDoesOtherWork) {
   auto body = [&]() -> Lazy<int> {
     // The spawned task sends; the spawner receives before it ever awaits the handle, so
     // this completes only if the task runs on its own.
-    JoinHandle<void> sender = spawn(co_await currentExecutor(), channel.send(7));
+    // (A Lazy that owns the value: channel.send(7) would borrow a temporary that dies with
+    // this statement, while the task runs on.)
+    JoinHandle<void> sender = spawn(co_await currentExecutor(), [](Channel<int>& ch) -> Lazy<void> {
+      co_await ch.send(7);
+    }(channel));
     const int v = *co_await channel.receive();
     co_await std::move(sender);
     co_return v;
