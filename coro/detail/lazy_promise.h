@@ -118,6 +118,20 @@ class LazyPromiseBase : public FrameAllocated {
     continuation_ = reinterpret_cast<std::uintptr_t>(sink) | 1u;
   }
 
+  // The completion sink set with setCompletionSink, or nullptr when the continuation is a
+  // plain coroutine (or none). For wrappers that take over a coroutine's completion.
+  CompletionSink* completionSink() const noexcept {
+    return (continuation_ & 1u) != 0
+               ? reinterpret_cast<CompletionSink*>(continuation_ & ~std::uintptr_t{1})
+               : nullptr;
+  }
+  // The coroutine set with setContinuation (null if none, or a sink is set instead).
+  std::coroutine_handle<> continuation() const noexcept {
+    return (continuation_ & 1u) != 0
+               ? std::coroutine_handle<>()
+               : std::coroutine_handle<>::from_address(reinterpret_cast<void*>(continuation_));
+  }
+
   std::coroutine_handle<> completionTarget() noexcept {
     if (continuation_ & 1u) [[unlikely]] {
       auto* sink = reinterpret_cast<CompletionSink*>(continuation_ & ~std::uintptr_t{1});
