@@ -190,7 +190,8 @@ step_bazel() {
       test/stackful/fiber_test.cc test/stackful/spawn_fiber_test.cc; do
     targets+=("//:${f%.cc}")
   done
-  targets+=(//:examples/echo_server_test //:examples/fiber_echo_server_test //:examples/http_hello_test)
+  targets+=(//:examples/echo_server_test //:examples/fiber_echo_server_test //:examples/http_hello_test
+            //:examples/request_pipeline_test)
   # Stop the Bazel server afterwards: nothing of this run is left running.
   trap 'bazel shutdown >/dev/null 2>&1 || true' RETURN
   bazel test "${config[@]}" "${targets[@]}"
