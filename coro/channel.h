@@ -305,20 +305,49 @@ class [[nodiscard]] ChannelReceiveAwaitable {
 };
 
 // select() cases made by Channel::receiveCase()/sendCase() (see coro/select.h).
-template <class T>
+// `.when(false)` disables a case for this select (Go's nil-channel idiom): it is never
+// polled, linked or chosen. kSwitchable marks a case made by when(): only such cases pay
+// for the check, a select of plain cases compiles as if when() did not exist.
+// Whether a select case made by when() is on; empty (always on) for the other cases.
+template <bool kSwitchable>
+struct CaseSwitch {
+  bool on = true;
+};
+template <>
+struct CaseSwitch<false> {
+  static constexpr bool on = true;
+};
+
+template <class T, bool kSwitchable = false>
 struct ChannelReceiveCase {
   ChannelCore<T>* channel;
+  [[no_unique_address]] CaseSwitch<kSwitchable> enabled{};
+
+  ChannelReceiveCase<T, true> when(bool on) && noexcept { return {channel, {on}}; }
 };
-template <class T>
+template <class T, bool kSwitchable = false>
 struct ChannelSendCase {
   ChannelSendCase(ChannelCore<T>& c, T&& value) noexcept : channel(&c), borrowed(&value) {}
   ChannelSendCase(ChannelCore<T>& c, const T& value)
       : channel(&c), borrowed(nullptr), copy(value) {}
   T* value() noexcept { return borrowed != nullptr ? borrowed : &*copy; }
 
+  ChannelSendCase<T, true> when(bool on) && noexcept(std::is_nothrow_move_constructible_v<T>) {
+    ChannelSendCase<T, true> switchable(std::move(*this));
+    switchable.enabled.on = on;
+    return switchable;
+  }
+
   ChannelCore<T>* channel;
   T* borrowed;
   std::optional<T> copy;
+  [[no_unique_address]] CaseSwitch<kSwitchable> enabled{};
+
+ private:
+  friend struct ChannelSendCase<T, !kSwitchable>;
+  explicit ChannelSendCase(ChannelSendCase<T, !kSwitchable>&& other) noexcept(
+      std::is_nothrow_move_constructible_v<T>)
+      : channel(other.channel), borrowed(other.borrowed), copy(std::move(other.copy)) {}
 };
 
 }  // namespace detail

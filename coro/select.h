@@ -38,7 +38,10 @@ detail::SelectTimeoutCase timeoutCase(std::chrono::duration<Rep, Period> duratio
 //
 // Cases: ch.receiveCase() (Go `case v, ok := <-ch`), ch.sendCase(v) (Go `case ch <- v`),
 // defaultCase() (Go `default`) and timeoutCase(d) (Go `case <-time.After(d)`), in any
-// order and mix of element types; the result is a std::variant whose index() is the
+// order and mix of element types. `.when(condition)` on a channel case switches it off for
+// this select when false (Go's nil-channel idiom): it is never polled, linked or chosen,
+// and a disabled send case sends nothing; a select whose channel cases are all disabled
+// and that has no default or timeout waits until it is cancelled; the result is a std::variant whose index() is the
 // position of the chosen case and whose alternative holds its result: std::optional<T>
 // for a receive (empty when the channel is closed and drained), std::monostate for a
 // send, the default or the timeout.

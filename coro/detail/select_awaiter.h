@@ -61,6 +61,8 @@ class SelectAwaiter {
       (std::size_t{0} + ... + std::size_t{std::is_same_v<Cases, SelectTimeoutCase>});
   static constexpr std::size_t kChannelCases =
       (std::size_t{0} + ... + std::size_t{SelectCaseOp<Cases>::kHasChannel});
+  // Some case was made with when(): the lists below may end early (nullptr / kNone).
+  static constexpr bool kSwitchable = (false || ... || SelectCaseOp<Cases>::kCanBeDisabled);
   static_assert(kCases > 0, "weft::select() needs at least one case");
   static_assert(kDefaults <= 1, "weft::select(): at most one defaultCase()");
   static_assert(kTimeouts <= 1, "weft::select(): at most one timeoutCase()");
@@ -104,6 +106,7 @@ class SelectAwaiter {
       }
       order = shuffledChannelCases();
       for (std::uint32_t index : order) {
+        if (kSwitchable && index == kNone) break;  // the rest are disabled
         ChannelWaiter* wake = nullptr;
         ChannelOpResult outcome;
         try {
@@ -324,7 +327,7 @@ class SelectAwaiter {
     (void)((index == I ? (f(std::get<I>(ops_)), true) : false) || ...);
   }
 
-  // f(op, index) for every case that has a channel.
+  // f(op, index) for every channel case that is enabled (see ChannelReceiveCase::when).
   template <class F>
   void forEachChannelCase(F&& f) {
     forEachChannelCaseImpl(f, Indices{});
@@ -333,7 +336,11 @@ class SelectAwaiter {
   void forEachChannelCaseImpl(F& f, std::index_sequence<I...>) {
     (
         [&] {
-          if constexpr (std::tuple_element_t<I, Ops>::kHasChannel) {
+          using Op = std::tuple_element_t<I, Ops>;
+          if constexpr (Op::kHasChannel) {
+            if constexpr (Op::kCanBeDisabled) {
+              if (!std::get<I>(ops_).enabled()) return;
+            }
             f(std::get<I>(ops_), static_cast<std::uint32_t>(I));
           }
         }(),
@@ -351,11 +358,14 @@ class SelectAwaiter {
   static constexpr std::uint32_t defaultIndex() noexcept { return indexOf<SelectDefaultCase>(); }
   static constexpr std::uint32_t timeoutIndex() noexcept { return indexOf<SelectTimeoutCase>(); }
 
-  // The channel locks, sorted by address (duplicates adjacent).
+  // The locks of the enabled channel cases, sorted by address (duplicates adjacent),
+  // then nullptr for each disabled case.
   std::array<ChannelLock*, kChannelCases> channelLocks() {
     std::array<ChannelLock*, kChannelCases> locks{};
     std::size_t n = 0;
-    forEachChannelCase([&](auto& op, std::uint32_t) { locks[n++] = op.lock(); });
+    forEachChannelCase([&](auto& op, std::uint32_t) {
+      if (!kSwitchable || n < locks.size()) locks[n++] = op.lock();  // (see below)
+    });
     for (std::size_t i = 1; i < n; ++i) {  // insertion sort: a handful of pointers
       for (std::size_t j = i; j > 0 && std::less<>()(locks[j], locks[j - 1]); --j) {
         std::swap(locks[j], locks[j - 1]);
@@ -364,24 +374,32 @@ class SelectAwaiter {
     return locks;
   }
   static void lockAll(const std::array<ChannelLock*, kChannelCases>& locks) noexcept {
-    for (std::size_t i = 0; i < kChannelCases; ++i) {
+    for (std::size_t i = 0; i < kChannelCases && (!kSwitchable || locks[i] != nullptr); ++i) {
       if (i == 0 || locks[i] != locks[i - 1]) locks[i]->lock();
     }
   }
   static void unlockAll(const std::array<ChannelLock*, kChannelCases>& locks) noexcept {
-    for (std::size_t i = 0; i < kChannelCases; ++i) {
+    for (std::size_t i = 0; i < kChannelCases && (!kSwitchable || locks[i] != nullptr); ++i) {
       if (i == 0 || locks[i] != locks[i - 1]) locks[i]->unlock();
     }
   }
 
-  // The indices of the channel cases in a uniformly random order (Fisher-Yates).
+  // The indices of the enabled channel cases in a uniformly random order (Fisher-Yates),
+  // then kNone for each disabled case.
   std::array<std::uint32_t, kChannelCases> shuffledChannelCases() {
     std::array<std::uint32_t, kChannelCases> order{};
+    if constexpr (kSwitchable) order.fill(kNone);
     std::size_t n = 0;
-    forEachChannelCase([&](auto&, std::uint32_t index) { order[n++] = index; });
-    for (std::size_t i = n; i > 1; --i) {
-      std::size_t j = static_cast<std::size_t>(selectRandom() % i);
-      std::swap(order[i - 1], order[j]);
+    // (n < size() always holds; with switchable cases the test spares g++ a false
+    // -Warray-bounds.)
+    forEachChannelCase([&](auto&, std::uint32_t index) {
+      if (!kSwitchable || n < order.size()) order[n++] = index;
+    });
+    if constexpr (kChannelCases > 1) {
+      for (std::size_t i = n; i > 1; --i) {
+        std::size_t j = static_cast<std::size_t>(selectRandom() % i);
+        std::swap(order[i - 1], order[j]);
+      }
     }
     return order;
   }
@@ -409,7 +427,9 @@ class SelectAwaiter {
   void enqueueAll(const std::array<ChannelLock*, kChannelCases>& locks,
                   const std::array<std::uint32_t, kChannelCases>& order) noexcept {
     bool sharedChannel = false;
-    for (std::size_t i = 1; i < kChannelCases; ++i) sharedChannel |= locks[i] == locks[i - 1];
+    for (std::size_t i = 1; i < kChannelCases && (!kSwitchable || locks[i] != nullptr); ++i) {
+      sharedChannel |= locks[i] == locks[i - 1];
+    }
     if (sharedChannel) [[unlikely]] {
       enqueueInOrder(order);
       return;
@@ -420,6 +440,7 @@ class SelectAwaiter {
   WEFT_NOINLINE void enqueueInOrder(
       const std::array<std::uint32_t, kChannelCases>& order) noexcept {
     for (std::uint32_t index : order) {
+      if (kSwitchable && index == kNone) break;  // the rest are disabled
       withCase(index, [&](auto& op) {
         if constexpr (std::remove_reference_t<decltype(op)>::kHasChannel) {
           op.enqueueLocked(&state_, index);

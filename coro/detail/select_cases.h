@@ -30,14 +30,17 @@ struct SelectTimeoutCase {
 template <class Case>
 class SelectCaseOp;
 
-template <class T>
-class SelectCaseOp<ChannelReceiveCase<T>> {
+template <class T, bool kSwitchable>
+class SelectCaseOp<ChannelReceiveCase<T, kSwitchable>> {
  public:
   using Result = std::optional<T>;  // empty: the channel is closed and drained
   static constexpr bool kHasChannel = true;
+  static constexpr bool kCanBeDisabled = kSwitchable;
 
-  explicit SelectCaseOp(ChannelReceiveCase<T>&& c) noexcept : channel_(c.channel) {}
+  explicit SelectCaseOp(ChannelReceiveCase<T, kSwitchable>&& c) noexcept
+      : channel_(c.channel), enabled_(c.enabled) {}
 
+  bool enabled() const noexcept { return enabled_.on; }
   ChannelLock* lock() const noexcept { return &channel_->lock(); }
   ChannelOpResult tryLocked(ChannelWaiter*& wake) noexcept {
     return channel_->tryReceiveLocked(value_, wake);
@@ -54,19 +57,23 @@ class SelectCaseOp<ChannelReceiveCase<T>> {
 
  private:
   ChannelCore<T>* channel_;
+  [[no_unique_address]] CaseSwitch<kSwitchable> enabled_;
   ChannelWaiter node_;
   std::optional<T> value_;
 };
 
-template <class T>
-class SelectCaseOp<ChannelSendCase<T>> {
+template <class T, bool kSwitchable>
+class SelectCaseOp<ChannelSendCase<T, kSwitchable>> {
  public:
   using Result = std::monostate;
   static constexpr bool kHasChannel = true;
+  static constexpr bool kCanBeDisabled = kSwitchable;
 
-  explicit SelectCaseOp(ChannelSendCase<T>&& c) noexcept(std::is_nothrow_move_constructible_v<T>)
+  explicit SelectCaseOp(ChannelSendCase<T, kSwitchable>&& c) noexcept(
+      std::is_nothrow_move_constructible_v<T>)
       : case_(std::move(c)) {}
 
+  bool enabled() const noexcept { return case_.enabled.on; }
   ChannelLock* lock() const noexcept { return &case_.channel->lock(); }
   ChannelOpResult tryLocked(ChannelWaiter*& wake) {
     return case_.channel->trySendLocked(*case_.value(), wake);
@@ -86,7 +93,7 @@ class SelectCaseOp<ChannelSendCase<T>> {
   }
 
  private:
-  ChannelSendCase<T> case_;
+  ChannelSendCase<T, kSwitchable> case_;
   ChannelWaiter node_;
 };
 
@@ -95,6 +102,7 @@ class SelectCaseOp<SelectDefaultCase> {
  public:
   using Result = std::monostate;
   static constexpr bool kHasChannel = false;
+  static constexpr bool kCanBeDisabled = false;
   explicit SelectCaseOp(SelectDefaultCase) noexcept {}
   Result result() const noexcept { return {}; }
 };
@@ -104,6 +112,7 @@ class SelectCaseOp<SelectTimeoutCase> {
  public:
   using Result = std::monostate;
   static constexpr bool kHasChannel = false;
+  static constexpr bool kCanBeDisabled = false;
   explicit SelectCaseOp(SelectTimeoutCase c) noexcept : deadline(c.deadline) {}
   Result result() const noexcept { return {}; }
 
@@ -128,10 +137,10 @@ inline std::uint64_t selectRandom() noexcept {
 
 template <class Case>
 inline constexpr bool kIsSelectCase = false;
-template <class T>
-inline constexpr bool kIsSelectCase<ChannelReceiveCase<T>> = true;
-template <class T>
-inline constexpr bool kIsSelectCase<ChannelSendCase<T>> = true;
+template <class T, bool kSwitchable>
+inline constexpr bool kIsSelectCase<ChannelReceiveCase<T, kSwitchable>> = true;
+template <class T, bool kSwitchable>
+inline constexpr bool kIsSelectCase<ChannelSendCase<T, kSwitchable>> = true;
 template <>
 inline constexpr bool kIsSelectCase<SelectDefaultCase> = true;
 template <>

@@ -62,6 +62,81 @@ TEST(SelectTest, TheDefaultCaseIsChosenWhenNothingIsReadyAndTouchesNothing) {
   EXPECT_FALSE(s.tryReceive().has_value()) << "nor a sender";
 }
 
+TEST(SelectWhenTest, ADisabledCaseIsNeverChosenEvenWhenReady) {
+  Channel<int> a(1), b(1);
+  ASSERT_TRUE(a.trySend(1));
+  ASSERT_TRUE(b.trySend(2));
+  for (int round = 0; round < 50; ++round) {  // a random choice would pick `a` half the time
+    auto r = syncAwait([&]() -> Lazy<std::size_t> {
+      auto result = co_await select(a.receiveCase().when(false), b.receiveCase().when(true));
+      co_return result.index();
+    }());
+    ASSERT_EQ(r, 1u);
+    ASSERT_TRUE(b.trySend(2));
+  }
+  EXPECT_EQ(a.tryReceive(), std::optional<int>(1));  // never taken
+}
+
+TEST(SelectWhenTest, ADisabledSendSendsNothingAndLeavesItsValue) {
+  Channel<std::string> out(1);
+  std::string value = "kept";
+  auto r = syncAwait([&]() -> Lazy<std::size_t> {
+    auto result = co_await select(out.sendCase(std::move(value)).when(false), defaultCase());
+    co_return result.index();
+  }());
+  EXPECT_EQ(r, 1u);
+  EXPECT_EQ(value, "kept");
+  EXPECT_FALSE(out.tryReceive().has_value());
+}
+
+// Go's nil-channel idiom: merge two channels until both are closed, switching off the
+// case of each one that is done.
+TEST(SelectWhenTest, MergesTwoChannelsUntilBothAreClosed) {
+  ThreadPool pool(2);
+  Channel<int> a, b;
+  auto producer = [](Channel<int>& ch, int from) -> Lazy<void> {
+    for (int i = from; i < from + 100; ++i) co_await ch.send(i);
+    ch.close();
+  };
+  auto merge = [&]() -> Lazy<long> {
+    bool aOpen = true, bOpen = true;
+    long sum = 0;
+    while (aOpen || bOpen) {
+      auto r = co_await select(a.receiveCase().when(aOpen), b.receiveCase().when(bOpen));
+      std::optional<int>& v = r.index() == 0 ? std::get<0>(r) : std::get<1>(r);
+      if (v) {
+        sum += *v;
+      } else {
+        (r.index() == 0 ? aOpen : bOpen) = false;  // closed: never select it again
+      }
+    }
+    co_return sum;
+  };
+  Watchdog watchdog(60s, "SelectWhenTest.MergesTwoChannelsUntilBothAreClosed");
+  auto [pa, pb, m] = syncAwait(collectAllPara(producer(a, 0), producer(b, 1000), merge()), &pool);
+  pa.value();
+  pb.value();
+  EXPECT_EQ(m.value(), 4950 + 104950);
+}
+
+TEST(SelectWhenTest, WithEveryCaseDisabledItWaitsForCancellation) {
+  ThreadPool pool(1);
+  Channel<int> a(1);
+  ASSERT_TRUE(a.trySend(1));
+  CancellationSource source;
+  auto body = [&]() -> Lazy<void> {
+    (void)co_await withCancellation(source.token(), select(a.receiveCase().when(false)));
+  };
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(10ms);
+    source.requestCancellation();
+  });
+  Watchdog watchdog(60s, "SelectWhenTest.WithEveryCaseDisabledItWaitsForCancellation");
+  EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
+  canceller.join();
+  EXPECT_EQ(a.tryReceive(), std::optional<int>(1));
+}
+
 TEST(SelectTest, TheDefaultCaseMayComeFirst) {
   Channel<int> a(1);
   ASSERT_TRUE(a.trySend(4));
