@@ -1,0 +1,235 @@
+#include "io/signal.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "coro/cancellation.h"
+#include "coro/detail/via_awaiter.h"
+
+namespace weft::detail {
+
+namespace {
+
+// The process-wide state behind weft::signal(). Created on first use and never destroyed
+// (its thread runs until the process ends; static destruction would race with it).
+class SignalDispatcher {
+ public:
+  static SignalDispatcher& instance() {
+    static SignalDispatcher* dispatcher = new SignalDispatcher();
+    return *dispatcher;
+  }
+
+  void install(std::uint64_t mask) {
+    std::lock_guard guard(installMutex_);
+    for (int s = 1; s < 64; ++s) {
+      const std::uint64_t bit = std::uint64_t{1} << s;
+      if ((mask & bit) == 0 || (installed_ & bit) != 0) continue;
+      struct sigaction action {};
+      action.sa_handler = &SignalDispatcher::onSignal;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = SA_RESTART;
+      if (::sigaction(s, &action, nullptr) != 0) {
+        throw std::system_error(errno, std::system_category(),
+                                "weft: signal(): sigaction for signal " + std::to_string(s));
+      }
+      installed_ |= bit;
+    }
+  }
+
+  int takePending(std::uint64_t mask) noexcept {
+    std::lock_guard guard(mutex_);
+    return takePendingLocked(mask);
+  }
+
+  int link(SignalWaiter* waiter) noexcept {
+    std::lock_guard guard(mutex_);
+    if (waiter->cancelled) return -1;
+    if (const int s = takePendingLocked(waiter->mask)) return s;
+    waiter->linked = true;
+    waiter->prev = tail_;
+    waiter->next = nullptr;
+    (tail_ != nullptr ? tail_->next : head_) = waiter;
+    tail_ = waiter;
+    return 0;
+  }
+
+  bool unlink(SignalWaiter* waiter) noexcept {
+    std::lock_guard guard(mutex_);
+    if (!waiter->linked) return false;
+    unlinkLocked(waiter);
+    return true;
+  }
+
+  bool cancel(SignalWaiter* waiter) noexcept {
+    std::lock_guard guard(mutex_);
+    if (waiter->delivered != 0) return false;  // a signal came first: it wins
+    waiter->cancelled = true;
+    if (!waiter->linked) return false;
+    unlinkLocked(waiter);
+    return true;
+  }
+
+ private:
+  SignalDispatcher() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      throw std::system_error(errno, std::system_category(), "weft: signal(): pipe");
+    }
+    readFd_ = fds[0];
+    writeFd_.store(fds[1], std::memory_order_release);
+    // A handler never blocks: a full pipe (a storm of signals nobody reads) drops bytes.
+    ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    std::thread([this] { run(); }).detach();
+  }
+
+  // Async-signal-safe: an atomic load, write(2), and errno saved around it.
+  static void onSignal(int s) {
+    const int savedErrno = errno;
+    const int fd = instance().writeFd_.load(std::memory_order_acquire);
+    const unsigned char byte = static_cast<unsigned char>(s);
+    [[maybe_unused]] const ssize_t n = ::write(fd, &byte, 1);
+    errno = savedErrno;
+  }
+
+  // The dispatcher thread: each byte is a signal; every waiter for it is resumed, or it
+  // is kept pending when nobody waits.
+  void run() {
+    for (;;) {
+      unsigned char byte;
+      const ssize_t n = ::read(readFd_, &byte, 1);
+      if (n != 1) {
+        if (n < 0 && errno == EINTR) continue;
+        return;  // the pipe is gone: nothing more will come
+      }
+      const int s = byte;
+      const std::uint64_t bit = std::uint64_t{1} << s;
+      SignalWaiter* ready = nullptr;
+      {
+        std::lock_guard guard(mutex_);
+        for (SignalWaiter* w = head_; w != nullptr;) {
+          SignalWaiter* next = w->next;
+          if ((w->mask & bit) != 0) {
+            unlinkLocked(w);
+            w->delivered = s;
+            w->next = ready;
+            ready = w;
+          }
+          w = next;
+        }
+        if (ready == nullptr) pending_ |= bit;
+      }
+      while (ready != nullptr) {
+        SignalWaiter* w = ready;
+        ready = w->next;
+        resumeSignalWaiter(w);
+      }
+    }
+  }
+
+  int takePendingLocked(std::uint64_t mask) noexcept {
+    const std::uint64_t hits = pending_ & mask;
+    if (hits == 0) return 0;
+    const int s = __builtin_ctzll(hits);
+    pending_ &= ~(std::uint64_t{1} << s);
+    return s;
+  }
+
+  void unlinkLocked(SignalWaiter* waiter) noexcept {
+    (waiter->prev != nullptr ? waiter->prev->next : head_) = waiter->next;
+    (waiter->next != nullptr ? waiter->next->prev : tail_) = waiter->prev;
+    waiter->next = waiter->prev = nullptr;
+    waiter->linked = false;
+  }
+
+  std::mutex installMutex_;
+  std::uint64_t installed_ = 0;  // guarded by installMutex_
+  int readFd_ = -1;
+  std::atomic<int> writeFd_{-1};
+  std::mutex mutex_;
+  SignalWaiter* head_ = nullptr;  // guarded by mutex_
+  SignalWaiter* tail_ = nullptr;  // guarded by mutex_
+  std::uint64_t pending_ = 0;     // guarded by mutex_
+};
+
+}  // namespace
+
+void installSignalHandlers(std::uint64_t mask) { SignalDispatcher::instance().install(mask); }
+
+int takePendingSignal(std::uint64_t mask) noexcept {
+  return SignalDispatcher::instance().takePending(mask);
+}
+
+int linkSignalWaiter(SignalWaiter* waiter) noexcept {
+  return SignalDispatcher::instance().link(waiter);
+}
+
+bool unlinkSignalWaiter(SignalWaiter* waiter) noexcept {
+  return SignalDispatcher::instance().unlink(waiter);
+}
+
+bool cancelSignalWaiter(SignalWaiter* waiter) noexcept {
+  return SignalDispatcher::instance().cancel(waiter);
+}
+
+void resumeSignalWaiter(SignalWaiter* waiter) noexcept {
+  if (waiter->executor == nullptr) {
+    waiter->handle.resume();
+    return;
+  }
+  try {
+    waiter->executor->schedule(waiter->handle);
+  } catch (...) {
+    abortExecutorGone(waiter->executor);
+  }
+}
+
+void throwBadSignal(int signal) {
+  throw std::invalid_argument("weft: signal(): bad signal number " + std::to_string(signal) +
+                              " (1..63, not SIGKILL or SIGSTOP)");
+}
+
+SignalWaitAwaiter::~SignalWaitAwaiter() {
+  onCancel_.reset();
+  // Destroyed while waiting (its coroutine destroyed): leave the list, unless a signal
+  // (or the cancellation) took us out to resume us.
+  if (suspended_ && !unlinkSignalWaiter(&waiter_)) {
+    abortDestroyedWhileResuming("weft::signal()", "a delivered signal or the cancellation");
+  }
+}
+
+bool SignalWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
+  waiter_.handle = awaiting;
+  // Registered before linking; the dispatcher's lock decides between a signal and the
+  // cancellation: a linked waiter is resumed by whichever unlinks it, and one cancelled
+  // before it is linked is never linked.
+  if (token_ != nullptr && token_->canBeCancelled()) {
+    onCancel_.emplace(*token_, [this] {
+      if (cancelSignalWaiter(&waiter_)) resumeSignalWaiter(&waiter_);
+    });
+  }
+  suspended_ = true;  // before linking: once linked, we may be resumed at any moment
+  const int taken = linkSignalWaiter(&waiter_);
+  if (taken == 0) return true;
+  suspended_ = false;
+  if (taken > 0) waiter_.delivered = taken;  // one came in since await_ready
+  return false;                              // (or the wait was cancelled already)
+}
+
+int SignalWaitAwaiter::await_resume() {
+  onCancel_.reset();  // waits for a callback running on another thread
+  suspended_ = false;
+  if (waiter_.delivered == 0) throw OperationCancelled();
+  return waiter_.delivered;
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,123 @@
+#pragma once
+
+#include <concepts>
+#include <coroutine>
+#include <cstdint>
+#include <optional>
+
+#include "coro/cancellation.h"
+#include "executors/executor.h"
+
+namespace weft {
+
+namespace detail {
+
+// One coroutine (or fiber) waiting in weft::signal(): linked in the process-wide signal
+// dispatcher (io/signal.cc) while it waits.
+struct SignalWaiter {
+  std::uint64_t mask = 0;  // bit n: signal n
+  std::coroutine_handle<> handle;
+  Executor* executor = nullptr;
+  // Guarded by the dispatcher's mutex:
+  int delivered = 0;       // the signal, once delivered
+  bool linked = false;     // in the dispatcher's list
+  bool cancelled = false;  // its wait was cancelled (before or while linked)
+  SignalWaiter* next = nullptr;
+  SignalWaiter* prev = nullptr;
+};
+
+// The dispatcher's side (io/signal.cc). Each is thread-safe.
+// Installs weft's handler for every signal in `mask` (once per signal, for the rest of
+// the process) and starts the dispatcher thread. Errors: std::system_error.
+void installSignalHandlers(std::uint64_t mask);
+// A signal of `mask` delivered while nobody waited for it (taken: it is no longer
+// pending), else 0.
+int takePendingSignal(std::uint64_t mask) noexcept;
+// Links `waiter` and returns 0, unless a signal of its mask is pending (returns it,
+// taken) or its wait was cancelled already (returns -1); then links nothing.
+int linkSignalWaiter(SignalWaiter* waiter) noexcept;
+// Unlinks `waiter` if it is still linked (true); false if it is not (a signal was
+// delivered to it and its resumption is under way, or it was never linked).
+bool unlinkSignalWaiter(SignalWaiter* waiter) noexcept;
+// Cancels `waiter`'s wait: unlinks it if linked (true: the caller resumes it); marks it
+// cancelled if not linked yet, so that it never is (false).
+bool cancelSignalWaiter(SignalWaiter* waiter) noexcept;
+// Resumes a waiter taken out of the list (on its executor; inline without one).
+void resumeSignalWaiter(SignalWaiter* waiter) noexcept;
+[[noreturn]] void throwBadSignal(int signal);
+
+class SignalWaitAwaiter {
+ public:
+  SignalWaitAwaiter(std::uint64_t mask, Executor* executor, const CancellationToken* token) noexcept
+      : token_(token) {
+    waiter_.mask = mask;
+    waiter_.executor = executor;
+  }
+  SignalWaitAwaiter(const SignalWaitAwaiter&) = delete;
+  SignalWaitAwaiter& operator=(const SignalWaitAwaiter&) = delete;
+  ~SignalWaitAwaiter();
+
+  bool await_ready() noexcept {
+    waiter_.delivered = takePendingSignal(waiter_.mask);
+    return waiter_.delivered != 0;
+  }
+  bool await_suspend(std::coroutine_handle<> awaiting);
+  int await_resume();
+
+ private:
+  SignalWaiter waiter_;
+  const CancellationToken* token_;
+  std::optional<CancellationCallback> onCancel_;
+  bool suspended_ = false;  // between a successful link and the resumption
+};
+
+struct SignalWait {
+  std::uint64_t mask;
+  SignalWaitAwaiter coAwait(Executor* executor, const CancellationToken& token) const noexcept {
+    return SignalWaitAwaiter(mask, executor, &token);
+  }
+  SignalWaitAwaiter operator co_await() const noexcept {
+    return SignalWaitAwaiter(mask, nullptr, nullptr);
+  }
+};
+
+}  // namespace detail
+
+// `co_await weft::signal(SIGTERM, SIGINT)`: waits until one of the given signals is
+// delivered to the process and returns its number: the one line a service needs to start
+// a graceful shutdown. From a fiber: `weft::await(weft::signal(SIGTERM))`.
+//
+// Semantics: the first call for a signal installs weft's handler for it (sigaction), for
+// the rest of the process; the handler only writes the signal's number to a pipe, which a
+// process-wide dispatcher thread reads. Every coroutine waiting for that signal then
+// resumes (on its executor) with it; a signal that arrives while nobody waits is kept
+// (once per signal) for the next wait. So it works whenever it is called, on any thread,
+// before or after the pool's threads exist (unlike SignalSet, whose signalfd needs the
+// signals blocked in every thread). Until the first signal() for a signal, that signal
+// keeps its previous disposition (SIGTERM's default ends the process): call signal()
+// early, e.g. `auto stop = weft::signal(SIGTERM);` in main, and co_await it later. Do not
+// use both for the same signal: SignalSet's blocked mask keeps the handler from running.
+//
+// Preconditions: signal numbers in 1..63, not SIGKILL or SIGSTOP.
+// Errors: std::invalid_argument for a bad signal number (thrown by signal()),
+// std::system_error if the handler or the dispatcher cannot be installed;
+// OperationCancelled when the awaiting coroutine is cancelled while it waits (no signal
+// is taken then).
+// Thread safety: any number of coroutines may wait at once, for any signals.
+//
+// Example:
+//   int which = co_await weft::signal(SIGTERM, SIGINT);
+//   std::printf("stopping on signal %d\n", which);
+template <class... Signals>
+  requires(sizeof...(Signals) > 0 && (std::same_as<Signals, int> && ...))
+detail::SignalWait signal(Signals... signals) {
+  std::uint64_t mask = 0;
+  for (int s : {signals...}) {
+    if (s <= 0 || s >= 64) detail::throwBadSignal(s);
+    mask |= std::uint64_t{1} << s;
+  }
+  detail::installSignalHandlers(mask);
+  return detail::SignalWait{mask};
+}
+
+}  // namespace weft

@@ -1,0 +1,135 @@
+#include "io/signal.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <unistd.h>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+
+#include "coro/cancellation.h"
+#include "coro/current_executor.h"
+#include "coro/lazy.h"
+#include "coro/sleep.h"
+#include "coro/sync_await.h"
+#include "coro/task_group.h"
+#include "coro/with_cancellation.h"
+#include "coro/with_timeout.h"
+#include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Watchdog;
+
+// Raises `s` at the process from another thread once `ready` is set (the waiters are in
+// place), again every 10 ms until `stop`: a wait that starts late still gets one.
+class Raiser {
+ public:
+  Raiser(int s, std::atomic<bool>& ready) : thread_([this, s, &ready] {
+    while (!ready.load()) std::this_thread::sleep_for(1ms);
+    while (!stop_.load()) {
+      ::kill(::getpid(), s);
+      std::this_thread::sleep_for(10ms);
+    }
+  }) {}
+  ~Raiser() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(SignalTest, AWaitReturnsTheSignalDelivered) {
+  ThreadPool pool(2);  // its threads exist before the first signal(): no mask needed
+  std::atomic<bool> ready{true};
+  // Until weft's handler is installed (the first signal() for SIGUSR1), SIGUSR1 would
+  // take its default action and end the process: install it before raising.
+  auto wait = signal(SIGUSR2, SIGUSR1);
+  auto body = [&]() -> Lazy<int> { co_return co_await wait; };
+  Raiser raiser(SIGUSR1, ready);
+  Watchdog watchdog(60s, "SignalTest.AWaitReturnsTheSignalDelivered");
+  EXPECT_EQ(syncAwait(body(), &pool), SIGUSR1);
+}
+
+TEST(SignalTest, EveryWaiterForTheSignalIsWokenAndOthersAreNot) {
+  ThreadPool pool(2);
+  std::atomic<int> woken{0};
+  std::atomic<bool> ready{false};
+  (void)signal(SIGUSR1);  // installed before the raiser starts
+  auto body = [&]() -> Lazy<void> {
+    TaskGroup<> group(co_await currentExecutor());
+    auto waiter = [&]() -> Lazy<void> {
+      EXPECT_EQ(co_await signal(SIGUSR1), SIGUSR1);
+      woken.fetch_add(1);
+    };
+    for (int i = 0; i < 4; ++i) group.spawn(waiter());
+    // A waiter for another signal only: still waiting when the group is cancelled.
+    CancellationSource other;
+    auto otherWaiter = [&]() -> Lazy<void> {
+      EXPECT_THROW((void)co_await withCancellation(other.token(), signal(SIGUSR2)),
+                   OperationCancelled);
+    };
+    group.spawn(otherWaiter());
+    ready = true;
+    while (woken.load() < 4) co_await sleep(1ms);
+    other.requestCancellation();
+    co_await group.join();
+  };
+  Raiser raiser(SIGUSR1, ready);
+  Watchdog watchdog(60s, "SignalTest.EveryWaiterForTheSignalIsWokenAndOthersAreNot");
+  syncAwait(body(), &pool);
+  EXPECT_EQ(woken.load(), 4);
+}
+
+TEST(SignalTest, ASignalNobodyWaitedForIsKeptForTheNextWait) {
+  ThreadPool pool(1);
+  (void)signal(SIGUSR2);  // installs the handler
+  ::kill(::getpid(), SIGUSR2);
+  std::this_thread::sleep_for(50ms);  // the dispatcher has it by now (else the wait waits)
+  auto body = []() -> Lazy<int> { co_return co_await signal(SIGUSR2); };
+  Watchdog watchdog(60s, "SignalTest.ASignalNobodyWaitedForIsKeptForTheNextWait");
+  EXPECT_EQ(syncAwait(body(), &pool), SIGUSR2);
+}
+
+TEST(SignalTest, AWaitIsCancellableAndTakesNothing) {
+  ThreadPool pool(1);
+  auto body = []() -> Lazy<void> { (void)co_await withTimeout(signal(SIGUSR2), 10ms); };
+  Watchdog watchdog(60s, "SignalTest.AWaitIsCancellableAndTakesNothing");
+  EXPECT_THROW(syncAwait(body(), &pool), TimeoutError);
+  CancellationSource source;
+  source.requestCancellation();
+  auto early = [&]() -> Lazy<void> {
+    (void)co_await withCancellation(source.token(), signal(SIGUSR2));
+  };
+  EXPECT_THROW(syncAwait(early(), &pool), OperationCancelled);
+}
+
+TEST(SignalTest, FromAFiber) {
+  ThreadPool pool(2);
+  std::atomic<bool> ready{true};
+  (void)signal(SIGUSR1);  // installed before the raiser starts
+  Raiser raiser(SIGUSR1, ready);
+  auto fiber = spawnFiber(&pool, [] { return weft::await(signal(SIGUSR1)); });
+  Watchdog watchdog(60s, "SignalTest.FromAFiber");
+  EXPECT_EQ(syncAwait(std::move(fiber)), SIGUSR1);
+}
+
+TEST(SignalTest, BadSignalNumbersAreRejected) {
+  EXPECT_THROW((void)signal(0), std::invalid_argument);
+  EXPECT_THROW((void)signal(64), std::invalid_argument);
+  EXPECT_THROW((void)signal(SIGKILL), std::system_error);
+}
+
+}  // namespace
+}  // namespace weft
