@@ -1,0 +1,132 @@
+#include "coro/shared_task.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "coro/cancellation.h"
+#include "coro/collect.h"
+#include "coro/lazy.h"
+#include "coro/sleep.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/with_cancellation.h"
+#include "coro/with_timeout.h"
+#include "coro/yield.h"
+#include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
+#include "test/support/watchdog.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Watchdog;
+
+TEST(SharedTaskTest, ManyAwaitersOneRunEveryoneGetsTheValue) {
+  ThreadPool pool(2);
+  std::atomic<int> runs{0};
+  auto work = [&]() -> Lazy<int> {
+    runs.fetch_add(1);
+    co_await sleep(5ms);
+    co_return 42;
+  };
+  SharedTask<int> shared = share(work());
+  auto awaiter = [](SharedTask<int> s) -> Lazy<int> { co_return co_await s; };
+  std::vector<Lazy<int>> awaiters;
+  for (int i = 0; i < 200; ++i) awaiters.push_back(awaiter(shared));
+  Watchdog watchdog(60s, "SharedTaskTest.ManyAwaitersOneRunEveryoneGetsTheValue");
+  for (auto& r : syncAwait(collectAllPara(std::move(awaiters)), &pool)) EXPECT_EQ(r.value(), 42);
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_TRUE(shared.ready());
+  EXPECT_EQ(syncAwait(awaiter(shared), &pool), 42);  // after the end: at once, same value
+  EXPECT_EQ(runs.load(), 1);
+}
+
+TEST(SharedTaskTest, NothingRunsUntilTheFirstAwait) {
+  ThreadPool pool(1);
+  std::atomic<int> runs{0};
+  auto work = [&]() -> Lazy<void> {
+    runs.fetch_add(1);
+    co_return;
+  };
+  SharedTask<void> shared = share(work().via(&pool));
+  std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(runs.load(), 0);
+  EXPECT_FALSE(shared.ready());
+  syncAwait(shared);
+  EXPECT_EQ(runs.load(), 1);
+}
+
+TEST(SharedTaskTest, TheExceptionReachesEveryAwaiter) {
+  ThreadPool pool(2);
+  auto work = []() -> Lazy<int> {
+    co_await yield();
+    throw std::runtime_error("shared failure");
+  };
+  SharedTask<int> shared = share(work());
+  auto awaiter = [](SharedTask<int> s) -> Lazy<int> { co_return co_await s; };
+  std::vector<Lazy<int>> awaiters;
+  for (int i = 0; i < 20; ++i) awaiters.push_back(awaiter(shared));
+  for (auto& r : syncAwait(collectAllPara(std::move(awaiters)), &pool)) {
+    EXPECT_THROW(r.value(), std::runtime_error);
+  }
+}
+
+TEST(SharedTaskTest, ACancelledAwaiterLeavesAndTheWorkGoesOnForTheOthers) {
+  ThreadPool pool(2);
+  std::atomic<bool> release{false};
+  auto work = [&]() -> Lazy<int> {
+    while (!release.load()) co_await sleep(1ms);
+    co_return 7;
+  };
+  SharedTask<int> shared = share(work());
+  auto impatient = [](SharedTask<int> s) -> Lazy<int> { co_return co_await withTimeout(s, 5ms); };
+  Watchdog watchdog(60s, "SharedTaskTest.ACancelledAwaiterLeaves");
+  EXPECT_THROW(syncAwait(impatient(shared), &pool), TimeoutError);
+  auto patient = [](SharedTask<int> s) -> Lazy<int> { co_return co_await s; };
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(10ms);
+    release = true;
+  });
+  EXPECT_EQ(syncAwait(patient(shared), &pool), 7);
+  releaser.join();
+}
+
+TEST(SharedTaskTest, ATaskRunsOnItsExecutorAndFibersAwaitToo) {
+  ThreadPool pool(1);
+  ThreadPool other(1);
+  auto work = [&]() -> Lazy<bool> { co_return other.currentThreadInExecutor(); };
+  SharedTask<bool> shared = share(work().via(&other));
+  auto fiber = spawnFiber(&pool, [shared] { return weft::await(shared); });
+  EXPECT_TRUE(syncAwait(std::move(fiber)));
+  EXPECT_TRUE(syncAwait(shared));
+}
+
+TEST(SharedTaskTest, TheWorkFinishesEvenIfEveryCopyIsDropped) {
+  ThreadPool pool(2);
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<bool> started{false};
+  auto work = [finished, &started]() -> Lazy<void> {
+    started = true;
+    co_await sleep(10ms);
+    *finished = true;
+  };
+  {
+    SharedTask<void> shared = share(work());
+    auto impatient = [](SharedTask<void> s) -> Lazy<void> { co_await withTimeout(s, 1ms); };
+    EXPECT_THROW(syncAwait(impatient(shared), &pool), TimeoutError);
+  }  // every copy gone while the work sleeps
+  Watchdog watchdog(60s, "SharedTaskTest.TheWorkFinishesEvenIfEveryCopyIsDropped");
+  while (!finished->load()) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(started.load());
+}
+
+}  // namespace
+}  // namespace weft
