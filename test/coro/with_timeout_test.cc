@@ -23,6 +23,8 @@
 #include "coro/yield.h"
 #include "executors/detail/timer_queue.h"
 #include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
 #include "test/support/timer_probe_executor.h"
@@ -282,6 +284,18 @@ TEST(WithTimeoutAwaitableTest, AUsersCancellationAwareAwaitableIsCancelled) {
   auto body = [&]() -> Lazy<void> { co_await withTimeout(CancellableWait{}, 5ms); };
   Watchdog watchdog(60s, "WithTimeoutAwaitableTest.AUsersCancellationAwareAwaitableIsCancelled");
   EXPECT_THROW(syncAwait(body(), &pool), TimeoutError);
+}
+
+TEST(WithTimeoutAwaitableTest, FromAFiber) {
+  ThreadPool pool(2);
+  Channel<int> channel(1);
+  auto fiber = spawnFiber(&pool, [&] {
+    EXPECT_THROW((void)weft::await(withTimeout(channel.receive(), 5ms)), TimeoutError);
+    weft::await(channel.send(3));
+    return *weft::await(withTimeout(channel.receive(), 1h));
+  });
+  Watchdog watchdog(60s, "WithTimeoutAwaitableTest.FromAFiber");
+  EXPECT_EQ(syncAwait(std::move(fiber)), 3);
 }
 
 TEST(WithCancellationAwaitableTest, BindsTheTokenToAnAwaitable) {
