@@ -77,17 +77,7 @@ struct SharedTaskState {
     for (SharedTaskWaiter* w : wake) resume(w);
   }
 
-  static void resume(SharedTaskWaiter* w) noexcept {
-    if (w->executor == nullptr) {
-      w->handle.resume();
-      return;
-    }
-    try {
-      w->executor->schedule(w->handle);
-    } catch (...) {
-      abortExecutorGone(w->executor);
-    }
-  }
+  static void resume(SharedTaskWaiter* w) noexcept { resumeWaiterOn(w->executor, w->handle); }
 
   bool unlink(SharedTaskWaiter* w) noexcept {  // under lock
     if (!w->linked) return false;

@@ -56,15 +56,7 @@ struct TaskGroupWaiter {
 
 // Resumes a waiter taken out of the group's lists: on its executor, else inline.
 inline void resumeTaskGroupWaiter(TaskGroupWaiter* waiter) noexcept {
-  if (waiter->executor == nullptr) {
-    waiter->handle.resume();
-    return;
-  }
-  try {
-    waiter->executor->schedule(waiter->handle);
-  } catch (...) {
-    abortExecutorGone(waiter->executor);
-  }
+  resumeWaiterOn(waiter->executor, waiter->handle);
 }
 
 }  // namespace detail

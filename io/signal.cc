@@ -182,15 +182,7 @@ bool cancelSignalWaiter(SignalWaiter* waiter) noexcept {
 }
 
 void resumeSignalWaiter(SignalWaiter* waiter) noexcept {
-  if (waiter->executor == nullptr) {
-    waiter->handle.resume();
-    return;
-  }
-  try {
-    waiter->executor->schedule(waiter->handle);
-  } catch (...) {
-    abortExecutorGone(waiter->executor);
-  }
+  resumeWaiterOn(waiter->executor, waiter->handle);
 }
 
 void throwBadSignal(int signal) {

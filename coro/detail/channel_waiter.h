@@ -274,15 +274,7 @@ WEFT_NOINLINE inline void resumeChannelWaiterInline(ChannelWaiter* node) noexcep
 // executor, it is resumed directly on the requesting thread (one level of nesting per
 // cancellation request).
 inline void resumeSelectWaiter(SelectState* select) noexcept {
-  if (select->executor == nullptr) {
-    select->handle.resume();
-    return;
-  }
-  try {
-    select->executor->schedule(select->handle);
-  } catch (...) {
-    abortExecutorGone(select->executor);
-  }
+  resumeWaiterOn(select->executor, select->handle);
 }
 
 }  // namespace weft::detail

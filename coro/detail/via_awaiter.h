@@ -54,6 +54,21 @@ using AwaiterOf = decltype(getAwaiter(std::declval<A>()));
   std::abort();
 }
 
+// Resumes `handle` of a waiter taken out of a wait list: scheduled on `executor`, or
+// inline on this thread when it has none. noexcept: an executor that refuses (shut down
+// under a suspended coroutine) is reported and fatal (abortExecutorGone).
+inline void resumeWaiterOn(Executor* executor, std::coroutine_handle<> handle) noexcept {
+  if (executor == nullptr) {
+    handle.resume();
+    return;
+  }
+  try {
+    executor->schedule(handle);
+  } catch (...) {
+    abortExecutorGone(executor);
+  }
+}
+
 // Resumes `target` on `executor`: inline (by symmetric transfer) when the calling thread
 // already belongs to the executor, otherwise by scheduling it there.
 inline std::coroutine_handle<> resumeOnExecutor(Executor* executor,
