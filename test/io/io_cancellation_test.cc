@@ -58,6 +58,8 @@
 #include "io/socket_address.h"
 #include "io/tcp_listener.h"
 #include "io/tcp_stream.h"
+#include "stackful/await.h"
+#include "stackful/in_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/io_support.h"
 #include "test/support/watchdog.h"
@@ -403,6 +405,34 @@ TEST_P(IoCancellationTest, CancelledBeforeTheAwaitThrowsAtOnceAndReadsNothing) {
     local.setNativeLength(length);
     return local;
   }());
+}
+
+// A timeout on a task reaches a read that blocking-style code started in a fiber (inFiber):
+// the read is withdrawn at once, and the stream stays usable.
+TEST_P(IoCancellationTest, InFiberReadTimeoutEndsTheFibersReadAtOnce) {
+  test::Watchdog watchdog(60s, "InFiberReadTimeout");
+  ThreadPool pool(options(2));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  std::atomic<bool> sawCancellation{false};
+  auto task = [&]() -> Lazy<void> {
+    co_await inFiber([&] {
+      std::byte buffer[64];
+      try {
+        (void)weft::await(pair.stream.read(buffer));  // the peer writes nothing yet
+      } catch (const OperationCancelled&) {
+        sawCancellation = true;
+        throw;
+      }
+    });
+  };
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(syncAwait(withTimeout(task(), 50ms), &pool), TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // far below a hang
+  EXPECT_TRUE(sawCancellation.load());
+  const std::string message = "after the timeout";
+  ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), message.data(), message.size()));
+  std::byte got[32];
+  ASSERT_EQ(syncAwait(readCounted(pair.stream, got).via(&pool)), message.size());
 }
 
 TEST_P(IoCancellationTest, CancelledDuringTheWaitThrowsAndLaterDataStaysReadable) {

@@ -2,10 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
-#include <cstddef>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -22,10 +20,8 @@
 #include "coro/with_cancellation.h"
 #include "coro/with_timeout.h"
 #include "executors/thread_pool.h"
-#include "io/tcp_stream.h"
 #include "stackful/await.h"
 #include "stackful/spawn_fiber.h"
-#include "test/support/io_support.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -135,14 +131,9 @@ TEST_F(InFiberTimeoutTest, AFiberWaitingForAMutex) {
   mutex.unlock();
 }
 
-TEST_F(InFiberTimeoutTest, AFiberWaitingForASocket) {
-  ThreadPool ioPool(1);
-  test::StreamAndPeer pair = test::connectedPair(ioPool);
-  expectTimeoutReachesFiber([&] {
-    std::array<std::byte, 64> buffer;
-    (void)weft::await(pair.stream.read(buffer));  // the peer never writes
-  });
-}
+// A fiber waiting for a socket: test/io/io_cancellation_test.cc (InFiberReadTimeout), on
+// both I/O backends; the stackful tests also run under valgrind, which does not follow
+// io_uring.
 
 TEST(InFiberTest, WithTimeoutTakesAnInFiberDirectly) {
   ThreadPool pool(1);
