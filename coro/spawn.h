@@ -116,11 +116,14 @@ class [[nodiscard]] JoinHandle {
  public:
   using ValueType = T;
 
-  JoinHandle(JoinHandle&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  JoinHandle(JoinHandle&& other) noexcept
+      : state_(std::exchange(other.state_, nullptr)),
+        executor_(std::exchange(other.executor_, nullptr)) {}
   JoinHandle& operator=(JoinHandle&& other) noexcept {
     if (this != &other) {
       release();
       state_ = std::exchange(other.state_, nullptr);
+      executor_ = std::exchange(other.executor_, nullptr);
     }
     return *this;
   }

@@ -153,6 +153,22 @@ TEST(SpawnTest, ATaskKeepsItsExecutorAndSyncAwaitWorksFromOutside) {
   EXPECT_EQ(syncAwait(std::move(second)), 3);
 }
 
+TEST(SpawnTest, SyncAwaitOfAMovedHandleOnItsExecutorIsRefused) {
+  ThreadPool pool(1);
+  JoinHandle<int> first = spawn(&pool, valueAfterYield(5));
+  JoinHandle<int> moved = std::move(first);  // the executor moves with the task
+  auto onPool = [&]() -> Lazy<bool> {
+    try {
+      (void)syncAwait(std::move(moved));
+    } catch (const SyncAwaitDeadlock&) {
+      co_return true;
+    }
+    co_return false;
+  };
+  EXPECT_TRUE(syncAwait(onPool(), &pool));
+  EXPECT_EQ(syncAwait(std::move(moved)), 5);  // refused calls leave the handle untouched
+}
+
 TEST(SpawnTest, ANullExecutorIsRejected) {
   EXPECT_THROW((void)spawn(nullptr, valueAfterYield(1)), std::invalid_argument);
 }
