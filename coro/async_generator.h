@@ -108,10 +108,12 @@ class AsyncGeneratorNextAwaiter {
 
   // noexcept: only stores three words (or aborts on a second next() in progress), then
   // transfers to the body.
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> consumer) noexcept {
+  template <class Promise>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> consumer) noexcept {
     AsyncGeneratorPromise<T>& promise = generator_.promise();
     promise.enterNext();
     promise.setContinuation(consumer);
+    promise.setAsyncParent(asyncParentOf(consumer));
     promise.setExecutor(executor_);
     promise.setCancellationToken(token_);
     return generator_;

@@ -28,7 +28,19 @@ namespace detail {
 class CollectBarrier final : public CompletionSink {
  public:
   explicit CollectBarrier(std::size_t branches) noexcept
-      : CompletionSink(&CollectBarrier::complete), pending_(branches + 1) {}
+      : CompletionSink(&CollectBarrier::complete,
+                       [](const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
+                         return describeAlgorithm(
+                             trace, "collectAll",
+                             static_cast<const CollectBarrier*>(sink)->algorithm_.promise());
+                       }),
+        pending_(branches + 1) {}
+
+  // The collect's coroutine, for its branches' async backtraces: before any branch starts.
+  template <class Promise>
+  void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
+    algorithm_.record(collect);
+  }
 
   // Starts one branch: scheduled on `executor` when `parallel` and there is one,
   // otherwise run right here until it first suspends or finishes. Either way it inherits
@@ -73,6 +85,7 @@ class CollectBarrier final : public CompletionSink {
 
   std::atomic<std::size_t> pending_;
   std::coroutine_handle<> awaiting_;
+  AlgorithmCoroutine algorithm_;
 };
 
 // Awaited inside the collect's own coroutine: starts every branch, then waits for all.
@@ -89,7 +102,9 @@ class CollectAwaiter {
   struct Ref {
     CollectAwaiter* self;
     bool await_ready() const noexcept { return self->branches_ == 0; }
-    bool await_suspend(std::coroutine_handle<> awaiting) {
+    template <class Promise>
+    bool await_suspend(std::coroutine_handle<Promise> awaiting) {
+      self->barrier_.recordAlgorithm(awaiting);
       self->startAll_(self->barrier_);
       return self->barrier_.arriveAndSuspend(awaiting);
     }
@@ -146,7 +161,13 @@ Lazy<std::vector<Try<T>>> collectRange(std::vector<Lazy<T>> branches) {
 template <class T>
 class FailFastSink final : public CompletionSink {
  public:
-  FailFastSink() noexcept : CompletionSink(&FailFastSink::complete) {}
+  FailFastSink() noexcept
+      : CompletionSink(&FailFastSink::complete,
+                       [](const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
+                         return describeAlgorithm(
+                             trace, "collectAllFailFast",
+                             static_cast<const FailFastSink*>(sink)->barrier->algorithm());
+                       }) {}
   CancellingBarrier* barrier = nullptr;
   LazyPromise<T>* promise = nullptr;
 
@@ -233,7 +254,12 @@ class WindowBarrier final : public CompletionSink {
  public:
   WindowBarrier(std::vector<Lazy<T>>& branches, std::size_t window, Executor* executor,
                 const CancellationToken* token, bool parallel) noexcept
-      : CompletionSink(&WindowBarrier::complete),
+      : CompletionSink(&WindowBarrier::complete,
+                       [](const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
+                         return describeAlgorithm(
+                             trace, "collectAllWindowed",
+                             static_cast<const WindowBarrier*>(sink)->algorithm_.promise());
+                       }),
         branches_(branches),
         executor_(executor),
         token_(token),
@@ -259,6 +285,11 @@ class WindowBarrier final : public CompletionSink {
         (void)finishOne();
       }
     }
+  }
+
+  template <class Promise>
+  void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
+    algorithm_.record(collect);
   }
 
   bool arriveAndSuspend(std::coroutine_handle<> awaiting) noexcept {
@@ -320,6 +351,7 @@ class WindowBarrier final : public CompletionSink {
   std::atomic<std::size_t> next_;
   std::atomic<std::size_t> pending_;
   std::coroutine_handle<> awaiting_;
+  AlgorithmCoroutine algorithm_;
 };
 
 template <bool kParallel, class T>

@@ -73,7 +73,13 @@ class AnyBarrier : public CancellingBarrier {
 // One per branch: tells the barrier which branch finished.
 class AnyBranchSink final : public CompletionSink {
  public:
-  AnyBranchSink() noexcept : CompletionSink(&AnyBranchSink::complete) {}
+  AnyBranchSink() noexcept
+      : CompletionSink(&AnyBranchSink::complete,
+                       [](const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
+                         return describeAlgorithm(
+                             trace, "collectAny",
+                             static_cast<const AnyBranchSink*>(sink)->barrier->algorithm());
+                       }) {}
   AnyBarrier* barrier = nullptr;
   std::size_t index = 0;
 

@@ -87,7 +87,8 @@ class ConditionVariablePredicateAwaiter {
   // The predicate already holds: done. Rethrows what it throws.
   bool await_ready() { return static_cast<bool>(predicate_()); }
   // Throws std::bad_alloc if the loop's frame cannot be allocated (nothing is waiting).
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting);
+  template <class Promise>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting);
   // Rethrows what the loop threw (OperationCancelled, the predicate's exception).
   void await_resume() {
     if (loop_.valid()) LazyAccess::handle(loop_).promise().result_.value();
@@ -316,11 +317,13 @@ bool ConditionVariableWaitAwaiter::await_suspend(std::coroutine_handle<> awaitin
 }
 
 template <class Predicate>
+template <class Promise>
 std::coroutine_handle<> ConditionVariablePredicateAwaiter<Predicate>::await_suspend(
-    std::coroutine_handle<> awaiting) {
+    std::coroutine_handle<Promise> awaiting) {
   loop_ = cv_.waitLoop(mutex_, predicate_);
   std::coroutine_handle<LazyPromise<void>> loop = LazyAccess::handle(loop_);
   loop.promise().setContinuation(awaiting);
+  loop.promise().setAsyncParent(asyncParentOf(awaiting));
   loop.promise().setExecutor(executor_);
   loop.promise().setCancellationToken(token_);
   // Symmetric transfer into the loop; it transfers back to `awaiting` when it finishes.

@@ -72,11 +72,13 @@ class LazyAwaiter {
 
   // Starts the awaited Lazy by symmetric transfer; it transfers back when it finishes.
   // A Lazy awaited inside a weft coroutine inherits that coroutine's executor and
-  // cancellation token. noexcept: only stores three words.
+  // cancellation token, and records who awaits it (for async backtraces). noexcept: only
+  // stores four words.
   template <class Promise>
   std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
     LazyPromiseBase& promise = handle_.promise();
     promise.setContinuation(awaiting);
+    promise.setAsyncParent(asyncParentOf(awaiting));
     if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       promise.setExecutor(awaiting.promise().executor());
       promise.setCancellationToken(awaiting.promise().cancellationTokenPointer());
@@ -101,7 +103,12 @@ template <class T, class Callback>
 class StartSink final : public CompletionSink {
  public:
   StartSink(std::coroutine_handle<LazyPromise<T>> handle, Callback&& callback)
-      : CompletionSink(&StartSink::complete), handle_(handle), callback_(std::move(callback)) {}
+      : CompletionSink(&StartSink::complete,
+                       [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
+                         return describeRoot(trace, "start()");
+                       }),
+        handle_(handle),
+        callback_(std::move(callback)) {}
 
  private:
   // noexcept: runs inside the final suspend. A callback that throws has nobody to

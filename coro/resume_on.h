@@ -20,8 +20,14 @@ class FiberDriverPromise;  // stackful/detail/await_link.h: a fiber's driver
 // coroutine finishes on one of its threads), as after any await. Frees itself.
 class ResumeOnHomeSink final : public CompletionSink, public FrameAllocated {
  public:
-  ResumeOnHomeSink(Executor* home, std::coroutine_handle<> awaiter) noexcept
-      : CompletionSink(&ResumeOnHomeSink::complete), home_(home), awaiter_(awaiter) {}
+  ResumeOnHomeSink(Executor* home, std::coroutine_handle<> awaiter, AsyncParent parent) noexcept
+      : CompletionSink(&ResumeOnHomeSink::complete,
+                       [](const CompletionSink* sink, AsyncBacktrace&) noexcept {
+                         return static_cast<const ResumeOnHomeSink*>(sink)->parent_;
+                       }),
+        home_(home),
+        awaiter_(awaiter),
+        parent_(parent) {}
 
   static bool isOne(const CompletionSink* sink) noexcept {
     return sink != nullptr && sink->onComplete_ == &ResumeOnHomeSink::complete;
@@ -39,6 +45,7 @@ class ResumeOnHomeSink final : public CompletionSink, public FrameAllocated {
 
   Executor* home_;
   std::coroutine_handle<> awaiter_;
+  AsyncParent parent_;  // who awaits the coroutine (the hop is not shown)
 };
 
 // The awaiter of `co_await resumeOn(target)`.
@@ -69,7 +76,7 @@ class ResumeOnAwaiter {
       const std::coroutine_handle<> awaiter = promise.continuation();
       ResumeOnHomeSink* home = nullptr;
       if (previous != nullptr && previous != target_ && awaiter) {
-        home = new ResumeOnHomeSink(previous, awaiter);
+        home = new ResumeOnHomeSink(previous, awaiter, promise.asyncParent());
         promise.setCompletionSink(home);
       }
       promise.setExecutor(target_);

@@ -36,7 +36,12 @@ class SpawnedTask final : public CompletionSink {
   enum : int { kRunning, kAwaiting, kDone, kDetached };
 
   explicit SpawnedTask(std::coroutine_handle<LazyPromise<T>> handle)
-      : CompletionSink(&SpawnedTask::complete), handle_(handle), token_(source_.token()) {}
+      : CompletionSink(&SpawnedTask::complete,
+                       [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
+                         return describeRoot(trace, "spawn()");
+                       }),
+        handle_(handle),
+        token_(source_.token()) {}
 
   std::coroutine_handle<LazyPromise<T>> handle_;  // until the task completes
   CancellationSource source_;

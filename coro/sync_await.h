@@ -37,7 +37,10 @@ namespace detail {
 // happens under the mutex, which the waiter must reacquire before it returns.
 class SyncWaitSink final : public CompletionSink {
  public:
-  SyncWaitSink() noexcept : CompletionSink(&SyncWaitSink::complete) {}
+  SyncWaitSink() noexcept
+      : CompletionSink(&SyncWaitSink::complete, [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
+          return describeRoot(trace, "syncAwait");
+        }) {}
 
   void wait() {
     // acquire: pairs with the release in complete(), so the result stored in the frame

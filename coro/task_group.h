@@ -347,7 +347,12 @@ class TaskGroup {
   template <class U>
   struct ChildSink final : detail::CompletionSink, detail::FrameAllocated {
     ChildSink(TaskGroup* g, std::coroutine_handle<detail::LazyPromise<U>> h) noexcept
-        : CompletionSink(&ChildSink::complete), group(g), handle(h) {}
+        : CompletionSink(&ChildSink::complete,
+                         [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
+                           return detail::describeRoot(trace, "TaskGroup::spawn()");
+                         }),
+          group(g),
+          handle(h) {}
     TaskGroup* group;
     std::coroutine_handle<detail::LazyPromise<U>> handle;
 

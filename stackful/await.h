@@ -111,6 +111,8 @@ template <class Awaiter>
 template <class Awaiter>
 [[gnu::noinline]] FiberCore::ParkSwitch parkOn(FiberCore* core, AwaitLink& link, Awaiter& awaiter) {
   FiberCore::ParkSwitch park{};
+  // Out of line, so this is an address in the fiber's function that called await().
+  link.parkSite = __builtin_return_address(0);
   if constexpr (ResumesOnlyThroughExecutor<Awaiter>) {
     if (parkActingFirst(core, link, awaiter, park)) return park;
   }

@@ -10,6 +10,7 @@
 #include <exception>
 #include <new>
 
+#include "coro/async_backtrace.h"
 #include "executors/detail/solo_run_queue.h"
 #include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
@@ -37,7 +38,40 @@ namespace {
 
 std::atomic<std::uint64_t> gNextFiberId{1};
 
+// asyncBacktrace() called in a fiber: after the fiber's native frames, the fiber and,
+// for a fiber of spawnFiber, whoever awaits it.
+void appendRunningFiber(AsyncBacktrace& trace) noexcept {
+  const FiberCore* fiber = FiberCore::current();
+  if (fiber == nullptr) return;
+  const AwaitLink* link = fiber->awaitLink();
+  if (link != nullptr && link->driver) {
+    appendAsyncChain(trace, link->driver.promise().asAsyncParent());
+  } else {
+    try {
+      trace.addMarker(fiberLabel(fiber->id(), fiber->name()));
+    } catch (...) {
+      // No memory for the label: the frame is dropped (a diagnostic must not fail).
+    }
+  }
+}
+
+// Installed when this file is linked, that is, when fibers are used.
+const bool gRunningFiberTracerSet = [] {
+  setRunningFiberTracer(&appendRunningFiber);
+  return true;
+}();
+
 }  // namespace
+
+std::string fiberLabel(std::uint64_t id, const char* name) {
+  std::string label = "fiber " + std::to_string(id);
+  if (name != nullptr) {
+    label += " \"";
+    label += name;
+    label += '"';
+  }
+  return label;
+}
 
 bool describeRunningFiber(RunningStackInfo& info) noexcept {
   const FiberCore* fiber = FiberCore::current();

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "coro/cancellation.h"
+#include "coro/detail/lazy_promise.h"
 #include "executors/executor.h"
 
 namespace weft::detail {
@@ -55,6 +56,14 @@ class CancellingBarrier {
     return !arrive();
   }
 
+  // The collect's coroutine, for its branches' async backtraces: recorded before any
+  // branch starts.
+  template <class Promise>
+  void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
+    algorithm_.record(collect);
+  }
+  const LazyPromiseBase* algorithm() const noexcept { return algorithm_.promise(); }
+
  private:
   // acq_rel: each branch releases its result; whoever brings the count to zero acquires
   // all of them before the collect reads the results.
@@ -65,6 +74,7 @@ class CancellingBarrier {
   CancellationCallback link_;
   std::atomic<std::size_t> pending_{1};  // the collect itself, until it arrives
   std::coroutine_handle<> awaiting_;
+  AlgorithmCoroutine algorithm_;
 };
 
 // Awaited inside the collect's own coroutine: runs `startAll` (which starts the branches),
@@ -81,7 +91,9 @@ class BarrierAwaiter {
   struct Ref {
     BarrierAwaiter* self;
     bool await_ready() const noexcept { return false; }
-    bool await_suspend(std::coroutine_handle<> awaiting) {
+    template <class Promise>
+    bool await_suspend(std::coroutine_handle<Promise> awaiting) {
+      self->barrier_.recordAlgorithm(awaiting);
       self->startAll_();
       return self->barrier_.arriveAndSuspend(awaiting);
     }

@@ -21,16 +21,74 @@ class Lazy;
 
 namespace detail {
 
+class LazyPromiseBase;
+struct CompletionSink;
+
+// Who waits for a coroutine, one step up its async call chain (what asyncBacktrace()
+// follows, coro/async_backtrace.h): a weft coroutine (its promise), a completion sink
+// (syncAwait, a collect, start(), a fiber: each says what it is), or a coroutine weft
+// knows nothing of (its frame). One tagged word: promises, sinks and coroutine frames are
+// at least 8-byte aligned, so the low two bits say which. Null: nobody recorded (a root).
+class AsyncParent {
+ public:
+  constexpr AsyncParent() noexcept = default;
+  static AsyncParent promise(const LazyPromiseBase* promise) noexcept {
+    return AsyncParent(reinterpret_cast<std::uintptr_t>(promise));
+  }
+  static AsyncParent sink(const CompletionSink* sink) noexcept {
+    return AsyncParent(reinterpret_cast<std::uintptr_t>(sink) | kSink);
+  }
+  static AsyncParent foreignCoroutine(std::coroutine_handle<> handle) noexcept {
+    return AsyncParent(reinterpret_cast<std::uintptr_t>(handle.address()) | kForeign);
+  }
+
+  explicit operator bool() const noexcept { return word_ != 0; }
+  const LazyPromiseBase* promise() const noexcept {
+    return (word_ & kTagMask) == 0 ? reinterpret_cast<const LazyPromiseBase*>(word_) : nullptr;
+  }
+  const CompletionSink* sink() const noexcept {
+    return (word_ & kTagMask) == kSink ? reinterpret_cast<const CompletionSink*>(word_ & ~kTagMask)
+                                       : nullptr;
+  }
+  // The frame of a coroutine that is not weft's: its first word is its resume function
+  // (the layout g++ and clang++ share).
+  const void* foreignFrame() const noexcept {
+    return (word_ & kTagMask) == kForeign ? reinterpret_cast<const void*>(word_ & ~kTagMask)
+                                          : nullptr;
+  }
+
+ private:
+  static constexpr std::uintptr_t kSink = 1;
+  static constexpr std::uintptr_t kForeign = 2;
+  static constexpr std::uintptr_t kTagMask = 3;
+  explicit AsyncParent(std::uintptr_t word) noexcept : word_(word) {}
+  std::uintptr_t word_ = 0;
+};
+
+}  // namespace detail
+
+class AsyncBacktrace;
+
+namespace detail {
+
 // Where a finished Lazy goes next when that is not simply "resume the coroutine that
 // awaited it": syncAwait's wake-up, collectAll's counter, start()'s callback, a Task's
 // hop back to its awaiter's executor. A plain function pointer, not a virtual, so a sink
-// is one word and a direct call.
+// is a direct call.
 struct CompletionSink {
   // Runs on the thread that finished the Lazy, inside its final suspend (so it must not
   // throw); returns the coroutine to transfer to (std::noop_coroutine() for none).
   using OnComplete = std::coroutine_handle<> (*)(CompletionSink* self) noexcept;
-  explicit CompletionSink(OnComplete onComplete) noexcept : onComplete_(onComplete) {}
+  // How the sink shows in an async backtrace: adds what it stands for ("syncAwait",
+  // "collectAll", a fiber...) to `trace` and answers who waits for it (null: it is a
+  // root). Called only while the coroutine it continues is suspended or running, so the
+  // sink is alive. Null: the trace ends at the coroutine, unnamed. noexcept: a
+  // diagnostic, which must not fail the code it describes (it may drop what it cannot add).
+  using Describe = AsyncParent (*)(const CompletionSink* self, AsyncBacktrace& trace) noexcept;
+  explicit CompletionSink(OnComplete onComplete, Describe describe = nullptr) noexcept
+      : onComplete_(onComplete), describe_(describe) {}
   OnComplete onComplete_;
+  Describe describe_;
 };
 
 template <class T>
@@ -113,6 +171,16 @@ class LazyPromiseBase : public FrameAllocated {
   void setContinuation(std::coroutine_handle<> awaiting) noexcept {
     continuation_ = reinterpret_cast<std::uintptr_t>(awaiting.address());
   }
+  // Who waits for this coroutine, for async backtraces: the completion sink when one is
+  // set, else what the awaiter recorded with setAsyncParent (null if nothing).
+  AsyncParent asyncParent() const noexcept {
+    if ((continuation_ & 1u) != 0) return AsyncParent::sink(completionSink());
+    return asyncParent_;
+  }
+  void setAsyncParent(AsyncParent parent) noexcept { asyncParent_ = parent; }
+  // What a coroutine awaited by this one records as its parent: this coroutine.
+  // (FiberDriverPromise answers its fiber instead.)
+  AsyncParent asAsyncParent() const noexcept { return AsyncParent::promise(this); }
   // Sinks are at least pointer-aligned, so the low bit marks the word as a sink.
   void setCompletionSink(CompletionSink* sink) noexcept {
     continuation_ = reinterpret_cast<std::uintptr_t>(sink) | 1u;
@@ -142,8 +210,45 @@ class LazyPromiseBase : public FrameAllocated {
 
  private:
   std::uintptr_t continuation_ = 0;
+  AsyncParent asyncParent_;
   Executor* executor_ = nullptr;
   const CancellationToken* token_ = &kNoCancellationToken;
+};
+
+// The parent a coroutine awaited from `awaiting` records: the awaiting weft coroutine
+// (through its promise, which may name something else: a fiber's driver names its fiber),
+// or a foreign coroutine.
+template <class Promise>
+AsyncParent asyncParentOf(std::coroutine_handle<Promise> awaiting) noexcept {
+  if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
+    return awaiting.promise().asAsyncParent();
+  } else {
+    return AsyncParent::foreignCoroutine(awaiting);
+  }
+}
+
+// What a completion sink that stands for something adds to an async backtrace (its
+// Describe), in async_backtrace.cc:
+//  - describeRoot: `label` ("syncAwait", "start()"), and nobody above it;
+//  - describeAlgorithm: `label` ("collectAll") for an algorithm that runs its branches
+//    under a coroutine of its own (null if it has not suspended on them yet), and that
+//    coroutine's parent: the algorithm's own frame is not shown.
+AsyncParent describeRoot(AsyncBacktrace& trace, const char* label) noexcept;
+AsyncParent describeAlgorithm(AsyncBacktrace& trace, const char* label,
+                              const LazyPromiseBase* algorithm) noexcept;
+
+// The coroutine of an algorithm (a collect) as its branches' sinks describe it: recorded
+// when it suspends on its branches, before it starts them.
+class AlgorithmCoroutine {
+ public:
+  template <class Promise>
+  void record(std::coroutine_handle<Promise> self) noexcept {
+    if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) promise_ = &self.promise();
+  }
+  const LazyPromiseBase* promise() const noexcept { return promise_; }
+
+ private:
+  const LazyPromiseBase* promise_ = nullptr;
 };
 
 template <class T>

@@ -45,6 +45,10 @@ class FiberDriverPromise final : public LazyPromiseBase {
   FiberCore* fiber() const noexcept { return fiber_; }
   void setFiber(FiberCore* fiber) noexcept { fiber_ = fiber; }
 
+  // A coroutine awaited by the fiber records the fiber (its completion sink, the shared
+  // state of spawnFiber) as its parent, not this driver: async backtraces show the fiber.
+  AsyncParent asAsyncParent() const noexcept { return AsyncParent::sink(completionSink()); }
+
   // What the destructor calls if the body never returned (null: nothing).
   using OnAbandoned = void (*)(void* arg) noexcept;
   void setOnAbandoned(OnAbandoned onAbandoned, void* arg) noexcept {
@@ -95,6 +99,9 @@ struct AwaitLink {
   SuspendDriverOn suspendOn = nullptr;
   std::exception_ptr suspendError;
   std::coroutine_handle<> pending;
+  // Where in the fiber's code its last await() parked (a return address into the
+  // function that called await()), for async backtraces of a parked fiber.
+  const void* parkSite = nullptr;
   bool yieldRequested = false;
   bool mayHandOff = false;
 };

@@ -479,6 +479,10 @@ void FiberCore::entryFor(ContextTransfer transfer) noexcept {
   self->finish();
 }
 
+// How messages and async backtraces name a fiber: `fiber 3` or `fiber 3 "reader"`. Throws
+// std::bad_alloc.
+std::string fiberLabel(std::uint64_t id, const char* name);
+
 // Attaches a new fiber to a shared stack (shared_stack.h).
 void attachToSharedStack(FiberCore* core, SharedStack& stack);
 

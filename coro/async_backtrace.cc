@@ -1,0 +1,196 @@
+#include "coro/async_backtrace.h"
+
+#include <execinfo.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ostream>
+
+#include "coro/detail/symbolizer.h"
+
+namespace weft {
+namespace detail {
+namespace {
+
+std::atomic<AppendRunningFiber> runningFiberTracer{nullptr};
+
+// The resume function of the coroutine whose promise is `promise`: the first word of its
+// frame (g++ and clang++ lay out a frame as resume function, destroy function, promise).
+const void* resumeFunctionOf(const LazyPromiseBase* promise) noexcept {
+  void* frame =
+      std::coroutine_handle<LazyPromiseBase>::from_promise(const_cast<LazyPromiseBase&>(*promise))
+          .address();
+  return *static_cast<const void* const*>(frame);
+}
+
+}  // namespace
+
+void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept {
+  AsyncParent at = from;
+  for (int depth = 0; at; ++depth) {
+    if (depth == kMaxAsyncDepth) {
+      trace.addMarker("... (chain cut at " + std::to_string(kMaxAsyncDepth) + " frames)");
+      return;
+    }
+    if (const LazyPromiseBase* promise = at.promise()) {
+      trace.addCoroutine(resumeFunctionOf(promise));
+      at = promise->asyncParent();
+    } else if (const CompletionSink* sink = at.sink()) {
+      if (sink->describe_ == nullptr) return;
+      at = sink->describe_(sink, trace);
+    } else {
+      // A coroutine weft knows nothing of: named, but its awaiter is unknown.
+      trace.addCoroutine(*static_cast<const void* const*>(at.foreignFrame()));
+      return;
+    }
+  }
+}
+
+AsyncParent describeRoot(AsyncBacktrace& trace, const char* label) noexcept {
+  trace.addMarker(label);
+  return {};
+}
+
+AsyncParent describeAlgorithm(AsyncBacktrace& trace, const char* label,
+                              const LazyPromiseBase* algorithm) noexcept {
+  trace.addMarker(label);
+  return algorithm != nullptr ? algorithm->asyncParent() : AsyncParent{};
+}
+
+void setRunningFiberTracer(AppendRunningFiber tracer) noexcept {
+  runningFiberTracer.store(tracer, std::memory_order_release);
+}
+
+}  // namespace detail
+
+void AsyncBacktrace::addCoroutine(const void* resumeFunction) noexcept {
+  try {
+    frames_.push_back(Frame{Frame::Kind::kCoroutine, resumeFunction, {}});
+  } catch (...) {
+  }
+}
+
+void AsyncBacktrace::addNativeFrame(const void* returnAddress) noexcept {
+  try {
+    frames_.push_back(Frame{Frame::Kind::kNative, returnAddress, {}});
+  } catch (...) {
+  }
+}
+
+void AsyncBacktrace::addMarker(std::string label) noexcept {
+  try {
+    frames_.push_back(Frame{Frame::Kind::kMarker, nullptr, std::move(label)});
+  } catch (...) {
+  }
+}
+
+namespace {
+
+std::vector<detail::SymbolInfo> symbolsOf(const std::vector<AsyncBacktrace::Frame>& frames,
+                                          bool sourceLines) {
+  std::vector<const void*> addresses;
+  addresses.reserve(frames.size());
+  for (const AsyncBacktrace::Frame& frame : frames) {
+    if (frame.kind == AsyncBacktrace::Frame::Kind::kNative && frame.address != nullptr) {
+      // A return address: the call is the instruction before it.
+      addresses.push_back(static_cast<const char*>(frame.address) - 1);
+    } else {
+      addresses.push_back(frame.address);
+    }
+  }
+  return detail::symbolize(addresses, sourceLines);
+}
+
+// weft's own machinery (its internal coroutines, a fiber's entry and trampoline) is
+// left out of what is printed, as Go leaves its runtime's frames out of a traceback.
+bool isInternal(const AsyncBacktrace::Frame& frame, const detail::SymbolInfo& symbol) {
+  if (frame.kind == AsyncBacktrace::Frame::Kind::kMarker) return false;
+  const std::string& name = symbol.function;
+  if (name.rfind("weft_context_", 0) == 0) return true;  // the switch core's trampoline
+  // The qualified name: after a template's return type, up to the parameter list.
+  int angles = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (c == '<') {
+      ++angles;
+    } else if (c == '>') {
+      --angles;
+    } else if (angles == 0 && c == ' ') {
+      start = i + 1;
+    } else if (angles == 0 && c == '(') {
+      return name.compare(start, 14, "weft::detail::") == 0;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string AsyncBacktrace::toString(bool sourceLines) const {
+  const std::vector<detail::SymbolInfo> symbols = symbolsOf(frames_, sourceLines);
+  std::string out;
+  std::size_t number = 0;
+  for (std::size_t i = 0; i < frames_.size(); ++i) {
+    const Frame& frame = frames_[i];
+    if (isInternal(frame, symbols[i])) continue;
+    out += '#';
+    out += std::to_string(number++);
+    out += ' ';
+    if (frame.kind == Frame::Kind::kMarker) {
+      out += frame.label;
+    } else {
+      out += frame.kind == Frame::Kind::kCoroutine ? "coroutine " : "native ";
+      const detail::SymbolInfo& symbol = symbols[i];
+      if (!symbol.function.empty()) {
+        out += symbol.function;
+      } else {
+        char address[32];
+        std::snprintf(address, sizeof(address), "%p", frame.address);
+        out += address;
+        if (!symbol.object.empty()) out += " in " + symbol.object;
+      }
+      if (!symbol.file.empty()) {
+        out += " at " + symbol.file + ':' + std::to_string(symbol.line);
+      }
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+void AsyncBacktrace::print(std::ostream& out, bool sourceLines) const {
+  out << toString(sourceLines);
+}
+
+std::ostream& operator<<(std::ostream& out, const AsyncBacktrace& trace) {
+  trace.print(out);
+  return out;
+}
+
+std::vector<std::string> AsyncBacktrace::functionNames() const {
+  const std::vector<detail::SymbolInfo> symbols = symbolsOf(frames_, false);
+  std::vector<std::string> names;
+  names.reserve(frames_.size());
+  for (std::size_t i = 0; i < frames_.size(); ++i) {
+    if (isInternal(frames_[i], symbols[i])) continue;
+    if (frames_[i].kind == Frame::Kind::kMarker) {
+      names.push_back(frames_[i].label);
+    } else {
+      names.push_back(symbols[i].function.empty() ? "??" : symbols[i].function);
+    }
+  }
+  return names;
+}
+
+// Not inline, so that the first frame backtrace() reports is this function's: skipped.
+[[gnu::noinline]] AsyncBacktrace asyncBacktrace() {
+  AsyncBacktrace trace;
+  void* addresses[128];
+  const int count = ::backtrace(addresses, 128);
+  for (int i = 1; i < count; ++i) trace.addNativeFrame(addresses[i]);
+  if (auto tracer = detail::runningFiberTracer.load(std::memory_order_acquire)) tracer(trace);
+  return trace;
+}
+
+}  // namespace weft

@@ -1,0 +1,165 @@
+#include "coro/async_backtrace.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "coro/collect.h"
+#include "coro/lazy.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
+
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+// Each coroutine below awaits the next, and the innermost captures its chain. Distinct
+// names, so that the test can tell them apart in the trace.
+weft::Lazy<weft::AsyncBacktrace> traceLeaf(int depth) {
+  weft::AsyncBacktrace trace = co_await weft::asyncBacktrace();
+  co_return depth > 0 ? trace : weft::AsyncBacktrace{};
+}
+weft::Lazy<weft::AsyncBacktrace> traceMiddle() { co_return co_await traceLeaf(1); }
+weft::Lazy<weft::AsyncBacktrace> traceTop() { co_return co_await traceMiddle(); }
+
+TEST(AsyncBacktraceTest, ThreeDeepLazyChainListsEachCoroutineThenTheRoot) {
+  weft::AsyncBacktrace trace = weft::syncAwait(traceTop());
+  EXPECT_THAT(trace.functionNames(),
+              ElementsAre(HasSubstr("traceLeaf"), HasSubstr("traceMiddle"), HasSubstr("traceTop"),
+                          "syncAwait"));
+  for (const weft::AsyncBacktrace::Frame& frame : trace.frames()) {
+    if (frame.kind != weft::AsyncBacktrace::Frame::Kind::kMarker) {
+      EXPECT_EQ(frame.kind, weft::AsyncBacktrace::Frame::Kind::kCoroutine);
+    }
+  }
+}
+
+TEST(AsyncBacktraceTest, TaskOnAnotherExecutorShowsItsAwaiterAboveIt) {
+  weft::ThreadPool pool(1);
+  auto outer = [&]() -> weft::Lazy<weft::AsyncBacktrace> {
+    co_return co_await traceMiddle().via(&pool);
+  };
+  weft::AsyncBacktrace trace = weft::syncAwait(outer());
+  const std::vector<std::string> names = trace.functionNames();
+  ASSERT_EQ(names.size(), 4u) << trace;
+  EXPECT_THAT(names[0], HasSubstr("traceLeaf"));
+  EXPECT_THAT(names[1], HasSubstr("traceMiddle"));  // the task
+  EXPECT_THAT(names[2], HasSubstr("TestBody()::"));  // outer, a lambda
+  EXPECT_EQ(names[3], "syncAwait");
+}
+
+weft::Lazy<weft::AsyncBacktrace> traceBranch() { co_return co_await traceLeaf(1); }
+weft::Lazy<weft::AsyncBacktrace> traceCollector() {
+  auto [first, second] = co_await weft::collectAll(traceBranch(), traceBranch());
+  EXPECT_EQ(first.value().functionNames(), second.value().functionNames());
+  co_return std::move(second).value();
+}
+
+TEST(AsyncBacktraceTest, CollectBranchShowsTheCollectThenItsAwaiter) {
+  weft::AsyncBacktrace trace = weft::syncAwait(traceCollector());
+  EXPECT_THAT(trace.functionNames(),
+              ElementsAre(HasSubstr("traceLeaf"), HasSubstr("traceBranch"), "collectAll",
+                          HasSubstr("traceCollector"), "syncAwait"));
+}
+
+TEST(AsyncBacktraceTest, DetachedStartIsTheRoot) {
+  weft::AsyncBacktrace trace;
+  traceMiddle().start([&](weft::Try<weft::AsyncBacktrace> result) { trace = std::move(result).value(); });
+  EXPECT_THAT(trace.functionNames(),
+              ElementsAre(HasSubstr("traceLeaf"), HasSubstr("traceMiddle"), "start()"));
+}
+
+TEST(AsyncBacktraceTest, PrintsOneNumberedLinePerFrameWithSourceLines) {
+  weft::AsyncBacktrace trace = weft::syncAwait(traceTop());
+  const std::string text = trace.toString();
+  EXPECT_THAT(text, StartsWith("#0 coroutine "));
+  EXPECT_THAT(text, HasSubstr("#3 syncAwait\n"));
+  // Built with debug information (-g) the coroutines have file:line; without it the
+  // function names are still there.
+  EXPECT_THAT(text, HasSubstr("traceMiddle"));
+  const std::string plain = trace.toString(/*sourceLines=*/false);
+  EXPECT_THAT(plain, Not(HasSubstr(" at ")));
+}
+
+TEST(AsyncBacktraceTest, OutsideAnyCoroutineItIsTheNativeStack) {
+  weft::AsyncBacktrace trace = weft::asyncBacktrace();
+  ASSERT_FALSE(trace.empty());
+  EXPECT_EQ(trace.frames()[0].kind, weft::AsyncBacktrace::Frame::Kind::kNative);
+  const std::vector<std::string> names = trace.functionNames();
+  EXPECT_THAT(names[0], HasSubstr("OutsideAnyCoroutineItIsTheNativeStack"));
+}
+
+// --- across fibers -----------------------------------------------------------------------
+
+weft::SpawnOptions namedFiber(const char* name) {
+  weft::SpawnOptions options;
+  options.name = name;
+  return options;
+}
+
+[[gnu::noinline]] weft::AsyncBacktrace fiberInnerFunction() {
+  weft::AsyncBacktrace trace = weft::asyncBacktrace();
+  asm volatile("" ::: "memory");  // not a tail call: this frame stays on the stack
+  return trace;
+}
+
+weft::Lazy<weft::AsyncBacktrace> awaitFiberFromLazy(weft::ThreadPool& pool) {
+  co_return co_await weft::spawnFiber(&pool, [] { return fiberInnerFunction(); },
+                                      namedFiber("tracer"));
+}
+
+TEST(AsyncBacktraceTest, FiberAwaitedByLazyShowsItsFramesThenTheLazyChain) {
+  weft::ThreadPool pool(1);
+  auto outer = [&]() -> weft::Lazy<weft::AsyncBacktrace> {
+    co_return co_await awaitFiberFromLazy(pool);
+  };
+  weft::AsyncBacktrace trace = weft::syncAwait(outer());
+  const std::vector<std::string> names = trace.functionNames();
+  // Native frames of the fiber, innermost first, down to its entry; then the fiber, the
+  // Lazy that awaits its future, that Lazy's awaiter, the root.
+  ASSERT_GE(names.size(), 5u) << trace;
+  EXPECT_THAT(names[0], HasSubstr("fiberInnerFunction"));
+  EXPECT_EQ(trace.frames()[0].kind, weft::AsyncBacktrace::Frame::Kind::kNative);
+  std::size_t fiber = 0;
+  while (fiber < names.size() && names[fiber].rfind("fiber ", 0) != 0) ++fiber;
+  ASSERT_LT(fiber, names.size()) << trace;
+  EXPECT_THAT(names[fiber], AllOf(StartsWith("fiber "), HasSubstr("\"tracer\"")));
+  ASSERT_EQ(names.size(), fiber + 4) << trace;
+  EXPECT_THAT(names[fiber + 1], HasSubstr("awaitFiberFromLazy"));
+  EXPECT_THAT(names[fiber + 2], HasSubstr("TestBody()::"));  // a lambda
+  EXPECT_EQ(names[fiber + 3], "syncAwait");
+}
+
+weft::Lazy<weft::AsyncBacktrace> lazyAwaitedByFiber() { co_return co_await traceLeaf(1); }
+
+[[gnu::noinline]] weft::AsyncBacktrace fiberAwaitingLazy() {
+  weft::AsyncBacktrace trace = weft::await(lazyAwaitedByFiber());
+  asm volatile("" ::: "memory");
+  return trace;
+}
+
+TEST(AsyncBacktraceTest, LazyAwaitedByFiberShowsWhereTheFiberWaitsThenTheFiber) {
+  weft::ThreadPool pool(1);
+  weft::AsyncBacktrace trace =
+      weft::syncAwait(weft::spawnFiber(&pool, [] { return fiberAwaitingLazy(); },
+                                       namedFiber("waiter")));
+  const std::vector<std::string> names = trace.functionNames();
+  ASSERT_EQ(names.size(), 5u) << trace;
+  EXPECT_THAT(names[0], HasSubstr("traceLeaf"));
+  EXPECT_THAT(names[1], HasSubstr("lazyAwaitedByFiber"));
+  EXPECT_THAT(names[2], HasSubstr("fiberAwaitingLazy"));  // where the fiber is parked
+  EXPECT_EQ(trace.frames()[2].kind, weft::AsyncBacktrace::Frame::Kind::kNative);
+  EXPECT_THAT(names[3], AllOf(StartsWith("fiber "), HasSubstr("\"waiter\"")));
+  EXPECT_EQ(names[4], "syncAwait");
+}
+
+}  // namespace
