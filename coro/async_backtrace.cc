@@ -127,13 +127,17 @@ bool isInternal(const AsyncBacktrace::Frame& frame, const detail::SymbolInfo& sy
 
 }  // namespace
 
-std::string AsyncBacktrace::toString(bool sourceLines) const {
-  const std::vector<detail::SymbolInfo> symbols = symbolsOf(frames_, sourceLines);
+namespace {
+
+std::string formatFrames(const std::vector<AsyncBacktrace::Frame>& frames,
+                         const detail::SymbolInfo* symbols, const std::string& indent) {
+  using Frame = AsyncBacktrace::Frame;
   std::string out;
   std::size_t number = 0;
-  for (std::size_t i = 0; i < frames_.size(); ++i) {
-    const Frame& frame = frames_[i];
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const Frame& frame = frames[i];
     if (isInternal(frame, symbols[i])) continue;
+    out += indent;
     out += '#';
     out += std::to_string(number++);
     out += ' ';
@@ -158,6 +162,34 @@ std::string AsyncBacktrace::toString(bool sourceLines) const {
   }
   return out;
 }
+
+}  // namespace
+
+std::string AsyncBacktrace::toString(bool sourceLines) const {
+  const std::vector<detail::SymbolInfo> symbols = symbolsOf(frames_, sourceLines);
+  return formatFrames(frames_, symbols.data(), "");
+}
+
+namespace detail {
+
+std::vector<std::string> formatAsyncBacktraces(const std::vector<const AsyncBacktrace*>& traces,
+                                               bool sourceLines, const std::string& indent) {
+  std::vector<AsyncBacktrace::Frame> all;
+  for (const AsyncBacktrace* trace : traces) {
+    all.insert(all.end(), trace->frames().begin(), trace->frames().end());
+  }
+  const std::vector<SymbolInfo> symbols = symbolsOf(all, sourceLines);
+  std::vector<std::string> texts;
+  texts.reserve(traces.size());
+  std::size_t at = 0;
+  for (const AsyncBacktrace* trace : traces) {
+    texts.push_back(formatFrames(trace->frames(), symbols.data() + at, indent));
+    at += trace->frames().size();
+  }
+  return texts;
+}
+
+}  // namespace detail
 
 void AsyncBacktrace::print(std::ostream& out, bool sourceLines) const {
   out << toString(sourceLines);

@@ -92,6 +92,11 @@ namespace detail {
 inline constexpr int kMaxAsyncDepth = 256;
 void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept;
 
+// toString() of many traces with one symbolizer run for all of them; each line starts
+// with `indent`.
+std::vector<std::string> formatAsyncBacktraces(const std::vector<const AsyncBacktrace*>& traces,
+                                               bool sourceLines, const std::string& indent);
+
 // Set by weft::stackful: adds the calling thread's running fiber (a marker, then who
 // awaits it) to a trace; null when no fiber runs here or stackful is not linked.
 using AppendRunningFiber = void (*)(AsyncBacktrace& trace) noexcept;

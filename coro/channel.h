@@ -86,6 +86,11 @@ class ChannelOpAwaiter {
     releaseHeldLock();
   }
 
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const {
+    appendWait(out, kSender ? "Channel::send" : "Channel::receive", channel_);
+  }
+
  protected:
   // await_ready's work: tries the operation on its operand `slot` (a sender's T*, a
   // receiver's std::optional<T>*). True when it completed, found the channel closed, or

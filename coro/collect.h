@@ -109,6 +109,10 @@ class CollectAwaiter {
       return self->barrier_.arriveAndSuspend(awaiting);
     }
     void await_resume() const noexcept {}
+    // For task dumps (coro/detail/wait_note.h).
+    void describeWait(std::string& out) const {
+      out += "collectAll of " + std::to_string(self->branches_) + " branches";
+    }
   };
   Ref coAwait(Executor*) & noexcept { return Ref{this}; }
 

@@ -55,6 +55,9 @@ class ConditionVariableWaitAwaiter : public CancellableSyncWaiter {
     if (cvCancelled_) throw OperationCancelled();
   }
 
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const { appendWait(out, "ConditionVariable::wait", &cv_); }
+
  private:
   friend class weft::ConditionVariable;
 
@@ -92,6 +95,11 @@ class ConditionVariablePredicateAwaiter {
   // Rethrows what the loop threw (OperationCancelled, the predicate's exception).
   void await_resume() {
     if (loop_.valid()) LazyAccess::handle(loop_).promise().result_.value();
+  }
+
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const {
+    appendWait(out, "ConditionVariable::wait(predicate)", &cv_);
   }
 
  private:

@@ -36,6 +36,9 @@ class EventWaitAwaiter : public CancellableSyncWaiter {
     finishWait();
   }
 
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const { appendWait(out, "Event::wait", &event_); }
+
  private:
   Event& event_;
 };

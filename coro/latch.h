@@ -36,6 +36,9 @@ class LatchArriveAwaiter : public EventWaitAwaiter {
   // LatchUnderflow from the co_await.
   inline bool await_ready();
 
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const { appendWait(out, "Latch::arriveAndWait", &latch_); }
+
  private:
   Latch& latch_;
   std::ptrdiff_t n_;

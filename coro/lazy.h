@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "coro/detail/lazy_promise.h"
+#include "coro/detail/task_registry.h"
 #include "coro/try.h"
 #include "executors/executor.h"
 
@@ -72,8 +73,8 @@ class LazyAwaiter {
 
   // Starts the awaited Lazy by symmetric transfer; it transfers back when it finishes.
   // A Lazy awaited inside a weft coroutine inherits that coroutine's executor and
-  // cancellation token, and records who awaits it (for async backtraces). noexcept: only
-  // stores four words.
+  // cancellation token; it records who awaits it (for async backtraces), and the awaiting
+  // coroutine notes that it waits on it (for task dumps). noexcept: only stores.
   template <class Promise>
   std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
     LazyPromiseBase& promise = handle_.promise();
@@ -82,11 +83,13 @@ class LazyAwaiter {
     if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       promise.setExecutor(awaiting.promise().executor());
       promise.setCancellationToken(awaiting.promise().cancellationTokenPointer());
+      awaiting.promise().noteWaitOnLazy(&promise);
     }
     return handle_;
   }
 
   T await_resume() {
+    if (LazyPromiseBase* awaiting = handle_.promise().awaitingPromise()) awaiting->clearWait();
     if constexpr (std::is_void_v<T>) {
       handle_.promise().result_.value();
     } else {
@@ -108,13 +111,15 @@ class StartSink final : public CompletionSink {
                          return describeRoot(trace, "start()");
                        }),
         handle_(handle),
-        callback_(std::move(callback)) {}
+        callback_(std::move(callback)),
+        record_(kStartRoot, handle.promise()) {}
 
  private:
   // noexcept: runs inside the final suspend. A callback that throws has nobody to
   // report to, so weft says so and aborts.
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<StartSink*>(sink);
+    self->record_.finish();
     Try<T> result = std::move(self->handle_.promise().result_);
     self->handle_.destroy();
     Callback callback = std::move(self->callback_);
@@ -130,6 +135,7 @@ class StartSink final : public CompletionSink {
 
   std::coroutine_handle<LazyPromise<T>> handle_;
   Callback callback_;
+  RootTaskRecord record_;  // listed in task dumps until it finishes
 };
 
 }  // namespace detail

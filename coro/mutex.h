@@ -95,6 +95,9 @@ class MutexLockAwaiter : public CancellableSyncWaiter {
     }
   }
 
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const { appendWait(out, "Mutex::lock", &mutex_); }
+
  private:
   Mutex& mutex_;
 };

@@ -86,6 +86,11 @@ class SemaphoreAcquireAwaiter : public CancellableSyncWaiter {
     if constexpr (!std::is_void_v<Result>) return Result(semaphore_, std::adopt_lock);
   }
 
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const {
+    appendWait(out, "Semaphore::acquire", &semaphore_);
+  }
+
  private:
   Semaphore& semaphore_;
 };

@@ -99,6 +99,11 @@ class SharedMutexLockAwaiter : public CancellableSyncWaiter {
     }
   }
 
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const {
+    appendWait(out, kExclusive ? "SharedMutex::lock" : "SharedMutex::lockShared", &mutex_);
+  }
+
  private:
   SharedMutex& mutex_;
 };

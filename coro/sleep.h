@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <coroutine>
+#include <cstdio>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -155,6 +156,17 @@ class SleepAwaiter {
       throw ExecutorShutDown(executor_ != nullptr ? std::string(executor_->name())
                                                   : std::string("weft-timer"));
     }
+  }
+
+  // For task dumps (coro/detail/wait_note.h): "sleep, due in 1.200 s".
+  void describeWait(std::string& out) const {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - SleepClock::now()).count();
+    char text[64];
+    std::snprintf(text, sizeof(text), "sleep, due in %s%lld.%03lld s", left < 0 ? "-" : "",
+                  static_cast<long long>((left < 0 ? -left : left) / 1000),
+                  static_cast<long long>((left < 0 ? -left : left) % 1000));
+    out += text;
   }
 
  private:

@@ -41,7 +41,8 @@ class SpawnedTask final : public CompletionSink {
                          return describeRoot(trace, "spawn()");
                        }),
         handle_(handle),
-        token_(source_.token()) {}
+        token_(source_.token()),
+        record_(kSpawnRoot, handle.promise()) {}
 
   std::coroutine_handle<LazyPromise<T>> handle_;  // until the task completes
   CancellationSource source_;
@@ -50,6 +51,7 @@ class SpawnedTask final : public CompletionSink {
   std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
   Executor* awaiterExecutor_ = nullptr;  // idem
   std::atomic<int> state_{kRunning};
+  RootTaskRecord record_;  // listed in task dumps until the task finishes
 
   // The handle is dropped: frees the state if the task has finished, else lets it run on.
   void detach() noexcept {
@@ -83,6 +85,7 @@ class SpawnedTask final : public CompletionSink {
   // noexcept: runs inside the task's final suspend.
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<SpawnedTask*>(sink);
+    self->record_.finish();
     self->result_ = std::move(self->handle_.promise().result_);
     std::exchange(self->handle_, nullptr).destroy();
     // acq_rel: release publishes the result; acquire sees the awaiter's handle (written

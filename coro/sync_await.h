@@ -37,10 +37,12 @@ namespace detail {
 // happens under the mutex, which the waiter must reacquire before it returns.
 class SyncWaitSink final : public CompletionSink {
  public:
-  SyncWaitSink() noexcept
-      : CompletionSink(&SyncWaitSink::complete, [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
-          return describeRoot(trace, "syncAwait");
-        }) {}
+  explicit SyncWaitSink(const LazyPromiseBase& root) noexcept
+      : CompletionSink(&SyncWaitSink::complete,
+                       [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
+                         return describeRoot(trace, "syncAwait");
+                       }),
+        record_(kSyncAwaitRoot, root) {}
 
   void wait() {
     // acquire: pairs with the release in complete(), so the result stored in the frame
@@ -70,6 +72,7 @@ class SyncWaitSink final : public CompletionSink {
   std::mutex mutex_;
   std::condition_variable woken_;
   bool wakeUp_ = false;
+  RootTaskRecord record_;  // listed in task dumps while the waiter waits
 };
 
 template <class T>
@@ -113,7 +116,7 @@ template <class T>
 T syncAwait(Lazy<T> lazy) {
   auto handle = detail::LazyAccess::handle(lazy);
   if (!handle) detail::abortInvalidLazy("syncAwait");
-  detail::SyncWaitSink sink;
+  detail::SyncWaitSink sink(handle.promise());
   handle.promise().setCompletionSink(&sink);
   handle.resume();
   sink.wait();

@@ -352,13 +352,16 @@ class TaskGroup {
                            return detail::describeRoot(trace, "TaskGroup::spawn()");
                          }),
           group(g),
-          handle(h) {}
+          handle(h),
+          record(detail::kTaskGroupRoot, h.promise()) {}
     TaskGroup* group;
     std::coroutine_handle<detail::LazyPromise<U>> handle;
+    detail::RootTaskRecord record;  // listed in task dumps until the task finishes
 
     // noexcept: runs inside the task's final suspend.
     static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
       auto* self = static_cast<ChildSink*>(sink);
+      self->record.finish();
       Try<U> result = std::move(self->handle.promise().result_);
       self->handle.destroy();
       TaskGroup* group = self->group;

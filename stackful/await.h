@@ -113,6 +113,7 @@ template <class Awaiter>
   FiberCore::ParkSwitch park{};
   // Out of line, so this is an address in the fiber's function that called await().
   link.parkSite = __builtin_return_address(0);
+  link.waitNote = WaitNote{&describeAwaiter<Awaiter>, std::addressof(awaiter)};
   if constexpr (ResumesOnlyThroughExecutor<Awaiter>) {
     if (parkActingFirst(core, link, awaiter, park)) return park;
   }

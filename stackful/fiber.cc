@@ -8,9 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <new>
+#include <vector>
 
 #include "coro/async_backtrace.h"
+#include "coro/detail/spin_lock.h"
+#include "coro/detail/task_registry.h"
 #include "executors/detail/solo_run_queue.h"
 #include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
@@ -63,6 +67,76 @@ const bool gRunningFiberTracerSet = [] {
 
 }  // namespace
 
+void describeYield(const void*, std::string& out) { out += "this_fiber::yield(), queued to run"; }
+
+// A task dump's entry for a fiber: its state, its stack, where it is parked and who
+// awaits it.
+void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
+  try {
+    entry.title = fiberLabel(fiber->id(), fiber->name());
+    const AwaitLink* link = fiber->awaitLink();
+    switch (fiber->state()) {
+      case FiberCore::State::kCreated:
+        entry.state = "created, not started yet";
+        break;
+      case FiberCore::State::kRunning:
+        entry.state = "running";
+        break;
+      case FiberCore::State::kSuspended:
+        if (link != nullptr && link->waitNote.describe != nullptr) {
+          entry.state = "parked on ";
+          link->waitNote.describe(link->waitNote.awaiter, entry.state);
+        } else {
+          entry.state = "suspended (a Fiber: its owner resumes it)";
+        }
+        break;
+      case FiberCore::State::kDone:
+        entry.state = "finished";
+        break;
+    }
+    char stack[96];
+    std::snprintf(stack, sizeof(stack), ", stack %.1f KiB of %zu KiB in use",
+                  static_cast<double>(fiber->stackInUse()) / 1024, fiber->stackSize() / 1024);
+    if (fiber->state() == FiberCore::State::kSuspended) entry.state += stack;
+    if (link != nullptr && link->driver) {
+      appendAsyncChain(entry.trace, link->driver.promise().asAsyncParent());
+    } else {
+      entry.trace.addMarker(entry.title);
+    }
+  } catch (...) {
+    // No memory: the entry stays as far as it got.
+  }
+}
+
+// The registry of live fibers: shards (by the fiber's address), each a circular list
+// around its head. Not in an anonymous namespace: gdb's `weft fibers` reads it by name.
+struct FiberRegistryShard {
+  SpinLock lock;
+  FiberListHook head;
+};
+inline constexpr std::size_t kFiberRegistryShards = 16;
+alignas(64) FiberRegistryShard gFiberRegistry[kFiberRegistryShards];
+
+FiberRegistryShard& shardOf(const FiberCore* fiber) noexcept {
+  return gFiberRegistry[(reinterpret_cast<std::uintptr_t>(fiber) >> 6) % kFiberRegistryShards];
+}
+
+void listFibers(std::vector<TaskDumpEntry>& entries) {
+  for (FiberRegistryShard& shard : gFiberRegistry) {
+    std::lock_guard<SpinLock> lock(shard.lock);
+    if (shard.head.listNext == nullptr) continue;
+    for (const FiberListHook* h = shard.head.listPrev; h != &shard.head; h = h->listPrev) {
+      entries.emplace_back();
+      dumpFiber(static_cast<const FiberCore*>(h), entries.back());
+    }
+  }
+}
+
+const bool gFiberListerSet = [] {
+  setFiberLister(&listFibers);
+  return true;
+}();
+
 std::string fiberLabel(std::uint64_t id, const char* name) {
   std::string label = "fiber " + std::to_string(id);
   if (name != nullptr) {
@@ -108,6 +182,23 @@ void FiberCore::initCommon(const FiberOptions& options) {
     } catch (...) {
     }
   }
+  FiberRegistryShard& shard = shardOf(this);
+  std::lock_guard<SpinLock> lock(shard.lock);
+  if (shard.head.listNext == nullptr) shard.head.listNext = shard.head.listPrev = &shard.head;
+  listPrev = &shard.head;
+  listNext = shard.head.listNext;
+  shard.head.listNext->listPrev = this;
+  shard.head.listNext = this;
+}
+
+std::size_t FiberCore::stackInUse() const noexcept {
+  if (state_ != State::kSuspended) return 0;
+  if (kind_ == StackKind::kShared) return shared_.stack->owner_ == this ? 0 : 0;
+  // A suspended fiber's context handle is its stack pointer; the stack grows down from
+  // its top.
+  const auto top = reinterpret_cast<std::uintptr_t>(protected_.stack.top());
+  const auto sp = reinterpret_cast<std::uintptr_t>(context_);
+  return sp <= top && sp >= reinterpret_cast<std::uintptr_t>(protected_.stack.bottom()) ? top - sp : 0;
 }
 
 const void* FiberCore::guardBegin() const noexcept {
@@ -408,6 +499,8 @@ FiberCore::ParkSwitch FiberCore::beginYield() {
   if (AwaitLink* link = core->awaitLink_; link != nullptr) {
     link->yieldRequested = true;
     link->mayHandOff = true;
+    link->parkSite = __builtin_return_address(0);
+    link->waitNote = WaitNote{&describeYield, nullptr};
   }
   return core->prepareSuspendInline();
 }
@@ -463,6 +556,12 @@ void FiberCore::destroy() noexcept {
 }
 
 void FiberCore::freeStorage() noexcept {
+  {
+    FiberRegistryShard& shard = shardOf(this);
+    std::lock_guard<SpinLock> lock(shard.lock);
+    listPrev->listNext = listNext;
+    listNext->listPrev = listPrev;
+  }
 #if WEFT_TSAN
   tsanDestroyFiber(tsanFiber_);
 #endif

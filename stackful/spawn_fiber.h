@@ -357,6 +357,11 @@ class [[nodiscard]] FiberFuture {
       }
     }
 
+    // For task dumps (coro/detail/wait_note.h).
+    void describeWait(std::string& out) const {
+      out += "FiberFuture of fiber " + std::to_string(state_->fiberId_);
+    }
+
    private:
     detail::SpawnState<T>* state_;
     Executor* executor_;

@@ -30,6 +30,18 @@
 #define WEFT_ASAN 0
 #endif
 
+// WEFT_TSAN: 1 when compiled with ThreadSanitizer.
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_TSAN 1
+#endif
+#endif
+#ifndef WEFT_TSAN
+#define WEFT_TSAN 0
+#endif
+
 // WEFT_FRAME_CACHE_BYTES: how many bytes of freed coroutine frames each thread keeps for
 // reuse (see coro/detail/frame_allocator.h). 0 disables the cache.
 #ifndef WEFT_FRAME_CACHE_BYTES

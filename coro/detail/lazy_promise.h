@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <concepts>
 #include <coroutine>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "coro/cancellation.h"
 #include "coro/detail/frame_allocator.h"
 #include "coro/detail/via_awaiter.h"
+#include "coro/detail/wait_note.h"
 #include "coro/try.h"
 #include "executors/executor.h"
 
@@ -112,6 +114,21 @@ concept CancellationAwareAwaitable =
       std::forward<A>(a).coAwait(executor, token);
     };
 
+// An awaiter as a Lazy awaits it, noting in the promise what the coroutine waits on while
+// it is suspended (LazyPromiseBase::noteWait). `Awaiter` may be a reference type.
+template <class Awaiter>
+struct NotedAwaiter {
+  using Plain = std::remove_cvref_t<Awaiter>;
+  Awaiter awaiter;
+  LazyPromiseBase* promise;
+  WaitNote note{&describeAwaiter<Plain>, std::addressof(awaiter)};
+
+  bool await_ready() { return awaiter.await_ready(); }
+  template <class Promise>
+  decltype(auto) await_suspend(std::coroutine_handle<Promise> self);
+  decltype(auto) await_resume();
+};
+
 // What every Lazy promise shares: the lazy start, the continuation word, the executor
 // the coroutine is bound to (nullptr for a plain Lazy), its cancellation token, and the
 // propagation of both to awaited Lazys.
@@ -145,16 +162,33 @@ class LazyPromiseBase : public FrameAllocated {
   //  - an executor-aware awaitable gets our executor through coAwait();
   //  - anything else is wrapped so that, in a coroutine bound to an executor, we resume
   //    on that executor even if the awaitable completes on another thread.
+  //
+  // Except for a Lazy (whose awaiter notes the wait itself), the awaiter is wrapped in a
+  // NotedAwaiter, which notes what this coroutine waits on while it is suspended.
   template <class A>
   decltype(auto) await_transform(A&& awaitable) {
     if constexpr (kIsLazy<std::remove_cvref_t<A>>) {
       return std::forward<A>(awaitable);
     } else if constexpr (CancellationAwareAwaitable<A>) {
-      return std::forward<A>(awaitable).coAwait(executor_, *token_);
+      using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor_, *token_));
+      if constexpr (kHeldByValue<Transformed>) {
+        return NotedAwaiter<Transformed>{std::forward<A>(awaitable).coAwait(executor_, *token_),
+                                         this};
+      } else {
+        return NotedAwaiter<AwaiterOf<Transformed>>{
+            getAwaiter(std::forward<A>(awaitable).coAwait(executor_, *token_)), this};
+      }
     } else if constexpr (ExecutorAwareAwaitable<A>) {
-      return std::forward<A>(awaitable).coAwait(executor_);
+      using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor_));
+      if constexpr (kHeldByValue<Transformed>) {
+        return NotedAwaiter<Transformed>{std::forward<A>(awaitable).coAwait(executor_), this};
+      } else {
+        return NotedAwaiter<AwaiterOf<Transformed>>{
+            getAwaiter(std::forward<A>(awaitable).coAwait(executor_)), this};
+      }
     } else {
-      return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor_);
+      return NotedAwaiter<ViaAwaiter<AwaiterOf<A>>>{
+          ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor_), this};
     }
   }
 
@@ -178,6 +212,33 @@ class LazyPromiseBase : public FrameAllocated {
     return asyncParent_;
   }
   void setAsyncParent(AsyncParent parent) noexcept { asyncParent_ = parent; }
+  // The weft coroutine that awaits this one (null: a sink, a foreign coroutine or none).
+  LazyPromiseBase* awaitingPromise() const noexcept {
+    return const_cast<LazyPromiseBase*>(asyncParent_.promise());
+  }
+
+  // What this coroutine waits on while it is suspended, for task dumps: a WaitNote, or a
+  // Lazy it awaits (whose own note a dump reads next); set as it suspends, cleared as it
+  // resumes (by await_transform's NotedAwaiter and by LazyAwaiter). One word, so a dump on
+  // another thread never reads half of one note and half of another. Release stores: a
+  // dump's acquire load sees the note's contents.
+  void noteWait(const WaitNote* note) noexcept {
+    waitNote_.store(reinterpret_cast<std::uintptr_t>(note), std::memory_order_release);
+  }
+  void noteWaitOnLazy(const LazyPromiseBase* awaited) noexcept {
+    waitNote_.store(reinterpret_cast<std::uintptr_t>(awaited) | 1u, std::memory_order_release);
+  }
+  void clearWait() noexcept { waitNote_.store(0, std::memory_order_relaxed); }
+  // The current note: at most one of the two is set.
+  struct Wait {
+    const WaitNote* note;
+    const LazyPromiseBase* awaitedLazy;
+  };
+  Wait currentWait() const noexcept {
+    const std::uintptr_t word = waitNote_.load(std::memory_order_acquire);
+    if ((word & 1u) != 0) return {nullptr, reinterpret_cast<const LazyPromiseBase*>(word - 1)};
+    return {reinterpret_cast<const WaitNote*>(word), nullptr};
+  }
   // What a coroutine awaited by this one records as its parent: this coroutine.
   // (FiberDriverPromise answers its fiber instead.)
   AsyncParent asAsyncParent() const noexcept { return AsyncParent::promise(this); }
@@ -209,11 +270,36 @@ class LazyPromiseBase : public FrameAllocated {
   }
 
  private:
+  // What coAwait returns is a temporary: when it is its own awaiter, the NotedAwaiter holds
+  // it by value (made in place from the call), not a reference to the temporary.
+  template <class Transformed>
+  static constexpr bool kHeldByValue =
+      !std::is_reference_v<Transformed> && std::is_reference_v<AwaiterOf<Transformed>>;
+
   std::uintptr_t continuation_ = 0;
   AsyncParent asyncParent_;
+  std::atomic<std::uintptr_t> waitNote_{0};
   Executor* executor_ = nullptr;
   const CancellationToken* token_ = &kNoCancellationToken;
 };
+
+template <class Awaiter>
+template <class Promise>
+decltype(auto) NotedAwaiter<Awaiter>::await_suspend(std::coroutine_handle<Promise> self) {
+  promise->noteWait(&note);
+  try {
+    return awaiter.await_suspend(self);
+  } catch (...) {
+    promise->clearWait();  // not suspended: the coroutine goes on with the exception
+    throw;
+  }
+}
+
+template <class Awaiter>
+decltype(auto) NotedAwaiter<Awaiter>::await_resume() {
+  promise->clearWait();
+  return awaiter.await_resume();
+}
 
 // The parent a coroutine awaited from `awaiting` records: the awaiting weft coroutine
 // (through its promise, which may name something else: a fiber's driver names its fiber),

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "coro/detail/frame_allocator.h"
+#include "coro/detail/wait_note.h"
 #include "executors/executor.h"
 
 namespace weft::detail {
@@ -147,6 +148,11 @@ class ViaAwaiter {
   }
 
   decltype(auto) await_resume() { return awaiter_.await_resume(); }
+
+  // For task dumps (coro/detail/lazy_promise.h, DescribeWait): the wrapped awaiter.
+  void describeWait(std::string& out) const {
+    describeAwaiter<std::remove_cvref_t<Awaiter>>(std::addressof(awaiter_), out);
+  }
 
  private:
   // Calls the inner await_suspend with `resumer` and maps its three return forms to a

@@ -8,6 +8,7 @@
 #include "coro/cancellation.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
+#include "coro/detail/wait_note.h"
 #include "executors/executor.h"
 
 namespace weft::detail {
@@ -99,9 +100,11 @@ struct AwaitLink {
   SuspendDriverOn suspendOn = nullptr;
   std::exception_ptr suspendError;
   std::coroutine_handle<> pending;
-  // Where in the fiber's code its last await() parked (a return address into the
-  // function that called await()), for async backtraces of a parked fiber.
+  // Where in the fiber's code its last park happened (a return address into the function
+  // that called await()), for async backtraces of a parked fiber, and what it waits on,
+  // for task dumps. Meaningful while the fiber is suspended.
   const void* parkSite = nullptr;
+  WaitNote waitNote;
   bool yieldRequested = false;
   bool mayHandOff = false;
 };

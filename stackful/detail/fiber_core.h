@@ -69,7 +69,15 @@ struct EhState {
 struct AwaitLink;
 class SoloRunQueue;
 
-class FiberCore {
+// The links of every live fiber in the fiber registry (fiber.cc) that task dumps
+// (weft::dumpTasks) and gdb's `weft fibers` walk: two words, the whole cost of being
+// listed (a parked fiber on a shared stack costs one heap block of 288 bytes).
+struct FiberListHook {
+  FiberListHook* listPrev = nullptr;
+  FiberListHook* listNext = nullptr;
+};
+
+class FiberCore : public FiberListHook {
  public:
   enum class State : std::uint8_t { kCreated, kSuspended, kRunning, kDone };
 
@@ -264,6 +272,8 @@ class FiberCore {
   const void* guardBegin() const noexcept;
   const void* stackBottom() const noexcept;
   std::size_t stackSize() const noexcept;
+  // While suspended on a stack of its own: how many bytes of it are in use (0 otherwise).
+  std::size_t stackInUse() const noexcept;
 
  protected:
   // The stack slot (a union member) is constructed by create().
@@ -488,9 +498,10 @@ void attachToSharedStack(FiberCore* core, SharedStack& stack);
 
 // The save area allocated with every shared-stack fiber, so that parking costs one heap
 // block: at least this many bytes (rounded up so that the block fills malloc's chunk).
-// A fiber parked in a yield one or two calls below its body needs ~150-200 bytes; one
-// that parks deeper gets a heap buffer instead.
-inline constexpr std::size_t kSharedInlineSave = 176;
+// A fiber parked in a yield right in its body needs less than 160 bytes (with a one-word
+// body, the block is then 288 bytes: docs/stackful.md); one that parks deeper gets a heap
+// buffer instead.
+inline constexpr std::size_t kSharedInlineSave = 160;
 
 template <class Box, class... Args>
 Box* FiberCore::create(SharedStack& stack, const FiberOptions& options, Args&&... args) {

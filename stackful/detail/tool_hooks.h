@@ -19,18 +19,6 @@
 
 #include "coro/detail/config.h"
 
-// WEFT_TSAN: 1 when compiled with ThreadSanitizer.
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT_TSAN 1
-#endif
-#endif
-#ifndef WEFT_TSAN
-#define WEFT_TSAN 0
-#endif
-
 // WEFT_VALGRIND: 1 when <valgrind/valgrind.h> is available (Debian package valgrind);
 // its client requests are a few no-op instructions outside valgrind. -DWEFT_VALGRIND=0
 // leaves them out.

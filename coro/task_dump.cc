@@ -1,0 +1,231 @@
+#include "coro/task_dump.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "coro/async_backtrace.h"
+#include "coro/detail/config.h"
+#include "coro/detail/task_registry.h"
+
+#if WEFT_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace weft {
+namespace detail {
+namespace {
+
+// A root Lazy: what it waits on is found by going down the Lazys it awaits to the one
+// that waits on something else (or on nothing: it runs, or is queued to run).
+void dumpLazyRoot(const TaskRecord& record, TaskDumpEntry& entry) noexcept {
+  try {
+    entry.title = "task " + std::to_string(record.id) + " (" + record.type->origin + ")";
+    const auto* leaf = static_cast<const LazyPromiseBase*>(record.subject);
+    LazyPromiseBase::Wait wait = leaf->currentWait();
+    for (int depth = 0; wait.awaitedLazy != nullptr && depth < kMaxAsyncDepth; ++depth) {
+      leaf = wait.awaitedLazy;
+      wait = leaf->currentWait();
+    }
+    if (wait.note != nullptr) {
+      entry.state = "waiting on ";
+      wait.note->describe(wait.note->awaiter, entry.state);
+    } else {
+      entry.state = "running or runnable";
+    }
+    appendAsyncChain(entry.trace, AsyncParent::promise(leaf));
+  } catch (...) {
+    // No memory: the entry stays as far as it got.
+  }
+}
+
+std::int64_t coarseMilliseconds() noexcept {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
+}
+
+struct Collected {
+  std::vector<TaskDumpEntry> entries;
+  std::vector<std::int64_t> created;  // per task (the fibers follow the tasks)
+};
+
+void collect(const TaskRecord& record, void* context) {
+  auto& out = *static_cast<Collected*>(context);
+  out.entries.emplace_back();
+  out.created.push_back(record.createdMs);
+  record.type->dump(record, out.entries.back());
+}
+
+// The dump's collection reads tasks that other threads run, without synchronising with
+// them: by design (a snapshot that never stops them), and ThreadSanitizer is told so.
+class IgnoreRacesHere {
+ public:
+  IgnoreRacesHere() noexcept {
+#if WEFT_TSAN
+    __tsan_ignore_thread_begin();
+#endif
+  }
+  ~IgnoreRacesHere() {
+#if WEFT_TSAN
+    __tsan_ignore_thread_end();
+#endif
+  }
+  IgnoreRacesHere(const IgnoreRacesHere&) = delete;
+  IgnoreRacesHere& operator=(const IgnoreRacesHere&) = delete;
+};
+
+std::string formatAge(std::int64_t milliseconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%lld.%03lld s", static_cast<long long>(milliseconds / 1000),
+                static_cast<long long>(milliseconds % 1000));
+  return text;
+}
+
+}  // namespace
+
+const TaskRecordType kSyncAwaitRoot{"syncAwait", &dumpLazyRoot};
+const TaskRecordType kStartRoot{"start()", &dumpLazyRoot};
+const TaskRecordType kSpawnRoot{"spawn()", &dumpLazyRoot};
+const TaskRecordType kTaskGroupRoot{"TaskGroup::spawn()", &dumpLazyRoot};
+
+}  // namespace detail
+
+void dumpTasks(std::ostream& out) {
+  detail::Collected collected;
+  {
+    detail::IgnoreRacesHere ignore;
+    detail::forEachTask(&detail::collect, &collected);
+    if (detail::ListFibers listFibers = detail::fiberLister()) listFibers(collected.entries);
+  }
+  const std::int64_t now = detail::coarseMilliseconds();
+  std::vector<const AsyncBacktrace*> traces;
+  traces.reserve(collected.entries.size());
+  for (const detail::TaskDumpEntry& entry : collected.entries) traces.push_back(&entry.trace);
+  const std::vector<std::string> texts = detail::formatAsyncBacktraces(traces, true, "  ");
+  const std::size_t tasks = collected.created.size();
+  const std::size_t fibers = collected.entries.size() - tasks;
+  std::string text = "weft: " + std::to_string(tasks) + (tasks == 1 ? " task, " : " tasks, ") +
+                     std::to_string(fibers) + (fibers == 1 ? " fiber\n" : " fibers\n");
+  for (std::size_t i = 0; i < collected.entries.size(); ++i) {
+    const detail::TaskDumpEntry& entry = collected.entries[i];
+    text += '\n';
+    text += entry.title;
+    if (i < tasks) text += ", age " + detail::formatAge(now - collected.created[i]);
+    text += ": " + entry.state + '\n';
+    text += texts[i];
+  }
+  out << text;
+  out.flush();
+}
+
+namespace {
+
+// The dump thread's pipe: the handler writes one byte per signal.
+std::mutex gDumpMutex;
+int gDumpPipe[2] = {-1, -1};
+
+void onDumpSignal(int) {
+  const int saved = errno;
+  const char byte = 0;
+  // Async-signal-safe; a full pipe (dumps already pending) drops this one.
+  [[maybe_unused]] const ssize_t n = ::write(gDumpPipe[1], &byte, 1);
+  errno = saved;
+}
+
+void dumpThread(int readFd) {
+  for (;;) {
+    char byte;
+    const ssize_t n = ::read(readFd, &byte, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    try {
+      dumpTasks(std::cerr);
+    } catch (...) {
+      std::fputs("weft: the task dump failed (out of memory?)\n", stderr);
+    }
+  }
+}
+
+int signalNumber(const char* text) {
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long number = std::strtol(text, &end, 10);
+  if (end != text && *end == '\0') return static_cast<int>(number);
+  std::string name = text;
+  if (name.rfind("SIG", 0) == 0) name.erase(0, 3);
+  static const struct {
+    const char* name;
+    int number;
+  } kNames[] = {{"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP},
+                {"INT", SIGINT},   {"TERM", SIGTERM}, {"PWR", SIGPWR},   {"URG", SIGURG}};
+  for (const auto& entry : kNames) {
+    if (name == entry.name) return entry.number;
+  }
+  return -1;
+}
+
+// WEFT_DUMP_SIGNAL at start-up (in every program that links weft::coro's dump support,
+// which every Lazy awaiting another pulls in).
+const bool gDumpSignalFromEnvironment = [] {
+  const char* value = std::getenv("WEFT_DUMP_SIGNAL");
+  const int signal = signalNumber(value);
+  if (signal == 0) return false;
+  try {
+    installDumpOnSignal(signal);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft: WEFT_DUMP_SIGNAL=%s: %s\n", value, e.what());
+    return false;
+  }
+  return true;
+}();
+
+}  // namespace
+
+void installDumpOnSignal(int signal) {
+  if (signal <= 0 || signal >= NSIG || signal == SIGKILL || signal == SIGSTOP) {
+    throw std::invalid_argument("weft: installDumpOnSignal: " + std::to_string(signal) +
+                                " is not a signal that can be caught");
+  }
+  std::lock_guard<std::mutex> lock(gDumpMutex);
+  if (gDumpPipe[0] < 0) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+      throw std::system_error(errno, std::generic_category(), "weft: installDumpOnSignal: pipe");
+    }
+    // The reading end blocks; the handler's end must not.
+    ::fcntl(fds[0], F_SETFL, 0);
+    try {
+      std::thread(&dumpThread, fds[0]).detach();
+    } catch (...) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      throw;
+    }
+    gDumpPipe[0] = fds[0];
+    gDumpPipe[1] = fds[1];
+  }
+  struct sigaction action {};
+  action.sa_handler = &onDumpSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  if (::sigaction(signal, &action, nullptr) != 0) {
+    throw std::system_error(errno, std::generic_category(), "weft: installDumpOnSignal: sigaction");
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <csignal>
+#include <iosfwd>
+
+namespace weft {
+
+// dumpTasks(out): writes every live root task and every fiber of the process to `out`,
+// as Go writes its goroutines: what each is, how long it has existed, what it waits on,
+// and its async backtrace (coro/async_backtrace.h) from the coroutine that waits up to
+// its root.
+//
+//   weft: 2 tasks, 1 fiber
+//
+//   task 17 (start()), age 1.204 s: waiting on Mutex::lock (mutex 0x5616f2a0)
+//     #0 coroutine updateAccount(int) at src/bank.cc:41
+//     #1 coroutine handleRequest(Request) at src/server.cc:88
+//     #2 start()
+//
+//   fiber 3 "reader", age 0.510 s: parked on Channel::receive (channel 0x5616f410),
+//   stack 1.2 KiB of 256 KiB in use
+//     #0 native consume(weft::Channel<int>&) at src/reader.cc:19
+//     #1 fiber 3 "reader"
+//
+// Root tasks are the Lazys started by syncAwait, start() (a Task's too), spawn() and
+// TaskGroup::spawn(); a Lazy awaited by another is shown in its root's backtrace, and
+// the branches of a collect behind the collect ("waiting on collectAll of 3 branches").
+// A task whose innermost coroutine waits on nothing is "running or runnable".
+//
+// A dump of a busy process is a snapshot: tasks that move while it is taken may show a
+// state they have just left. It never blocks them for longer than copying a few words
+// per task, and symbolizes (addr2line, see AsyncBacktrace) after letting go.
+// Errors: what writing to `out` throws. Thread safety: any thread, any time, including
+// from inside a task (which then shows itself as running).
+//
+// Example:
+//   weft::dumpTasks(std::cerr);
+void dumpTasks(std::ostream& out);
+
+// installDumpOnSignal(signal): from now on, `kill -<signal> <pid>` makes the process
+// write dumpTasks() to stderr and go on (Go's SIGQUIT dump, without the exit). The
+// handler only writes a byte to a pipe; a thread of weft's, started by the first call,
+// makes the dump. It replaces any handler the signal had. Setting the environment
+// variable WEFT_DUMP_SIGNAL (a number, or a name such as QUIT or USR1) does the same at
+// start-up.
+// Errors: std::system_error if the pipe, the thread or sigaction fails;
+// std::invalid_argument for SIGKILL, SIGSTOP or a number that is not a signal.
+// Thread safety: any thread; installing the same signal twice is harmless.
+//
+// Example:
+//   weft::installDumpOnSignal(SIGQUIT);  // then: kill -QUIT <pid>
+void installDumpOnSignal(int signal = SIGQUIT);
+
+}  // namespace weft

@@ -1,0 +1,174 @@
+#include "coro/task_dump.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "coro/cancellation.h"
+#include "coro/channel.h"
+#include "coro/lazy.h"
+#include "coro/mutex.h"
+#include "coro/sleep.h"
+#include "coro/sync_await.h"
+#include "coro/task.h"
+#include "coro/with_cancellation.h"
+#include "executors/thread_pool.h"
+#include "stackful/await.h"
+#include "stackful/spawn_fiber.h"
+
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string dump() {
+  std::ostringstream out;
+  weft::dumpTasks(out);
+  return out.str();
+}
+
+// Dumps until `ready` says the dump shows what the test set up (the tasks reach their
+// waits on the pool's threads), for at most 10 s.
+template <class Ready>
+std::string dumpOnce(Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string text = dump();
+  while (!ready(text) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    text = dump();
+  }
+  return text;
+}
+
+weft::Lazy<> lockWaiter(weft::Mutex& mutex) {
+  co_await mutex.lock();
+  mutex.unlock();
+}
+
+weft::Lazy<> sleeper() { co_await weft::sleep(std::chrono::hours(1)); }
+
+[[gnu::noinline]] int consume(weft::Channel<int>& channel) {
+  std::optional<int> value = weft::await(channel.receive());
+  asm volatile("" ::: "memory");
+  return value.value_or(-1);
+}
+
+weft::SpawnOptions named(const char* name) {
+  weft::SpawnOptions options;
+  options.name = name;
+  return options;
+}
+
+TEST(TaskDumpTest, ListsAParkedFiberAWaitingLazyAndASleepingTaskWithTheirStates) {
+  weft::ThreadPool pool(2);
+  weft::Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  weft::Channel<int> channel;
+  weft::CancellationSource stopSleeping;
+  std::atomic<int> finished{0};
+
+  lockWaiter(mutex).via(&pool).start([&](weft::Try<void> r) {
+    EXPECT_TRUE(r.hasValue());
+    ++finished;
+  });
+  weft::withCancellation(stopSleeping.token(), sleeper()).via(&pool).start([&](weft::Try<void> r) {
+    EXPECT_TRUE(r.hasException());  // cancelled below
+    ++finished;
+  });
+  auto fiber = weft::spawnFiber(&pool, [&] { return consume(channel); }, named("consumer"));
+
+  const std::string text = dumpOnce([](const std::string& t) {
+    return t.find("waiting on Mutex::lock") != std::string::npos &&
+           t.find("waiting on sleep") != std::string::npos &&
+           t.find("parked on Channel::receive") != std::string::npos;
+  });
+
+  // The Lazy on the mutex: its state names the mutex, its trace the coroutine and root.
+  EXPECT_THAT(text, ContainsRegex("task [0-9]+ \\(start\\(\\)\\), age [0-9]+\\.[0-9]{3} s: "
+                                  "waiting on Mutex::lock \\(0x[0-9a-f]+\\)"));
+  EXPECT_THAT(text, ContainsRegex("waiting on Mutex::lock[^\n]*\n  #0 coroutine [^\n]*lockWaiter\\(weft::Mutex&\\)[^\n]*\n  #1 start\\(\\)\n"));
+  // The sleeping task: an hour to go (less what the test took), its coroutine first.
+  EXPECT_THAT(text, ContainsRegex("waiting on sleep, due in 35[0-9]{2}\\.[0-9]{3} s\n"
+                                  "  #0 coroutine [^\n]*sleeper\\(\\)[^\n]*\n  #1 start\\(\\)"));
+  // The fiber: parked on the channel, in consume(), with its stack in use.
+  EXPECT_THAT(text, ContainsRegex("fiber [0-9]+ \"consumer\": parked on Channel::receive "
+                                  "\\(0x[0-9a-f]+\\), stack [0-9.]+ KiB of 256 KiB in use\n"
+                                  "  #0 native [^\n]*consume\\(weft::Channel<int>&\\)[^\n]*\n"
+                                  "  #1 fiber [0-9]+ \"consumer\""));
+  EXPECT_THAT(text, ContainsRegex("^weft: [0-9]+ tasks?, [0-9]+ fibers?\n"));
+
+  // Let everything finish; the dump is empty of them afterwards.
+  mutex.unlock();
+  stopSleeping.requestCancellation();
+  weft::syncAwait(channel.send(7));
+  EXPECT_EQ(weft::syncAwait(std::move(fiber)), 7);
+  while (finished.load() < 2) std::this_thread::yield();
+  const std::string after = dumpOnce([](const std::string& t) {
+    return t.find("consumer") == std::string::npos && t.find("waiting on") == std::string::npos;
+  });
+  EXPECT_THAT(after, Not(HasSubstr("consumer")));
+  EXPECT_THAT(after, Not(HasSubstr("lockWaiter")));
+  EXPECT_THAT(after, Not(HasSubstr("sleeper")));
+}
+
+TEST(TaskDumpTest, ARunningTaskShowsItselfRunning) {
+  std::string text;
+  weft::syncAwait([&]() -> weft::Lazy<> {
+    text = dump();
+    co_return;
+  }());
+  EXPECT_THAT(text, ContainsRegex("task [0-9]+ \\(syncAwait\\), age [0-9.]+ s: running or runnable"));
+}
+
+TEST(TaskDumpTest, InstallDumpOnSignalWritesTheDumpToStderr) {
+  weft::installDumpOnSignal(SIGUSR1);
+  weft::Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  weft::ThreadPool pool(1);
+  std::atomic<bool> done{false};
+  lockWaiter(mutex).via(&pool).start([&](weft::Try<void>) { done = true; });
+  (void)dumpOnce([](const std::string& t) { return t.find("Mutex::lock") != std::string::npos; });
+
+  // Stderr into a pipe, read until the dump thread has written the dump (bounded).
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const int savedStderr = ::dup(STDERR_FILENO);
+  ASSERT_GE(::dup2(fds[1], STDERR_FILENO), 0);
+  ASSERT_EQ(::raise(SIGUSR1), 0);
+  std::string captured;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (captured.find("lockWaiter") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    pollfd readable{fds[0], POLLIN, 0};
+    if (::poll(&readable, 1, 100) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+    if (n > 0) captured.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::dup2(savedStderr, STDERR_FILENO);
+  ::close(savedStderr);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  EXPECT_THAT(captured, HasSubstr("weft: "));
+  EXPECT_THAT(captured, HasSubstr("waiting on Mutex::lock"));
+  EXPECT_THAT(captured, HasSubstr("lockWaiter"));
+  mutex.unlock();
+  while (!done) std::this_thread::yield();
+}
+
+TEST(TaskDumpTest, InstallDumpOnSignalRefusesSignalsThatCannotBeCaught) {
+  EXPECT_THROW(weft::installDumpOnSignal(SIGKILL), std::invalid_argument);
+  EXPECT_THROW(weft::installDumpOnSignal(0), std::invalid_argument);
+}
+
+}  // namespace
