@@ -13,6 +13,7 @@ namespace detail {
 namespace {
 
 std::atomic<AppendRunningFiber> runningFiberTracer{nullptr};
+std::atomic<AppendFiber> fiberTracer{nullptr};
 
 // The resume function of the coroutine whose promise is `promise`: the first word of its
 // frame (g++ and clang++ lay out a frame as resume function, destroy function, promise).
@@ -36,8 +37,13 @@ void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept {
       trace.addCoroutine(resumeFunctionOf(promise));
       at = promise->asyncParent();
     } else if (const CompletionSink* sink = at.sink()) {
-      if (sink->describe_ == nullptr) return;
-      at = sink->describe_(sink, trace);
+      if (sink->traceFiber_ != nullptr) {
+        if (AppendFiber appendFiber = fiberTracer.load(std::memory_order_acquire)) {
+          appendFiber(trace, sink->traceFiber_);
+        }
+      }
+      if (sink->traceLabel_ != nullptr) trace.addMarker(sink->traceLabel_);
+      at = sink->traceParent_;
     } else {
       // A coroutine weft knows nothing of: named, but its awaiter is unknown.
       trace.addCoroutine(*static_cast<const void* const*>(at.foreignFrame()));
@@ -46,15 +52,8 @@ void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept {
   }
 }
 
-AsyncParent describeRoot(AsyncBacktrace& trace, const char* label) noexcept {
-  trace.addMarker(label);
-  return {};
-}
-
-AsyncParent describeAlgorithm(AsyncBacktrace& trace, const char* label,
-                              const LazyPromiseBase* algorithm) noexcept {
-  trace.addMarker(label);
-  return algorithm != nullptr ? algorithm->asyncParent() : AsyncParent{};
+void setFiberTracer(AppendFiber tracer) noexcept {
+  fiberTracer.store(tracer, std::memory_order_release);
 }
 
 void setRunningFiberTracer(AppendRunningFiber tracer) noexcept {

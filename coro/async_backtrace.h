@@ -70,8 +70,8 @@ class AsyncBacktrace {
   std::vector<std::string> functionNames() const;
 
   // Building a trace: what weft's completion sinks and fibers add when a chain passes
-  // through them (see detail::CompletionSink::Describe). noexcept where a diagnostic must
-  // not throw: a frame that cannot be stored (no memory) is dropped.
+  // through them. noexcept: a diagnostic must not fail the code it describes; a frame
+  // that cannot be stored (no memory) is dropped.
   void addCoroutine(const void* resumeFunction) noexcept;
   void addNativeFrame(const void* returnAddress) noexcept;
   void addMarker(std::string label) noexcept;
@@ -88,7 +88,7 @@ class AsyncBacktrace {
 namespace detail {
 
 // Adds the chain from `from` up to its root to `trace` (at most kMaxAsyncDepth steps: a
-// corrupt or cyclic chain cannot hang the caller). noexcept: see CompletionSink::Describe.
+// corrupt or cyclic chain cannot hang the caller). noexcept: see addCoroutine.
 inline constexpr int kMaxAsyncDepth = 256;
 void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept;
 
@@ -96,6 +96,11 @@ void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept;
 // with `indent`.
 std::vector<std::string> formatAsyncBacktraces(const std::vector<const AsyncBacktrace*>& traces,
                                                bool sourceLines, const std::string& indent);
+
+// Set by weft::stackful: adds a fiber (a completion sink's traceFiber_, a FiberCore) to a
+// trace: where it is parked, if it is, then "fiber <id> "<name>"".
+using AppendFiber = void (*)(AsyncBacktrace& trace, const void* fiber) noexcept;
+void setFiberTracer(AppendFiber tracer) noexcept;
 
 // Set by weft::stackful: adds the calling thread's running fiber (a marker, then who
 // awaits it) to a trace; null when no fiber runs here or stackful is not linked.

@@ -28,18 +28,16 @@ namespace detail {
 class CollectBarrier final : public CompletionSink {
  public:
   explicit CollectBarrier(std::size_t branches) noexcept
-      : CompletionSink(&CollectBarrier::complete,
-                       [](const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
-                         return describeAlgorithm(
-                             trace, "collectAll",
-                             static_cast<const CollectBarrier*>(sink)->algorithm_.promise());
-                       }),
-        pending_(branches + 1) {}
+      : CompletionSink(&CollectBarrier::complete, "collectAll"), pending_(branches + 1) {}
 
-  // The collect's coroutine, for its branches' async backtraces: before any branch starts.
+  // The collect's coroutine, before any branch starts: the branches' async backtraces go
+  // from the collect to whoever awaits it (the collect's own frame is not shown).
   template <class Promise>
   void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
-    algorithm_.record(collect);
+    traceParent_ = asyncParentOf(collect);
+    if (const LazyPromiseBase* promise = traceParent_.promise()) {
+      traceParent_ = promise->asyncParent();
+    }
   }
 
   // Starts one branch: scheduled on `executor` when `parallel` and there is one,
@@ -85,7 +83,6 @@ class CollectBarrier final : public CompletionSink {
 
   std::atomic<std::size_t> pending_;
   std::coroutine_handle<> awaiting_;
-  AlgorithmCoroutine algorithm_;
 };
 
 // Awaited inside the collect's own coroutine: starts every branch, then waits for all.
@@ -165,13 +162,7 @@ Lazy<std::vector<Try<T>>> collectRange(std::vector<Lazy<T>> branches) {
 template <class T>
 class FailFastSink final : public CompletionSink {
  public:
-  FailFastSink() noexcept
-      : CompletionSink(&FailFastSink::complete,
-                       [](const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
-                         return describeAlgorithm(
-                             trace, "collectAllFailFast",
-                             static_cast<const FailFastSink*>(sink)->barrier->algorithm());
-                       }) {}
+  FailFastSink() noexcept : CompletionSink(&FailFastSink::complete, "collectAllFailFast") {}
   CancellingBarrier* barrier = nullptr;
   LazyPromise<T>* promise = nullptr;
 
@@ -196,6 +187,7 @@ void startFailFastBranch(Lazy<T>& branch, FailFastSink<T>& sink, CancellingBarri
   }
   sink.barrier = &barrier;
   sink.promise = &promise;
+  sink.traceParent_ = barrier.algorithmParent();
   promise.setCompletionSink(&sink);
   promise.setExecutor(executor);
   promise.setCancellationToken(&barrier.token());
@@ -258,12 +250,7 @@ class WindowBarrier final : public CompletionSink {
  public:
   WindowBarrier(std::vector<Lazy<T>>& branches, std::size_t window, Executor* executor,
                 const CancellationToken* token, bool parallel) noexcept
-      : CompletionSink(&WindowBarrier::complete,
-                       [](const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
-                         return describeAlgorithm(
-                             trace, "collectAllWindowed",
-                             static_cast<const WindowBarrier*>(sink)->algorithm_.promise());
-                       }),
+      : CompletionSink(&WindowBarrier::complete, "collectAllWindowed"),
         branches_(branches),
         executor_(executor),
         token_(token),
@@ -291,9 +278,13 @@ class WindowBarrier final : public CompletionSink {
     }
   }
 
+  // As CollectBarrier::recordAlgorithm.
   template <class Promise>
   void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
-    algorithm_.record(collect);
+    traceParent_ = asyncParentOf(collect);
+    if (const LazyPromiseBase* promise = traceParent_.promise()) {
+      traceParent_ = promise->asyncParent();
+    }
   }
 
   bool arriveAndSuspend(std::coroutine_handle<> awaiting) noexcept {
@@ -355,7 +346,6 @@ class WindowBarrier final : public CompletionSink {
   std::atomic<std::size_t> next_;
   std::atomic<std::size_t> pending_;
   std::coroutine_handle<> awaiting_;
-  AlgorithmCoroutine algorithm_;
 };
 
 template <bool kParallel, class T>

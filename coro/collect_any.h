@@ -73,13 +73,7 @@ class AnyBarrier : public CancellingBarrier {
 // One per branch: tells the barrier which branch finished.
 class AnyBranchSink final : public CompletionSink {
  public:
-  AnyBranchSink() noexcept
-      : CompletionSink(&AnyBranchSink::complete,
-                       [](const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
-                         return describeAlgorithm(
-                             trace, "collectAny",
-                             static_cast<const AnyBranchSink*>(sink)->barrier->algorithm());
-                       }) {}
+  AnyBranchSink() noexcept : CompletionSink(&AnyBranchSink::complete, "collectAny") {}
   AnyBarrier* barrier = nullptr;
   std::size_t index = 0;
 
@@ -99,6 +93,7 @@ bool startAnyBranch(Lazy<T>& branch, AnyBranchSink& sink, AnyBarrier& barrier, E
   auto handle = LazyAccess::handle(branch);
   LazyPromise<T>& promise = handle.promise();
   sink.barrier = &barrier;
+  sink.traceParent_ = barrier.algorithmParent();
   promise.setCompletionSink(&sink);
   promise.setExecutor(executor);
   promise.setCancellationToken(&barrier.token());

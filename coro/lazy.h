@@ -106,10 +106,7 @@ template <class T, class Callback>
 class StartSink final : public CompletionSink {
  public:
   StartSink(std::coroutine_handle<LazyPromise<T>> handle, Callback&& callback)
-      : CompletionSink(&StartSink::complete,
-                       [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
-                         return describeRoot(trace, "start()");
-                       }),
+      : CompletionSink(&StartSink::complete, "start()"),
         handle_(handle),
         callback_(std::move(callback)),
         record_(kStartRoot, handle.promise()) {}

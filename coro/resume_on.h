@@ -21,13 +21,9 @@ class FiberDriverPromise;  // stackful/detail/await_link.h: a fiber's driver
 class ResumeOnHomeSink final : public CompletionSink, public FrameAllocated {
  public:
   ResumeOnHomeSink(Executor* home, std::coroutine_handle<> awaiter, AsyncParent parent) noexcept
-      : CompletionSink(&ResumeOnHomeSink::complete,
-                       [](const CompletionSink* sink, AsyncBacktrace&) noexcept {
-                         return static_cast<const ResumeOnHomeSink*>(sink)->parent_;
-                       }),
-        home_(home),
-        awaiter_(awaiter),
-        parent_(parent) {}
+      : CompletionSink(&ResumeOnHomeSink::complete), home_(home), awaiter_(awaiter) {
+    traceParent_ = parent;  // the hop is not shown
+  }
 
   static bool isOne(const CompletionSink* sink) noexcept {
     return sink != nullptr && sink->onComplete_ == &ResumeOnHomeSink::complete;
@@ -45,7 +41,6 @@ class ResumeOnHomeSink final : public CompletionSink, public FrameAllocated {
 
   Executor* home_;
   std::coroutine_handle<> awaiter_;
-  AsyncParent parent_;  // who awaits the coroutine (the hop is not shown)
 };
 
 // The awaiter of `co_await resumeOn(target)`.

@@ -36,10 +36,7 @@ class SpawnedTask final : public CompletionSink {
   enum : int { kRunning, kAwaiting, kDone, kDetached };
 
   explicit SpawnedTask(std::coroutine_handle<LazyPromise<T>> handle)
-      : CompletionSink(&SpawnedTask::complete,
-                       [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
-                         return describeRoot(trace, "spawn()");
-                       }),
+      : CompletionSink(&SpawnedTask::complete, "spawn()"),
         handle_(handle),
         token_(source_.token()),
         record_(kSpawnRoot, handle.promise()) {}

@@ -38,11 +38,7 @@ namespace detail {
 class SyncWaitSink final : public CompletionSink {
  public:
   explicit SyncWaitSink(const LazyPromiseBase& root) noexcept
-      : CompletionSink(&SyncWaitSink::complete,
-                       [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
-                         return describeRoot(trace, "syncAwait");
-                       }),
-        record_(kSyncAwaitRoot, root) {}
+      : CompletionSink(&SyncWaitSink::complete, "syncAwait"), record_(kSyncAwaitRoot, root) {}
 
   void wait() {
     // acquire: pairs with the release in complete(), so the result stored in the frame

@@ -41,12 +41,12 @@ template <class T>
 class TaskAwaiter final : public CompletionSink {
  public:
   TaskAwaiter(std::coroutine_handle<LazyPromise<T>> task, Executor* awaitingExecutor) noexcept
-      : CompletionSink(&TaskAwaiter::complete, &TaskAwaiter::describe),
+      : CompletionSink(&TaskAwaiter::complete),
         task_(task),
         awaitingExecutor_(awaitingExecutor) {}
   // Only before the await starts: once suspended, the task's promise points at this sink.
   TaskAwaiter(TaskAwaiter&& other) noexcept
-      : CompletionSink(&TaskAwaiter::complete, &TaskAwaiter::describe),
+      : CompletionSink(&TaskAwaiter::complete),
         task_(std::exchange(other.task_, nullptr)),
         awaitingExecutor_(other.awaitingExecutor_) {}
   TaskAwaiter& operator=(TaskAwaiter&&) = delete;
@@ -60,11 +60,11 @@ class TaskAwaiter final : public CompletionSink {
   std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) {
     LazyPromiseBase& promise = task_.promise();
     Executor* executor = promise.executor();
-    awaitingParent_ = asyncParentOf(awaiting);
+    traceParent_ = asyncParentOf(awaiting);  // the hop back is not shown
     if (awaitingExecutor_ == nullptr || awaitingExecutor_ == executor) {
       // The task finishes on our executor (or we have none): continue right there.
       promise.setContinuation(awaiting);
-      promise.setAsyncParent(awaitingParent_);
+      promise.setAsyncParent(traceParent_);
     } else {
       // The task finishes on another executor: hop back to ours when it does.
       awaiting_ = awaiting;
@@ -86,15 +86,10 @@ class TaskAwaiter final : public CompletionSink {
     auto* self = static_cast<TaskAwaiter*>(sink);
     return resumeOnExecutor(self->awaitingExecutor_, self->awaiting_);
   }
-  // The hop back is not shown: the task's parent is the awaiting coroutine.
-  static AsyncParent describe(const CompletionSink* sink, AsyncBacktrace&) noexcept {
-    return static_cast<const TaskAwaiter*>(sink)->awaitingParent_;
-  }
 
   std::coroutine_handle<LazyPromise<T>> task_;
   Executor* awaitingExecutor_;
   std::coroutine_handle<> awaiting_;
-  AsyncParent awaitingParent_;
 };
 
 }  // namespace detail

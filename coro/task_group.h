@@ -347,10 +347,7 @@ class TaskGroup {
   template <class U>
   struct ChildSink final : detail::CompletionSink, detail::FrameAllocated {
     ChildSink(TaskGroup* g, std::coroutine_handle<detail::LazyPromise<U>> h) noexcept
-        : CompletionSink(&ChildSink::complete,
-                         [](const CompletionSink*, AsyncBacktrace& trace) noexcept {
-                           return detail::describeRoot(trace, "TaskGroup::spawn()");
-                         }),
+        : CompletionSink(&ChildSink::complete, "TaskGroup::spawn()"),
           group(g),
           handle(h),
           record(detail::kTaskGroupRoot, h.promise()) {}

@@ -59,9 +59,26 @@ void appendRunningFiber(AsyncBacktrace& trace) noexcept {
   }
 }
 
+// A fiber in an async backtrace (a spawnFiber state's traceFiber_): where it is parked
+// (the return address into the function that called await(), when it is), then the fiber.
+void appendFiber(AsyncBacktrace& trace, const void* subject) noexcept {
+  const auto* fiber = static_cast<const FiberCore*>(subject);
+  const AwaitLink* link = fiber->awaitLink();
+  if (fiber->state() == FiberCore::State::kSuspended && link != nullptr &&
+      link->parkSite != nullptr) {
+    trace.addNativeFrame(link->parkSite);
+  }
+  try {
+    trace.addMarker(fiberLabel(fiber->id(), fiber->name()));
+  } catch (...) {
+    // No memory for the label: the frame is dropped (a diagnostic must not fail).
+  }
+}
+
 // Installed when this file is linked, that is, when fibers are used.
-const bool gRunningFiberTracerSet = [] {
+const bool gFiberTracersSet = [] {
   setRunningFiberTracer(&appendRunningFiber);
+  setFiberTracer(&appendFiber);
   return true;
 }();
 

@@ -1,7 +1,5 @@
 #include "stackful/spawn_fiber.h"
 
-#include "coro/async_backtrace.h"
-
 #include <atomic>
 #include <coroutine>
 #include <cstdio>
@@ -165,19 +163,6 @@ void noteFiberDriver(FiberDriverHandle driver) noexcept {
 #else
   (void)driver;
 #endif
-}
-
-void describeSpawnedFiber(AsyncBacktrace& trace, const AwaitLink& link,
-                          std::uint64_t fiberId) noexcept {
-  const FiberCore* core = link.driver ? link.driver.promise().fiber() : nullptr;
-  if (core != nullptr && core->state() == FiberCore::State::kSuspended && link.parkSite != nullptr) {
-    trace.addNativeFrame(link.parkSite);
-  }
-  try {
-    trace.addMarker(fiberLabel(fiberId, core != nullptr ? core->name() : nullptr));
-  } catch (...) {
-    // No memory for the label: the frame is dropped (a diagnostic must not fail).
-  }
 }
 
 void rethrowSuspendError(AwaitLink& link) {

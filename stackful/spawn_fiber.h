@@ -55,10 +55,6 @@ namespace detail {
 
 struct FiberFutureAccess;
 
-// Adds a fiber of spawnFiber to an async backtrace: where it is parked (if it is), then
-// "fiber <id> "<name>"". noexcept: see CompletionSink::Describe.
-void describeSpawnedFiber(AsyncBacktrace& trace, const AwaitLink& link, std::uint64_t fiberId) noexcept;
-
 
 // What a spawned fiber and its FiberFuture share: the result, and who is waiting for it.
 // Freed by whichever side is done with it last (see the state machine in complete()).
@@ -68,7 +64,7 @@ class SpawnState final : public CompletionSink {
   enum : int { kRunning, kAwaiting, kDone, kDetached };
 
   SpawnState(Executor* executor, CancellationToken token) noexcept
-      : CompletionSink(&SpawnState::complete, &SpawnState::describe),
+      : CompletionSink(&SpawnState::complete),
         executor_(executor),
         token_(std::move(token)) {
     link_.executor = executor;
@@ -82,7 +78,6 @@ class SpawnState final : public CompletionSink {
   Try<T> result_;
   std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
   Executor* awaiterExecutor_ = nullptr;  // idem
-  AsyncParent awaiterParent_;            // idem: who awaits the future, for async backtraces
   bool taken_ = false;                   // the future's awaiter took the result
   std::atomic<int> state_{kRunning};
 
@@ -96,15 +91,6 @@ class SpawnState final : public CompletionSink {
   }
 
  private:
-  // In an async backtrace: where the fiber waits (when parked), the fiber, then whoever
-  // awaits its future.
-  static AsyncParent describe(const CompletionSink* sink, AsyncBacktrace& trace) noexcept {
-    auto* self = static_cast<const SpawnState*>(sink);
-    describeSpawnedFiber(trace, self->link_, self->fiberId_);
-    return self->state_.load(std::memory_order_relaxed) == kAwaiting ? self->awaiterParent_
-                                                                      : AsyncParent{};
-  }
-
   [[noreturn]] static void reportDetachedException(SpawnState* self) noexcept {
     const char* what = "unknown exception";
     try {
@@ -330,7 +316,9 @@ class [[nodiscard]] FiberFuture {
     bool await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
       state_->awaiter_ = awaiting;
       state_->awaiterExecutor_ = executor_;
-      state_->awaiterParent_ = detail::asyncParentOf(awaiting);
+      // Async backtraces of the fiber go on to the awaiter (the sink's traceFiber_ is the
+      // fiber, set by spawnFiber).
+      state_->traceParent_ = detail::asyncParentOf(awaiting);
       // Set before the exchange: once it succeeds we may be resumed on another thread,
       // and nothing of the awaiter may be written here afterwards.
       suspended_ = true;
@@ -456,6 +444,7 @@ FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* execut
     throw;
   }
   state->fiberId_ = core->id();
+  state->traceFiber_ = core;
   core->setAwaitLink(&state->link_);
   detail::FiberDriverHandle handle;
   try {

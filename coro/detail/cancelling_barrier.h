@@ -56,13 +56,16 @@ class CancellingBarrier {
     return !arrive();
   }
 
-  // The collect's coroutine, for its branches' async backtraces: recorded before any
-  // branch starts.
+  // The collect's coroutine, recorded before any branch starts: its branches' sinks lead
+  // async backtraces from the collect to whoever awaits it (algorithmParent()).
   template <class Promise>
   void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
-    algorithm_.record(collect);
+    algorithmParent_ = asyncParentOf(collect);
+    if (const LazyPromiseBase* promise = algorithmParent_.promise()) {
+      algorithmParent_ = promise->asyncParent();
+    }
   }
-  const LazyPromiseBase* algorithm() const noexcept { return algorithm_.promise(); }
+  AsyncParent algorithmParent() const noexcept { return algorithmParent_; }
 
  private:
   // acq_rel: each branch releases its result; whoever brings the count to zero acquires
@@ -74,7 +77,7 @@ class CancellingBarrier {
   CancellationCallback link_;
   std::atomic<std::size_t> pending_{1};  // the collect itself, until it arrives
   std::coroutine_handle<> awaiting_;
-  AlgorithmCoroutine algorithm_;
+  AsyncParent algorithmParent_;
 };
 
 // Awaited inside the collect's own coroutine: runs `startAll` (which starts the branches),

@@ -81,16 +81,20 @@ struct CompletionSink {
   // Runs on the thread that finished the Lazy, inside its final suspend (so it must not
   // throw); returns the coroutine to transfer to (std::noop_coroutine() for none).
   using OnComplete = std::coroutine_handle<> (*)(CompletionSink* self) noexcept;
-  // How the sink shows in an async backtrace: adds what it stands for ("syncAwait",
-  // "collectAll", a fiber...) to `trace` and answers who waits for it (null: it is a
-  // root). Called only while the coroutine it continues is suspended or running, so the
-  // sink is alive. Null: the trace ends at the coroutine, unnamed. noexcept: a
-  // diagnostic, which must not fail the code it describes (it may drop what it cannot add).
-  using Describe = AsyncParent (*)(const CompletionSink* self, AsyncBacktrace& trace) noexcept;
-  explicit CompletionSink(OnComplete onComplete, Describe describe = nullptr) noexcept
-      : onComplete_(onComplete), describe_(describe) {}
+  explicit CompletionSink(OnComplete onComplete, const char* traceLabel = nullptr) noexcept
+      : onComplete_(onComplete), traceLabel_(traceLabel) {}
   OnComplete onComplete_;
-  Describe describe_;
+  // How an async backtrace passes through the sink, as plain data so that gdb reads it
+  // from memory (a core file) exactly as asyncBacktrace() does:
+  //  - traceLabel_: what the sink stands for, shown as a marker ("syncAwait",
+  //    "collectAll"); null: nothing (a hop back to an executor);
+  //  - traceFiber_: the fiber it completes (spawnFiber's state), shown as the fiber and,
+  //    when it is parked, where;
+  //  - traceParent_: who waits for the coroutine this sink continues; null: nobody (a
+  //    root, or a fiber's future nobody awaits yet).
+  const char* traceLabel_;
+  const void* traceFiber_ = nullptr;
+  AsyncParent traceParent_;
 };
 
 template <class T>
@@ -312,30 +316,6 @@ AsyncParent asyncParentOf(std::coroutine_handle<Promise> awaiting) noexcept {
     return AsyncParent::foreignCoroutine(awaiting);
   }
 }
-
-// What a completion sink that stands for something adds to an async backtrace (its
-// Describe), in async_backtrace.cc:
-//  - describeRoot: `label` ("syncAwait", "start()"), and nobody above it;
-//  - describeAlgorithm: `label` ("collectAll") for an algorithm that runs its branches
-//    under a coroutine of its own (null if it has not suspended on them yet), and that
-//    coroutine's parent: the algorithm's own frame is not shown.
-AsyncParent describeRoot(AsyncBacktrace& trace, const char* label) noexcept;
-AsyncParent describeAlgorithm(AsyncBacktrace& trace, const char* label,
-                              const LazyPromiseBase* algorithm) noexcept;
-
-// The coroutine of an algorithm (a collect) as its branches' sinks describe it: recorded
-// when it suspends on its branches, before it starts them.
-class AlgorithmCoroutine {
- public:
-  template <class Promise>
-  void record(std::coroutine_handle<Promise> self) noexcept {
-    if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) promise_ = &self.promise();
-  }
-  const LazyPromiseBase* promise() const noexcept { return promise_; }
-
- private:
-  const LazyPromiseBase* promise_ = nullptr;
-};
 
 template <class T>
 class LazyPromise final : public LazyPromiseBase {
