@@ -3,6 +3,8 @@
 #include <execinfo.h>
 
 #include <atomic>
+#include <iterator>
+#include <mutex>
 #include <cstdio>
 #include <ostream>
 
@@ -15,13 +17,19 @@ namespace {
 std::atomic<AppendRunningFiber> runningFiberTracer{nullptr};
 std::atomic<AppendFiber> fiberTracer{nullptr};
 
-// The resume function of the coroutine whose promise is `promise`: the first word of its
-// frame (g++ and clang++ lay out a frame as resume function, destroy function, promise).
-const void* resumeFunctionOf(const LazyPromiseBase* promise) noexcept {
-  void* frame =
+// A code address naming the coroutine whose frame is `frame`: its resume function (g++
+// and clang++ lay out a frame as resume function, destroy function, promise), or, once
+// that is cleared (g++ clears it when the body ends, before unhandled_exception runs),
+// its destroy function, which the symbolizer names after the coroutine too.
+const void* codeOfFrame(const void* frame) noexcept {
+  const void* const* words = static_cast<const void* const*>(frame);
+  return words[0] != nullptr ? words[0] : words[1];
+}
+
+const void* codeOfPromise(const LazyPromiseBase* promise) noexcept {
+  return codeOfFrame(
       std::coroutine_handle<LazyPromiseBase>::from_promise(const_cast<LazyPromiseBase&>(*promise))
-          .address();
-  return *static_cast<const void* const*>(frame);
+          .address());
 }
 
 }  // namespace
@@ -34,7 +42,7 @@ void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept {
       return;
     }
     if (const LazyPromiseBase* promise = at.promise()) {
-      trace.addCoroutine(resumeFunctionOf(promise));
+      trace.addCoroutine(codeOfPromise(promise));
       at = promise->asyncParent();
     } else if (const CompletionSink* sink = at.sink()) {
       if (sink->traceFiber_ != nullptr) {
@@ -46,10 +54,91 @@ void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept {
       at = sink->traceParent_;
     } else {
       // A coroutine weft knows nothing of: named, but its awaiter is unknown.
-      trace.addCoroutine(*static_cast<const void* const*>(at.foreignFrame()));
+      trace.addCoroutine(codeOfFrame(at.foreignFrame()));
       return;
     }
   }
+}
+
+namespace {
+
+// Where the last few exceptions first left a coroutine: a small ring, since an exception
+// is usually received (and its origin never asked for) soon after it is thrown.
+struct ExceptionOrigin {
+  std::exception_ptr exception;
+  AsyncBacktrace trace;
+};
+std::mutex gOriginsMutex;
+ExceptionOrigin gOrigins[16];
+std::size_t gNextOrigin = 0;
+
+bool originKnown(const std::exception_ptr& exception) {
+  std::lock_guard<std::mutex> lock(gOriginsMutex);
+  for (const ExceptionOrigin& origin : gOrigins) {
+    if (origin.exception == exception) return true;
+  }
+  return false;
+}
+
+void recordOrigin(std::exception_ptr exception, AsyncBacktrace&& trace) {
+  ExceptionOrigin replaced;  // destroyed after the lock is released
+  std::lock_guard<std::mutex> lock(gOriginsMutex);
+  ExceptionOrigin& slot = gOrigins[gNextOrigin++ % std::size(gOrigins)];
+  replaced = std::move(slot);
+  slot.exception = std::move(exception);
+  slot.trace = std::move(trace);
+}
+
+}  // namespace
+
+void noteExceptionOrigin(const LazyPromiseBase& promise) noexcept {
+  try {
+    std::exception_ptr current = std::current_exception();
+    // Seen already: rethrown by an await from the coroutine it left first.
+    if (!current || originKnown(current)) return;
+    AsyncBacktrace trace;
+    appendAsyncChain(trace, AsyncParent::promise(&promise));
+    recordOrigin(std::move(current), std::move(trace));
+  } catch (...) {
+    // No memory: the origin stays unknown.
+  }
+}
+
+void noteExceptionOriginHere() noexcept {
+  try {
+    std::exception_ptr current = std::current_exception();
+    if (!current || originKnown(current)) return;
+    recordOrigin(std::move(current), asyncBacktrace());
+  } catch (...) {
+  }
+}
+
+void abortOnLostException(const char* message, const std::exception_ptr& exception,
+                          const char* hint) noexcept {
+  const char* what = "an exception not derived from std::exception";
+  try {
+    std::rethrow_exception(exception);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "weft: %s: %s%s\n", message, what, hint);
+  try {
+    AsyncBacktrace trace;
+    {
+      std::lock_guard<std::mutex> lock(gOriginsMutex);
+      for (const ExceptionOrigin& origin : gOrigins) {
+        if (origin.exception == exception) trace = origin.trace;
+      }
+    }
+    if (!trace.empty()) {
+      std::fprintf(stderr, "weft: where it was thrown (async backtrace, innermost first):\n%s",
+                   formatAsyncBacktraces({&trace}, true, "  ")[0].c_str());
+    }
+  } catch (...) {
+  }
+  std::fflush(stderr);
+  std::abort();
 }
 
 void setFiberTracer(AppendFiber tracer) noexcept {

@@ -2,6 +2,7 @@
 
 #include <coroutine>
 #include <cstdint>
+#include <exception>
 #include <iosfwd>
 #include <string>
 #include <type_traits>
@@ -96,6 +97,17 @@ void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept;
 // with `indent`.
 std::vector<std::string> formatAsyncBacktraces(const std::vector<const AsyncBacktrace*>& traces,
                                                bool sourceLines, const std::string& indent);
+
+// Records the calling thread's async backtrace (asyncBacktrace(): in a fiber, the fiber
+// and who awaits it) as the origin of the exception being handled, unless one is known.
+// For fibers, whose body's exception escapes in a catch block. noexcept: a diagnostic.
+void noteExceptionOriginHere() noexcept;
+
+// For an exception nobody can receive (a detached task's, a fiber's whose future was
+// dropped): prints "weft: <message>: <what()><hint>", then the async backtrace of where
+// it first left a coroutine when weft recorded it (noteExceptionOrigin), then aborts.
+[[noreturn]] void abortOnLostException(const char* message, const std::exception_ptr& exception,
+                                       const char* hint = "") noexcept;
 
 // Set by weft::stackful: adds a fiber (a completion sink's traceFiber_, a FiberCore) to a
 // trace: where it is parked, if it is, then "fiber <id> "<name>"".

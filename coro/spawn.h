@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/async_backtrace.h"
 #include "coro/cancellation.h"
 #include "coro/detail/await_in_lazy.h"
 #include "coro/detail/lazy_promise.h"
@@ -63,18 +64,9 @@ class SpawnedTask final : public CompletionSink {
     // one escaping a detached fiber or a std::thread is; the OperationCancelled of a task
     // that was cancelled is its expected end, not a failure.
     if (self->result_.hasException() && !self->source_.isCancellationRequested()) {
-      const char* what = "an exception not derived from std::exception";
-      try {
-        std::rethrow_exception(self->result_.exception());
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      std::fprintf(stderr,
-                   "weft: a spawned task whose JoinHandle was dropped ended with an exception "
-                   "nobody awaited: %s\n",
-                   what);
-      std::abort();
+      abortOnLostException(
+          "a spawned task whose JoinHandle was dropped ended with an exception nobody awaited",
+          self->result_.exception());
     }
     delete self;
   }

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "coro/async_backtrace.h"
 #include "coro/cancellation.h"
 #include "coro/detail/await_in_lazy.h"
 #include "coro/detail/lazy_promise.h"
@@ -486,18 +487,8 @@ class TaskGroup {
     }
   }
   [[noreturn]] static void reportLostFailure(std::exception_ptr failure) noexcept {
-    const char* what = "an exception not derived from std::exception";
-    try {
-      std::rethrow_exception(failure);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    std::fprintf(stderr,
-                 "weft: TaskGroup destroyed holding a failure nobody joined: %s (co_await "
-                 "group.join() before the group goes out of scope)\n",
-                 what);
-    std::abort();
+    detail::abortOnLostException("TaskGroup destroyed holding a failure nobody joined", failure,
+                                 " (co_await group.join() before the group goes out of scope)");
   }
 
   Executor* const executor_;

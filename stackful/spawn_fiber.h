@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/async_backtrace.h"
 #include "coro/cancellation.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
@@ -92,20 +93,13 @@ class SpawnState final : public CompletionSink {
 
  private:
   [[noreturn]] static void reportDetachedException(SpawnState* self) noexcept {
-    const char* what = "unknown exception";
-    try {
-      std::rethrow_exception(self->result_.exception());
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    std::fprintf(stderr,
-                 "weft: detached fiber %llu (spawnFiber on executor '%.*s') ended with an "
-                 "exception nobody awaited: %s\n",
-                 static_cast<unsigned long long>(self->fiberId_),
-                 static_cast<int>(self->executor_->name().size()), self->executor_->name().data(),
-                 what);
-    std::abort();
+    char message[160];
+    std::snprintf(message, sizeof(message),
+                  "detached fiber %llu (spawnFiber on executor '%.*s') ended with an exception "
+                  "nobody awaited",
+                  static_cast<unsigned long long>(self->fiberId_),
+                  static_cast<int>(self->executor_->name().size()), self->executor_->name().data());
+    abortOnLostException(message, self->result_.exception());
   }
   static void finishDetached(SpawnState* self) noexcept {
     // Nobody will see the result: an exception there would be lost silently, so it is
@@ -195,6 +189,7 @@ class ExecutorFiberBox final : public FiberCore {
     } catch (const ForcedUnwind&) {
       throw;  // the fiber is being destroyed: nobody waits for a result
     } catch (...) {
+      noteExceptionOriginHere();  // where it came from, if nobody awaits the fiber
       out_->setException(std::current_exception());
     }
   }

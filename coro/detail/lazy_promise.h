@@ -317,6 +317,13 @@ AsyncParent asyncParentOf(std::coroutine_handle<Promise> awaiting) noexcept {
   }
 }
 
+// Called as an exception leaves a coroutine body (unhandled_exception): the first time
+// weft sees that exception, it records the async backtrace from `promise`, so that if
+// nobody receives the exception (a detached task's), the report says where it came from
+// (abortOnLostException, coro/async_backtrace.h). Costs nothing unless an exception is
+// thrown. noexcept: a diagnostic.
+void noteExceptionOrigin(const LazyPromiseBase& promise) noexcept;
+
 template <class T>
 class LazyPromise final : public LazyPromiseBase {
  public:
@@ -335,8 +342,11 @@ class LazyPromise final : public LazyPromiseBase {
       result_.emplace(std::forward<U>(value));
     }
   }
-  // noexcept: storing an exception_ptr cannot fail.
-  void unhandled_exception() noexcept { result_.setException(std::current_exception()); }
+  // noexcept: storing an exception_ptr cannot fail (and the note is a diagnostic).
+  void unhandled_exception() noexcept {
+    noteExceptionOrigin(*this);
+    result_.setException(std::current_exception());
+  }
 
   Try<T> result_;
 };
@@ -346,7 +356,10 @@ class LazyPromise<T&> final : public LazyPromiseBase {
  public:
   Lazy<T&> get_return_object() noexcept;
   void return_value(T& value) noexcept { result_.emplace(value); }
-  void unhandled_exception() noexcept { result_.setException(std::current_exception()); }
+  void unhandled_exception() noexcept {
+    noteExceptionOrigin(*this);
+    result_.setException(std::current_exception());
+  }
 
   Try<T&> result_;
 };
@@ -356,7 +369,10 @@ class LazyPromise<void> final : public LazyPromiseBase {
  public:
   Lazy<void> get_return_object() noexcept;
   void return_void() noexcept { result_.emplace(); }
-  void unhandled_exception() noexcept { result_.setException(std::current_exception()); }
+  void unhandled_exception() noexcept {
+    noteExceptionOrigin(*this);
+    result_.setException(std::current_exception());
+  }
 
   Try<void> result_;
 };

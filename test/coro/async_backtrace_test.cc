@@ -3,13 +3,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
+#include "coro/spawn.h"
 #include "coro/task.h"
+#include "coro/yield.h"
 #include "executors/thread_pool.h"
 #include "stackful/await.h"
 #include "stackful/spawn_fiber.h"
@@ -96,6 +101,27 @@ TEST(AsyncBacktraceTest, OutsideAnyCoroutineItIsTheNativeStack) {
   EXPECT_EQ(trace.frames()[0].kind, weft::AsyncBacktrace::Frame::Kind::kNative);
   const std::vector<std::string> names = trace.functionNames();
   EXPECT_THAT(names[0], HasSubstr("OutsideAnyCoroutineItIsTheNativeStack"));
+}
+
+// --- an exception nobody receives ---------------------------------------------------------
+
+weft::Lazy<int> throwDeep() {
+  co_await weft::yield();
+  throw std::runtime_error("lost failure");
+}
+weft::Lazy<int> throwMiddle() { co_return co_await throwDeep() + 1; }
+
+TEST(AsyncBacktraceDeathTest, ALostExceptionIsReportedWithWhereItWasThrown) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        weft::ThreadPool pool(1);
+        { auto handle = weft::spawn(&pool, throwMiddle()); }  // dropped: nobody awaits
+        std::this_thread::sleep_for(std::chrono::seconds(10));  // the report aborts first
+      },
+      "nobody awaited: lost failure\nweft: where it was thrown \\(async backtrace, innermost "
+      "first\\):\n  #0 coroutine [^\n]*throwDeep\\(\\)[^\n]*\n  #1 coroutine "
+      "[^\n]*throwMiddle\\(\\)[^\n]*\n  #2 spawn\\(\\)");
 }
 
 // --- across fibers -----------------------------------------------------------------------
