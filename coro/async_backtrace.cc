@@ -42,7 +42,10 @@ void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept {
       return;
     }
     if (const LazyPromiseBase* promise = at.promise()) {
-      trace.addCoroutine(codeOfPromise(promise));
+      // Suspended (it waits on something): where; running: not known.
+      const LazyPromiseBase::Wait wait = promise->currentWait();
+      const bool suspended = wait.note != nullptr || wait.awaitedLazy != nullptr;
+      trace.addCoroutine(codeOfPromise(promise), suspended ? promise->suspendPoint() : nullptr);
       at = promise->asyncParent();
     } else if (const CompletionSink* sink = at.sink()) {
       if (sink->traceFiber_ != nullptr) {
@@ -151,9 +154,9 @@ void setRunningFiberTracer(AppendRunningFiber tracer) noexcept {
 
 }  // namespace detail
 
-void AsyncBacktrace::addCoroutine(const void* resumeFunction) noexcept {
+void AsyncBacktrace::addCoroutine(const void* resumeFunction, const void* suspendPoint) noexcept {
   try {
-    frames_.push_back(Frame{Frame::Kind::kCoroutine, resumeFunction, {}});
+    frames_.push_back(Frame{Frame::Kind::kCoroutine, resumeFunction, {}, suspendPoint});
   } catch (...) {
   }
 }
@@ -174,10 +177,12 @@ void AsyncBacktrace::addMarker(std::string label) noexcept {
 
 namespace {
 
+// Names every frame's function; a coroutine suspended at a known point gets that point's
+// file:line (one symbolizer run for both).
 std::vector<detail::SymbolInfo> symbolsOf(const std::vector<AsyncBacktrace::Frame>& frames,
                                           bool sourceLines) {
   std::vector<const void*> addresses;
-  addresses.reserve(frames.size());
+  addresses.reserve(2 * frames.size());
   for (const AsyncBacktrace::Frame& frame : frames) {
     if (frame.kind == AsyncBacktrace::Frame::Kind::kNative && frame.address != nullptr) {
       // A return address: the call is the instruction before it.
@@ -186,7 +191,19 @@ std::vector<detail::SymbolInfo> symbolsOf(const std::vector<AsyncBacktrace::Fram
       addresses.push_back(frame.address);
     }
   }
-  return detail::symbolize(addresses, sourceLines);
+  for (const AsyncBacktrace::Frame& frame : frames) {
+    addresses.push_back(sourceLines ? frame.suspendPoint : nullptr);
+  }
+  std::vector<detail::SymbolInfo> symbols = detail::symbolize(addresses, sourceLines);
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const detail::SymbolInfo& at = symbols[frames.size() + i];
+    if (!at.file.empty()) {
+      symbols[i].file = at.file;
+      symbols[i].line = at.line;
+    }
+  }
+  symbols.resize(frames.size());
+  return symbols;
 }
 
 // weft's own machinery (its internal coroutines, a fiber's entry and trampoline) is
@@ -212,6 +229,7 @@ bool isInternal(const AsyncBacktrace::Frame& frame, const detail::SymbolInfo& sy
   }
   return false;
 }
+
 
 }  // namespace
 

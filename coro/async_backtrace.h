@@ -50,6 +50,9 @@ class AsyncBacktrace {
     Kind kind = Kind::kMarker;
     const void* address = nullptr;
     std::string label;
+    // kCoroutine: where in its body it is suspended (the co_await), when known: its
+    // file:line is shown, rather than the coroutine's definition.
+    const void* suspendPoint = nullptr;
   };
 
   AsyncBacktrace() = default;
@@ -73,7 +76,7 @@ class AsyncBacktrace {
   // Building a trace: what weft's completion sinks and fibers add when a chain passes
   // through them. noexcept: a diagnostic must not fail the code it describes; a frame
   // that cannot be stored (no memory) is dropped.
-  void addCoroutine(const void* resumeFunction) noexcept;
+  void addCoroutine(const void* resumeFunction, const void* suspendPoint = nullptr) noexcept;
   void addNativeFrame(const void* returnAddress) noexcept;
   void addMarker(std::string label) noexcept;
 

@@ -75,15 +75,17 @@ class LazyAwaiter {
   // A Lazy awaited inside a weft coroutine inherits that coroutine's executor and
   // cancellation token; it records who awaits it (for async backtraces), and the awaiting
   // coroutine notes that it waits on it (for task dumps). noexcept: only stores.
+  // Forced inline into the awaiting coroutine's body, where the suspend point it notes is.
   template <class Promise>
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
+  [[gnu::always_inline]] std::coroutine_handle<> await_suspend(
+      std::coroutine_handle<Promise> awaiting) noexcept {
     LazyPromiseBase& promise = handle_.promise();
     promise.setContinuation(awaiting);
     promise.setAsyncParent(asyncParentOf(awaiting));
     if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       promise.setExecutor(awaiting.promise().executor());
       promise.setCancellationToken(awaiting.promise().cancellationTokenPointer());
-      awaiting.promise().noteWaitOnLazy(&promise);
+      awaiting.promise().noteWaitOnLazy(&promise, WEFT_CODE_ADDRESS());
     }
     return handle_;
   }

@@ -42,6 +42,28 @@
 #define WEFT_TSAN 0
 #endif
 
+// WEFT_CODE_ADDRESS(): an address in the code of the function it is written in (inlined
+// into): one instruction. Awaiters forced inline into a coroutine's body record it as the
+// coroutine's suspend point, which async backtraces name by file:line. Null on targets
+// without an implementation (the coroutine's definition line is shown then).
+#if defined(__x86_64__)
+#define WEFT_CODE_ADDRESS()                                         \
+  ([]() __attribute__((always_inline)) {                           \
+    const void* weft_pc;                                           \
+    asm volatile("lea 0(%%rip), %0" : "=r"(weft_pc));              \
+    return weft_pc;                                                \
+  }())
+#elif defined(__aarch64__)
+#define WEFT_CODE_ADDRESS()                                         \
+  ([]() __attribute__((always_inline)) {                           \
+    const void* weft_pc;                                           \
+    asm volatile("adr %0, ." : "=r"(weft_pc));                     \
+    return weft_pc;                                                \
+  }())
+#else
+#define WEFT_CODE_ADDRESS() (static_cast<const void*>(nullptr))
+#endif
+
 // WEFT_FRAME_CACHE_BYTES: how many bytes of freed coroutine frames each thread keeps for
 // reuse (see coro/detail/frame_allocator.h). 0 disables the cache.
 #ifndef WEFT_FRAME_CACHE_BYTES

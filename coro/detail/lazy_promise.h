@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "coro/cancellation.h"
+#include "coro/detail/config.h"
 #include "coro/detail/frame_allocator.h"
 #include "coro/detail/via_awaiter.h"
 #include "coro/detail/wait_note.h"
@@ -128,8 +129,9 @@ struct NotedAwaiter {
   WaitNote note{&describeAwaiter<Plain>, std::addressof(awaiter)};
 
   bool await_ready() { return awaiter.await_ready(); }
+  // Forced inline into the coroutine's body, so that the suspend point it notes is there.
   template <class Promise>
-  decltype(auto) await_suspend(std::coroutine_handle<Promise> self);
+  [[gnu::always_inline]] decltype(auto) await_suspend(std::coroutine_handle<Promise> self);
   decltype(auto) await_resume();
 };
 
@@ -225,12 +227,20 @@ class LazyPromiseBase : public FrameAllocated {
   // Lazy it awaits (whose own note a dump reads next); set as it suspends, cleared as it
   // resumes (by await_transform's NotedAwaiter and by LazyAwaiter). One word, so a dump on
   // another thread never reads half of one note and half of another. Release stores: a
-  // dump's acquire load sees the note's contents.
-  void noteWait(const WaitNote* note) noexcept {
+  // dump's acquire load sees the note's contents (and the suspend point, stored first).
+  // `suspendPoint`: an address in the coroutine's body at the co_await
+  // (WEFT_CODE_ADDRESS), which async backtraces show as file:line.
+  void noteWait(const WaitNote* note, const void* suspendPoint) noexcept {
+    suspendPoint_.store(suspendPoint, std::memory_order_relaxed);
     waitNote_.store(reinterpret_cast<std::uintptr_t>(note), std::memory_order_release);
   }
-  void noteWaitOnLazy(const LazyPromiseBase* awaited) noexcept {
+  void noteWaitOnLazy(const LazyPromiseBase* awaited, const void* suspendPoint) noexcept {
+    suspendPoint_.store(suspendPoint, std::memory_order_relaxed);
     waitNote_.store(reinterpret_cast<std::uintptr_t>(awaited) | 1u, std::memory_order_release);
+  }
+  // Where the coroutine is suspended: meaningful while a note is set.
+  const void* suspendPoint() const noexcept {
+    return suspendPoint_.load(std::memory_order_relaxed);
   }
   void clearWait() noexcept { waitNote_.store(0, std::memory_order_relaxed); }
   // The current note: at most one of the two is set.
@@ -283,14 +293,16 @@ class LazyPromiseBase : public FrameAllocated {
   std::uintptr_t continuation_ = 0;
   AsyncParent asyncParent_;
   std::atomic<std::uintptr_t> waitNote_{0};
+  std::atomic<const void*> suspendPoint_{nullptr};
   Executor* executor_ = nullptr;
   const CancellationToken* token_ = &kNoCancellationToken;
 };
 
 template <class Awaiter>
 template <class Promise>
-decltype(auto) NotedAwaiter<Awaiter>::await_suspend(std::coroutine_handle<Promise> self) {
-  promise->noteWait(&note);
+[[gnu::always_inline]] inline decltype(auto) NotedAwaiter<Awaiter>::await_suspend(
+    std::coroutine_handle<Promise> self) {
+  promise->noteWait(&note, WEFT_CODE_ADDRESS());
   try {
     return awaiter.await_suspend(self);
   } catch (...) {
