@@ -23,7 +23,10 @@
 #include "coro/detail/task_registry.h"
 
 #if WEFT_TSAN
-#include <sanitizer/tsan_interface.h>
+// ThreadSanitizer's runtime has these; clang-16's <sanitizer/tsan_interface.h> does not
+// declare them.
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
 #endif
 
 namespace weft {

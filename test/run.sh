@@ -39,7 +39,7 @@ done
 
 packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
           libboost-context-dev clang-16 libclang-rt-16-dev libc++-16-dev libc++abi-16-dev
-          bazel-bootstrap valgrind g++-aarch64-linux-gnu qemu-user liburing-dev)
+          bazel-bootstrap valgrind g++-aarch64-linux-gnu qemu-user liburing-dev gdb binutils)
 CLANGXX=clang++-16
 jobs=()
 [[ -n "${JOBS:-}" ]] && jobs=(--parallel "${JOBS}")

@@ -124,15 +124,28 @@ concept CancellationAwareAwaitable =
 template <class Awaiter>
 struct NotedAwaiter {
   using Plain = std::remove_cvref_t<Awaiter>;
+  // The awaiter is made in place by `make` (it may be neither movable nor copyable). A
+  // constructor rather than aggregate initialisation: g++ zero-fills a whole aggregate
+  // (awaiter included) before initialising it, which cost an uncontended Mutex::lock 50 %.
+  template <class Make>
+  [[gnu::always_inline]] NotedAwaiter(Make&& make, LazyPromiseBase* owner)
+      : awaiter(std::forward<Make>(make)()), promise(owner) {}
+  NotedAwaiter(const NotedAwaiter&) = delete;
+  NotedAwaiter& operator=(const NotedAwaiter&) = delete;
+
   Awaiter awaiter;
   LazyPromiseBase* promise;
-  WaitNote note{&describeAwaiter<Plain>, std::addressof(awaiter)};
+  WaitNote note;  // filled in only when the coroutine suspends
 
-  bool await_ready() { return awaiter.await_ready(); }
-  // Forced inline into the coroutine's body, so that the suspend point it notes is there.
+  // All forced inline: g++ stops inlining into a coroutine's body past a size, and the
+  // wrapper must not be what pushes the awaiter's own members out of line. The suspend
+  // point noted is then in the coroutine's body, too.
+  [[gnu::always_inline]] bool await_ready() { return awaiter.await_ready(); }
   template <class Promise>
   [[gnu::always_inline]] decltype(auto) await_suspend(std::coroutine_handle<Promise> self);
-  decltype(auto) await_resume();
+  [[gnu::always_inline]] decltype(auto) await_resume() { return awaiter.await_resume(); }
+  // The note is cleared when the co_await is over, resumed or not (await_suspend threw).
+  [[gnu::always_inline]] ~NotedAwaiter();
 };
 
 // What every Lazy promise shares: the lazy start, the continuation word, the executor
@@ -178,23 +191,35 @@ class LazyPromiseBase : public FrameAllocated {
     } else if constexpr (CancellationAwareAwaitable<A>) {
       using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor_, *token_));
       if constexpr (kHeldByValue<Transformed>) {
-        return NotedAwaiter<Transformed>{std::forward<A>(awaitable).coAwait(executor_, *token_),
-                                         this};
+        return NotedAwaiter<Transformed>(
+            [&]() -> decltype(auto) { return std::forward<A>(awaitable).coAwait(executor_, *token_); },
+            this);
       } else {
-        return NotedAwaiter<AwaiterOf<Transformed>>{
-            getAwaiter(std::forward<A>(awaitable).coAwait(executor_, *token_)), this};
+        return NotedAwaiter<AwaiterOf<Transformed>>(
+            [&]() -> decltype(auto) {
+              return getAwaiter(std::forward<A>(awaitable).coAwait(executor_, *token_));
+            },
+            this);
       }
     } else if constexpr (ExecutorAwareAwaitable<A>) {
       using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor_));
       if constexpr (kHeldByValue<Transformed>) {
-        return NotedAwaiter<Transformed>{std::forward<A>(awaitable).coAwait(executor_), this};
+        return NotedAwaiter<Transformed>(
+            [&]() -> decltype(auto) { return std::forward<A>(awaitable).coAwait(executor_); },
+            this);
       } else {
-        return NotedAwaiter<AwaiterOf<Transformed>>{
-            getAwaiter(std::forward<A>(awaitable).coAwait(executor_)), this};
+        return NotedAwaiter<AwaiterOf<Transformed>>(
+            [&]() -> decltype(auto) {
+              return getAwaiter(std::forward<A>(awaitable).coAwait(executor_));
+            },
+            this);
       }
     } else {
-      return NotedAwaiter<ViaAwaiter<AwaiterOf<A>>>{
-          ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor_), this};
+      return NotedAwaiter<ViaAwaiter<AwaiterOf<A>>>(
+          [&] {
+            return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor_);
+          },
+          this);
     }
   }
 
@@ -224,32 +249,34 @@ class LazyPromiseBase : public FrameAllocated {
   }
 
   // What this coroutine waits on while it is suspended, for task dumps: a WaitNote, or a
-  // Lazy it awaits (whose own note a dump reads next); set as it suspends, cleared as it
-  // resumes (by await_transform's NotedAwaiter and by LazyAwaiter). One word, so a dump on
-  // another thread never reads half of one note and half of another. Release stores: a
-  // dump's acquire load sees the note's contents (and the suspend point, stored first).
-  // `suspendPoint`: an address in the coroutine's body at the co_await
-  // (WEFT_CODE_ADDRESS), which async backtraces show as file:line.
+  // Lazy it awaits (whose own note a dump reads next); set as it suspends, cleared when
+  // the co_await is over (by await_transform's NotedAwaiter and by LazyAwaiter). One
+  // word, so a dump never reads half of one note and half of another. `suspendPoint`: an
+  // address in the coroutine's body at the co_await (WEFT_CODE_ADDRESS), which async
+  // backtraces show as file:line.
+  //
+  // Plain stores, not atomics: a dump on another thread reads these while the owner may
+  // be writing them (a snapshot, told to ThreadSanitizer as such: coro/task_dump.cc), and
+  // g++ does not keep values in registers across even a relaxed atomic store, which cost
+  // an uncontended Mutex::lock 50 % more.
   void noteWait(const WaitNote* note, const void* suspendPoint) noexcept {
-    suspendPoint_.store(suspendPoint, std::memory_order_relaxed);
-    waitNote_.store(reinterpret_cast<std::uintptr_t>(note), std::memory_order_release);
+    suspendPoint_ = suspendPoint;
+    waitNote_ = reinterpret_cast<std::uintptr_t>(note);
   }
   void noteWaitOnLazy(const LazyPromiseBase* awaited, const void* suspendPoint) noexcept {
-    suspendPoint_.store(suspendPoint, std::memory_order_relaxed);
-    waitNote_.store(reinterpret_cast<std::uintptr_t>(awaited) | 1u, std::memory_order_release);
+    suspendPoint_ = suspendPoint;
+    waitNote_ = reinterpret_cast<std::uintptr_t>(awaited) | 1u;
   }
+  void clearWait() noexcept { waitNote_ = 0; }
   // Where the coroutine is suspended: meaningful while a note is set.
-  const void* suspendPoint() const noexcept {
-    return suspendPoint_.load(std::memory_order_relaxed);
-  }
-  void clearWait() noexcept { waitNote_.store(0, std::memory_order_relaxed); }
+  const void* suspendPoint() const noexcept { return suspendPoint_; }
   // The current note: at most one of the two is set.
   struct Wait {
     const WaitNote* note;
     const LazyPromiseBase* awaitedLazy;
   };
   Wait currentWait() const noexcept {
-    const std::uintptr_t word = waitNote_.load(std::memory_order_acquire);
+    const std::uintptr_t word = waitNote_;
     if ((word & 1u) != 0) return {nullptr, reinterpret_cast<const LazyPromiseBase*>(word - 1)};
     return {reinterpret_cast<const WaitNote*>(word), nullptr};
   }
@@ -292,8 +319,8 @@ class LazyPromiseBase : public FrameAllocated {
 
   std::uintptr_t continuation_ = 0;
   AsyncParent asyncParent_;
-  std::atomic<std::uintptr_t> waitNote_{0};
-  std::atomic<const void*> suspendPoint_{nullptr};
+  std::uintptr_t waitNote_ = 0;
+  const void* suspendPoint_ = nullptr;
   Executor* executor_ = nullptr;
   const CancellationToken* token_ = &kNoCancellationToken;
 };
@@ -302,19 +329,14 @@ template <class Awaiter>
 template <class Promise>
 [[gnu::always_inline]] inline decltype(auto) NotedAwaiter<Awaiter>::await_suspend(
     std::coroutine_handle<Promise> self) {
+  note = WaitNote{&describeAwaiter<Plain>, std::addressof(awaiter)};
   promise->noteWait(&note, WEFT_CODE_ADDRESS());
-  try {
-    return awaiter.await_suspend(self);
-  } catch (...) {
-    promise->clearWait();  // not suspended: the coroutine goes on with the exception
-    throw;
-  }
+  return awaiter.await_suspend(self);
 }
 
 template <class Awaiter>
-decltype(auto) NotedAwaiter<Awaiter>::await_resume() {
-  promise->clearWait();
-  return awaiter.await_resume();
+[[gnu::always_inline]] inline NotedAwaiter<Awaiter>::~NotedAwaiter() {
+  if (note.describe != nullptr) promise->clearWait();  // it suspended (or tried to)
 }
 
 // The parent a coroutine awaited from `awaiting` records: the awaiting weft coroutine

@@ -48,7 +48,10 @@ class FiberDriverPromise final : public LazyPromiseBase {
 
   // A coroutine awaited by the fiber records the fiber (its completion sink, the shared
   // state of spawnFiber) as its parent, not this driver: async backtraces show the fiber.
-  AsyncParent asAsyncParent() const noexcept { return AsyncParent::sink(completionSink()); }
+  AsyncParent asAsyncParent() const noexcept {
+    const CompletionSink* sink = completionSink();  // spawnFiber's state, once it is set
+    return sink != nullptr ? AsyncParent::sink(sink) : AsyncParent{};
+  }
 
   // What the destructor calls if the body never returned (null: nothing).
   using OnAbandoned = void (*)(void* arg) noexcept;

@@ -51,7 +51,8 @@ _KIND_SHARED = 1
 
 # type name -> {field: fallback offset}. The debug information wins when it has the type.
 _FALLBACK = {
-    "weft::detail::LazyPromiseBase": {"continuation_": 0, "asyncParent_": 8, "waitNote_": 16},
+    "weft::detail::LazyPromiseBase": {
+        "continuation_": 0, "asyncParent_": 8, "waitNote_": 16, "suspendPoint_": 24},
     "weft::detail::CompletionSink": {
         "onComplete_": 0, "traceLabel_": 8, "traceFiber_": 16, "traceParent_": 24},
     "weft::detail::WaitNote": {"describe": 0, "awaiter": 8},
@@ -334,10 +335,12 @@ def _object_name(address):
 class _Entry:
     """One frame of an async backtrace (coro/async_backtrace.h AsyncBacktrace::Frame)."""
 
-    def __init__(self, kind, address=None, label=None):
+    def __init__(self, kind, address=None, label=None, suspend_point=None):
         self.kind = kind  # "coroutine", "native" (a return address), "marker"
         self.address = address
         self.label = label
+        # A suspended coroutine: the address of its co_await, whose line is shown.
+        self.suspend_point = suspend_point
 
     def function(self):
         if self.kind == "marker":
@@ -355,7 +358,14 @@ class _Entry:
             obj = _object_name(self.address)
             if obj:
                 name += " in " + obj
-        where = _source_line(lookup)
+        # gdb names an address by its innermost inlined line: the suspend point is in
+        # weft's awaiter, inlined at the co_await, whose line gdb's Python API does not
+        # give (in-process traces get it from addr2line -i). Then the definition's line.
+        where = _source_line(self.suspend_point) if self.suspend_point else None
+        if where and ("/coro/" in where or "/stackful/" in where):
+            where = None
+        if not where:
+            where = _source_line(lookup)
         return "%s %s%s" % (self.kind, name, " at " + where if where else "")
 
 
@@ -399,6 +409,22 @@ def _append_fiber(entries, fiber):
     entries.append(_Entry("marker", label=_fiber_label(fiber)))
 
 
+def _code_of_frame(frame):
+    """A code address naming the coroutine of `frame` (async_backtrace.cc codeOfFrame): its
+    resume function, or its destroy function once the resume pointer is cleared (g++ clears
+    it when the body ends)."""
+    resume = _u64(frame)
+    return resume if resume != 0 else _u64(frame + _PTR)
+
+
+def _suspend_point(promise):
+    """Where a suspended coroutine waits (LazyPromiseBase::suspendPoint_), or None when it
+    waits on nothing (it runs)."""
+    if _u64(promise + _off("weft::detail::LazyPromiseBase", "waitNote_")) == 0:
+        return None
+    return _u64(promise + _off("weft::detail::LazyPromiseBase", "suspendPoint_")) or None
+
+
 def _async_parent(promise):
     """LazyPromiseBase::asyncParent(): the sink when the continuation is one, else the
     recorded parent (an AsyncParent word)."""
@@ -422,7 +448,8 @@ def _append_async_chain(entries, word):
             tag = at & _TAG_MASK
             pointer = at & ~_TAG_MASK
             if tag == _TAG_PROMISE:
-                entries.append(_Entry("coroutine", _u64(pointer - _PROMISE_IN_FRAME)))
+                entries.append(_Entry("coroutine", _code_of_frame(pointer - _PROMISE_IN_FRAME),
+                                      suspend_point=_suspend_point(pointer)))
                 at = _async_parent(pointer)
             elif tag == _TAG_SINK and pointer != 0:
                 sink = pointer
@@ -435,7 +462,7 @@ def _append_async_chain(entries, word):
                 at = _u64(sink + _off("weft::detail::CompletionSink", "traceParent_"))
             elif tag == _TAG_FOREIGN and pointer != 0:
                 # A coroutine weft knows nothing of: named, but its awaiter is unknown.
-                entries.append(_Entry("coroutine", _u64(pointer)))
+                entries.append(_Entry("coroutine", _code_of_frame(pointer)))
                 return
             else:
                 entries.append(_Entry("marker", label="<bad async parent 0x%x>" % at))
