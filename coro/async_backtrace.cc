@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ostream>
 
+#include "coro/detail/snapshot_reads.h"
 #include "coro/detail/symbolizer.h"
 
 namespace weft {
@@ -35,6 +36,7 @@ const void* codeOfPromise(const LazyPromiseBase* promise) noexcept {
 }  // namespace
 
 void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept {
+  SnapshotReads snapshot;  // the chain's coroutines may run on other threads meanwhile
   AsyncParent at = from;
   for (int depth = 0; at; ++depth) {
     if (depth == kMaxAsyncDepth) {
@@ -321,12 +323,17 @@ std::vector<std::string> AsyncBacktrace::functionNames() const {
   return names;
 }
 
-// Not inline, so that the first frame backtrace() reports is this function's: skipped.
+// Not inline: the frames from the caller's on are those above our return address
+// (backtrace() may report frames of its own, a sanitizer's interceptor, before ours).
 [[gnu::noinline]] AsyncBacktrace asyncBacktrace() {
   AsyncBacktrace trace;
   void* addresses[128];
   const int count = ::backtrace(addresses, 128);
-  for (int i = 1; i < count; ++i) trace.addNativeFrame(addresses[i]);
+  const void* caller = __builtin_return_address(0);
+  int first = 0;
+  while (first < count && addresses[first] != caller) ++first;
+  if (first == count) first = 1;  // not found (no frame info): skip ours only
+  for (int i = first; i < count; ++i) trace.addNativeFrame(addresses[i]);
   if (auto tracer = detail::runningFiberTracer.load(std::memory_order_acquire)) tracer(trace);
   return trace;
 }

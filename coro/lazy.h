@@ -85,13 +85,17 @@ class LazyAwaiter {
     if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       promise.setExecutor(awaiting.promise().executor());
       promise.setCancellationToken(awaiting.promise().cancellationTokenPointer());
-      awaiting.promise().noteWaitOnLazy(&promise, WEFT_CODE_ADDRESS());
+      if constexpr (WEFT_TASK_TRACKING) {
+        awaiting.promise().noteWaitOnLazy(&promise, WEFT_CODE_ADDRESS());
+      }
     }
     return handle_;
   }
 
   T await_resume() {
-    if (LazyPromiseBase* awaiting = handle_.promise().awaitingPromise()) awaiting->clearWait();
+    if constexpr (WEFT_TASK_TRACKING) {
+      if (LazyPromiseBase* awaiting = handle_.promise().awaitingPromise()) awaiting->clearWait();
+    }
     if constexpr (std::is_void_v<T>) {
       handle_.promise().result_.value();
     } else {

@@ -19,15 +19,9 @@
 #include <vector>
 
 #include "coro/async_backtrace.h"
-#include "coro/detail/config.h"
+#include "coro/detail/snapshot_reads.h"
 #include "coro/detail/task_registry.h"
 
-#if WEFT_TSAN
-// ThreadSanitizer's runtime has these; clang-16's <sanitizer/tsan_interface.h> does not
-// declare them.
-extern "C" void __tsan_ignore_thread_begin();
-extern "C" void __tsan_ignore_thread_end();
-#endif
 
 namespace weft {
 namespace detail {
@@ -74,24 +68,6 @@ void collect(const TaskRecord& record, void* context) {
   record.type->dump(record, out.entries.back());
 }
 
-// The dump's collection reads tasks that other threads run, without synchronising with
-// them: by design (a snapshot that never stops them), and ThreadSanitizer is told so.
-class IgnoreRacesHere {
- public:
-  IgnoreRacesHere() noexcept {
-#if WEFT_TSAN
-    __tsan_ignore_thread_begin();
-#endif
-  }
-  ~IgnoreRacesHere() {
-#if WEFT_TSAN
-    __tsan_ignore_thread_end();
-#endif
-  }
-  IgnoreRacesHere(const IgnoreRacesHere&) = delete;
-  IgnoreRacesHere& operator=(const IgnoreRacesHere&) = delete;
-};
-
 std::string formatAge(std::int64_t milliseconds) {
   char text[32];
   std::snprintf(text, sizeof(text), "%lld.%03lld s", static_cast<long long>(milliseconds / 1000),
@@ -111,7 +87,7 @@ const TaskRecordType kTaskGroupRoot{"TaskGroup::spawn()", &dumpLazyRoot};
 void dumpTasks(std::ostream& out) {
   detail::Collected collected;
   {
-    detail::IgnoreRacesHere ignore;
+    detail::SnapshotReads snapshot;  // reads tasks that other threads run
     detail::forEachTask(&detail::collect, &collected);
     if (detail::ListFibers listFibers = detail::fiberLister()) listFibers(collected.entries);
   }
@@ -123,7 +99,10 @@ void dumpTasks(std::ostream& out) {
   const std::size_t tasks = collected.created.size();
   const std::size_t fibers = collected.entries.size() - tasks;
   std::string text = "weft: " + std::to_string(tasks) + (tasks == 1 ? " task, " : " tasks, ") +
-                     std::to_string(fibers) + (fibers == 1 ? " fiber\n" : " fibers\n");
+                     std::to_string(fibers) + (fibers == 1 ? " fiber" : " fibers") +
+                     (WEFT_TASK_TRACKING ? "\n"
+                                         : " (root tasks are listed in builds with "
+                                           "WEFT_TASK_TRACKING=1)\n");
   for (std::size_t i = 0; i < collected.entries.size(); ++i) {
     const detail::TaskDumpEntry& entry = collected.entries[i];
     text += '\n';

@@ -98,7 +98,8 @@ cmake_tests() {
   return ${rc}
 }
 
-gcc_release_args=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release)
+# Release with task tracking on: the gdb extension test and the task dumps run optimized.
+gcc_release_args=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release -DWEFT_TASK_TRACKING=ON)
 
 step_gcc() {
   cmake_build build/gcc-release "${gcc_release_args[@]}"

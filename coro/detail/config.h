@@ -64,6 +64,21 @@
 #define WEFT_CODE_ADDRESS() (static_cast<const void*>(nullptr))
 #endif
 
+// WEFT_TASK_TRACKING: 1 to keep, for task dumps (coro/task_dump.h, gdb's `weft tasks`),
+// the registry of root tasks and a note of what each suspended Lazy waits on. It costs a
+// few stores per suspension and a lock per root task (docs/debugging.md, "Cost"); async
+// backtraces, the fiber registry and fibers' wait notes are kept either way. CMake sets
+// it for weft and everything that links it (option WEFT_TASK_TRACKING: on for Debug
+// builds by default); without CMake it follows NDEBUG. It must be the same in every file
+// of a program (it changes what inline coroutines keep in their frames).
+#ifndef WEFT_TASK_TRACKING
+#ifdef NDEBUG
+#define WEFT_TASK_TRACKING 0
+#else
+#define WEFT_TASK_TRACKING 1
+#endif
+#endif
+
 // WEFT_FRAME_CACHE_BYTES: how many bytes of freed coroutine frames each thread keeps for
 // reuse (see coro/detail/frame_allocator.h). 0 disables the cache.
 #ifndef WEFT_FRAME_CACHE_BYTES

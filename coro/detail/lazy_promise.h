@@ -182,12 +182,21 @@ class LazyPromiseBase : public FrameAllocated {
   //  - anything else is wrapped so that, in a coroutine bound to an executor, we resume
   //    on that executor even if the awaitable completes on another thread.
   //
-  // Except for a Lazy (whose awaiter notes the wait itself), the awaiter is wrapped in a
-  // NotedAwaiter, which notes what this coroutine waits on while it is suspended.
+  // With WEFT_TASK_TRACKING, the awaiter of anything but a Lazy (whose awaiter notes the
+  // wait itself) is wrapped in a NotedAwaiter, which notes what this coroutine waits on
+  // while it is suspended.
   template <class A>
   decltype(auto) await_transform(A&& awaitable) {
     if constexpr (kIsLazy<std::remove_cvref_t<A>>) {
       return std::forward<A>(awaitable);
+    } else if constexpr (!WEFT_TASK_TRACKING) {
+      if constexpr (CancellationAwareAwaitable<A>) {
+        return std::forward<A>(awaitable).coAwait(executor_, *token_);
+      } else if constexpr (ExecutorAwareAwaitable<A>) {
+        return std::forward<A>(awaitable).coAwait(executor_);
+      } else {
+        return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor_);
+      }
     } else if constexpr (CancellationAwareAwaitable<A>) {
       using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor_, *token_));
       if constexpr (kHeldByValue<Transformed>) {

@@ -146,11 +146,12 @@ std::string executablePath() {
   return std::string(buffer, static_cast<std::size_t>(n));
 }
 
+// Never destroyed: a dump thread may still symbolize while the process exits.
 const ElfSymbols& symbolsOf(const std::string& path) {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<ElfSymbols>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<ElfSymbols>& entry = cache[path];
+  static std::mutex* const mutex = new std::mutex;
+  static auto* const cache = new std::map<std::string, std::unique_ptr<ElfSymbols>>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  std::unique_ptr<ElfSymbols>& entry = (*cache)[path];
   if (!entry) entry = std::make_unique<ElfSymbols>(path);
   return *entry;
 }

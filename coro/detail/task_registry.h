@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "coro/async_backtrace.h"
+#include "coro/detail/config.h"
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/spin_lock.h"
 
@@ -18,7 +19,8 @@ namespace weft::detail {
 //
 // Cost: registering and unregistering lock one of kTaskRegistryShards spin locks (the
 // calling thread's shard, so threads rarely meet) and read the coarse monotonic clock.
-// Nothing is done per await or per switch.
+// Nothing is done per await or per switch. Root tasks are registered only with
+// WEFT_TASK_TRACKING (coro/detail/config.h); fibers always.
 
 struct TaskRecord;
 
@@ -78,8 +80,9 @@ extern const TaskRecordType kTaskGroupRoot;
 // finish(), which its owner calls before the root's frame is destroyed, or destruction.
 class RootTaskRecord {
  public:
+  // Registered only with WEFT_TASK_TRACKING (coro/detail/config.h).
   RootTaskRecord(const TaskRecordType& type, const LazyPromiseBase& root) noexcept {
-    registerTask(record_, type, &root);
+    if constexpr (WEFT_TASK_TRACKING) registerTask(record_, type, &root);
   }
   RootTaskRecord(const RootTaskRecord&) = delete;
   RootTaskRecord& operator=(const RootTaskRecord&) = delete;
