@@ -47,18 +47,16 @@
 // coroutine's suspend point, which async backtraces name by file:line. Null on targets
 // without an implementation (the coroutine's definition line is shown then).
 #if defined(__x86_64__)
-#define WEFT_CODE_ADDRESS()                                         \
-  ([]() __attribute__((always_inline)) {                           \
-    const void* weft_pc;                                           \
-    asm volatile("lea 0(%%rip), %0" : "=r"(weft_pc));              \
-    return weft_pc;                                                \
-  }())
+#define WEFT_CODE_ADDRESS_ASM "lea 0(%%rip), %0"
 #elif defined(__aarch64__)
-#define WEFT_CODE_ADDRESS()                                         \
-  ([]() __attribute__((always_inline)) {                           \
-    const void* weft_pc;                                           \
-    asm volatile("adr %0, ." : "=r"(weft_pc));                     \
-    return weft_pc;                                                \
+#define WEFT_CODE_ADDRESS_ASM "adr %0, ."
+#endif
+#ifdef WEFT_CODE_ADDRESS_ASM
+#define WEFT_CODE_ADDRESS()                                  \
+  ([]() __attribute__((always_inline)) {                    \
+    const void* weft_pc;                                    \
+    asm volatile(WEFT_CODE_ADDRESS_ASM : "=r"(weft_pc));    \
+    return weft_pc;                                         \
   }())
 #else
 #define WEFT_CODE_ADDRESS() (static_cast<const void*>(nullptr))

@@ -650,53 +650,47 @@ def _global_address(name):
         return None
 
 
-def _task_records():
-    """The task registry's records (coro/detail/task_registry.cc), oldest first per shard,
-    as forEachTask visits them."""
-    registry = _global_address("weft::detail::gTaskRegistry")
+def _registry_nodes(registry_name, shard_type, node_type, prev_field, next_field):
+    """The nodes of one of weft's sharded registries (circular lists around each shard's
+    head; a head whose `next` is null was never used), oldest first per shard, as the
+    in-process walks visit them. None when the program has no such registry."""
+    registry = _global_address(registry_name)
     if registry is None:
         return None
-    shard_size = _off("weft::detail::TaskRegistryShard", "sizeof")
-    head_offset = _off("weft::detail::TaskRegistryShard", "head")
-    prev_off = _off("weft::detail::TaskRecord", "prev")
-    next_off = _off("weft::detail::TaskRecord", "next")
-    records = []
+    shard_size = _off(shard_type, "sizeof")
+    head_offset = _off(shard_type, "head")
+    prev_off = _off(node_type, prev_field)
+    next_off = _off(node_type, next_field)
+    nodes = []
     for index in range(_SHARDS):
         head = registry + index * shard_size + head_offset
         if _u64(head + next_off) == 0:
             continue  # never used
-        record = _u64(head + prev_off)
+        node = _u64(head + prev_off)
         steps = 0
-        while record != head and record != 0 and steps < 1000000:
-            records.append(record)
-            record = _u64(record + prev_off)
+        while node != head and node != 0 and steps < 1000000:
+            nodes.append(node)
+            node = _u64(node + prev_off)
             steps += 1
-    return records
+    return nodes
+
+
+def _task_records():
+    """The task registry's records (coro/detail/task_registry.cc), as forEachTask visits
+    them."""
+    return _registry_nodes("weft::detail::gTaskRegistry", "weft::detail::TaskRegistryShard",
+                           "weft::detail::TaskRecord", "prev", "next")
 
 
 def _fibers():
     """Every live fiber's FiberCore address (stackful/fiber.cc gFiberRegistry), in the
     order weft::dumpTasks lists them."""
-    registry = _global_address("weft::detail::gFiberRegistry")
-    if registry is None:
+    hooks = _registry_nodes("weft::detail::gFiberRegistry", "weft::detail::FiberRegistryShard",
+                            "weft::detail::FiberListHook", "listPrev", "listNext")
+    if hooks is None:
         return None
-    shard_size = _off("weft::detail::FiberRegistryShard", "sizeof")
-    head_offset = _off("weft::detail::FiberRegistryShard", "head")
-    prev_off = _off("weft::detail::FiberListHook", "listPrev")
-    next_off = _off("weft::detail::FiberListHook", "listNext")
     hook_in_core = _off("weft::detail::FiberCore", "weft::detail::FiberListHook")
-    fibers = []
-    for index in range(_SHARDS):
-        head = registry + index * shard_size + head_offset
-        if _u64(head + next_off) == 0:
-            continue
-        hook = _u64(head + prev_off)
-        steps = 0
-        while hook != head and hook != 0 and steps < 1000000:
-            fibers.append(hook - hook_in_core)
-            hook = _u64(hook + prev_off)
-            steps += 1
-    return fibers
+    return [hook - hook_in_core for hook in hooks]
 
 
 class _Fiber:
