@@ -187,6 +187,7 @@ step_bazel() {
   local config=() targets=(//:weft) f
   [[ -n "${CI:-}" ]] && config=(--config=ci)
   for f in examples/*.cc test/io/*_test.cc test/coro/lazy_test.cc test/coro/sync_await_test.cc \
+      test/coro/async_backtrace_test.cc test/coro/task_dump_test.cc \
       test/executors/thread_pool_test.cc test/executors/io_loop_test.cc \
       test/stackful/fiber_test.cc test/stackful/spawn_fiber_test.cc; do
     targets+=("//:${f%.cc}")
