@@ -8,7 +8,8 @@
 //    aarch64 AAPCS ELF; see stackful/asm/README.md and stackful/detail/context_layout.h);
 //  - WEFT_FIBER_BACKEND_BOOST=1: Boost.Context's fcontext (make/jump/ontop_fcontext).
 // The build defines exactly one of them for everything that links weft::stackful (CMake
-// option WEFT_FIBER_BACKEND=asm|boost, Bazel --config=boost).
+// option WEFT_FIBER_BACKEND=asm|boost, Bazel --config=boost); without a definition, the
+// assembly is the default where it exists.
 //
 // This is the bottom layer: it knows nothing about fibers, stacks or sanitizers. Fiber
 // (stackful/fiber.h) adds stack ownership, ASan/TSan/valgrind annotations and the
@@ -24,15 +25,27 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(WEFT_FIBER_BACKEND_ASM) && WEFT_FIBER_BACKEND_ASM
-#if defined(WEFT_FIBER_BACKEND_BOOST) && WEFT_FIBER_BACKEND_BOOST
-#error "weft: define only one of WEFT_FIBER_BACKEND_ASM and WEFT_FIBER_BACKEND_BOOST"
+// Without a definition from the build (a build that is not CMake's or Bazel's): weft's
+// own assembly where weft has it (x86-64 and aarch64 ELF). Both macros are then defined,
+// to 0 or 1, so that `#if WEFT_FIBER_BACKEND_ASM` is clean under -Wundef.
+#if !defined(WEFT_FIBER_BACKEND_ASM) && !defined(WEFT_FIBER_BACKEND_BOOST) && \
+    (defined(__x86_64__) || defined(__aarch64__)) && defined(__ELF__)
+#define WEFT_FIBER_BACKEND_ASM 1
 #endif
-#elif defined(WEFT_FIBER_BACKEND_BOOST) && WEFT_FIBER_BACKEND_BOOST
+#ifndef WEFT_FIBER_BACKEND_ASM
+#define WEFT_FIBER_BACKEND_ASM 0
+#endif
+#ifndef WEFT_FIBER_BACKEND_BOOST
+#define WEFT_FIBER_BACKEND_BOOST 0
+#endif
+
+#if WEFT_FIBER_BACKEND_ASM && WEFT_FIBER_BACKEND_BOOST
+#error "weft: define only one of WEFT_FIBER_BACKEND_ASM and WEFT_FIBER_BACKEND_BOOST"
+#elif WEFT_FIBER_BACKEND_BOOST
 #include <boost/context/detail/fcontext.hpp>
-#else
+#elif !WEFT_FIBER_BACKEND_ASM
 #error \
-    "weft: stackful/ needs WEFT_FIBER_BACKEND_ASM=1 or WEFT_FIBER_BACKEND_BOOST=1 (link weft::stackful / //:stackful, which define it)"
+    "weft: no weft assembly for this target: build weft (and what links it) with WEFT_FIBER_BACKEND_BOOST=1 (CMake -DWEFT_FIBER_BACKEND=boost)"
 #endif
 
 namespace weft::detail {
