@@ -77,10 +77,14 @@ std::mutex gOriginsMutex;
 ExceptionOrigin gOrigins[16];
 std::size_t gNextOrigin = 0;
 
-bool originKnown(const std::exception_ptr& exception) {
+// True when `exception`'s origin is recorded; copies it to `trace` when given.
+bool findOrigin(const std::exception_ptr& exception, AsyncBacktrace* trace) {
   std::lock_guard<std::mutex> lock(gOriginsMutex);
   for (const ExceptionOrigin& origin : gOrigins) {
-    if (origin.exception == exception) return true;
+    if (origin.exception == exception) {
+      if (trace != nullptr) *trace = origin.trace;
+      return true;
+    }
   }
   return false;
 }
@@ -100,7 +104,7 @@ void noteExceptionOrigin(const LazyPromiseBase& promise) noexcept {
   try {
     std::exception_ptr current = std::current_exception();
     // Seen already: rethrown by an await from the coroutine it left first.
-    if (!current || originKnown(current)) return;
+    if (!current || findOrigin(current, nullptr)) return;
     AsyncBacktrace trace;
     appendAsyncChain(trace, AsyncParent::promise(&promise));
     recordOrigin(std::move(current), std::move(trace));
@@ -112,7 +116,7 @@ void noteExceptionOrigin(const LazyPromiseBase& promise) noexcept {
 void noteExceptionOriginHere() noexcept {
   try {
     std::exception_ptr current = std::current_exception();
-    if (!current || originKnown(current)) return;
+    if (!current || findOrigin(current, nullptr)) return;
     recordOrigin(std::move(current), asyncBacktrace());
   } catch (...) {
   }
@@ -130,13 +134,7 @@ void abortOnLostException(const char* message, const std::exception_ptr& excepti
   std::fprintf(stderr, "weft: %s: %s%s\n", message, what, hint);
   try {
     AsyncBacktrace trace;
-    {
-      std::lock_guard<std::mutex> lock(gOriginsMutex);
-      for (const ExceptionOrigin& origin : gOrigins) {
-        if (origin.exception == exception) trace = origin.trace;
-      }
-    }
-    if (!trace.empty()) {
+    if (findOrigin(exception, &trace) && !trace.empty()) {
       std::fprintf(stderr, "weft: where it was thrown (async backtrace, innermost first):\n%s",
                    formatAsyncBacktraces({&trace}, true, "  ")[0].c_str());
     }
@@ -231,11 +229,6 @@ bool isInternal(const AsyncBacktrace::Frame& frame, const detail::SymbolInfo& sy
   }
   return false;
 }
-
-
-}  // namespace
-
-namespace {
 
 std::string formatFrames(const std::vector<AsyncBacktrace::Frame>& frames,
                          const detail::SymbolInfo* symbols, const std::string& indent) {

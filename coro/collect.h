@@ -34,10 +34,7 @@ class CollectBarrier final : public CompletionSink {
   // from the collect to whoever awaits it (the collect's own frame is not shown).
   template <class Promise>
   void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
-    traceParent_ = asyncParentOf(collect);
-    if (const LazyPromiseBase* promise = traceParent_.promise()) {
-      traceParent_ = promise->asyncParent();
-    }
+    traceParent_ = asyncParentAbove(collect);
   }
 
   // Starts one branch: scheduled on `executor` when `parallel` and there is one,
@@ -281,10 +278,7 @@ class WindowBarrier final : public CompletionSink {
   // As CollectBarrier::recordAlgorithm.
   template <class Promise>
   void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
-    traceParent_ = asyncParentOf(collect);
-    if (const LazyPromiseBase* promise = traceParent_.promise()) {
-      traceParent_ = promise->asyncParent();
-    }
+    traceParent_ = asyncParentAbove(collect);
   }
 
   bool arriveAndSuspend(std::coroutine_handle<> awaiting) noexcept {

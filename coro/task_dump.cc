@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -48,12 +47,6 @@ void dumpLazyRoot(const TaskRecord& record, TaskDumpEntry& entry) noexcept {
   } catch (...) {
     // No memory: the entry stays as far as it got.
   }
-}
-
-std::int64_t coarseMilliseconds() noexcept {
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
 }
 
 struct Collected {

@@ -42,23 +42,6 @@ namespace {
 
 std::atomic<std::uint64_t> gNextFiberId{1};
 
-// asyncBacktrace() called in a fiber: after the fiber's native frames, the fiber and,
-// for a fiber of spawnFiber, whoever awaits it.
-void appendRunningFiber(AsyncBacktrace& trace) noexcept {
-  const FiberCore* fiber = FiberCore::current();
-  if (fiber == nullptr) return;
-  const AwaitLink* link = fiber->awaitLink();
-  if (link != nullptr && link->driver) {
-    appendAsyncChain(trace, link->driver.promise().asAsyncParent());
-  } else {
-    try {
-      trace.addMarker(fiberLabel(fiber->id(), fiber->name()));
-    } catch (...) {
-      // No memory for the label: the frame is dropped (a diagnostic must not fail).
-    }
-  }
-}
-
 // A fiber in an async backtrace (a spawnFiber state's traceFiber_): where it is parked
 // (the return address into the function that called await(), when it is), then the fiber.
 void appendFiber(AsyncBacktrace& trace, const void* subject) noexcept {
@@ -73,6 +56,23 @@ void appendFiber(AsyncBacktrace& trace, const void* subject) noexcept {
   } catch (...) {
     // No memory for the label: the frame is dropped (a diagnostic must not fail).
   }
+}
+
+// A fiber, then whoever awaits it: for a fiber of spawnFiber, the chain from its driver
+// (whose sink brings the fiber in through appendFiber); a plain Fiber has none.
+void appendFiberChain(AsyncBacktrace& trace, const FiberCore* fiber) noexcept {
+  const AwaitLink* link = fiber->awaitLink();
+  if (link != nullptr && link->driver) {
+    appendAsyncChain(trace, link->driver.promise().asAsyncParent());
+  } else {
+    appendFiber(trace, fiber);
+  }
+}
+
+// asyncBacktrace() called in a fiber: after the fiber's native frames, the fiber and who
+// awaits it.
+void appendRunningFiber(AsyncBacktrace& trace) noexcept {
+  if (const FiberCore* fiber = FiberCore::current()) appendFiberChain(trace, fiber);
 }
 
 // Installed when this file is linked, that is, when fibers are used.
@@ -115,11 +115,7 @@ void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
     std::snprintf(stack, sizeof(stack), ", stack %.1f KiB of %zu KiB in use",
                   static_cast<double>(fiber->stackInUse()) / 1024, fiber->stackSize() / 1024);
     if (fiber->state() == FiberCore::State::kSuspended) entry.state += stack;
-    if (link != nullptr && link->driver) {
-      appendAsyncChain(entry.trace, link->driver.promise().asAsyncParent());
-    } else {
-      entry.trace.addMarker(entry.title);
-    }
+    appendFiberChain(entry.trace, fiber);
   } catch (...) {
     // No memory: the entry stays as far as it got.
   }
@@ -210,7 +206,7 @@ void FiberCore::initCommon(const FiberOptions& options) {
 
 std::size_t FiberCore::stackInUse() const noexcept {
   if (state_ != State::kSuspended) return 0;
-  if (kind_ == StackKind::kShared) return shared_.stack->owner_ == this ? 0 : 0;
+  if (kind_ == StackKind::kShared) return 0;  // its frames may be saved off the stack
   // A suspended fiber's context handle is its stack pointer; the stack grows down from
   // its top.
   const auto top = reinterpret_cast<std::uintptr_t>(protected_.stack.top());

@@ -60,10 +60,7 @@ class CancellingBarrier {
   // async backtraces from the collect to whoever awaits it (algorithmParent()).
   template <class Promise>
   void recordAlgorithm(std::coroutine_handle<Promise> collect) noexcept {
-    algorithmParent_ = asyncParentOf(collect);
-    if (const LazyPromiseBase* promise = algorithmParent_.promise()) {
-      algorithmParent_ = promise->asyncParent();
-    }
+    algorithmParent_ = asyncParentAbove(collect);
   }
   AsyncParent algorithmParent() const noexcept { return algorithmParent_; }
 

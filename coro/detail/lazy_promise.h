@@ -1,6 +1,5 @@
 #pragma once
 
-#include <atomic>
 #include <concepts>
 #include <coroutine>
 #include <cstdint>
@@ -67,12 +66,6 @@ class AsyncParent {
   explicit AsyncParent(std::uintptr_t word) noexcept : word_(word) {}
   std::uintptr_t word_ = 0;
 };
-
-}  // namespace detail
-
-class AsyncBacktrace;
-
-namespace detail {
 
 // Where a finished Lazy goes next when that is not simply "resume the coroutine that
 // awaited it": syncAwait's wake-up, collectAll's counter, start()'s callback, a Task's
@@ -358,6 +351,15 @@ AsyncParent asyncParentOf(std::coroutine_handle<Promise> awaiting) noexcept {
   } else {
     return AsyncParent::foreignCoroutine(awaiting);
   }
+}
+
+// The parent an algorithm's branches record (a collect's, whose own coroutine `algorithm`
+// runs them): whoever awaits the algorithm, so that its own frame is not shown.
+template <class Promise>
+AsyncParent asyncParentAbove(std::coroutine_handle<Promise> algorithm) noexcept {
+  const AsyncParent parent = asyncParentOf(algorithm);
+  const LazyPromiseBase* promise = parent.promise();
+  return promise != nullptr ? promise->asyncParent() : parent;
 }
 
 // Called as an exception leaves a coroutine body (unhandled_exception): the first time

@@ -20,7 +20,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string_view>
 #include <utility>
 
 extern char** environ;

@@ -29,13 +29,13 @@ std::uint32_t shardOfThisThread() noexcept {
   return shard;
 }
 
+}  // namespace
+
 std::int64_t coarseMilliseconds() noexcept {
   timespec now{};
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
   return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
 }
-
-}  // namespace
 
 namespace {
 std::atomic<ListFibers> gFiberLister{nullptr};

@@ -57,6 +57,9 @@ struct TaskRecord {
 void registerTask(TaskRecord& record, const TaskRecordType& type, const void* subject) noexcept;
 void unregisterTask(TaskRecord& record) noexcept;
 
+// CLOCK_MONOTONIC_COARSE in milliseconds: what records' creation times are read with.
+std::int64_t coarseMilliseconds() noexcept;
+
 // Calls visit(record, context) for every registered record, one shard at a time with its
 // lock held: `visit` must not register, unregister or block.
 void forEachTask(void (*visit)(const TaskRecord& record, void* context), void* context);
