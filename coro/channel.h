@@ -54,7 +54,7 @@ class ChannelOpAwaiter {
   }
   // Made with an executor, a waiter is resumed only by scheduling it there (see
   // resumeChannelWaiter), never by await_suspend: a fiber on ThreadPool(1) may act on
-  // its park before it switches out (stackful/detail/await_link.h).
+  // its park before it switches out (stackful/detail/fiber_park.h).
   static constexpr bool kResumesOnlyThroughExecutor = true;
 
   ChannelOpAwaiter(const ChannelOpAwaiter&) = delete;

@@ -13,7 +13,7 @@ namespace weft {
 
 namespace detail {
 
-class FiberDriverPromise;  // stackful/detail/await_link.h: a fiber's driver
+class FiberDriverPromise;  // stackful/detail/fiber_park.h: a fiber's driver
 
 // Takes over the completion of a coroutine that resumeOn moved away from the executor its
 // awaiter expects it on: the awaiter is resumed on that executor (inline when the

@@ -12,11 +12,4 @@ bool Executor::cancelTimer(detail::TimerEntry& timer) noexcept {
   return detail::globalTimerQueue().cancel(timer);
 }
 
-std::coroutine_handle<> Executor::takeNextHandle() noexcept { return {}; }
-
-std::coroutine_handle<> Executor::exchangeNextHandle(HandleFilter /*accept*/,
-                                                     std::coroutine_handle<> /*requeue*/) noexcept {
-  return {};
-}
-
 }  // namespace weft

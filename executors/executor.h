@@ -14,10 +14,6 @@
 
 namespace weft {
 
-namespace detail {
-class SoloRunQueue;  // executors/detail/solo_run_queue.h
-}  // namespace detail
-
 // Thrown by Executor::schedule when the executor no longer accepts work (it has been
 // shut down). Work scheduled before that is never dropped.
 class ExecutorShutDown : public std::runtime_error {
@@ -60,7 +56,8 @@ class ExecutorShutDown : public std::runtime_error {
 // callable overload). Queue handles and jobs as WorkItems if convenient; run items inside
 // `try { item.run(); } catch (...) { reportEscapedException(name()); }`.
 // Override scheduleTimer/cancelTimer only to drive timers from the executor's own event
-// loop (e.g. an epoll timeout).
+// loop (e.g. an epoll timeout). A thread whose queue only it takes from may offer it to
+// schedulers that switch straight to the next item (fibers): executors/thread_run_queue.h.
 // I/O: weft's I/O awaitables (io/) run on the event loop of the thread that awaits them
 // (IoLoop::current()). To serve them, give each of the executor's threads an IoLoop
 // (IoLoop::create, IoLoop::CurrentScope) and run it when the thread is idle (see
@@ -119,48 +116,13 @@ class Executor {
   // the firing.
   virtual bool cancelTimer(TimerEntry& timer) noexcept;
 
-  // For schedulers that switch straight from one coroutine to the next on the same thread
-  // without going back to the executor's loop (weft's fibers: stackful/spawn_fiber.h).
-  // If the calling thread is one of this executor's threads and the next item its loop
-  // would run is a coroutine handle, removes that handle from the queue and returns it:
-  // the caller then owns its one resumption, and must resume it on this thread (or do,
-  // on this thread, exactly what resuming it would do). Otherwise returns a null handle
-  // and changes nothing: off the executor's threads, with nothing queued, or when the
-  // loop would first run something else (a callable, a due timer).
-  // The default answers null: no executor is required to support it. noexcept: a queue
-  // pop, or nothing.
-  // Thread safety: any thread (only an executor's own threads can get a handle).
-  virtual std::coroutine_handle<> takeNextHandle() noexcept;
-
-  // The same for a coroutine that yields (requeues itself), in one step and before it
-  // has left the thread: if the next item is a coroutine handle `h` with `accept(h)`
-  // true, and this executor guarantees that what the calling thread queues now can only
-  // be taken by the calling thread itself (so `requeue` cannot run before the caller is
-  // done with it: ThreadPool(1)), removes `h`, queues `requeue` at the back and returns
-  // `h`. Otherwise returns a null handle and changes nothing. `accept` may read `h`'s
-  // frame: under that guarantee the item cannot be running elsewhere. The default
-  // answers null. noexcept: a pop and a push into the room the pop made.
-  // Thread safety: any thread.
-  using HandleFilter = bool (*)(std::coroutine_handle<> h) noexcept;
-  virtual std::coroutine_handle<> exchangeNextHandle(HandleFilter accept,
-                                                     std::coroutine_handle<> requeue) noexcept;
-
-  // The run queue of a single-worker ThreadPool, through which the two functions above
-  // can be done inline (detail::SoloRunQueue says why and how); null for every other
-  // executor. noexcept: reads a member fixed at construction.
-  detail::SoloRunQueue* soloRunQueue() const noexcept { return soloRunQueue_; }
-
  protected:
-  // Set once, by the constructor of an executor that has such a queue.
-  void setSoloRunQueue(detail::SoloRunQueue* queue) noexcept { soloRunQueue_ = queue; }
-
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it
   // with job->complete(job, false) and throws ExecutorShutDown.
   virtual void scheduleJob(Job* job) = 0;
 
  private:
   std::string name_;
-  detail::SoloRunQueue* soloRunQueue_ = nullptr;
 };
 
 }  // namespace weft

@@ -173,7 +173,6 @@ ThreadPool::ThreadPool(ThreadPoolOptions options)
       ioBackend_(IoLoop::resolveBackend(options.ioBackend)),
       timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this) {
   const std::size_t threads = effectiveThreads(options.threads);
-  if (solo_) setSoloRunQueue(&soloRun_);
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i));
@@ -284,7 +283,7 @@ inline bool ThreadPool::wakeNeeded() const noexcept {
 // instructions with no register saves.
 inline void ThreadPool::pushLocal(Worker& self, detail::WorkItem item) {
   if (solo_) {
-    soloRun_.items.push(item);  // the only worker is this one, and it is awake
+    soloRun_.push(item);  // the only worker is this one, and it is awake
     return;
   }
   pushShared(self, item);
@@ -297,7 +296,7 @@ void ThreadPool::pushShared(Worker& self, detail::WorkItem item) {
 
 inline detail::WorkItem ThreadPool::popLocal(Worker& self) noexcept {
   // noexcept: both pops are noexcept.
-  if (solo_) return soloRun_.items.empty() ? detail::WorkItem() : soloRun_.items.pop();
+  if (solo_) return soloRun_.empty() ? detail::WorkItem() : soloRun_.pop();
   return self.queue.pop();
 }
 
@@ -361,26 +360,6 @@ void ThreadPool::scheduleJob(detail::Job* job) {
   }
 }
 
-std::coroutine_handle<> ThreadPool::takeNextHandle() noexcept {
-  if (solo_) return soloRun_.takeNextHandle();
-  Worker* self = tlWorker;
-  if (self == nullptr || self->pool != this) return {};
-  // Relaxed: as in workerMain, which would run a due timer before its next item.
-  if (timerDueSize_.load(std::memory_order_relaxed) != 0) return {};
-  detail::WorkItem item =
-      self->queue.popIf([](detail::WorkItem next) noexcept { return !next.isJob(); });
-  if (item.empty()) return {};
-  return item.handle();
-}
-
-std::coroutine_handle<> ThreadPool::exchangeNextHandle(HandleFilter accept,
-                                                       std::coroutine_handle<> requeue) noexcept {
-  // Only ThreadPool(1) can promise that `requeue` is not taken by another worker before
-  // the caller is done with it.
-  if (!solo_) return {};
-  return soloRun_.exchangeNextHandle(accept, requeue);
-}
-
 detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
   // seq_cst: a final sweep (rule 2) must not read this before its searching_ decrement.
   if (injectionSize_.load(std::memory_order_seq_cst) == 0) return {};
@@ -397,8 +376,8 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
     return injection_.pop();
   };
   if (solo_) {
-    soloRun_.items.reserveFor(queued);
-    for (std::size_t i = 0; i < queued; ++i) soloRun_.items.push(next());
+    soloRun_.reserveFor(queued);
+    for (std::size_t i = 0; i < queued; ++i) soloRun_.push(next());
   } else {
     self.queue.pushBatch(queued, next);
   }
@@ -453,7 +432,7 @@ void ThreadPool::workerMain(Worker& self) {
   IoLoop::setCurrentFactory(nullptr, nullptr);
   self.loop.reset();  // nothing in flight: the pool closed with every worker parked idle
   tlWorker = nullptr;
-  detail::SoloRunQueue::unbind();
+  ThreadRunQueue::unbind();
 }
 
 detail::WorkItem ThreadPool::searchOnce(Worker& self) {

@@ -11,10 +11,10 @@
 
 #include "executors/detail/job.h"
 #include "executors/detail/ring_buffer.h"
-#include "executors/detail/solo_run_queue.h"
 #include "executors/detail/timer_queue.h"
 #include "executors/executor.h"
 #include "executors/io_loop.h"
+#include "executors/thread_run_queue.h"
 
 namespace weft {
 
@@ -115,15 +115,6 @@ class ThreadPool final : public Executor {
   // noexcept: a heap removal.
   bool cancelTimer(detail::TimerEntry& timer) noexcept override;
 
-  // On one of this pool's workers: takes the oldest item of the worker's own queue if it
-  // is a coroutine handle and no due timer is waiting (see Executor::takeNextHandle).
-  // noexcept: a queue pop.
-  std::coroutine_handle<> takeNextHandle() noexcept override;
-  // ThreadPool(1) only (nobody steals from its worker), on its worker, with nothing
-  // waiting in the injection queue or the due timers (see Executor::exchangeNextHandle).
-  std::coroutine_handle<> exchangeNextHandle(HandleFilter accept,
-                                             std::coroutine_handle<> requeue) noexcept override;
-
   // Stops accepting outside work once everything accepted has run, then joins the
   // workers. Idempotent. See the class comment for the precise semantics.
   void shutdown();
@@ -218,9 +209,11 @@ class ThreadPool final : public Executor {
   // only when timers fire.
   alignas(64) std::atomic<std::size_t> timerDueSize_{0};
 
-  // ThreadPool(1)'s worker queue (nobody steals from it: no atomics). After the two
-  // counters it reads; unused by a pool of several workers.
-  detail::SoloRunQueue soloRun_{timerDueSize_, injectionSize_};
+  // ThreadPool(1)'s worker queue (nobody steals from it: no atomics), offered to fibers
+  // (see executors/thread_run_queue.h). After the two counters it reads: the due timers
+  // run first, the injection queue's work goes in front of the worker's next push. Unused
+  // by a pool of several workers.
+  ThreadRunQueue soloRun_{*this, timerDueSize_, injectionSize_};
 
   // Wake-up protocol (see thread_pool.cc): how many workers are awake and looking for
   // work, and how many are in idle_.

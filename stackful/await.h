@@ -10,11 +10,9 @@
 #include "coro/detail/lazy_promise.h"
 #include "coro/detail/via_awaiter.h"
 #include "coro/lazy.h"
-#include "executors/detail/solo_run_queue.h"
 #include "executors/executor.h"
-#include "stackful/detail/await_link.h"
 #include "stackful/detail/fiber_core.h"
-#include "stackful/detail/fiber_hand_off.h"
+#include "stackful/detail/fiber_park.h"
 
 namespace weft {
 
@@ -66,69 +64,6 @@ using FiberAwaitResult =
     std::conditional_t<std::is_rvalue_reference_v<FiberAwaitResultRaw<A>>,
                        std::remove_cvref_t<FiberAwaitResultRaw<A>>, FiberAwaitResultRaw<A>>;
 
-[[noreturn]] void throwAwaitOutsideExecutorFiber(bool inFiber);
-
-// await()'s park when the fiber may act on it before switching out (see
-// ResumesOnlyThroughExecutor): on ThreadPool(1)'s own thread, calls await_suspend with
-// the driver's handle and answers the switch to the next fiber in the queue (or back to
-// the resumer), with nothing left to do after it. False, having done nothing, on any
-// other executor or thread. True with no switch (park.fiber null) when await_suspend
-// declined. Errors: as FiberCore::refuseParkWhileUnwinding when the fiber is being
-// destroyed; what await_suspend throws (the await did not suspend then).
-template <class Awaiter>
-[[gnu::always_inline]] inline bool parkActingFirst(FiberCore* core, AwaitLink& link,
-                                                   Awaiter& awaiter, FiberCore::ParkSwitch& park) {
-  SoloRunQueue* const solo = link.executor->soloRunQueue();
-  if (solo == nullptr || !solo->ownedByCallingThread()) return false;
-  core->throwIfUnwinding();  // before the driver's handle is out
-  // Taken first: see FiberCore::takeNextRun.
-  const FiberCore::NextRun next = FiberCore::takeNextRun(*solo);
-  using Result = decltype(awaiter.await_suspend(link.driver));
-  static_assert(std::is_void_v<Result> || std::is_same_v<Result, bool>,
-                "kResumesOnlyThroughExecutor: await_suspend returns void or bool");
-  // suspendDriverOn answers null when the driver is suspended, the driver when declined.
-  bool suspended;
-  try {
-    suspended = !suspendDriverOn<Awaiter>(std::addressof(awaiter), link.driver);
-  } catch (...) {
-    if (next.handle) solo->putBack(next.handle);
-    throw;
-  }
-  if (!suspended) {
-    if (next.handle) solo->putBack(next.handle);
-    return true;  // the fiber goes on at once
-  }
-  park = core->prepareSuspendActedOn(next);
-  return true;
-}
-
-// What await() does between a false await_ready and the switch, out of line (one copy
-// per awaiter type, not one per await): parks the fiber on `awaiter` and answers the
-// switch out of it, which await() makes in its own frame. park.fiber is null when there
-// is no switch to make: await_suspend declined (the fiber goes on at once).
-// Errors: as FiberCore::refuseParkWhileUnwinding when the fiber is being destroyed; what
-// await_suspend throws when the fiber calls it itself (parkActingFirst).
-template <class Awaiter>
-[[gnu::noinline]] FiberCore::ParkSwitch parkOn(FiberCore* core, AwaitLink& link, Awaiter& awaiter) {
-  FiberCore::ParkSwitch park{};
-  // Out of line, so this is an address in the fiber's function that called await().
-  link.parkSite = __builtin_return_address(0);
-  link.waitNote = WaitNote{&describeAwaiter<Awaiter>, std::addressof(awaiter)};
-  if constexpr (ResumesOnlyThroughExecutor<Awaiter>) {
-    if (parkActingFirst(core, link, awaiter, park)) return park;
-  }
-  link.awaiter = static_cast<void*>(std::addressof(awaiter));
-  link.suspendOn = &suspendDriverOn<Awaiter>;
-  link.mayHandOff = kParkMayHandOff<Awaiter>;
-  // The driver is suspended on the awaiter once the fiber is off its stack; its
-  // resumption resumes us (see AwaitLink).
-  park = core->prepareSuspend();
-  return park;
-}
-
-// Rethrows link.suspendError and clears it: the cold end of await(), out of line.
-[[noreturn]] void rethrowSuspendError(AwaitLink& link);
-
 }  // namespace detail
 
 // await(x): inside a fiber started by spawnFiber, suspends the fiber until the awaitable
@@ -178,7 +113,7 @@ template <class A>
 [[gnu::always_inline]] inline detail::FiberAwaitResult<A> await(A&& awaitable) {
   using T = detail::FiberAwaitResult<A>;
   detail::FiberCore* core = detail::FiberCore::current();
-  detail::AwaitLink* link = core != nullptr ? core->awaitLink() : nullptr;
+  detail::ParkLink* link = core != nullptr ? core->parkLink() : nullptr;
   if (link == nullptr) [[unlikely]]
     detail::throwAwaitOutsideExecutorFiber(core != nullptr);
   // The awaiter lives here, on the fiber's stack, for the whole await: the fiber stays

@@ -11,7 +11,7 @@ namespace weft {
 
 namespace detail {
 // The FiberLocal values of the running fiber, or of the calling thread outside fibers.
-// Not inline (stackful/fiber.cc): it reads a thread_local, and a fiber may have moved to
+// Not inline (fiber_local.cc): it reads a thread_local, and a fiber may have moved to
 // another thread since its caller last looked.
 FiberLocalStorage& currentFiberLocalStorage();
 // A key no other FiberLocal ever had. Thread-safe.

@@ -21,7 +21,7 @@
 #include "coro/detail/via_awaiter.h"
 #include "coro/try.h"
 #include "executors/executor.h"
-#include "stackful/detail/await_link.h"
+#include "stackful/detail/fiber_park.h"
 #include "stackful/detail/fiber_core.h"
 #include "stackful/stack_pool.h"
 
@@ -75,7 +75,7 @@ class SpawnState final : public CompletionSink {
   Executor* executor_;
   CancellationToken token_;  // the driver's promise and the link point at it
   std::uint64_t fiberId_ = 0;
-  AwaitLink link_;  // link_.driver: the driver, until it completes
+  ParkLink link_;  // link_.driver: the driver, until it completes
   Try<T> result_;
   std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
   Executor* awaiterExecutor_ = nullptr;  // idem
@@ -162,14 +162,6 @@ class SpawnState final : public CompletionSink {
   }
 };
 
-// Owns a fiber: destroying the owner destroys the fiber, unwinding it if it is suspended.
-// The driver takes it as a parameter, so even a driver frame destroyed before it ever
-// ran frees its fiber.
-struct FiberDestroyer {
-  void operator()(FiberCore* core) const noexcept { core->destroy(); }
-};
-using FiberPtr = std::unique_ptr<FiberCore, FiberDestroyer>;
-
 // The fiber's body on an executor fiber: stores fn's value or exception into the shared
 // state.
 template <class T, class F>
@@ -202,21 +194,6 @@ class ExecutorFiberBox final : public FiberCore {
   F fn_;
   Try<T>* out_;
 };
-
-// The coroutine that runs a fiber on its executor (spawn_fiber.cc): resumes it until it
-// finishes. In between, the fiber's parks are acted on (AwaitLink) and the driver waits
-// in the awaiter the fiber parked on, so that resuming the driver resumes the fiber.
-// Bound by spawnFiber to the executor and the fiber's token, so the awaits inherit both.
-struct FiberDriver {
-  using promise_type = FiberDriverPromise;
-  FiberDriver(FiberDriverHandle h) noexcept : handle(h) {}  // NOLINT: the promise's return
-  FiberDriverHandle handle;
-};
-FiberDriver driveFiber(FiberPtr fiber);
-
-// Records that `driver` is a fiber's driver, so that a fiber may recognize it in its
-// executor's queue (fiberToSwitchTo). noexcept: an atomic store.
-void noteFiberDriver(FiberDriverHandle driver) noexcept;
 
 }  // namespace detail
 
@@ -440,7 +417,7 @@ FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* execut
   }
   state->fiberId_ = core->id();
   state->traceFiber_ = core;
-  core->setAwaitLink(&state->link_);
+  core->setParkLink(&state->link_);
   detail::FiberDriverHandle handle;
   try {
     handle = detail::driveFiber(detail::FiberPtr(core)).handle;  // frees core if it throws

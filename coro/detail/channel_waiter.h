@@ -12,7 +12,7 @@
 #include "coro/detail/frame_allocator.h"
 #include "coro/detail/spin_lock.h"
 #include "coro/detail/via_awaiter.h"
-#include "executors/detail/solo_run_queue.h"
+#include "executors/thread_run_queue.h"
 #include "executors/executor.h"
 
 // The untyped machinery under Channel<T> and select(): the channel lock, the waiter node
@@ -263,7 +263,7 @@ WEFT_NOINLINE inline void resumeChannelWaiterInline(ChannelWaiter* node) noexcep
   }
   std::coroutine_handle<> handle = handleOf(node);
   try {
-    scheduleInlineWhenSolo(executor, handle);
+    scheduleLocalFirst(executor, handle);
   } catch (...) {
     abortExecutorGone(executor);
   }

@@ -58,7 +58,7 @@ struct SyncWaiter {
 // That resumption goes through resumeWaiter, which schedules the waiter on its executor
 // when it has one, and await_suspend only queues (or declines): so each primitive's
 // awaiter declares kResumesOnlyThroughExecutor, and a fiber on ThreadPool(1) may act on
-// its park before it switches out (stackful/detail/await_link.h).
+// its park before it switches out (stackful/detail/fiber_park.h).
 class CancellableSyncWaiter : public SyncWaiter {
  protected:
   CancellableSyncWaiter(Executor* waiterExecutor, const CancellationToken* token) noexcept

@@ -65,7 +65,7 @@ std::int64_t coarseMilliseconds() noexcept;
 void forEachTask(void (*visit)(const TaskRecord& record, void* context), void* context);
 
 // Set by weft::stackful: adds an entry per live fiber (fibers have a registry of their
-// own, stackful/fiber.cc, two words per fiber). May throw std::bad_alloc.
+// own, stackful/detail/fiber_registry.cc, two words per fiber). May throw std::bad_alloc.
 using ListFibers = void (*)(std::vector<TaskDumpEntry>& entries);
 void setFiberLister(ListFibers lister) noexcept;
 ListFibers fiberLister() noexcept;

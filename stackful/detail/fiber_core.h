@@ -18,28 +18,16 @@
 
 #include "stackful/detail/context.h"
 #include "stackful/detail/fiber_local_storage.h"
+#include "stackful/detail/fiber_registry.h"
 #include "stackful/detail/tool_hooks.h"
+#include "stackful/fiber_options.h"
+#include "stackful/not_in_fiber.h"
 #include "stackful/protected_stack.h"
 #include "stackful/stack_pool.h"
 
 namespace weft {
 
 class SharedStack;
-
-// Options of a new fiber.
-struct FiberOptions {
-  // Printed by the stack-overflow diagnostic and by misuse messages instead of the
-  // fiber's numeric id. Copied; empty means unnamed.
-  std::string_view name;
-};
-
-// Thrown by weft::await() and this_fiber functions called where they cannot work: on a
-// thread's own stack (not inside a fiber), or, for await(), inside a plain Fiber that has
-// no executor to be resumed by.
-class NotInFiber : public std::logic_error {
- public:
-  using std::logic_error::logic_error;
-};
 
 namespace detail {
 
@@ -65,17 +53,8 @@ struct EhState {
   unsigned int uncaughtExceptions = 0;
 };
 
-// What an executor fiber's driver (spawn_fiber.h) and await() exchange across a switch.
-struct AwaitLink;
-class SoloRunQueue;
-
-// The links of every live fiber in the fiber registry (fiber.cc) that task dumps
-// (weft::dumpTasks) and gdb's `weft fibers` walk: two words, the whole cost of being
-// listed (a parked fiber on a shared stack costs one heap block of 288 bytes).
-struct FiberListHook {
-  FiberListHook* listPrev = nullptr;
-  FiberListHook* listNext = nullptr;
-};
+// What a fiber of spawnFiber and its driver exchange across a switch (fiber_park.h).
+struct ParkLink;
 
 class FiberCore : public FiberListHook {
  public:
@@ -119,7 +98,7 @@ class FiberCore : public FiberListHook {
 #endif
   }
   // resume() for the fibers of spawnFiber, which may hand the thread straight to another
-  // such fiber when they park (prepareSuspend()): runs this fiber, and returns the fiber that
+  // such fiber when they park (handOffTo()): runs this fiber, and returns the fiber that
   // switched back to this point (this one, or the last of a chain of hand-offs), parked
   // or finished, with the resuming side restored. After the switch nothing of `this` is
   // touched: once a fiber handed the thread on, another thread may already run it.
@@ -146,58 +125,33 @@ class FiberCore : public FiberListHook {
   // a fiber may continue on another thread, and a thread_local's address computed before
   // a switch must not be reused after it.
   static FiberCore* current() noexcept;
-  // Suspending the running fiber (this one) until it is resumed, after which it goes on,
-  // possibly on another thread. When the fiber is being destroyed:
-  // refuseParkWhileUnwinding(). A fiber of spawnFiber whose park allows it
-  // (AwaitLink::mayHandOff) first takes the next coroutine of its executor's queue on
-  // this thread: if that is another such fiber's driver, it switches straight to that
-  // fiber (one switch instead of two, and no trip through the executor's loop); the park
-  // is then acted on from that fiber's stack. Otherwise it switches back to whoever
-  // resumed it, leaving what it took in AwaitLink::pending.
-  //
-  // It is done in two halves, so that its callers (await(), this_fiber::yield()) make the
-  // switch in their own frame, as resume() does: prepareSuspend() (out of line:
-  // it reads thread_locals, which must not be cached across a switch in the caller's
-  // frame) marks this running fiber suspended, decides where it goes and does the
-  // bookkeeping of a hand-off; then switchOut() makes the switch and, once the fiber is
-  // resumed, records its new resumer. When the fiber is being destroyed prepareSuspend
-  // changes nothing and calls refuseParkWhileUnwinding(). Under ASan and TSan,
-  // prepareSuspend also records the switch's target for the sanitizers, and switchOut()
-  // tells them of the switch in the frame that makes it.
-  //
-  // ParkSwitch is two words, so that it comes back from prepareSuspend (and await()'s
-  // out-of-line park) in registers: the switch's target is known without a trip through
-  // memory.
+  // Suspending the running fiber (this one): a park (stackful/detail/fiber_park.h) is
+  // done in two halves, so that its callers (await(), this_fiber::yield()) make the
+  // switch in their own frame, as resume() does. First the park decides where the fiber
+  // goes, marks it suspended and answers that switch as a ParkSwitch (two words, so that
+  // it comes back in registers): prepareSuspend(), back to whoever resumed it, or
+  // handOffTo(next), straight into another suspended fiber. Then switchOut() makes the
+  // switch and, once the fiber is resumed, records its new resumer. Under ASan and TSan,
+  // the first half also records the switch's target, for switchOut() to tell them in the
+  // frame that makes it.
   struct ParkSwitch {
-    // The context to switch to, with kActOnTarget set when the hand-off's act
-    // (handOffOnTop) is to run on it first (context handles are stack pointers, 16-byte
-    // aligned, so the low bit is free). Unset: a plain switch (back to the resumer, or a
-    // hand-off with nothing left to act on).
-    static constexpr std::uintptr_t kActOnTarget = 1;
     FiberCore* fiber;  // the fiber switching out; null: no switch to make
-    std::uintptr_t target;
+    void* target;      // the context to switch to
   };
-  ParkSwitch prepareSuspend();
-  // A park acted on by the fiber itself, on ThreadPool(1)'s thread, for an awaiter that
-  // resumes only through the executor (await(): see ResumesOnlyThroughExecutor), in two
-  // steps around the awaiter's await_suspend:
-  //  - takeNextRun(solo), before it: takes the next coroutine of the queue and, when it
-  //    drives a suspended fiber, starts loading that fiber's stack top, so that these
-  //    cache misses overlap with await_suspend's work instead of following it. If
-  //    await_suspend then declines or throws, the caller puts `handle` back
-  //    (SoloRunQueue::putBack).
-  //  - prepareSuspendActedOn(next), after a suspending await_suspend: prepareSuspend()
-  //    with nothing left to act on: a plain switch into `next.fiber`, or back to the
-  //    resumer, leaving `next.handle` (if any) in AwaitLink::pending.
-  // Both are defined in stackful/detail/fiber_hand_off.h, forced inline into await()'s
-  // out-of-line park (detail::parkOn), which then makes no call of its own around the
-  // awaiter's await_suspend. noexcept: queue operations, loads and stores.
-  struct NextRun {
-    std::coroutine_handle<> handle;  // null: nothing taken
-    FiberCore* fiber = nullptr;      // the suspended fiber `handle` drives, if it does
-  };
-  [[gnu::always_inline]] static NextRun takeNextRun(SoloRunQueue& solo) noexcept;
-  [[gnu::always_inline]] ParkSwitch prepareSuspendActedOn(NextRun next) noexcept;
+  // The switch back to the resumer. When the fiber is being destroyed it cannot park
+  // again: refuseParkWhileUnwinding(). Forced inline: a few stores.
+  [[gnu::always_inline]] ParkSwitch prepareSuspend() {
+    throwIfUnwinding();
+    state_ = State::kSuspended;
+    sanitizerTargetIsResumer();
+    return ParkSwitch{this, context_};
+  }
+  // The hand-off to `next` (suspended, its driver just taken from this thread's run
+  // queue, its park acted on): `next` takes over this fiber's resumer and the thread's
+  // fiber state, as if this fiber had switched back and the resumer had resumed `next`.
+  // Where this fiber stopped is recorded by next's arrived(). Precondition: this fiber is
+  // running on this thread and not being destroyed. noexcept: loads and stores.
+  [[gnu::always_inline]] ParkSwitch handOffTo(FiberCore* next) noexcept;
   // When the fiber is being destroyed it cannot park again: refuseParkWhileUnwinding().
   // For await(), before it acts on a park itself.
   void throwIfUnwinding() const {
@@ -220,30 +174,19 @@ class FiberCore : public FiberListHook {
   [[gnu::always_inline]] static void switchOut(const ParkSwitch& park) {
     FiberCore* fiber = park.fiber;
     // The sanitizers' hooks, right before the switch, in the frame that makes it (see
-    // tool_hooks.h), with the target prepareSuspend recorded: the resumer, or the fiber
-    // handed the thread. (ASan's finish hook runs on the other side: arrived().)
+    // tool_hooks.h), with the target the park recorded: the resumer, or the fiber handed
+    // the thread. (ASan's finish hook runs on the other side: arrived().)
 #if WEFT_ASAN
     asanStartSwitch(&fiber->asanFakeStack_, fiber->asanSwitchBottom_, fiber->asanSwitchSize_);
 #endif
 #if WEFT_TSAN
     tsanSwitchTo(fiber->tsanSwitchTarget_);
 #endif
-    if ((park.target & ParkSwitch::kActOnTarget) != 0) [[unlikely]] {
-      fiber->arrived(ontopContext(reinterpret_cast<void*>(park.target - ParkSwitch::kActOnTarget),
-                                  fiber, &handOffOnTop));
-    } else {
-      fiber->arrived(jumpContext(reinterpret_cast<void*>(park.target), fiber));
-    }
+    fiber->arrived(jumpContext(park.target, fiber));
   }
 
-  // this_fiber::yield()'s prepareSuspend(): for the running fiber, which it finds (out of
-  // line: a thread_local); for a fiber of spawnFiber it also asks the driver to requeue
-  // it. Throws NotInFiber outside a fiber. When the fiber is being destroyed: inside a
-  // destructor run by the forced unwind, answers no switch (park.fiber null: the yield
-  // returns at once, since nobody will resume the fiber and throwing there would call
-  // std::terminate); elsewhere (ForcedUnwind was caught and not rethrown) throws
-  // ForcedUnwind again.
-  static ParkSwitch beginYield();
+  // True while the fiber is being destroyed (its stack unwinds). noexcept: a load.
+  bool unwinding() const noexcept { return unwinding_; }
   // Called on the fiber's stack right after each switch into it: records the context
   // that switched here in the fiber that sent it (transfer.data). A resumer passes the
   // fiber it resumes, so that is this fiber's resuming context, where its next suspension
@@ -258,8 +201,10 @@ class FiberCore : public FiberListHook {
 #endif
   }
 
-  AwaitLink* awaitLink() const noexcept { return awaitLink_; }
-  void setAwaitLink(AwaitLink* link) noexcept { awaitLink_ = link; }
+  ParkLink* parkLink() const noexcept { return parkLink_; }
+  void setParkLink(ParkLink* link) noexcept { parkLink_ = link; }
+  // While suspended: its context (its stack pointer). noexcept: reads a member.
+  const void* suspendedContext() const noexcept { return context_; }
   // This fiber's FiberLocal values. Throws std::bad_alloc on the first use if memory is
   // exhausted.
   FiberLocalStorage& localStorage() {
@@ -330,9 +275,6 @@ class FiberCore : public FiberListHook {
   // fiber stopped and restores the resuming side.
   void* enter(SwitchFrame& frame);
 #if WEFT_ASAN
-  // Set in the fiber pointer that handOffOnTop returns to the fiber it ran on: ASan's
-  // switch was finished there (FiberCore objects are aligned: the low bit is free).
-  static constexpr std::uintptr_t kAsanSwitchFinished = 1;
   void arrivedSanitized(ContextTransfer transfer) noexcept;
 #endif
   // noexcept on leave() and the sanitizer hook: stores and hook calls after (before) a
@@ -343,13 +285,6 @@ class FiberCore : public FiberListHook {
   // jump, or, with `onTop`, running onTop on the fiber's stack first (ontopContext).
   void switchInWithHooks(ContextTransfer (*onTop)(ContextTransfer));
   void resumeSanitized();
-  // prepareSuspend()'s hand-off to `next` (suspended, on this thread): next takes over
-  // this fiber's resumer and the thread's fiber state. Where this fiber stopped is
-  // recorded by next's arrived(); with `actOnTop`, when the park is still to be acted
-  // on, handOffOnTop runs on next's stack before it continues. Not when there is nothing
-  // to do (a yield whose requeue was done with the take, a park acted on before the
-  // switch).
-  [[gnu::always_inline]] ParkSwitch handOffTo(FiberCore* next, bool actOnTop) noexcept;
   // Records, for switchOut's sanitizer hooks, that the switch goes back to the resumer.
   // noexcept: stores (nothing at all outside ASan and TSan).
   [[gnu::always_inline]] void sanitizerTargetIsResumer() noexcept {
@@ -361,8 +296,6 @@ class FiberCore : public FiberListHook {
     tsanSwitchTarget_ = tsanCaller_;
 #endif
   }
-  ParkSwitch prepareSuspendInline();
-  static ContextTransfer handOffOnTop(ContextTransfer transfer) noexcept;
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
   void unwindSuspended();
   static ContextTransfer unwindOnTop(ContextTransfer transfer);
@@ -375,7 +308,7 @@ class FiberCore : public FiberListHook {
 
   // The fiber running on each thread (nullptr on a thread's own stack), and the address
   // of each thread's C++ exception globals (looked up on first use: ehGlobals()).
-  // Visible here for the hand-off paths inline in stackful/detail/fiber_hand_off.h.
+  // Visible here for handOffTo, inline in the parks.
   // Read only in functions that make no switch themselves: a fiber may continue on
   // another thread, and a thread_local's address computed before a switch must not be
   // reused after it. constinit (zero-initialized): no TLS wrapper call; the signal
@@ -403,7 +336,7 @@ class FiberCore : public FiberListHook {
   // placed where they pack the object.
   void* ehCaught_ = nullptr;
   FiberExtras* extras_ = nullptr;
-  AwaitLink* awaitLink_ = nullptr;
+  ParkLink* parkLink_ = nullptr;
   std::uint64_t id_ = 0;
   State state_ = State::kCreated;
   StackKind kind_ = StackKind::kProtected;
@@ -489,10 +422,6 @@ void FiberCore::entryFor(ContextTransfer transfer) noexcept {
   self->finish();
 }
 
-// How messages and async backtraces name a fiber: `fiber 3` or `fiber 3 "reader"`. Throws
-// std::bad_alloc.
-std::string fiberLabel(std::uint64_t id, const char* name);
-
 // Attaches a new fiber to a shared stack (shared_stack.h).
 void attachToSharedStack(FiberCore* core, SharedStack& stack);
 
@@ -523,6 +452,36 @@ Box* FiberCore::create(SharedStack& stack, const FiberOptions& options, Args&&..
   box->initCommon(options);
   attachToSharedStack(box, stack);
   return box;
+}
+
+inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
+  // What a switch back to the resumer and the resumer's resume() of `next` would do, at
+  // once: the exception state goes from this fiber to next, next becomes the running
+  // fiber and inherits our resumer (its own suspended context is read first).
+  state_ = State::kSuspended;
+  EhState* const eh = ehGlobals();
+  ehCaught_ = eh->caughtExceptions;
+  ehUncaught_ = eh->uncaughtExceptions;
+  eh->caughtExceptions = next->ehCaught_;
+  eh->uncaughtExceptions = next->ehUncaught_;
+  void* const to = next->context_;
+  next->context_ = context_;
+  next->state_ = State::kRunning;
+  running_ = next;
+  // The sanitizers: next inherits what they know of our resumer too (its stack's bounds,
+  // its TSan fiber), and the switch goes to next (its stack, its TSan fiber).
+#if WEFT_ASAN
+  next->asanCallerBottom_ = asanCallerBottom_;
+  next->asanCallerSize_ = asanCallerSize_;
+  asanSwitchBottom_ = next->stackBottom();
+  asanSwitchSize_ = static_cast<std::size_t>(static_cast<const char*>(next->contextTop()) -
+                                             static_cast<const char*>(asanSwitchBottom_));
+#endif
+#if WEFT_TSAN
+  next->tsanCaller_ = tsanCaller_;
+  tsanSwitchTarget_ = next->tsanFiber_;
+#endif
+  return ParkSwitch{this, to};
 }
 
 }  // namespace detail

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "stackful/detail/fiber_core.h"
+
 namespace weft::detail {
 
 namespace {
@@ -177,6 +179,17 @@ void writeOverflowMessage(const RunningStackInfo& info) noexcept {
   out = appendNumber(out, info.stackSize);
   append(" bytes)\n");
   writeAll(buffer, static_cast<std::size_t>(out - buffer));
+}
+
+bool describeRunningFiber(RunningStackInfo& info) noexcept {
+  const FiberCore* fiber = FiberCore::current();
+  if (fiber == nullptr) return false;
+  info.guardBegin = fiber->guardBegin();
+  info.stackBottom = fiber->stackBottom();
+  info.stackSize = fiber->stackSize();
+  info.id = fiber->id();
+  info.name = fiber->name();
+  return true;
 }
 
 }  // namespace weft::detail

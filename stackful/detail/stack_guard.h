@@ -23,7 +23,7 @@ struct RunningStackInfo {
 
 // Describes the fiber running on the calling thread; false on a thread's own stack.
 // Called from the signal handler: reads a constinit thread_local and the fiber's own
-// fields only (async-signal-safe). Defined with the fibers (stackful/fiber.cc).
+// fields only (async-signal-safe). Defined in stack_guard.cc.
 bool describeRunningFiber(RunningStackInfo& info) noexcept;
 
 // Installs the SIGSEGV handler, once per process (later calls return at once).

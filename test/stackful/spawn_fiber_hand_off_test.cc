@@ -1,8 +1,8 @@
-// The direct hand-off between fibers of spawnFiber (stackful/spawn_fiber.cc): a parking
-// fiber switches straight into the next fiber of its executor's queue and its park is
-// acted on from that fiber's stack. These tests pin down what must not change with it:
-// the executor's order, the per-fiber thread state, and every outcome of await_suspend
-// (suspended, declined, thrown, resumed inline) when it runs on another fiber's stack.
+// The park of fibers of spawnFiber (stackful/detail/fiber_park.h): acted on by the driver
+// after the switch, or, on ThreadPool(1), acted on first by the fiber, which then switches
+// straight into the next fiber of the queue (the hand-off). These tests pin down what must
+// not change with it: the executor's order, the per-fiber thread state, and every outcome
+// of await_suspend (suspended, declined, thrown, resumed inline).
 // They run with the hand-off under ASan and TSan too (docs/stackful.md, "Sanitizers and
 // valgrind").
 
@@ -63,8 +63,8 @@ TEST(SpawnFiberHandOffTest, YieldKeepsRoundRobinOrderOfManyFibers) {
   EXPECT_EQ(trace, "abcdabcdabcdabcd");
 }
 
-// A Lazy queued between two fibers is taken by the parking fiber, which cannot switch
-// into it: it runs next all the same, in its turn.
+// A Lazy queued between two fibers: a yielding fiber cannot switch into it, so it goes
+// back to the loop, which runs the Lazy in its turn.
 TEST(SpawnFiberHandOffTest, ALazyQueuedBetweenFibersRunsInItsTurn) {
   ThreadPool pool(1);
   Trace trace;
@@ -147,25 +147,24 @@ Trace awaitProbeWhileAnotherFiberWaits(Probe probe, std::string* caught = nullpt
   return trace;
 }
 
-// a, b, then a parks on the probe with b next in the queue: await_suspend ('s') runs
-// before b goes on. When it declines (false) or throws, a continues at once, or, if it
-// had already handed the thread to b, right after b's turn (documented in
-// stackful/spawn_fiber.h).
-TEST(SpawnFiberHandOffTest, AwaitSuspendDecliningAfterAHandOff) {
+// a, b, then a parks on the probe (which may resume it from any thread, so the park is
+// acted on by its driver after the switch) with b next in the queue: await_suspend ('s')
+// runs before b goes on. When it declines (false) or throws, a continues at once.
+TEST(SpawnFiberHandOffTest, AwaitSuspendDecliningActedOnByTheDriver) {
   Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.suspendResult = false});
-  EXPECT_EQ(trace, "abasbAb");
+  EXPECT_EQ(trace, "abasAbb");
 }
 
-TEST(SpawnFiberHandOffTest, AwaitSuspendThrowingReachesTheFiberAfterAHandOff) {
+TEST(SpawnFiberHandOffTest, AwaitSuspendThrowingReachesTheFiber) {
   std::string caught;
   Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.throwOnSuspend = true}, &caught);
-  EXPECT_EQ(trace, "abasbEb");
+  EXPECT_EQ(trace, "abasEbb");
   EXPECT_EQ(caught, "from await_suspend");
 }
 
-// await_suspend resumes the fiber's driver inline, while it runs on top of the fiber it
-// handed the thread to: `a` runs nested there, to its end, before `b` goes on.
-TEST(SpawnFiberHandOffTest, AwaitSuspendResumingInlineDuringAHandOff) {
+// await_suspend resumes the fiber's driver inline, from the thread's stack where the
+// driver acts on the park: `a` runs nested there, to its end, before `b` goes on.
+TEST(SpawnFiberHandOffTest, AwaitSuspendResumingInline) {
   Trace trace = awaitProbeWhileAnotherFiberWaits(OrderProbe{.resumeInline = true});
   EXPECT_EQ(trace, "abasAbb");
 }
@@ -173,7 +172,7 @@ TEST(SpawnFiberHandOffTest, AwaitSuspendResumingInlineDuringAHandOff) {
 // ---------------------------------------------------------------------------------------
 // Parks acted on before the switch: an awaiter that resumes only through the executor
 // (kResumesOnlyThroughExecutor) has its await_suspend called by the parking fiber itself,
-// on ThreadPool(1)'s thread, before it switches out (stackful/await.h). The outcomes of
+// on ThreadPool(1)'s thread, before it switches out (stackful/detail/fiber_park.h). The outcomes of
 // await_suspend are then seen at once, before any other fiber runs.
 
 // OrderProbe for that path: made with the awaiting fiber's executor.
@@ -257,8 +256,8 @@ TEST(SpawnFiberActingFirstTest, ADecliningAwaitSuspendKeepsTheQueueOrder) {
   EXPECT_EQ(trace, "asbcasbcasbcasbc");
 }
 
-// The same with a Lazy queued behind the fiber: the fiber takes the Lazy from the queue,
-// cannot switch into it, and leaves it to run next (AwaitLink::pending), then goes on.
+// The same with a Lazy queued behind the fiber: the fiber cannot switch into it and leaves
+// it in the queue; the fiber goes back to the loop, which runs it next.
 TEST(SpawnFiberActingFirstTest, ALazyTakenFromTheQueueRunsNext) {
   ThreadPool pool(1);
   Trace trace;

@@ -61,20 +61,20 @@ _FALLBACK = {
     "weft::detail::TaskRecordType": {"origin": 0, "dump": 8},
     # task_registry.cc: {SpinLock lock; uint64 nextId; TaskRecord head;}, 72 bytes.
     "weft::detail::TaskRegistryShard": {"head": 16, "sizeof": 72},
-    # fiber.cc: {SpinLock lock; FiberListHook head;}, 24 bytes.
+    # fiber_registry.cc: {SpinLock lock; FiberListHook head;}, 24 bytes.
     "weft::detail::FiberRegistryShard": {"head": 8, "sizeof": 24},
     "weft::detail::FiberListHook": {"listPrev": 0, "listNext": 8},
     # FiberCore is polymorphic: its vtable pointer comes first, then the FiberListHook
     # base, so a list hook is the fiber's address + 8.
     "weft::detail::FiberCore": {
-        "weft::detail::FiberListHook": 8, "context_": 24, "extras_": 48, "awaitLink_": 56,
+        "weft::detail::FiberListHook": 8, "context_": 24, "extras_": 48, "parkLink_": 56,
         "id_": 64, "state_": 72, "kind_": 73, "protected_": 80, "shared_": 80},
     "weft::detail::FiberExtras": {"name": 0},
     "weft::ProtectedStack": {"mapping_": 0, "mappingSize_": 8, "guardSize_": 16},
     # FiberCore::SharedSlot {SharedStack* stack; ...}; SharedStack {ProtectedStack stack_;
     # FiberCore* owner_; ...}.
     "weft::SharedStack": {"stack_": 0, "owner_": 24},
-    "weft::detail::AwaitLink": {"driver": 16, "parkSite": 56, "waitNote": 64},
+    "weft::detail::ParkLink": {"driver": 16, "parkSite": 48, "waitNote": 56},
 }
 
 # Saved contexts (stackful/detail/context_layout.h): register -> offset in the record the
@@ -399,11 +399,11 @@ def _fiber_name(fiber):
 
 
 def _append_fiber(entries, fiber):
-    """A fiber in a chain (stackful/fiber.cc appendFiber): where it is parked, then it."""
+    """A fiber in a chain (stackful/detail/fiber_registry.cc appendFiber): where it is parked, then it."""
     state = _u8(fiber + _off("weft::detail::FiberCore", "state_"))
-    link = _u64(fiber + _off("weft::detail::FiberCore", "awaitLink_"))
+    link = _u64(fiber + _off("weft::detail::FiberCore", "parkLink_"))
     if state == _STATE_SUSPENDED and link != 0:
-        park_site = _u64(link + _off("weft::detail::AwaitLink", "parkSite"))
+        park_site = _u64(link + _off("weft::detail::ParkLink", "parkSite"))
         if park_site != 0:
             entries.append(_Entry("native", park_site))
     entries.append(_Entry("marker", label=_fiber_label(fiber)))
@@ -683,7 +683,7 @@ def _task_records():
 
 
 def _fibers():
-    """Every live fiber's FiberCore address (stackful/fiber.cc gFiberRegistry), in the
+    """Every live fiber's FiberCore address (stackful/detail/fiber_registry.cc gFiberRegistry), in the
     order weft::dumpTasks lists them."""
     hooks = _registry_nodes("weft::detail::gFiberRegistry", "weft::detail::FiberRegistryShard",
                             "weft::detail::FiberListHook", "listPrev", "listNext")
@@ -704,7 +704,7 @@ class _Fiber:
         self.state = _u8(self._member("state_"))
         self.shared = _u8(self._member("kind_")) == _KIND_SHARED
         self.context = _u64(self._member("context_"))
-        self.link = _u64(self._member("awaitLink_"))
+        self.link = _u64(self._member("parkLink_"))
         self.owns_stack = True
         if self.shared:
             stack = _u64(self._member("shared_"))  # SharedSlot::stack, a SharedStack*
@@ -734,17 +734,17 @@ class _Fiber:
         return None
 
     def wait(self):
-        """What it is parked on (FiberCore's AwaitLink wait note), or None."""
+        """What it is parked on (FiberCore's ParkLink wait note), or None."""
         if self.state != _STATE_SUSPENDED or self.link == 0:
             return None
-        return _describe_wait_note(self.link + _off("weft::detail::AwaitLink", "waitNote"))
+        return _describe_wait_note(self.link + _off("weft::detail::ParkLink", "waitNote"))
 
     def trace(self):
-        """Who awaits it (stackful/fiber.cc dumpFiber): the chain from its driver."""
+        """Who awaits it (stackful/detail/fiber_registry.cc dumpFiber): the chain from its driver."""
         entries = []
         driver = 0
         if self.link != 0:
-            driver = _u64(self.link + _off("weft::detail::AwaitLink", "driver"))
+            driver = _u64(self.link + _off("weft::detail::ParkLink", "driver"))
         if driver != 0:
             # FiberDriverPromise::asAsyncParent(): its completion sink (spawnFiber's state).
             promise = driver + _PROMISE_IN_FRAME
@@ -1349,7 +1349,7 @@ prints in-process. On a core file, ages are not known: the creation time is show
 
     @staticmethod
     def _fiber(core):
-        """stackful/fiber.cc dumpFiber."""
+        """stackful/detail/fiber_registry.cc dumpFiber."""
         try:
             fiber = _Fiber(core)
             if fiber.state == 0:

@@ -1,177 +1,26 @@
-#include "stackful/fiber.h"
+#include "stackful/detail/fiber_core.h"
 
 #include <cxxabi.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <mutex>
 #include <new>
-#include <vector>
+#include <utility>
 
-#include "coro/async_backtrace.h"
-#include "coro/detail/spin_lock.h"
-#include "coro/detail/task_registry.h"
-#include "executors/detail/solo_run_queue.h"
-#include "stackful/detail/await_link.h"
-#include "stackful/detail/fiber_core.h"
-#include "stackful/detail/fiber_hand_off.h"
-#include "stackful/detail/fiber_local_storage.h"
+#include "stackful/detail/fiber_registry.h"
 #include "stackful/detail/stack_guard.h"
-#include "stackful/fiber_local.h"
 #include "stackful/shared_stack.h"
 
-namespace weft {
-
-SharedStack::~SharedStack() {
-  if (users_ != 0) {
-    std::fprintf(stderr,
-                 "weft: SharedStack destroyed while %zu fiber(s) still use it (destroy the "
-                 "fibers of a SharedStack before the stack)\n",
-                 users_);
-    std::abort();
-  }
-}
-
-namespace detail {
+namespace weft::detail {
 
 namespace {
 
 std::atomic<std::uint64_t> gNextFiberId{1};
 
-// A fiber in an async backtrace (a spawnFiber state's traceFiber_): where it is parked
-// (the return address into the function that called await(), when it is), then the fiber.
-void appendFiber(AsyncBacktrace& trace, const void* subject) noexcept {
-  const auto* fiber = static_cast<const FiberCore*>(subject);
-  const AwaitLink* link = fiber->awaitLink();
-  if (fiber->state() == FiberCore::State::kSuspended && link != nullptr &&
-      link->parkSite != nullptr) {
-    trace.addNativeFrame(link->parkSite);
-  }
-  try {
-    trace.addMarker(fiberLabel(fiber->id(), fiber->name()));
-  } catch (...) {
-    // No memory for the label: the frame is dropped (a diagnostic must not fail).
-  }
-}
-
-// A fiber, then whoever awaits it: for a fiber of spawnFiber, the chain from its driver
-// (whose sink brings the fiber in through appendFiber); a plain Fiber has none.
-void appendFiberChain(AsyncBacktrace& trace, const FiberCore* fiber) noexcept {
-  const AwaitLink* link = fiber->awaitLink();
-  if (link != nullptr && link->driver) {
-    appendAsyncChain(trace, link->driver.promise().asAsyncParent());
-  } else {
-    appendFiber(trace, fiber);
-  }
-}
-
-// asyncBacktrace() called in a fiber: after the fiber's native frames, the fiber and who
-// awaits it.
-void appendRunningFiber(AsyncBacktrace& trace) noexcept {
-  if (const FiberCore* fiber = FiberCore::current()) appendFiberChain(trace, fiber);
-}
-
-// Installed when this file is linked, that is, when fibers are used.
-const bool gFiberTracersSet = [] {
-  setRunningFiberTracer(&appendRunningFiber);
-  setFiberTracer(&appendFiber);
-  return true;
-}();
-
 }  // namespace
-
-void describeYield(const void*, std::string& out) { out += "this_fiber::yield(), queued to run"; }
-
-// A task dump's entry for a fiber: its state, its stack, where it is parked and who
-// awaits it.
-void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
-  try {
-    entry.title = fiberLabel(fiber->id(), fiber->name());
-    const AwaitLink* link = fiber->awaitLink();
-    switch (fiber->state()) {
-      case FiberCore::State::kCreated:
-        entry.state = "created, not started yet";
-        break;
-      case FiberCore::State::kRunning:
-        entry.state = "running";
-        break;
-      case FiberCore::State::kSuspended:
-        if (link != nullptr && link->waitNote.describe != nullptr) {
-          entry.state = "parked on ";
-          link->waitNote.describe(link->waitNote.awaiter, entry.state);
-        } else {
-          entry.state = "suspended (a Fiber: its owner resumes it)";
-        }
-        break;
-      case FiberCore::State::kDone:
-        entry.state = "finished";
-        break;
-    }
-    char stack[96];
-    std::snprintf(stack, sizeof(stack), ", stack %.1f KiB of %zu KiB in use",
-                  static_cast<double>(fiber->stackInUse()) / 1024, fiber->stackSize() / 1024);
-    if (fiber->state() == FiberCore::State::kSuspended) entry.state += stack;
-    appendFiberChain(entry.trace, fiber);
-  } catch (...) {
-    // No memory: the entry stays as far as it got.
-  }
-}
-
-// The registry of live fibers: shards (by the fiber's address), each a circular list
-// around its head. Not in an anonymous namespace: gdb's `weft fibers` reads it by name.
-struct FiberRegistryShard {
-  SpinLock lock;
-  FiberListHook head;
-};
-inline constexpr std::size_t kFiberRegistryShards = 16;
-alignas(64) FiberRegistryShard gFiberRegistry[kFiberRegistryShards];
-
-FiberRegistryShard& shardOf(const FiberCore* fiber) noexcept {
-  return gFiberRegistry[(reinterpret_cast<std::uintptr_t>(fiber) >> 6) % kFiberRegistryShards];
-}
-
-void listFibers(std::vector<TaskDumpEntry>& entries) {
-  for (FiberRegistryShard& shard : gFiberRegistry) {
-    std::lock_guard<SpinLock> lock(shard.lock);
-    if (shard.head.listNext == nullptr) continue;
-    for (const FiberListHook* h = shard.head.listPrev; h != &shard.head; h = h->listPrev) {
-      entries.emplace_back();
-      dumpFiber(static_cast<const FiberCore*>(h), entries.back());
-    }
-  }
-}
-
-const bool gFiberListerSet = [] {
-  setFiberLister(&listFibers);
-  return true;
-}();
-
-std::string fiberLabel(std::uint64_t id, const char* name) {
-  std::string label = "fiber " + std::to_string(id);
-  if (name != nullptr) {
-    label += " \"";
-    label += name;
-    label += '"';
-  }
-  return label;
-}
-
-bool describeRunningFiber(RunningStackInfo& info) noexcept {
-  const FiberCore* fiber = FiberCore::current();
-  if (fiber == nullptr) return false;
-  info.guardBegin = fiber->guardBegin();
-  info.stackBottom = fiber->stackBottom();
-  info.stackSize = fiber->stackSize();
-  info.id = fiber->id();
-  info.name = fiber->name();
-  return true;
-}
-
-void attachToSharedStack(FiberCore* /*core*/, SharedStack& stack) { ++stack.users_; }
 
 FiberCore* FiberCore::current() noexcept { return running_; }
 
@@ -195,13 +44,7 @@ void FiberCore::initCommon(const FiberOptions& options) {
     } catch (...) {
     }
   }
-  FiberRegistryShard& shard = shardOf(this);
-  std::lock_guard<SpinLock> lock(shard.lock);
-  if (shard.head.listNext == nullptr) shard.head.listNext = shard.head.listPrev = &shard.head;
-  listPrev = &shard.head;
-  listNext = shard.head.listNext;
-  shard.head.listNext->listPrev = this;
-  shard.head.listNext = this;
+  registerFiber(this);
 }
 
 std::size_t FiberCore::stackInUse() const noexcept {
@@ -407,10 +250,7 @@ void FiberCore::unwindSuspended() { switchInWithHooks(&FiberCore::unwindOnTop); 
 
 #if WEFT_ASAN
 void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
-  const auto data = reinterpret_cast<std::uintptr_t>(transfer.data);
-  // handOffOnTop has finished the switch already, and there is nothing to record.
-  if ((data & kAsanSwitchFinished) != 0) return;
-  auto* const sender = reinterpret_cast<FiberCore*>(data);
+  auto* const sender = static_cast<FiberCore*>(transfer.data);
   sender->context_ = transfer.context;
   if (sender == this) {
     // From our resumer: its stack is where our park or our end goes back to.
@@ -421,102 +261,6 @@ void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
   }
 }
 #endif
-
-namespace {
-
-// exchangeNextHandle's filter for a yield on ThreadPool(1): accepts a suspended fiber's
-// driver and keeps that fiber. A functor rather than a lambda, to be forced inline
-// (clang++ called the lambda on every yield: 20.3 against 17.2 ns per yield).
-struct TakeSuspendedFiber {
-  FiberCore*& fiber;
-  [[gnu::always_inline]] bool operator()(std::coroutine_handle<> h) const noexcept {
-    fiber = fiberToSwitchTo(h);
-    return fiber != nullptr;
-  }
-};
-
-bool isSuspendedFiberDriver(std::coroutine_handle<> h) noexcept {
-  return fiberToSwitchTo(h) != nullptr;
-}
-
-}  // namespace
-
-// Forced inline into prepareSuspend and beginYield (clang otherwise calls it from both).
-[[gnu::always_inline]] inline FiberCore::ParkSwitch FiberCore::prepareSuspendInline() {
-  // A fiber being destroyed cannot park again.
-  if (unwinding_) [[unlikely]]
-    refuseParkWhileUnwinding();
-  state_ = State::kSuspended;
-  if (awaitLink_ != nullptr && awaitLink_->mayHandOff) {
-    AwaitLink& link = *awaitLink_;
-    // ThreadPool(1)'s queue is taken from inline (detail::SoloRunQueue says why); other
-    // executors through their virtual functions.
-    SoloRunQueue* const solo = link.executor->soloRunQueue();
-    // A yield on an executor where only this thread takes what it queues (ThreadPool(1)):
-    // the requeue is done here, with the take, and nothing is left to act on.
-    if (link.yieldRequested) {
-      FiberCore* fiber = nullptr;
-      const std::coroutine_handle<> next =
-          solo != nullptr ? solo->exchangeNextHandle(TakeSuspendedFiber{fiber}, link.driver)
-                          : link.executor->exchangeNextHandle(&isSuspendedFiberDriver, link.driver);
-      if (next) {
-        link.yieldRequested = false;
-        // The filter has checked it is a suspended fiber's driver. Nothing is left to act
-        // on: a plain switch (next's arrived() records where we stopped).
-        return handOffTo(fiber != nullptr ? fiber : fiberOfDriver(next), false);
-      }
-    }
-    if (std::coroutine_handle<> next =
-            solo != nullptr ? solo->takeNextHandle() : link.executor->takeNextHandle()) {
-      if (FiberCore* fiber = fiberToSwitchTo(next); fiber != nullptr) {
-        return handOffTo(fiber, true);
-      }
-      link.pending = next;
-    }
-  }
-  sanitizerTargetIsResumer();
-  return ParkSwitch{this, reinterpret_cast<std::uintptr_t>(context_)};
-}
-
-FiberCore::ParkSwitch FiberCore::prepareSuspend() { return prepareSuspendInline(); }
-
-ContextTransfer FiberCore::handOffOnTop(ContextTransfer transfer) noexcept {
-#if WEFT_ASAN
-  // On the running fiber's stack now: ASan's switch is finished first, before any other
-  // code runs here (its arrived() is told so below and does not finish it again).
-  asanFinishSwitch(running_->asanFakeStack_, nullptr, nullptr);
-#endif
-  auto* parked = static_cast<FiberCore*>(transfer.data);
-  parked->context_ = transfer.context;  // before the park is acted on: then it may resume
-  finishHandOff(parked);
-  // What the running fiber's pending switch returns: its resumer, which it already has.
-  FiberCore* running = running_;
-#if WEFT_ASAN
-  return ContextTransfer{running->context_,
-                         reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(running) |
-                                                 kAsanSwitchFinished)};
-#else
-  return ContextTransfer{running->context_, running};
-#endif
-}
-
-FiberCore::ParkSwitch FiberCore::beginYield() {
-  FiberCore* core = running_;
-  if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
-  // A fiber being destroyed cannot park again: the yield returns at once inside a
-  // destructor of the unwind; elsewhere, ForcedUnwind again.
-  if (core->unwinding_) [[unlikely]] {
-    if (core->unwoundByDestructor()) return ParkSwitch{};
-    throw ForcedUnwind{};
-  }
-  if (AwaitLink* link = core->awaitLink_; link != nullptr) {
-    link->yieldRequested = true;
-    link->mayHandOff = true;
-    link->parkSite = __builtin_return_address(0);
-    link->waitNote = WaitNote{&describeYield, nullptr};
-  }
-  return core->prepareSuspendInline();
-}
 
 void FiberCore::finish() noexcept {
   state_ = State::kDone;
@@ -569,12 +313,7 @@ void FiberCore::destroy() noexcept {
 }
 
 void FiberCore::freeStorage() noexcept {
-  {
-    FiberRegistryShard& shard = shardOf(this);
-    std::lock_guard<SpinLock> lock(shard.lock);
-    listPrev->listNext = listNext;
-    listNext->listPrev = listPrev;
-  }
+  unregisterFiber(this);
 #if WEFT_TSAN
   tsanDestroyFiber(tsanFiber_);
 #endif
@@ -595,46 +334,6 @@ void FiberCore::freeStorage() noexcept {
   this->~FiberCore();
   if (pool != nullptr) pool->release(std::move(stack));
   // else: `stack` is unmapped as it goes out of scope.
-}
-
-}  // namespace detail
-}  // namespace weft
-
-namespace weft::detail {
-
-void throwAwaitOutsideExecutorFiber(bool inFiber) {
-  if (!inFiber) throw NotInFiber("weft::await() called outside a fiber");
-  throw NotInFiber(
-      "weft::await() called in a plain Fiber, which has no executor to resume it: start "
-      "the fiber with weft::spawnFiber to await");
-}
-
-}  // namespace weft::detail
-
-namespace weft::this_fiber {
-
-bool inFiber() noexcept { return detail::FiberCore::current() != nullptr; }
-
-std::uint64_t id() {
-  detail::FiberCore* core = detail::FiberCore::current();
-  if (core == nullptr) throw NotInFiber("weft::this_fiber::id() called outside a fiber");
-  return core->id();
-}
-
-}  // namespace weft::this_fiber
-
-namespace weft::detail {
-
-FiberLocalStorage& currentFiberLocalStorage() {
-  if (FiberCore* core = FiberCore::current()) return core->localStorage();
-  static thread_local FiberLocalStorage threadStorage;
-  return threadStorage;
-}
-
-std::uint64_t newFiberLocalKey() noexcept {
-  static std::atomic<std::uint64_t> next{1};
-  // relaxed: keys need only be unique.
-  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace weft::detail

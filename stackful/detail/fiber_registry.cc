@@ -1,0 +1,150 @@
+#include "stackful/detail/fiber_registry.h"
+
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "coro/async_backtrace.h"
+#include "coro/detail/spin_lock.h"
+#include "coro/detail/task_registry.h"
+#include "stackful/detail/fiber_core.h"
+#include "stackful/detail/fiber_park.h"
+
+namespace weft::detail {
+
+namespace {
+
+// A fiber in an async backtrace (a spawnFiber state's traceFiber_): where it is parked
+// (the return address into the function that called await(), when it is), then the fiber.
+void appendFiber(AsyncBacktrace& trace, const void* subject) noexcept {
+  const auto* fiber = static_cast<const FiberCore*>(subject);
+  const ParkLink* link = fiber->parkLink();
+  if (fiber->state() == FiberCore::State::kSuspended && link != nullptr &&
+      link->parkSite != nullptr) {
+    trace.addNativeFrame(link->parkSite);
+  }
+  try {
+    trace.addMarker(fiberLabel(fiber->id(), fiber->name()));
+  } catch (...) {
+    // No memory for the label: the frame is dropped (a diagnostic must not fail).
+  }
+}
+
+// A fiber, then whoever awaits it: for a fiber of spawnFiber, the chain from its driver
+// (whose sink brings the fiber in through appendFiber); a plain Fiber has none.
+void appendFiberChain(AsyncBacktrace& trace, const FiberCore* fiber) noexcept {
+  const ParkLink* link = fiber->parkLink();
+  if (link != nullptr && link->driver) {
+    appendAsyncChain(trace, link->driver.promise().asAsyncParent());
+  } else {
+    appendFiber(trace, fiber);
+  }
+}
+
+// asyncBacktrace() called in a fiber: after the fiber's native frames, the fiber and who
+// awaits it.
+void appendRunningFiber(AsyncBacktrace& trace) noexcept {
+  if (const FiberCore* fiber = FiberCore::current()) appendFiberChain(trace, fiber);
+}
+
+// Installed when this file is linked, that is, when fibers are used.
+const bool gFiberTracersSet = [] {
+  setRunningFiberTracer(&appendRunningFiber);
+  setFiberTracer(&appendFiber);
+  return true;
+}();
+
+}  // namespace
+
+// A task dump's entry for a fiber: its state, its stack, where it is parked and who
+// awaits it.
+void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
+  try {
+    entry.title = fiberLabel(fiber->id(), fiber->name());
+    const ParkLink* link = fiber->parkLink();
+    switch (fiber->state()) {
+      case FiberCore::State::kCreated:
+        entry.state = "created, not started yet";
+        break;
+      case FiberCore::State::kRunning:
+        entry.state = "running";
+        break;
+      case FiberCore::State::kSuspended:
+        if (link != nullptr && link->waitNote.describe != nullptr) {
+          entry.state = "parked on ";
+          link->waitNote.describe(link->waitNote.awaiter, entry.state);
+        } else {
+          entry.state = "suspended (a Fiber: its owner resumes it)";
+        }
+        break;
+      case FiberCore::State::kDone:
+        entry.state = "finished";
+        break;
+    }
+    char stack[96];
+    std::snprintf(stack, sizeof(stack), ", stack %.1f KiB of %zu KiB in use",
+                  static_cast<double>(fiber->stackInUse()) / 1024, fiber->stackSize() / 1024);
+    if (fiber->state() == FiberCore::State::kSuspended) entry.state += stack;
+    appendFiberChain(entry.trace, fiber);
+  } catch (...) {
+    // No memory: the entry stays as far as it got.
+  }
+}
+
+// The registry of live fibers: shards (by the fiber's address), each a circular list
+// around its head. Not in an anonymous namespace: gdb's `weft fibers` reads it by name.
+struct FiberRegistryShard {
+  SpinLock lock;
+  FiberListHook head;
+};
+inline constexpr std::size_t kFiberRegistryShards = 16;
+alignas(64) FiberRegistryShard gFiberRegistry[kFiberRegistryShards];
+
+FiberRegistryShard& shardOf(const FiberCore* fiber) noexcept {
+  return gFiberRegistry[(reinterpret_cast<std::uintptr_t>(fiber) >> 6) % kFiberRegistryShards];
+}
+
+void listFibers(std::vector<TaskDumpEntry>& entries) {
+  for (FiberRegistryShard& shard : gFiberRegistry) {
+    std::lock_guard<SpinLock> lock(shard.lock);
+    if (shard.head.listNext == nullptr) continue;
+    for (const FiberListHook* h = shard.head.listPrev; h != &shard.head; h = h->listPrev) {
+      entries.emplace_back();
+      dumpFiber(static_cast<const FiberCore*>(h), entries.back());
+    }
+  }
+}
+
+const bool gFiberListerSet = [] {
+  setFiberLister(&listFibers);
+  return true;
+}();
+
+void registerFiber(FiberCore* fiber) noexcept {
+  FiberRegistryShard& shard = shardOf(fiber);
+  std::lock_guard<SpinLock> lock(shard.lock);
+  if (shard.head.listNext == nullptr) shard.head.listNext = shard.head.listPrev = &shard.head;
+  fiber->listPrev = &shard.head;
+  fiber->listNext = shard.head.listNext;
+  shard.head.listNext->listPrev = fiber;
+  shard.head.listNext = fiber;
+}
+
+void unregisterFiber(FiberCore* fiber) noexcept {
+  FiberRegistryShard& shard = shardOf(fiber);
+  std::lock_guard<SpinLock> lock(shard.lock);
+  fiber->listPrev->listNext = fiber->listNext;
+  fiber->listNext->listPrev = fiber->listPrev;
+}
+
+std::string fiberLabel(std::uint64_t id, const char* name) {
+  std::string label = "fiber " + std::to_string(id);
+  if (name != nullptr) {
+    label += " \"";
+    label += name;
+    label += '"';
+  }
+  return label;
+}
+}  // namespace weft::detail

@@ -1,0 +1,26 @@
+#include "stackful/shared_stack.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "stackful/detail/fiber_core.h"
+
+namespace weft {
+
+SharedStack::~SharedStack() {
+  if (users_ != 0) {
+    std::fprintf(stderr,
+                 "weft: SharedStack destroyed while %zu fiber(s) still use it (destroy the "
+                 "fibers of a SharedStack before the stack)\n",
+                 users_);
+    std::abort();
+  }
+}
+
+namespace detail {
+
+void attachToSharedStack(FiberCore* /*core*/, SharedStack& stack) { ++stack.users_; }
+
+}  // namespace detail
+
+}  // namespace weft
