@@ -277,7 +277,7 @@ if [[ "${WEFT_BENCH_SKIP_ALT:-0}" != 1 ]]; then
   if [[ " ${gcc_flags} " == *" -O3 "* ]]; then alt_flags="-O2 -DNDEBUG"; else alt_flags="-O3 -DNDEBUG"; fi
   banner "build: g++ ${alt_flags} (coro/lazy_benchmark only)"
   configure build/bench-gcc-alt "${CXX_GCC}" \
-    -DWEFT_RELEASE_FLAGS="${alt_flags}" -DCMAKE_CXX_FLAGS_RELEASE="${alt_flags}"
+    -DCMAKE_CXX_FLAGS_RELEASE="${alt_flags}"
   cmake --build build/bench-gcc-alt "${jobs[@]}" --target weft_coro_lazy_benchmark
 fi
 

@@ -50,10 +50,8 @@ struct LazyAccess {
 // destructor frees the frame at the end of the co_await's full expression, which is
 // exactly where the temporary Lazy of `co_await f()` freed it before. Owning it here
 // rather than in the Lazy costs one store (the Lazy's null) per await; the Lazy's
-// destructor then finds its handle null. Measured on benchmark/coro/lazy_benchmark.cc's
-// chains: no more instructions per await (one fewer to three fewer, but one more for
-// g++'s recursive chain), +10 bytes of code per awaiting function with g++, none with
-// clang.
+// destructor then finds its handle null: no more instructions per await
+// (docs/performance.md).
 //
 // Not movable: it is only ever initialised from a prvalue (operator co_await, getAwaiter,
 // fiber await()), so the handle is never null here and the destructor needs no test.

@@ -30,12 +30,12 @@
 //
 // ThreadPool(1). With one worker nobody steals and nobody needs waking by a local push,
 // so its queue is a plain RingBuffer: a local push/pop is two plain stores instead of a
-// seq_cst store, a CAS and the wake-up check (2.7x the hops/s on the ping-pong benchmark).
+// seq_cst store, a CAS and the wake-up check (docs/executors.md has the measurements).
+// It is kept in a ThreadRunQueue, which the worker binds, so that fibers may take from it
+// (executors/thread_run_queue.h).
 //
-// Measured alternative. Per-worker mutex-protected rings with the same policy were
-// measured on the same benchmarks (docs/executors.md): the lock-free queue gave 1.2-1.3x
-// the throughput for outside work, 1.5x for jobs spawning jobs and 2.1x for coroutine
-// hops on 2 and 4 threads, so it was kept.
+// Measured alternative: per-worker mutex-protected rings with the same policy, slower
+// on every benchmark of docs/executors.md, so the lock-free queue was kept.
 //
 // Sleeping and waking (no lost wake-ups, no herd). A worker is in one of three states:
 //   running   - executing items from its own queue;

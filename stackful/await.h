@@ -18,35 +18,18 @@ namespace weft {
 
 namespace detail {
 
-// The awaiter `co_await a` uses inside a Lazy bound to `executor` and carrying `token`,
-// chosen as LazyPromiseBase::await_transform chooses it (then operator co_await applied):
-//  - a Lazy: its own awaiter (it inherits the driver's executor and token on suspend);
-//  - a cancellation-aware awaitable: coAwait(executor, token);
-//  - an executor-aware awaitable: coAwait(executor);
-//  - anything else: wrapped so that the fiber is resumed through its executor.
-// Returned by value, except a reference to `awaitable` itself when it is its own awaiter
-// (it outlives the await). What coAwait returns is a temporary: when it is its own
-// awaiter it is returned as is, by value (not as a reference to the temporary).
+// The awaiter `co_await a` uses inside a Lazy bound to `executor` and carrying `token`
+// (bindAwaitable, then operator co_await applied). Returned by value, except a reference
+// to `awaitable` itself when it is its own awaiter (it outlives the await). What
+// bindAwaitable returns is a temporary: when it is its own awaiter it is returned as is,
+// by value (not as a reference to the temporary).
 template <class A>
 decltype(auto) fiberAwaiter(A&& awaitable, Executor* executor, const CancellationToken& token) {
-  if constexpr (kIsLazy<std::remove_cvref_t<A>>) {
-    return getAwaiter(std::forward<A>(awaitable));
-  } else if constexpr (CancellationAwareAwaitable<A>) {
-    using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor, token));
-    if constexpr (std::is_reference_v<AwaiterOf<Transformed>>) {
-      return std::forward<A>(awaitable).coAwait(executor, token);
-    } else {
-      return getAwaiter(std::forward<A>(awaitable).coAwait(executor, token));
-    }
-  } else if constexpr (ExecutorAwareAwaitable<A>) {
-    using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor));
-    if constexpr (std::is_reference_v<AwaiterOf<Transformed>>) {
-      return std::forward<A>(awaitable).coAwait(executor);
-    } else {
-      return getAwaiter(std::forward<A>(awaitable).coAwait(executor));
-    }
+  if constexpr (kIsLazy<std::remove_cvref_t<A>> ||
+                !std::is_reference_v<AwaiterOf<BoundAwaitable<A>>>) {
+    return getAwaiter(bindAwaitable(std::forward<A>(awaitable), executor, token));
   } else {
-    return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor);
+    return bindAwaitable(std::forward<A>(awaitable), executor, token);
   }
 }
 
@@ -100,8 +83,7 @@ using FiberAwaitResult =
 // then made in the fiber's own frame, where it continues after the switch back. Out of
 // line, every fiber would switch inside the one await function and return from it to
 // its own call site, and that return is mispredicted whenever the fiber that ran before
-// parked at another site (fiber channel ping-pong: 44 -> 38 ns with g++, 46 -> 37 ns
-// with clang++).
+// parked at another site (docs/stackful.md, "Where the switch is made").
 //
 // Example:
 //   weft::Lazy<int> fetch(int key);

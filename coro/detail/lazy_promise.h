@@ -112,6 +112,29 @@ concept CancellationAwareAwaitable =
       std::forward<A>(a).coAwait(executor, token);
     };
 
+// What `co_await a` awaits in a weft coroutine (or `await(a)` in a fiber) bound to
+// `executor` and `token`: the one dispatch both use.
+//  - a Lazy: itself (its own awaiter makes it inherit the executor and token);
+//  - a cancellation-aware awaitable: coAwait(executor, token);
+//  - an executor-aware awaitable: coAwait(executor);
+//  - anything else: wrapped so that the awaiting coroutine resumes through `executor`.
+// A Lazy is returned as the reference it was given; the others by value.
+template <class A>
+decltype(auto) bindAwaitable(A&& awaitable, Executor* executor, const CancellationToken& token) {
+  if constexpr (kIsLazy<std::remove_cvref_t<A>>) {
+    return std::forward<A>(awaitable);
+  } else if constexpr (CancellationAwareAwaitable<A>) {
+    return std::forward<A>(awaitable).coAwait(executor, token);
+  } else if constexpr (ExecutorAwareAwaitable<A>) {
+    return std::forward<A>(awaitable).coAwait(executor);
+  } else {
+    return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor);
+  }
+}
+template <class A>
+using BoundAwaitable = decltype(bindAwaitable(std::declval<A>(), std::declval<Executor*>(),
+                                              std::declval<const CancellationToken&>()));
+
 // An awaiter as a Lazy awaits it, noting in the promise what the coroutine waits on while
 // it is suspended (LazyPromiseBase::noteWait). `Awaiter` may be a reference type.
 template <class Awaiter>
@@ -119,7 +142,7 @@ struct NotedAwaiter {
   using Plain = std::remove_cvref_t<Awaiter>;
   // The awaiter is made in place by `make` (it may be neither movable nor copyable). A
   // constructor rather than aggregate initialisation: g++ zero-fills a whole aggregate
-  // (awaiter included) before initialising it, which cost an uncontended Mutex::lock 50 %.
+  // (awaiter included) before initialising it, which an uncontended Mutex::lock felt.
   template <class Make>
   [[gnu::always_inline]] NotedAwaiter(Make&& make, LazyPromiseBase* owner)
       : awaiter(std::forward<Make>(make)()), promise(owner) {}
@@ -168,58 +191,26 @@ class LazyPromiseBase : public FrameAllocated {
   };
   FinalAwaiter final_suspend() noexcept { return {}; }
 
-  // Every co_await in a Lazy goes through here:
-  //  - a Lazy is awaited directly (its awaiter copies our executor and token into it);
-  //  - a cancellation-aware awaitable gets our executor and token through coAwait();
-  //  - an executor-aware awaitable gets our executor through coAwait();
-  //  - anything else is wrapped so that, in a coroutine bound to an executor, we resume
-  //    on that executor even if the awaitable completes on another thread.
+  // Every co_await in a Lazy goes through here: bindAwaitable (above) gives it our
+  // executor and token.
   //
   // With WEFT_TASK_TRACKING, the awaiter of anything but a Lazy (whose awaiter notes the
   // wait itself) is wrapped in a NotedAwaiter, which notes what this coroutine waits on
   // while it is suspended.
   template <class A>
   decltype(auto) await_transform(A&& awaitable) {
-    if constexpr (kIsLazy<std::remove_cvref_t<A>>) {
-      return std::forward<A>(awaitable);
-    } else if constexpr (!WEFT_TASK_TRACKING) {
-      if constexpr (CancellationAwareAwaitable<A>) {
-        return std::forward<A>(awaitable).coAwait(executor_, *token_);
-      } else if constexpr (ExecutorAwareAwaitable<A>) {
-        return std::forward<A>(awaitable).coAwait(executor_);
-      } else {
-        return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor_);
-      }
-    } else if constexpr (CancellationAwareAwaitable<A>) {
-      using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor_, *token_));
-      if constexpr (kHeldByValue<Transformed>) {
-        return NotedAwaiter<Transformed>(
-            [&]() -> decltype(auto) { return std::forward<A>(awaitable).coAwait(executor_, *token_); },
-            this);
-      } else {
-        return NotedAwaiter<AwaiterOf<Transformed>>(
-            [&]() -> decltype(auto) {
-              return getAwaiter(std::forward<A>(awaitable).coAwait(executor_, *token_));
-            },
-            this);
-      }
-    } else if constexpr (ExecutorAwareAwaitable<A>) {
-      using Transformed = decltype(std::forward<A>(awaitable).coAwait(executor_));
-      if constexpr (kHeldByValue<Transformed>) {
-        return NotedAwaiter<Transformed>(
-            [&]() -> decltype(auto) { return std::forward<A>(awaitable).coAwait(executor_); },
-            this);
-      } else {
-        return NotedAwaiter<AwaiterOf<Transformed>>(
-            [&]() -> decltype(auto) {
-              return getAwaiter(std::forward<A>(awaitable).coAwait(executor_));
-            },
-            this);
-      }
+    if constexpr (kIsLazy<std::remove_cvref_t<A>> || !WEFT_TASK_TRACKING) {
+      return bindAwaitable(std::forward<A>(awaitable), executor_, *token_);
+    } else if constexpr (kHeldByValue<BoundAwaitable<A>>) {
+      return NotedAwaiter<BoundAwaitable<A>>(
+          [&]() -> decltype(auto) {
+            return bindAwaitable(std::forward<A>(awaitable), executor_, *token_);
+          },
+          this);
     } else {
-      return NotedAwaiter<ViaAwaiter<AwaiterOf<A>>>(
-          [&] {
-            return ViaAwaiter<AwaiterOf<A>>(getAwaiter(std::forward<A>(awaitable)), executor_);
+      return NotedAwaiter<AwaiterOf<BoundAwaitable<A>>>(
+          [&]() -> decltype(auto) {
+            return getAwaiter(bindAwaitable(std::forward<A>(awaitable), executor_, *token_));
           },
           this);
     }
@@ -259,8 +250,8 @@ class LazyPromiseBase : public FrameAllocated {
   //
   // Plain stores, not atomics: a dump on another thread reads these while the owner may
   // be writing them (a snapshot, told to ThreadSanitizer as such: coro/task_dump.cc), and
-  // g++ does not keep values in registers across even a relaxed atomic store, which cost
-  // an uncontended Mutex::lock 50 % more.
+  // g++ does not keep values in registers across even a relaxed atomic store, which an
+  // uncontended Mutex::lock felt.
   void noteWait(const WaitNote* note, const void* suspendPoint) noexcept {
     suspendPoint_ = suspendPoint;
     waitNote_ = reinterpret_cast<std::uintptr_t>(note);

@@ -54,7 +54,8 @@ std::size_t FiberCore::stackInUse() const noexcept {
   // its top.
   const auto top = reinterpret_cast<std::uintptr_t>(protected_.stack.top());
   const auto sp = reinterpret_cast<std::uintptr_t>(context_);
-  return sp <= top && sp >= reinterpret_cast<std::uintptr_t>(protected_.stack.bottom()) ? top - sp : 0;
+  const auto bottom = reinterpret_cast<std::uintptr_t>(protected_.stack.bottom());
+  return sp <= top && sp >= bottom ? top - sp : 0;
 }
 
 const void* FiberCore::guardBegin() const noexcept {

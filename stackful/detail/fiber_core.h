@@ -84,8 +84,8 @@ class FiberCore : public FiberListHook {
   // The switch itself is made right here, in the caller's frame, between two out-of-line
   // halves: a switch breaks the CPU's return-address prediction for every frame between
   // the two switch calls, so each extra level costs a misprediction per switch. Hence
-  // forced inline here and in Fiber::resume() (clang++ called Fiber::resume() out of
-  // line: a resume + yield round trip took 24.7 instead of 16.6 ns).
+  // forced inline here and in Fiber::resume() (clang++ calls it out of line otherwise;
+  // docs/stackful.md, "Where the switch is made").
   // (Under ASan and TSan this switch is made out of line, in one frame with the
   // sanitizers' fiber hooks, which must run immediately around it.)
   [[gnu::always_inline]] void resume() {
