@@ -11,6 +11,7 @@
 
 #include "coro/cancellation.h"
 #include "coro/collect.h"
+#include "coro/event.h"
 #include "coro/lazy.h"
 #include "coro/sleep.h"
 #include "coro/sync_await.h"
@@ -113,16 +114,21 @@ TEST(SharedTaskTest, TheWorkFinishesEvenIfEveryCopyIsDropped) {
   ThreadPool pool(2);
   auto finished = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> started{false};
-  auto work = [finished, &started]() -> Lazy<void> {
+  // The work waits until every copy is gone (not for a time: a loaded machine may run a
+  // short sleep out before the awaiter's timeout fires).
+  Event release;
+  auto work = [finished, &started, &release]() -> Lazy<void> {
     started = true;
-    co_await sleep(10ms);
+    co_await release.wait();
     *finished = true;
   };
   {
     SharedTask<void> shared = share(work());
     auto impatient = [](SharedTask<void> s) -> Lazy<void> { co_await withTimeout(s, 1ms); };
     EXPECT_THROW(syncAwait(impatient(shared), &pool), TimeoutError);
-  }  // every copy gone while the work sleeps
+  }  // every copy gone while the work waits
+  EXPECT_FALSE(finished->load());
+  release.set();
   Watchdog watchdog(60s, "SharedTaskTest.TheWorkFinishesEvenIfEveryCopyIsDropped");
   while (!finished->load()) std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(started.load());
