@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/detail/held_lock.h"
 #include "coro/detail/spin_lock.h"
 #include "coro/detail/sync_waiter.h"
 #include "executors/executor.h"
@@ -17,51 +18,23 @@ class Mutex;
 class ConditionVariable;
 
 // ScopedLock<M>: owns an exclusive lock of M (Mutex or SharedMutex) and unlocks it when
-// destroyed. What `co_await mutex.scopedLock()` returns.
+// destroyed. What `co_await mutex.scopedLock()` returns. Move-only; its members
+// (ownsLock(), mutex(), unlock() now, release() without unlocking) are described in
+// coro/detail/held_lock.h.
 //
-// Move-only; an empty (default-constructed, moved-from, released or unlocked) ScopedLock
-// owns nothing. Thread safety: a single-owner value; it may be destroyed on another
-// thread than the one that locked (coroutine locks are not tied to threads).
+// Thread safety: a single-owner value; it may be destroyed on another thread than the one
+// that locked (coroutine locks are not tied to threads).
 //
 // Example:
 //   weft::ScopedLock lock = co_await mutex.scopedLock();
 //   ++shared;  // unlocked at the end of the scope
 template <class M = Mutex>
-class [[nodiscard]] ScopedLock {
+class [[nodiscard]] ScopedLock : public detail::HeldLock<M, false> {
  public:
   ScopedLock() noexcept = default;
   // Adopts a lock the caller already holds.
-  ScopedLock(M& mutex, std::adopt_lock_t) noexcept : mutex_(&mutex) {}
-  ScopedLock(ScopedLock&& other) noexcept : mutex_(std::exchange(other.mutex_, nullptr)) {}
-  ScopedLock& operator=(ScopedLock&& other) noexcept {
-    if (this != &other) {
-      reset();
-      mutex_ = std::exchange(other.mutex_, nullptr);
-    }
-    return *this;
-  }
-  ~ScopedLock() { reset(); }
-
-  bool ownsLock() const noexcept { return mutex_ != nullptr; }
-  explicit operator bool() const noexcept { return ownsLock(); }
-  M* mutex() const noexcept { return mutex_; }
-
-  // Unlocks now. Precondition: owns the lock (else a message and abort).
-  void unlock() noexcept {
-    if (mutex_ == nullptr) {
-      detail::abortSyncMisuse("ScopedLock::unlock() on a ScopedLock that owns no lock");
-    }
-    std::exchange(mutex_, nullptr)->unlock();
-  }
-  // Gives the lock up without unlocking: the caller must unlock it.
-  M* release() noexcept { return std::exchange(mutex_, nullptr); }
-
- private:
-  void reset() noexcept {
-    if (mutex_ != nullptr) std::exchange(mutex_, nullptr)->unlock();
-  }
-
-  M* mutex_ = nullptr;
+  ScopedLock(M& mutex, std::adopt_lock_t) noexcept
+      : detail::HeldLock<M, false>(mutex, std::adopt_lock) {}
 };
 
 namespace detail {

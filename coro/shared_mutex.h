@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/detail/held_lock.h"
 #include "coro/detail/spin_lock.h"
 #include "coro/detail/sync_waiter.h"
 #include "coro/mutex.h"
@@ -17,51 +18,21 @@ namespace weft {
 class SharedMutex;
 
 // SharedLock<M>: owns a shared lock of M (a SharedMutex) and releases it with
-// unlockShared() when destroyed. What `co_await m.scopedLockShared()` returns. The
-// exclusive counterpart is ScopedLock<SharedMutex>.
-//
-// Move-only; an empty (default-constructed, moved-from, released or unlocked) SharedLock
-// owns nothing. Thread safety: a single-owner value.
+// unlockShared() when destroyed: ScopedLock's shared counterpart, with the same members
+// (coro/detail/held_lock.h), which release the lock with unlockShared(). What
+// `co_await m.scopedLockShared()` returns.
+// Thread safety: a single-owner value.
 //
 // Example:
 //   weft::SharedLock lock = co_await rw.scopedLockShared();
 //   read(shared);  // released at the end of the scope
 template <class M = SharedMutex>
-class [[nodiscard]] SharedLock {
+class [[nodiscard]] SharedLock : public detail::HeldLock<M, true> {
  public:
   SharedLock() noexcept = default;
   // Adopts a shared lock the caller already holds.
-  SharedLock(M& mutex, std::adopt_lock_t) noexcept : mutex_(&mutex) {}
-  SharedLock(SharedLock&& other) noexcept : mutex_(std::exchange(other.mutex_, nullptr)) {}
-  SharedLock& operator=(SharedLock&& other) noexcept {
-    if (this != &other) {
-      reset();
-      mutex_ = std::exchange(other.mutex_, nullptr);
-    }
-    return *this;
-  }
-  ~SharedLock() { reset(); }
-
-  bool ownsLock() const noexcept { return mutex_ != nullptr; }
-  explicit operator bool() const noexcept { return ownsLock(); }
-  M* mutex() const noexcept { return mutex_; }
-
-  // Releases the shared lock now. Precondition: owns it (else a message and abort).
-  void unlock() noexcept {
-    if (mutex_ == nullptr) {
-      detail::abortSyncMisuse("SharedLock::unlock() on a SharedLock that owns no lock");
-    }
-    std::exchange(mutex_, nullptr)->unlockShared();
-  }
-  // Gives the lock up without releasing it: the caller must call unlockShared().
-  M* release() noexcept { return std::exchange(mutex_, nullptr); }
-
- private:
-  void reset() noexcept {
-    if (mutex_ != nullptr) std::exchange(mutex_, nullptr)->unlockShared();
-  }
-
-  M* mutex_ = nullptr;
+  SharedLock(M& mutex, std::adopt_lock_t) noexcept
+      : detail::HeldLock<M, true>(mutex, std::adopt_lock) {}
 };
 
 namespace detail {
