@@ -180,17 +180,7 @@ class Semaphore {
   void release(std::ptrdiff_t n = 1) {
     if (n < 0) throw std::invalid_argument("weft: Semaphore::release() of a negative count");
     if (n == 0) return;
-    // relaxed: a first guess for the compare-exchange.
-    std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
-    while ((state & kWaitersBit) == 0) {
-      checkOverflow(state / kPermit, n);
-      // release: publishes our writes to whoever acquires these permits.
-      if (state_.compare_exchange_weak(state, state + n * kPermit, std::memory_order_release,
-                                       std::memory_order_relaxed)) {
-        return;
-      }
-    }
-    releaseSlow(n);
+    if (!releaseUnlessWaiters(n)) releaseSlow(n);
   }
 
   // The number of free permits right now (a snapshot; for diagnostics and tests).
@@ -217,6 +207,22 @@ class Semaphore {
     if (n > max() - permits) {
       throw std::overflow_error("weft: Semaphore::release() past Semaphore::max() permits");
     }
+  }
+
+  // Adds `n` permits unless waiters are queued (then returns false: they are to be handed
+  // the permits). Throws std::overflow_error past max() (nothing released).
+  bool releaseUnlessWaiters(std::ptrdiff_t n) {
+    // relaxed: a first guess for the compare-exchange.
+    std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
+    while ((state & kWaitersBit) == 0) {
+      checkOverflow(state / kPermit, n);
+      // release: publishes our writes to whoever acquires these permits.
+      if (state_.compare_exchange_weak(state, state + n * kPermit, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   // Takes a permit for `waiter` if one is free (returns false) or queues it (true).
@@ -249,17 +255,9 @@ class Semaphore {
     detail::WaiterQueue granted;
     {
       std::lock_guard guard(queueLock_);
-      // relaxed: under queueLock_. If waiters are queued the word is ours; if they left
-      // meanwhile (granted or cancelled), fall back to the compare-exchange.
-      std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
-      while ((state & kWaitersBit) == 0) {
-        checkOverflow(state / kPermit, n);
-        // release: as in release().
-        if (state_.compare_exchange_weak(state, state + n * kPermit, std::memory_order_release,
-                                         std::memory_order_relaxed)) {
-          return;
-        }
-      }
+      // Under queueLock_: if waiters are queued the word is ours; if they left meanwhile
+      // (granted or cancelled), a plain release after all.
+      if (releaseUnlessWaiters(n)) return;
       // Waiters are queued, so no permit is free: the first n waiters get one each.
       std::ptrdiff_t left = n;
       while (left > 0 && !waiters_.empty()) {
