@@ -29,21 +29,11 @@ namespace detail {
 // await is abandoned in between, as when a fiber being destroyed cannot park, the
 // awaiter's destructor releases the lock.)
 //
-// Cancellation protocol (the node's status, read and written only under the channel
-// lock, decides who completes the operation):
-//  1. await_ready registers a CancellationCallback (only when the token can be
-//     cancelled: no cost otherwise) before it takes the channel lock. A request made
-//     before that runs the callback right there.
-//  2. The callback, under the channel lock: a node not linked yet (kIdle) is marked
-//     kCancelled, and await_ready sees the mark under the same lock and neither
-//     performs the operation nor suspends; a linked node (kQueued) is unlinked, marked
-//     kCancelled, and the callback resumes its waiter; a node whose operation already
-//     completed (kDone, kClosed) is left alone: cancellation never undoes a transfer.
-//  3. await_resume first deregisters the callback (waiting for it if it runs on another
-//     thread), so the status is final when it is read, then throws OperationCancelled if
-//     it is kCancelled.
-// Whoever takes the node out of the queue (the other side of the transfer, close(), or
-// the callback) owns its single resumption: no lost wake-up, no double resume.
+// Cancellation follows the protocol of every waiter (coro/detail/waiter_queue.h), the
+// node's status deciding under the channel lock who completes the operation. Step 1
+// happens in await_ready, before the channel lock is taken and before the operation is
+// tried: cancellation requested before that marks the node kCancelled at once, and
+// await_ready returns without performing the operation or suspending.
 template <class T, bool kSender>
 class ChannelOpAwaiter {
  public:
@@ -53,7 +43,7 @@ class ChannelOpAwaiter {
     node_.executor = executor;
   }
   // Made with an executor, a waiter is resumed only by scheduling it there (see
-  // resumeChannelWaiter), never by await_suspend: a fiber on ThreadPool(1) may act on
+  // resumeWaiter), never by await_suspend: a fiber on ThreadPool(1) may act on
   // its park before it switches out (stackful/detail/fiber_park.h).
   static constexpr bool kResumesOnlyThroughExecutor = true;
 
@@ -121,7 +111,7 @@ class ChannelOpAwaiter {
     // A cancellation callback running later leaves a kDone or kClosed node alone.
     node_.status = result == ChannelOpResult::kDone ? WaiterStatus::kDone : WaiterStatus::kClosed;
     releaseHeldLock();
-    if (wake != nullptr) resumeChannelWaiter(wake);
+    if (wake != nullptr) resumeWaiter(wake);
     return true;
   }
 
@@ -169,23 +159,11 @@ class ChannelOpAwaiter {
   // Step 2. Runs on the thread that requested cancellation; never throws.
   void cancel() noexcept {
     ChannelLockGuard guard(channel_->lock());
-    switch (node_.status) {
-      case WaiterStatus::kIdle:
-        node_.status = WaiterStatus::kCancelled;
-        return;
-      case WaiterStatus::kQueued:
-        if constexpr (kSender) {
-          channel_->removeSenderLocked(&node_);
-        } else {
-          channel_->removeReceiverLocked(&node_);
-        }
-        node_.status = WaiterStatus::kCancelled;
-        guard.unlock();
-        resumeChannelWaiter(&node_);  // `this` may be gone once this starts
-        return;
-      default:
-        return;
-    }
+    const bool unlinked = kSender ? channel_->cancelSenderLocked(&node_)
+                                  : channel_->cancelReceiverLocked(&node_);
+    if (!unlinked) return;  // not queued yet (now marked), or already completed
+    guard.unlock();
+    resumeWaiter(&node_);  // `this` may be gone once this starts
   }
 
   void throwIfCancelled() const {
@@ -455,7 +433,7 @@ class Channel {
     switch (core_.trySendLocked(value, wake)) {
       case detail::ChannelOpResult::kDone:
         guard.unlock();
-        if (wake != nullptr) detail::resumeChannelWaiter(wake);
+        if (wake != nullptr) detail::resumeWaiter(wake);
         return true;
       case detail::ChannelOpResult::kClosed:
         guard.unlock();
@@ -479,7 +457,7 @@ class Channel {
     detail::ChannelLockGuard guard(core_.lock());
     if (core_.tryReceiveLocked(value, wake) == detail::ChannelOpResult::kDone) {
       guard.unlock();
-      if (wake != nullptr) detail::resumeChannelWaiter(wake);
+      if (wake != nullptr) detail::resumeWaiter(wake);
     }
     return value;
   }
@@ -487,12 +465,12 @@ class Channel {
   // Closes the channel (see the class comment): wakes every waiter. Throws ChannelClosed
   // if it was already closed (Go's "close of closed channel").
   void close() {
-    detail::ChannelWaiter* woken;
+    detail::WaiterList<detail::ChannelWaiter> woken;
     {
       detail::ChannelLockGuard guard(core_.lock());
       woken = core_.closeLocked();
     }
-    detail::resumeChain(woken);
+    detail::resumeAll(woken);
   }
 
   // True once close() was called (buffered values may still be waiting to be received).

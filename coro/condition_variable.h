@@ -52,7 +52,7 @@ class ConditionVariableWaitAwaiter : public CancellableSyncWaiter {
   void await_resume() {
     disarmCancellation();
     handle = {};
-    if (cvCancelled_) throw OperationCancelled();
+    if (cvStatus_ == WaiterStatus::kCancelled) throw OperationCancelled();
   }
 
   // For task dumps (coro/detail/wait_note.h).
@@ -63,11 +63,10 @@ class ConditionVariableWaitAwaiter : public CancellableSyncWaiter {
 
   ConditionVariable& cv_;
   Mutex& mutex_;
-  // Where the waiter is with respect to the condition variable's queue, and whether its
-  // wait there was cancelled (both guarded by the condition variable's queue lock;
-  // SyncWaiter::phase and ::cancelled belong to the mutex queue).
-  WaitPhase cvPhase_ = WaitPhase::kNotQueued;
-  bool cvCancelled_ = false;
+  // Where the waiter is with respect to the condition variable's queue, kCancelled if its
+  // wait there was cancelled (guarded by the condition variable's queue lock;
+  // SyncWaiter::status belongs to the mutex queue).
+  WaiterStatus cvStatus_ = WaiterStatus::kIdle;
 };
 
 // The awaiter of `co_await cv.wait(mutex, predicate)`: checks the predicate first (no
@@ -211,8 +210,8 @@ class ConditionVariable {
       std::lock_guard guard(queueLock_);
       waiter = waiters_.popFront();
       if (waiter == nullptr) return;
-      static_cast<detail::ConditionVariableWaitAwaiter*>(waiter)->cvPhase_ =
-          detail::WaitPhase::kDone;
+      static_cast<detail::ConditionVariableWaitAwaiter*>(waiter)->cvStatus_ =
+          detail::WaiterStatus::kDone;
     }
     reacquire(waiter);
   }
@@ -223,10 +222,10 @@ class ConditionVariable {
     {
       std::lock_guard guard(queueLock_);
       woken.append(std::move(waiters_));
-      for (detail::SyncWaiter* w = woken.front(); w != nullptr; w = w->next) {
-        static_cast<detail::ConditionVariableWaitAwaiter*>(w)->cvPhase_ =
-            detail::WaitPhase::kDone;
-      }
+      woken.forEach([](detail::SyncWaiter* w) {
+        static_cast<detail::ConditionVariableWaitAwaiter*>(w)->cvStatus_ =
+            detail::WaiterStatus::kDone;
+      });
     }
     while (detail::SyncWaiter* waiter = woken.popFront()) reacquire(waiter);
   }
@@ -260,8 +259,8 @@ class ConditionVariable {
     }
     {
       std::lock_guard guard(queueLock_);
-      if (waiter->cvCancelled_) return false;
-      waiter->cvPhase_ = detail::WaitPhase::kQueued;
+      if (waiter->cvStatus_ == detail::WaiterStatus::kCancelled) return false;
+      waiter->cvStatus_ = detail::WaiterStatus::kQueued;
       waiters_.pushBack(waiter);
     }
     // From here a notifier may move the waiter into the mutex queue; our unlock then
@@ -277,11 +276,9 @@ class ConditionVariable {
   void cancelWait(detail::ConditionVariableWaitAwaiter* waiter) noexcept {
     {
       std::lock_guard guard(queueLock_);
-      if (waiter->cvPhase_ == detail::WaitPhase::kDone) return;
-      waiter->cvCancelled_ = true;
-      if (waiter->cvPhase_ == detail::WaitPhase::kNotQueued) return;
-      waiters_.remove(waiter);
-      waiter->cvPhase_ = detail::WaitPhase::kDone;
+      if (!detail::cancelWaitLocked<detail::SyncWaiter>(waiters_, waiter, waiter->cvStatus_)) {
+        return;
+      }
     }
     reacquire(waiter);
   }
@@ -296,9 +293,9 @@ class ConditionVariable {
     bool leftOurQueue = false;
     {
       std::lock_guard guard(queueLock_);
-      if (waiter->cvPhase_ == detail::WaitPhase::kQueued) {
+      if (waiter->cvStatus_ == detail::WaiterStatus::kQueued) {
         waiters_.remove(waiter);
-        waiter->cvPhase_ = detail::WaitPhase::kDone;
+        waiter->cvStatus_ = detail::WaiterStatus::kDone;
         leftOurQueue = true;
       }
     }
@@ -319,8 +316,9 @@ ConditionVariableWaitAwaiter::~ConditionVariableWaitAwaiter() {
   if (handle) cv_.abandon(this);
 }
 bool ConditionVariableWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
-  handle = awaiting;
+  // The handle after the registration, which may throw: as in SyncWaitAwaiter.
   armCancellation([this] { cv_.cancelWait(this); });
+  handle = awaiting;
   return cv_.enqueueAndUnlock(this);
 }
 

@@ -14,34 +14,18 @@ class Event;
 
 namespace detail {
 
-// The awaiter of `co_await event.wait()`.
-class EventWaitAwaiter : public CancellableSyncWaiter {
- public:
-  EventWaitAwaiter(Event& event, Executor* waiterExecutor,
-                   const CancellationToken* token) noexcept
-      : CancellableSyncWaiter(waiterExecutor, token), event_(event) {}
-  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
-  static constexpr bool kResumesOnlyThroughExecutor = true;
-  EventWaitAwaiter(const EventWaitAwaiter&) = delete;
-  EventWaitAwaiter& operator=(const EventWaitAwaiter&) = delete;
-  // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
-  inline ~EventWaitAwaiter();
-
-  // Already set: one atomic load, no suspension.
-  inline bool await_ready() const noexcept;
-  // Registers for cancellation, then queues (see CancellableSyncWaiter).
-  inline bool await_suspend(std::coroutine_handle<> awaiting);
-  // Throws OperationCancelled if the wait was cancelled before the event was set.
-  void await_resume() {
-    finishWait();
-  }
-
-  // For task dumps (coro/detail/wait_note.h).
-  void describeWait(std::string& out) const { appendWait(out, "Event::wait", &event_); }
-
- private:
-  Event& event_;
+// `co_await event.wait()` (and `co_await latch.wait()`), for SyncWaitAwaiter.
+struct EventWaitOp {
+  using Primitive = Event;
+  static constexpr unsigned char kKind = 0;
+  static constexpr const char* kName = "Event::wait";
+  static constexpr const char* kCall = "Event::wait()/Latch::wait()";
+  static inline bool tryAcquire(Event& event) noexcept;
 };
+
+// The awaiter of `co_await event.wait()`. Throws OperationCancelled if the wait was
+// cancelled before the event was set.
+using EventWaitAwaiter = SyncWaitAwaiter<EventWaitOp, void>;
 
 }  // namespace detail
 
@@ -96,9 +80,7 @@ class Event {
       // the lock. (Queued waiters are published by queueLock_ and their resumption.)
       set_.store(true, std::memory_order_release);
       woken.append(std::move(waiters_));
-      for (detail::SyncWaiter* w = woken.front(); w != nullptr; w = w->next) {
-        w->phase = detail::WaitPhase::kDone;
-      }
+      woken.forEach([](detail::SyncWaiter* w) { w->status = detail::WaiterStatus::kDone; });
     }
     detail::resumeAll(woken);
   }
@@ -111,7 +93,8 @@ class Event {
   }
 
  private:
-  friend class detail::EventWaitAwaiter;
+  template <class, class>
+  friend class detail::SyncWaitAwaiter;
   friend class Latch;
 
   bool hasWaiters() noexcept {
@@ -119,32 +102,20 @@ class Event {
     return !waiters_.empty();
   }
 
-  // Queues `waiter` unless the event is set (then returns false: do not suspend).
-  // A waiter already cancelled is not queued either (returns false).
-  bool enqueue(detail::SyncWaiter* waiter) noexcept {
-    std::lock_guard guard(queueLock_);
-    if (waiter->cancelled) return false;
-    // relaxed: set_ is written under queueLock_, which we hold.
-    if (set_.load(std::memory_order_relaxed)) {
-      waiter->phase = detail::WaitPhase::kDone;  // completed: too late to cancel
-      return false;
-    }
-    waiter->phase = detail::WaitPhase::kQueued;
-    waiters_.pushBack(waiter);
-    return true;
+  // await_suspend's queueing step (detail::enqueueSyncWaiter): queues `waiter` unless
+  // the event is set (then returns false: do not suspend). A waiter already cancelled is
+  // not queued either (returns false).
+  bool enqueueWaiter(detail::SyncWaiter* waiter) noexcept {
+    return detail::enqueueSyncWaiter(queueLock_, waiters_, waiter, [this] {
+      // relaxed: set_ is written under queueLock_, which we hold.
+      return !set_.load(std::memory_order_relaxed);
+    });
   }
 
-  // Takes a queued waiter out (cancellation, or its coroutine destroyed while waiting).
-  // True if it was queued: the caller then owns its resumption. A waiter not yet queued
-  // is marked cancelled, so that it does not queue at all.
+  // Takes a queued waiter out (detail::cancelSyncWaiter: cancellation, or its coroutine
+  // destroyed while waiting). True if it was queued: the caller then owns its resumption.
   bool cancelWaiter(detail::SyncWaiter* waiter) noexcept {
-    std::lock_guard guard(queueLock_);
-    if (waiter->phase == detail::WaitPhase::kDone) return false;
-    waiter->cancelled = true;
-    if (waiter->phase == detail::WaitPhase::kNotQueued) return false;
-    waiter->phase = detail::WaitPhase::kDone;
-    waiters_.remove(waiter);
-    return true;
+    return detail::cancelSyncWaiter(queueLock_, waiters_, waiter, [](detail::WaiterQueue&) {});
   }
 
   std::atomic<bool> set_;
@@ -152,24 +123,6 @@ class Event {
   detail::WaiterQueue waiters_;  // guarded by queueLock_
 };
 
-namespace detail {
+bool detail::EventWaitOp::tryAcquire(Event& event) noexcept { return event.isSet(); }
 
-EventWaitAwaiter::~EventWaitAwaiter() {
-  disarmCancellation();
-  // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
-  // resumption is under way, and this destruction is the caller's race.
-  if (handle && !event_.cancelWaiter(this)) {
-    abortDestroyedWhileResuming("Event::wait()/Latch::wait()");
-  }
-}
-bool EventWaitAwaiter::await_ready() const noexcept { return event_.isSet(); }
-bool EventWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
-  handle = awaiting;
-  armCancellation([this] {
-    if (event_.cancelWaiter(this)) resumeWaiter(this);
-  });
-  return event_.enqueue(this);
-}
-
-}  // namespace detail
 }  // namespace weft

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/detail/held_lock.h"
 #include "coro/detail/spin_lock.h"
 #include "coro/detail/sync_waiter.h"
 #include "executors/executor.h"
@@ -17,90 +18,41 @@ class Mutex;
 class ConditionVariable;
 
 // ScopedLock<M>: owns an exclusive lock of M (Mutex or SharedMutex) and unlocks it when
-// destroyed. What `co_await mutex.scopedLock()` returns.
+// destroyed. What `co_await mutex.scopedLock()` returns. Move-only; its members
+// (ownsLock(), mutex(), unlock() now, release() without unlocking) are described in
+// coro/detail/held_lock.h.
 //
-// Move-only; an empty (default-constructed, moved-from, released or unlocked) ScopedLock
-// owns nothing. Thread safety: a single-owner value; it may be destroyed on another
-// thread than the one that locked (coroutine locks are not tied to threads).
+// Thread safety: a single-owner value; it may be destroyed on another thread than the one
+// that locked (coroutine locks are not tied to threads).
 //
 // Example:
 //   weft::ScopedLock lock = co_await mutex.scopedLock();
 //   ++shared;  // unlocked at the end of the scope
 template <class M = Mutex>
-class [[nodiscard]] ScopedLock {
+class [[nodiscard]] ScopedLock : public detail::HeldLock<M, false> {
  public:
   ScopedLock() noexcept = default;
   // Adopts a lock the caller already holds.
-  ScopedLock(M& mutex, std::adopt_lock_t) noexcept : mutex_(&mutex) {}
-  ScopedLock(ScopedLock&& other) noexcept : mutex_(std::exchange(other.mutex_, nullptr)) {}
-  ScopedLock& operator=(ScopedLock&& other) noexcept {
-    if (this != &other) {
-      reset();
-      mutex_ = std::exchange(other.mutex_, nullptr);
-    }
-    return *this;
-  }
-  ~ScopedLock() { reset(); }
-
-  bool ownsLock() const noexcept { return mutex_ != nullptr; }
-  explicit operator bool() const noexcept { return ownsLock(); }
-  M* mutex() const noexcept { return mutex_; }
-
-  // Unlocks now. Precondition: owns the lock (else a message and abort).
-  void unlock() noexcept {
-    if (mutex_ == nullptr) {
-      detail::abortSyncMisuse("ScopedLock::unlock() on a ScopedLock that owns no lock");
-    }
-    std::exchange(mutex_, nullptr)->unlock();
-  }
-  // Gives the lock up without unlocking: the caller must unlock it.
-  M* release() noexcept { return std::exchange(mutex_, nullptr); }
-
- private:
-  void reset() noexcept {
-    if (mutex_ != nullptr) std::exchange(mutex_, nullptr)->unlock();
-  }
-
-  M* mutex_ = nullptr;
+  ScopedLock(M& mutex, std::adopt_lock_t) noexcept
+      : detail::HeldLock<M, false>(mutex, std::adopt_lock) {}
 };
 
 namespace detail {
 
-// The awaiter of `co_await mutex.lock()` (Result = void) and of `co_await
-// mutex.scopedLock()` (Result = ScopedLock<Mutex>).
-template <class Result>
-class MutexLockAwaiter : public CancellableSyncWaiter {
- public:
-  MutexLockAwaiter(Mutex& mutex, Executor* waiterExecutor,
-                   const CancellationToken* token) noexcept
-      : CancellableSyncWaiter(waiterExecutor, token), mutex_(mutex) {}
-  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
-  static constexpr bool kResumesOnlyThroughExecutor = true;
-  MutexLockAwaiter(const MutexLockAwaiter&) = delete;
-  MutexLockAwaiter& operator=(const MutexLockAwaiter&) = delete;
-  // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
-  ~MutexLockAwaiter();
-
-  // The uncontended path: one compare-exchange, and no suspension.
-  bool await_ready() noexcept;
-  // Registers for cancellation, then queues (see CancellableSyncWaiter).
-  bool await_suspend(std::coroutine_handle<> awaiting);
-  // Throws OperationCancelled if the wait was cancelled (the lock is not held then).
-  Result await_resume() {
-    finishWait();
-    if constexpr (std::is_void_v<Result>) {
-      return;
-    } else {
-      return Result(mutex_, std::adopt_lock);
-    }
-  }
-
-  // For task dumps (coro/detail/wait_note.h).
-  void describeWait(std::string& out) const { appendWait(out, "Mutex::lock", &mutex_); }
-
- private:
-  Mutex& mutex_;
+// `co_await mutex.lock()` and `co_await mutex.scopedLock()`, for SyncWaitAwaiter.
+struct MutexLockOp {
+  using Primitive = Mutex;
+  static constexpr unsigned char kKind = 0;
+  static constexpr const char* kName = "Mutex::lock";
+  static constexpr const char* kCall = "Mutex::lock()";
+  static inline bool tryAcquire(Mutex& mutex) noexcept;
 };
+
+// The awaiter of `co_await mutex.lock()` (Result = void) and of `co_await
+// mutex.scopedLock()` (Result = ScopedLock<Mutex>). Throws OperationCancelled if the
+// wait was cancelled (the lock is not held then).
+template <class Result>
+using MutexLockAwaiter = SyncWaitAwaiter<MutexLockOp, Result>;
 
 }  // namespace detail
 
@@ -195,8 +147,8 @@ class Mutex {
   }
 
  private:
-  template <class>
-  friend class detail::MutexLockAwaiter;
+  template <class, class>
+  friend class detail::SyncWaitAwaiter;
   friend class ConditionVariable;
 
   static constexpr std::uint32_t kUnlocked = 0;
@@ -207,62 +159,49 @@ class Mutex {
   // cleared only under queueLock_. Either bit makes unlock() take its slow path.
   static constexpr std::uint32_t kOwedBit = 4;
 
-  // Under queueLock_: acquires the lock for `waiter` if it is free (returns false) or
-  // queues it (returns true: the waiter will be handed the lock by unlock()).
-  // A waiter already cancelled is not queued either (returns false, lock not taken).
-  bool lockOrEnqueueLocked(detail::SyncWaiter* waiter) noexcept {
-    if (waiter->cancelled) return false;
-    std::uint32_t state = state_.load(std::memory_order_relaxed);
-    for (;;) {
-      if (state == kUnlocked) {
-        // acquire: as in tryLock().
-        if (state_.compare_exchange_weak(state, kLocked, std::memory_order_acquire,
-                                         std::memory_order_relaxed)) {
-          waiter->phase = detail::WaitPhase::kDone;  // granted: too late to cancel
-          return false;
+  // await_suspend's queueing step (detail::enqueueSyncWaiter): acquires the lock for
+  // `waiter` if it is free (returns false) or queues it (returns true: the waiter will be
+  // handed the lock by unlock(), or cancelled). A waiter already cancelled is not queued
+  // either (returns false, lock not taken).
+  bool enqueueWaiter(detail::SyncWaiter* waiter) noexcept {
+    return detail::enqueueSyncWaiter(queueLock_, waiters_, waiter, [this] {
+      std::uint32_t state = state_.load(std::memory_order_relaxed);
+      for (;;) {
+        if (state == kUnlocked) {
+          // acquire: as in tryLock().
+          if (state_.compare_exchange_weak(state, kLocked, std::memory_order_acquire,
+                                           std::memory_order_relaxed)) {
+            return false;
+          }
+        } else if ((state & kWaitersBit) != 0 ||
+                   // relaxed: the waiter queue is published by queueLock_, and the lock
+                   // itself reaches the waiter through the hand-off (queueLock_, then the
+                   // executor's queue), not through this word.
+                   state_.compare_exchange_weak(state, state | kWaitersBit,
+                                                std::memory_order_relaxed,
+                                                std::memory_order_relaxed)) {
+          return true;
         }
-      } else if ((state & kWaitersBit) != 0 ||
-                 // relaxed: the waiter queue is published by queueLock_, and the lock
-                 // itself reaches the waiter through the hand-off (queueLock_, then the
-                 // executor's queue), not through this word.
-                 state_.compare_exchange_weak(state, state | kWaitersBit,
-                                              std::memory_order_relaxed,
-                                              std::memory_order_relaxed)) {
-        waiter->phase = detail::WaitPhase::kQueued;
-        waiters_.pushBack(waiter);
-        return true;
       }
-    }
-  }
-
-  // Returns true if `waiter` was queued (it will be resumed holding the lock, or
-  // cancelled).
-  bool lockOrEnqueue(detail::SyncWaiter* waiter) noexcept {
-    std::lock_guard guard(queueLock_);
-    return lockOrEnqueueLocked(waiter);
+    });
   }
 
   // For ConditionVariable: acquires the lock on behalf of a suspended waiter; it is
   // resumed once it holds the lock (now, if the lock is free).
   void lockForWaiter(detail::SyncWaiter* waiter) noexcept {
-    if (!tryLock() && lockOrEnqueue(waiter)) return;
-    waiter->phase = detail::WaitPhase::kDone;
+    if (!tryLock() && enqueueWaiter(waiter)) return;
+    waiter->status = detail::WaiterStatus::kDone;
     detail::resumeWaiter(waiter);
   }
 
-  // Takes a queued waiter out of the queue (cancellation, or its coroutine destroyed
-  // while waiting). Returns true if it was queued: the caller then owns its resumption.
-  // A waiter not yet queued is marked cancelled, so that it does not queue at all.
+  // Takes a queued waiter out of the queue (detail::cancelSyncWaiter: cancellation, or
+  // its coroutine destroyed while waiting). True if it was queued: the caller then owns
+  // its resumption.
   bool cancelWaiter(detail::SyncWaiter* waiter) noexcept {
-    std::lock_guard guard(queueLock_);
-    if (waiter->phase == detail::WaitPhase::kDone) return false;
-    waiter->cancelled = true;
-    if (waiter->phase == detail::WaitPhase::kNotQueued) return false;
-    waiter->phase = detail::WaitPhase::kDone;
-    waiters_.remove(waiter);
-    // relaxed: only waiters_ changed, and it is published by queueLock_.
-    if (waiters_.empty()) state_.store(lockedStateLocked(), std::memory_order_relaxed);
-    return true;
+    return detail::cancelSyncWaiter(queueLock_, waiters_, waiter, [this](detail::WaiterQueue&) {
+      // relaxed: only waiters_ changed, and it is published by queueLock_.
+      if (waiters_.empty()) state_.store(lockedStateLocked(), std::memory_order_relaxed);
+    });
   }
 
   // The held state with no waiter queued, keeping kOwedBit. Under queueLock_.
@@ -325,7 +264,7 @@ class Mutex {
         state_.store(kUnlocked, std::memory_order_release);
         return;
       }
-      next->phase = detail::WaitPhase::kDone;
+      next->status = detail::WaiterStatus::kDone;
       // The lock stays held: ownership passes to `next`. relaxed: nobody acquires the
       // lock through this store (tryLock fails either way); `next` is synchronized by
       // queueLock_ and its resumption.
@@ -340,31 +279,6 @@ class Mutex {
   std::uint32_t owedUnlocks_ = 0;    // guarded by queueLock_
 };
 
-namespace detail {
+bool detail::MutexLockOp::tryAcquire(Mutex& mutex) noexcept { return mutex.tryLock(); }
 
-template <class Result>
-MutexLockAwaiter<Result>::~MutexLockAwaiter() {
-  disarmCancellation();
-  // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
-  // resumption is under way, and this destruction is the caller's race.
-  if (handle && !mutex_.cancelWaiter(this)) {
-    abortDestroyedWhileResuming("Mutex::lock()");
-  }
-}
-
-template <class Result>
-bool MutexLockAwaiter<Result>::await_ready() noexcept {
-  return mutex_.tryLock();
-}
-
-template <class Result>
-bool MutexLockAwaiter<Result>::await_suspend(std::coroutine_handle<> awaiting) {
-  handle = awaiting;
-  armCancellation([this] {
-    if (mutex_.cancelWaiter(this)) resumeWaiter(this);
-  });
-  return mutex_.lockOrEnqueue(this);
-}
-
-}  // namespace detail
 }  // namespace weft

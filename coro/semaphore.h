@@ -61,39 +61,21 @@ class [[nodiscard]] SemaphorePermit {
 
 namespace detail {
 
-// The awaiter of `co_await semaphore.acquire()` (Result = void) and of `co_await
-// semaphore.scopedAcquire()` (Result = SemaphorePermit).
-template <class Result>
-class SemaphoreAcquireAwaiter : public CancellableSyncWaiter {
- public:
-  SemaphoreAcquireAwaiter(Semaphore& semaphore, Executor* waiterExecutor,
-                          const CancellationToken* token) noexcept
-      : CancellableSyncWaiter(waiterExecutor, token), semaphore_(semaphore) {}
-  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
-  static constexpr bool kResumesOnlyThroughExecutor = true;
-  SemaphoreAcquireAwaiter(const SemaphoreAcquireAwaiter&) = delete;
-  SemaphoreAcquireAwaiter& operator=(const SemaphoreAcquireAwaiter&) = delete;
-  // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
-  ~SemaphoreAcquireAwaiter();
-
-  // A permit is free and nobody waits: one compare-exchange, no suspension.
-  bool await_ready() noexcept;
-  // Registers for cancellation, then queues (see CancellableSyncWaiter).
-  bool await_suspend(std::coroutine_handle<> awaiting);
-  // Throws OperationCancelled if the wait was cancelled (no permit is held then).
-  Result await_resume() {
-    finishWait();
-    if constexpr (!std::is_void_v<Result>) return Result(semaphore_, std::adopt_lock);
-  }
-
-  // For task dumps (coro/detail/wait_note.h).
-  void describeWait(std::string& out) const {
-    appendWait(out, "Semaphore::acquire", &semaphore_);
-  }
-
- private:
-  Semaphore& semaphore_;
+// `co_await semaphore.acquire()` and `co_await semaphore.scopedAcquire()`, for
+// SyncWaitAwaiter.
+struct SemaphoreAcquireOp {
+  using Primitive = Semaphore;
+  static constexpr unsigned char kKind = 0;
+  static constexpr const char* kName = "Semaphore::acquire";
+  static constexpr const char* kCall = "Semaphore::acquire()";
+  static inline bool tryAcquire(Semaphore& semaphore) noexcept;
 };
+
+// The awaiter of `co_await semaphore.acquire()` (Result = void) and of `co_await
+// semaphore.scopedAcquire()` (Result = SemaphorePermit). Throws OperationCancelled if the
+// wait was cancelled (no permit is held then).
+template <class Result>
+using SemaphoreAcquireAwaiter = SyncWaitAwaiter<SemaphoreAcquireOp, Result>;
 
 }  // namespace detail
 
@@ -180,17 +162,7 @@ class Semaphore {
   void release(std::ptrdiff_t n = 1) {
     if (n < 0) throw std::invalid_argument("weft: Semaphore::release() of a negative count");
     if (n == 0) return;
-    // relaxed: a first guess for the compare-exchange.
-    std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
-    while ((state & kWaitersBit) == 0) {
-      checkOverflow(state / kPermit, n);
-      // release: publishes our writes to whoever acquires these permits.
-      if (state_.compare_exchange_weak(state, state + n * kPermit, std::memory_order_release,
-                                       std::memory_order_relaxed)) {
-        return;
-      }
-    }
-    releaseSlow(n);
+    if (!releaseUnlessWaiters(n)) releaseSlow(n);
   }
 
   // The number of free permits right now (a snapshot; for diagnostics and tests).
@@ -200,8 +172,8 @@ class Semaphore {
   }
 
  private:
-  template <class Result>
-  friend class detail::SemaphoreAcquireAwaiter;
+  template <class, class>
+  friend class detail::SyncWaitAwaiter;
 
   // state_ = permits * kPermit + (kWaitersBit if waiters_ is not empty). While waiters
   // are queued no permit is free, and the word changes only under queueLock_.
@@ -219,52 +191,61 @@ class Semaphore {
     }
   }
 
-  // Takes a permit for `waiter` if one is free (returns false) or queues it (true).
-  // A waiter already cancelled is not queued either (returns false, no permit taken).
-  bool acquireOrEnqueue(detail::SyncWaiter* waiter) noexcept {
-    std::lock_guard guard(queueLock_);
-    if (waiter->cancelled) return false;
+  // Adds `n` permits unless waiters are queued (then returns false: they are to be handed
+  // the permits). Throws std::overflow_error past max() (nothing released).
+  bool releaseUnlessWaiters(std::ptrdiff_t n) {
+    // relaxed: a first guess for the compare-exchange.
     std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((state & kWaitersBit) == 0 && state >= kPermit) {
-        // acquire: as in tryAcquire().
-        if (state_.compare_exchange_weak(state, state - kPermit, std::memory_order_acquire,
-                                         std::memory_order_relaxed)) {
-          waiter->phase = detail::WaitPhase::kDone;  // granted: too late to cancel
-          return false;
-        }
-      } else if ((state & kWaitersBit) != 0 ||
-                 // relaxed: the queue is published by queueLock_; permits reach the waiter
-                 // through releaseSlow (under queueLock_) and its resumption.
-                 state_.compare_exchange_weak(state, kWaitersBit, std::memory_order_relaxed,
-                                              std::memory_order_relaxed)) {
-        waiter->phase = detail::WaitPhase::kQueued;
-        waiters_.pushBack(waiter);
+    while ((state & kWaitersBit) == 0) {
+      checkOverflow(state / kPermit, n);
+      // release: publishes our writes to whoever acquires these permits.
+      if (state_.compare_exchange_weak(state, state + n * kPermit, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
         return true;
       }
     }
+    return false;
+  }
+
+  // await_suspend's queueing step (detail::enqueueSyncWaiter): takes a permit for
+  // `waiter` if one is free (returns false) or queues it (true). A waiter already
+  // cancelled is not queued either (returns false, no permit taken).
+  bool enqueueWaiter(detail::SyncWaiter* waiter) noexcept {
+    return detail::enqueueSyncWaiter(queueLock_, waiters_, waiter, [this] {
+      std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
+      for (;;) {
+        if ((state & kWaitersBit) != 0) return true;
+        if (state >= kPermit) {
+          // acquire: as in tryAcquire().
+          if (state_.compare_exchange_weak(state, state - kPermit, std::memory_order_acquire,
+                                           std::memory_order_relaxed)) {
+            return false;
+          }
+        } else if (state_.compare_exchange_weak(state, kWaitersBit,
+                                                // relaxed: the queue is published by
+                                                // queueLock_; permits reach the waiter
+                                                // through releaseSlow (under queueLock_)
+                                                // and its resumption.
+                                                std::memory_order_relaxed,
+                                                std::memory_order_relaxed)) {
+          return true;
+        }
+      }
+    });
   }
 
   void releaseSlow(std::ptrdiff_t n) {
     detail::WaiterQueue granted;
     {
       std::lock_guard guard(queueLock_);
-      // relaxed: under queueLock_. If waiters are queued the word is ours; if they left
-      // meanwhile (granted or cancelled), fall back to the compare-exchange.
-      std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
-      while ((state & kWaitersBit) == 0) {
-        checkOverflow(state / kPermit, n);
-        // release: as in release().
-        if (state_.compare_exchange_weak(state, state + n * kPermit, std::memory_order_release,
-                                         std::memory_order_relaxed)) {
-          return;
-        }
-      }
+      // Under queueLock_: if waiters are queued the word is ours; if they left meanwhile
+      // (granted or cancelled), a plain release after all.
+      if (releaseUnlessWaiters(n)) return;
       // Waiters are queued, so no permit is free: the first n waiters get one each.
       std::ptrdiff_t left = n;
       while (left > 0 && !waiters_.empty()) {
         detail::SyncWaiter* waiter = waiters_.popFront();
-        waiter->phase = detail::WaitPhase::kDone;
+        waiter->status = detail::WaiterStatus::kDone;
         granted.pushBack(waiter);
         --left;
       }
@@ -276,20 +257,14 @@ class Semaphore {
     detail::resumeAll(granted);
   }
 
-  // Takes a queued waiter out (cancellation, or its coroutine destroyed while waiting).
-  // True if it was queued: the caller then owns its resumption. A waiter not yet queued
-  // is marked cancelled, so that it does not queue at all.
+  // Takes a queued waiter out (detail::cancelSyncWaiter: cancellation, or its coroutine
+  // destroyed while waiting). True if it was queued: the caller then owns its resumption.
   bool cancelWaiter(detail::SyncWaiter* waiter) noexcept {
-    std::lock_guard guard(queueLock_);
-    if (waiter->phase == detail::WaitPhase::kDone) return false;
-    waiter->cancelled = true;
-    if (waiter->phase == detail::WaitPhase::kNotQueued) return false;
-    waiter->phase = detail::WaitPhase::kDone;
-    waiters_.remove(waiter);
-    // relaxed: no permit is free while waiters are queued; the queue is published by
-    // queueLock_.
-    if (waiters_.empty()) state_.store(0, std::memory_order_relaxed);
-    return true;
+    return detail::cancelSyncWaiter(queueLock_, waiters_, waiter, [this](detail::WaiterQueue&) {
+      // relaxed: no permit is free while waiters are queued; the queue is published by
+      // queueLock_.
+      if (waiters_.empty()) state_.store(0, std::memory_order_relaxed);
+    });
   }
 
   std::atomic<std::ptrdiff_t> state_;
@@ -309,29 +284,8 @@ inline void SemaphorePermit::reset() noexcept {
   if (semaphore_ != nullptr) std::exchange(semaphore_, nullptr)->release();
 }
 
-namespace detail {
-
-template <class Result>
-SemaphoreAcquireAwaiter<Result>::~SemaphoreAcquireAwaiter() {
-  disarmCancellation();
-  // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
-  // resumption is under way, and this destruction is the caller's race.
-  if (handle && !semaphore_.cancelWaiter(this)) {
-    abortDestroyedWhileResuming("Semaphore::acquire()");
-  }
-}
-template <class Result>
-bool SemaphoreAcquireAwaiter<Result>::await_ready() noexcept {
-  return semaphore_.tryAcquire();
-}
-template <class Result>
-bool SemaphoreAcquireAwaiter<Result>::await_suspend(std::coroutine_handle<> awaiting) {
-  handle = awaiting;
-  armCancellation([this] {
-    if (semaphore_.cancelWaiter(this)) resumeWaiter(this);
-  });
-  return semaphore_.acquireOrEnqueue(this);
+bool detail::SemaphoreAcquireOp::tryAcquire(Semaphore& semaphore) noexcept {
+  return semaphore.tryAcquire();
 }
 
-}  // namespace detail
 }  // namespace weft

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "coro/detail/held_lock.h"
 #include "coro/detail/spin_lock.h"
 #include "coro/detail/sync_waiter.h"
 #include "coro/mutex.h"
@@ -17,96 +18,42 @@ namespace weft {
 class SharedMutex;
 
 // SharedLock<M>: owns a shared lock of M (a SharedMutex) and releases it with
-// unlockShared() when destroyed. What `co_await m.scopedLockShared()` returns. The
-// exclusive counterpart is ScopedLock<SharedMutex>.
-//
-// Move-only; an empty (default-constructed, moved-from, released or unlocked) SharedLock
-// owns nothing. Thread safety: a single-owner value.
+// unlockShared() when destroyed: ScopedLock's shared counterpart, with the same members
+// (coro/detail/held_lock.h), which release the lock with unlockShared(). What
+// `co_await m.scopedLockShared()` returns.
+// Thread safety: a single-owner value.
 //
 // Example:
 //   weft::SharedLock lock = co_await rw.scopedLockShared();
 //   read(shared);  // released at the end of the scope
 template <class M = SharedMutex>
-class [[nodiscard]] SharedLock {
+class [[nodiscard]] SharedLock : public detail::HeldLock<M, true> {
  public:
   SharedLock() noexcept = default;
   // Adopts a shared lock the caller already holds.
-  SharedLock(M& mutex, std::adopt_lock_t) noexcept : mutex_(&mutex) {}
-  SharedLock(SharedLock&& other) noexcept : mutex_(std::exchange(other.mutex_, nullptr)) {}
-  SharedLock& operator=(SharedLock&& other) noexcept {
-    if (this != &other) {
-      reset();
-      mutex_ = std::exchange(other.mutex_, nullptr);
-    }
-    return *this;
-  }
-  ~SharedLock() { reset(); }
-
-  bool ownsLock() const noexcept { return mutex_ != nullptr; }
-  explicit operator bool() const noexcept { return ownsLock(); }
-  M* mutex() const noexcept { return mutex_; }
-
-  // Releases the shared lock now. Precondition: owns it (else a message and abort).
-  void unlock() noexcept {
-    if (mutex_ == nullptr) {
-      detail::abortSyncMisuse("SharedLock::unlock() on a SharedLock that owns no lock");
-    }
-    std::exchange(mutex_, nullptr)->unlockShared();
-  }
-  // Gives the lock up without releasing it: the caller must call unlockShared().
-  M* release() noexcept { return std::exchange(mutex_, nullptr); }
-
- private:
-  void reset() noexcept {
-    if (mutex_ != nullptr) std::exchange(mutex_, nullptr)->unlockShared();
-  }
-
-  M* mutex_ = nullptr;
+  SharedLock(M& mutex, std::adopt_lock_t) noexcept
+      : detail::HeldLock<M, true>(mutex, std::adopt_lock) {}
 };
 
 namespace detail {
 
 enum SharedMutexWaiterKind : unsigned char { kWantsShared = 0, kWantsExclusive = 1 };
 
-// The awaiter of the four lock operations of SharedMutex. Result: void, ScopedLock or
-// SharedLock.
-template <bool kExclusive, class Result>
-class SharedMutexLockAwaiter : public CancellableSyncWaiter {
- public:
-  SharedMutexLockAwaiter(SharedMutex& mutex, Executor* waiterExecutor,
-                         const CancellationToken* token) noexcept
-      : CancellableSyncWaiter(waiterExecutor, token), mutex_(mutex) {
-    kind = kExclusive ? kWantsExclusive : kWantsShared;
-  }
-  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
-  static constexpr bool kResumesOnlyThroughExecutor = true;
-  SharedMutexLockAwaiter(const SharedMutexLockAwaiter&) = delete;
-  SharedMutexLockAwaiter& operator=(const SharedMutexLockAwaiter&) = delete;
-  // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
-  ~SharedMutexLockAwaiter();
-
-  // Uncontended: one compare-exchange, no suspension.
-  bool await_ready() noexcept;
-  // Registers for cancellation, then queues (see CancellableSyncWaiter).
-  bool await_suspend(std::coroutine_handle<> awaiting);
-  // Throws OperationCancelled if the wait was cancelled (nothing is held then).
-  Result await_resume() {
-    finishWait();
-    if constexpr (std::is_void_v<Result>) {
-      return;
-    } else {
-      return Result(mutex_, std::adopt_lock);
-    }
-  }
-
-  // For task dumps (coro/detail/wait_note.h).
-  void describeWait(std::string& out) const {
-    appendWait(out, kExclusive ? "SharedMutex::lock" : "SharedMutex::lockShared", &mutex_);
-  }
-
- private:
-  SharedMutex& mutex_;
+// The lock operations of SharedMutex (exclusive or shared), for SyncWaitAwaiter.
+template <bool kExclusive>
+struct SharedMutexLockOp {
+  using Primitive = SharedMutex;
+  static constexpr unsigned char kKind = kExclusive ? kWantsExclusive : kWantsShared;
+  static constexpr const char* kName =
+      kExclusive ? "SharedMutex::lock" : "SharedMutex::lockShared";
+  static constexpr const char* kCall = "SharedMutex::lock()/lockShared()";
+  static inline bool tryAcquire(SharedMutex& mutex) noexcept;
 };
+
+// The awaiter of the four lock operations of SharedMutex. Result: void, ScopedLock or
+// SharedLock. Throws OperationCancelled if the wait was cancelled (nothing is held then).
+template <bool kExclusive, class Result>
+using SharedMutexLockAwaiter = SyncWaitAwaiter<SharedMutexLockOp<kExclusive>, Result>;
 
 }  // namespace detail
 
@@ -221,8 +168,8 @@ class SharedMutex {
   }
 
  private:
-  template <bool, class>
-  friend class detail::SharedMutexLockAwaiter;
+  template <class, class>
+  friend class detail::SyncWaitAwaiter;
 
   // state_ = readers * kReader + kWriter (held exclusively) + kWaitersBit (waiters_ is
   // not empty). While kWaitersBit is set, the word changes only under queueLock_.
@@ -230,34 +177,31 @@ class SharedMutex {
   static constexpr std::uint64_t kWaitersBit = 2;
   static constexpr std::uint64_t kReader = 4;
 
-  bool tryAcquire(bool exclusive) noexcept { return exclusive ? tryLock() : tryLockShared(); }
-
-  // Grants `waiter` access if it can have it now (returns false) or queues it (true).
-  // A waiter already cancelled is not queued either (returns false, nothing taken).
-  bool acquireOrEnqueue(detail::SyncWaiter* waiter) noexcept {
+  // await_suspend's queueing step (detail::enqueueSyncWaiter): grants `waiter` access if
+  // it can have it now (returns false) or queues it (true). A waiter already cancelled is
+  // not queued either (returns false, nothing taken).
+  bool enqueueWaiter(detail::SyncWaiter* waiter) noexcept {
     const bool exclusive = waiter->kind == detail::kWantsExclusive;
-    std::lock_guard guard(queueLock_);
-    if (waiter->cancelled) return false;
-    std::uint64_t state = state_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((state & kWaitersBit) == 0 && (exclusive ? state == 0 : (state & kWriter) == 0)) {
-        // acquire: as in tryLock().
-        if (state_.compare_exchange_weak(state, exclusive ? kWriter : state + kReader,
-                                         std::memory_order_acquire, std::memory_order_relaxed)) {
-          waiter->phase = detail::WaitPhase::kDone;  // granted: too late to cancel
-          return false;
+    return detail::enqueueSyncWaiter(queueLock_, waiters_, waiter, [this, exclusive] {
+      std::uint64_t state = state_.load(std::memory_order_relaxed);
+      for (;;) {
+        if ((state & kWaitersBit) == 0 && (exclusive ? state == 0 : (state & kWriter) == 0)) {
+          // acquire: as in tryLock().
+          if (state_.compare_exchange_weak(state, exclusive ? kWriter : state + kReader,
+                                           std::memory_order_acquire,
+                                           std::memory_order_relaxed)) {
+            return false;
+          }
+        } else if ((state & kWaitersBit) != 0 ||
+                   // relaxed: the queue is published by queueLock_, and access reaches the
+                   // waiter through grantLocked (under queueLock_) and its resumption.
+                   state_.compare_exchange_weak(state, state | kWaitersBit,
+                                                std::memory_order_relaxed,
+                                                std::memory_order_relaxed)) {
+          return true;
         }
-      } else if ((state & kWaitersBit) != 0 ||
-                 // relaxed: the queue is published by queueLock_, and access reaches the
-                 // waiter through grantLocked (under queueLock_) and its resumption.
-                 state_.compare_exchange_weak(state, state | kWaitersBit,
-                                              std::memory_order_relaxed,
-                                              std::memory_order_relaxed)) {
-        waiter->phase = detail::WaitPhase::kQueued;
-        waiters_.pushBack(waiter);
-        return true;
       }
-    }
+    });
   }
 
   // The slow path of unlock() (`held` = kWriter) and unlockShared() (`held` = kReader):
@@ -297,7 +241,7 @@ class SharedMutex {
         state += kReader;
       }
       waiters_.popFront();
-      front->phase = detail::WaitPhase::kDone;
+      front->status = detail::WaiterStatus::kDone;
       granted.pushBack(front);
       if (front->kind == detail::kWantsExclusive) break;
     }
@@ -307,23 +251,16 @@ class SharedMutex {
     state_.store(state, std::memory_order_release);
   }
 
-  // Takes a queued waiter out (cancellation, or its coroutine destroyed while waiting),
-  // granting those behind it that it was blocking. True if it was queued: the caller
-  // then owns its resumption. A waiter not yet queued is marked cancelled.
+  // Takes a queued waiter out (detail::cancelSyncWaiter: cancellation, or its coroutine
+  // destroyed while waiting), granting those behind it that it was blocking. True if it
+  // was queued: the caller then owns its resumption.
   bool cancelWaiter(detail::SyncWaiter* waiter) noexcept {
-    detail::WaiterQueue granted;
-    {
-      std::lock_guard guard(queueLock_);
-      if (waiter->phase == detail::WaitPhase::kDone) return false;
-      waiter->cancelled = true;
-      if (waiter->phase == detail::WaitPhase::kNotQueued) return false;
-      waiter->phase = detail::WaitPhase::kDone;
-      waiters_.remove(waiter);
-      // acquire: as in releaseSlow.
-      grantLocked(state_.load(std::memory_order_acquire), granted);
-    }
-    detail::resumeAll(granted);
-    return true;
+    return detail::cancelSyncWaiter(queueLock_, waiters_, waiter,
+                                    [this](detail::WaiterQueue& granted) {
+                                      // acquire: as in releaseSlow.
+                                      grantLocked(state_.load(std::memory_order_acquire),
+                                                  granted);
+                                    });
   }
 
   std::atomic<std::uint64_t> state_{0};
@@ -331,32 +268,9 @@ class SharedMutex {
   detail::WaiterQueue waiters_;  // guarded by queueLock_
 };
 
-namespace detail {
-
-template <bool kExclusive, class Result>
-SharedMutexLockAwaiter<kExclusive, Result>::~SharedMutexLockAwaiter() {
-  disarmCancellation();
-  // Still queued: leaves the queue. Granted (or cancelled) but not yet resumed: the
-  // resumption is under way, and this destruction is the caller's race.
-  if (handle && !mutex_.cancelWaiter(this)) {
-    abortDestroyedWhileResuming("SharedMutex::lock()/lockShared()");
-  }
+template <bool kExclusive>
+bool detail::SharedMutexLockOp<kExclusive>::tryAcquire(SharedMutex& mutex) noexcept {
+  return kExclusive ? mutex.tryLock() : mutex.tryLockShared();
 }
 
-template <bool kExclusive, class Result>
-bool SharedMutexLockAwaiter<kExclusive, Result>::await_ready() noexcept {
-  return mutex_.tryAcquire(kExclusive);
-}
-
-template <bool kExclusive, class Result>
-bool SharedMutexLockAwaiter<kExclusive, Result>::await_suspend(
-    std::coroutine_handle<> awaiting) {
-  handle = awaiting;
-  armCancellation([this] {
-    if (mutex_.cancelWaiter(this)) resumeWaiter(this);
-  });
-  return mutex_.acquireOrEnqueue(this);
-}
-
-}  // namespace detail
 }  // namespace weft

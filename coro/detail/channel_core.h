@@ -104,7 +104,7 @@ class ChannelBuffer {
 // and select() (which completes operations on several channels at once) are built on
 // these. Every *Locked function requires lock() to be held by the caller; none resumes
 // anybody: it hands back, in `wake`, the waiter it completed, which the caller resumes
-// (resumeChannelWaiter) after releasing the lock.
+// (resumeWaiter) after releasing the lock.
 //
 // Invariants (under the lock): waiting receivers imply an empty buffer; waiting senders
 // imply a full buffer (an unbuffered channel is always full); once closed, no sender
@@ -175,8 +175,8 @@ class ChannelCore {
   void enqueueSenderLocked(ChannelWaiter* node) noexcept { senders_.pushBack(node); }
   void enqueueReceiverLocked(ChannelWaiter* node) noexcept { receivers_.pushBack(node); }
 
-  // Unlinks a node if it is still queued (cancellation, a select's cleanup); true if it
-  // was.
+  // Unlinks a node if it is still queued (a select's cleanup, a withdrawn operation);
+  // true if it was.
   bool removeSenderLocked(ChannelWaiter* node) noexcept {
     if (node->status != WaiterStatus::kQueued) return false;
     senders_.remove(node);
@@ -188,23 +188,27 @@ class ChannelCore {
     return true;
   }
 
+  // Cancels a node's wait (step 2 of the cancellation protocol, cancelWaitLocked): true
+  // if it was queued (now unlinked and kCancelled: the caller resumes it).
+  bool cancelSenderLocked(ChannelWaiter* node) noexcept { return senders_.cancelLocked(node); }
+  bool cancelReceiverLocked(ChannelWaiter* node) noexcept {
+    return receivers_.cancelLocked(node);
+  }
+
   // Closes the channel: every waiting receiver and sender is unlinked, marked kClosed and
-  // returned as a chain (through `next`, oldest receiver first, then senders) for the
-  // caller to resume after unlocking. Throws ChannelClosed if already closed.
-  ChannelWaiter* closeLocked() {
+  // returned (oldest receiver first, then senders) for the caller to resume after
+  // unlocking (resumeAll). Throws ChannelClosed if already closed.
+  WaiterList<ChannelWaiter> closeLocked() {
     if (closed_) throw ChannelClosed("weft: close of a closed channel");
     closed_ = true;
-    ChannelWaiter* head = nullptr;
-    ChannelWaiter** tail = &head;
+    WaiterList<ChannelWaiter> woken;
     for (ChannelWaiterQueue* queue : {&receivers_, &senders_}) {
       while (ChannelWaiter* node = queue->popClaimable()) {
         node->status = WaiterStatus::kClosed;
-        *tail = node;
-        tail = &node->next;
+        woken.pushBack(node);
       }
     }
-    *tail = nullptr;
-    return head;
+    return woken;
   }
 
  private:
@@ -215,16 +219,6 @@ class ChannelCore {
   ChannelWaiterQueue receivers_;  // guarded by lock_
   ChannelBuffer<T> buffer_;       // guarded by lock_
 };
-
-// Resumes a chain returned by closeLocked(). Reads each node's `next` before resuming
-// it: a resumed waiter may destroy its node at once.
-inline void resumeChain(ChannelWaiter* node) noexcept {
-  while (node != nullptr) {
-    ChannelWaiter* next = node->next;
-    resumeChannelWaiter(node);
-    node = next;
-  }
-}
 
 }  // namespace detail
 }  // namespace weft

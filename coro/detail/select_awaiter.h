@@ -119,7 +119,7 @@ class SelectAwaiter {
           if (outcome == ChannelOpResult::kClosed) setClosed(index);
           chosen_ = index;
           unlockAll(locks);
-          if (wake != nullptr) resumeChannelWaiter(wake);
+          if (wake != nullptr) resumeWaiter(wake);
           return false;
         }
       }

@@ -49,6 +49,8 @@ class SelectCaseOp<ChannelReceiveCase<T, kSwitchable>> {
     node_.slot = &value_;
     node_.select = select;
     node_.caseIndex = index;
+    node_.handle = select->handle;  // whom a claim through this node resumes
+    node_.executor = select->executor;
     channel_->enqueueReceiverLocked(&node_);
   }
   void removeLocked() noexcept { channel_->removeReceiverLocked(&node_); }
@@ -82,6 +84,8 @@ class SelectCaseOp<ChannelSendCase<T, kSwitchable>> {
     node_.slot = case_.value();
     node_.select = select;
     node_.caseIndex = index;
+    node_.handle = select->handle;  // whom a claim through this node resumes
+    node_.executor = select->executor;
     case_.channel->enqueueSenderLocked(&node_);
   }
   void removeLocked() noexcept { case_.channel->removeSenderLocked(&node_); }

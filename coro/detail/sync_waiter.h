@@ -3,59 +3,42 @@
 #include <coroutine>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
+#include <mutex>
+#include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "coro/cancellation.h"
+#include "coro/detail/spin_lock.h"
 #include "coro/detail/via_awaiter.h"
+#include "coro/detail/wait_note.h"
+#include "coro/detail/waiter_queue.h"
 #include "executors/executor.h"
 
 namespace weft::detail {
 
-// Where a waiter of a sync primitive is in its wait. Guarded by the primitive's queue
-// lock.
-enum class WaitPhase : unsigned char {
-  kNotQueued,  // not yet in the queue (await_suspend has not enqueued it)
-  kQueued,     // in the primitive's waiter queue
-  kDone,       // taken out of the queue: granted, or cancelled; about to be resumed
-};
-
 // One suspended waiter of Mutex, SharedMutex, Semaphore, Event, Latch or
 // ConditionVariable. It is the awaiter itself, so it lives in the waiting coroutine's
 // frame (or on the waiting fiber's stack): waiting never allocates.
-struct SyncWaiter {
-  SyncWaiter* prev = nullptr;
-  SyncWaiter* next = nullptr;
-  // What to resume, and the executor to resume it through (nullptr: resumed inline).
-  std::coroutine_handle<> handle;
-  Executor* executor = nullptr;
-  WaitPhase phase = WaitPhase::kNotQueued;
-  // The wait ended by cancellation: await_resume throws OperationCancelled.
-  bool cancelled = false;
+struct SyncWaiter : WaiterNode {
+  // Where it is in its primitive's queue; kCancelled: await_resume throws
+  // OperationCancelled. Guarded by the primitive's queue lock.
+  WaiterStatus status = WaiterStatus::kIdle;
   // Free for the primitive (SharedMutex: exclusive or shared).
   unsigned char kind = 0;
 };
 
+// The queue of a sync primitive's waiters. Not thread-safe: the primitive guards it with
+// its SpinLock.
+using WaiterQueue = WaiterList<SyncWaiter>;
+
 // A SyncWaiter whose wait can be cancelled through the awaiting coroutine's (or fiber's)
-// CancellationToken.
-//
-// The protocol, shared by every primitive (each supplies cancelWaiter(), which takes a
-// waiter out of its queue under the queue lock):
-//  1. await_suspend registers a CancellationCallback (only if the token can be
-//     cancelled: no cost otherwise) BEFORE queueing. If cancellation was already
-//     requested the callback runs right there.
-//  2. The callback calls cancelWaiter(): under the queue lock, a queued waiter is removed
-//     and marked cancelled (the callback then resumes it); a waiter not queued yet is
-//     only marked cancelled, and the queueing step, under the same lock, sees the mark
-//     and does not suspend; a waiter already granted (phase kDone) is left alone: the
-//     wait completed before the request and completes normally.
-//  3. await_resume first deregisters the callback (waiting for it if it is running on
-//     another thread), so the cancelled mark is stable when it is read, then throws
-//     OperationCancelled if it is set.
-// Whoever takes the waiter out of the queue (a granter or the canceller) owns its single
-// resumption: no lost wake-up, no double resume.
-// That resumption goes through resumeWaiter, which schedules the waiter on its executor
+// CancellationToken, by the protocol of every waiter (coro/detail/waiter_queue.h): step 1
+// in await_suspend, after the lock-free fast path and before queueing (only waiting is
+// cancellable); step 2 in the primitive's cancelWaiter (cancelSyncWaiter below); step 3
+// in await_resume (finishWait).
+// The resumption goes through resumeWaiter, which schedules the waiter on its executor
 // when it has one, and await_suspend only queues (or declines): so each primitive's
 // awaiter declares kResumesOnlyThroughExecutor, and a fiber on ThreadPool(1) may act on
 // its park before it switches out (stackful/detail/fiber_park.h).
@@ -66,9 +49,9 @@ class CancellableSyncWaiter : public SyncWaiter {
     executor = waiterExecutor;
   }
 
-  // Step 1. Throws what CancellationCallback's constructor throws (std::bad_alloc only
-  // for callables over 32 bytes; weft's callbacks capture one pointer), before anything
-  // is queued.
+  // Step 1. Throws std::bad_alloc (the callback's block; CancellationCallback's
+  // constructor throws nothing else for weft's callbacks, which capture one pointer),
+  // before anything is queued.
   template <class OnCancel>
   void armCancellation(OnCancel&& onCancel) {
     if (token_ != nullptr && token_->canBeCancelled()) {
@@ -77,149 +60,123 @@ class CancellableSyncWaiter : public SyncWaiter {
   }
   // Step 3, first half. noexcept: deregistration only unlinks (or waits).
   void disarmCancellation() noexcept { callback_.reset(); }
-  void throwIfCancelled() const {
-    if (cancelled) throw OperationCancelled();
-  }
   // The end of a wait, in await_resume: disarms cancellation, forgets the handle (resumed:
   // nothing is left to withdraw in the destructor), and throws OperationCancelled if the
   // wait was cancelled.
   void finishWait() {
     disarmCancellation();
     handle = {};
-    throwIfCancelled();
+    if (status == WaiterStatus::kCancelled) throw OperationCancelled();
   }
 
  private:
   const CancellationToken* token_;
-  std::optional<CancellationCallback> callback_;
+  OutOfLineCancellationCallback callback_;
 };
 
-// An intrusive FIFO of waiters (doubly linked, so a cancelled waiter leaves from the
-// middle in O(1)). Not thread-safe: the owning primitive guards it with its SpinLock.
-// Every member is noexcept: pointer writes only.
-class WaiterQueue {
- public:
-  bool empty() const noexcept { return head_ == nullptr; }
-  SyncWaiter* front() const noexcept { return head_; }
-
-  void pushBack(SyncWaiter* waiter) noexcept {
-    waiter->next = nullptr;
-    waiter->prev = tail_;
-    if (tail_ != nullptr) {
-      tail_->next = waiter;
-    } else {
-      head_ = waiter;
-    }
-    tail_ = waiter;
+// The queueing step of await_suspend, under `lock` (the lock guarding `queue`): a waiter
+// already cancelled (step 2 ran before it was queued) is declined; otherwise
+// `mustWaitLocked()`, the primitive's own test (it may take what the waiter waits for, or
+// mark the primitive as having waiters), says whether it waits. Returns true if the
+// waiter was queued (kQueued: it will be resumed by a granter or its cancellation);
+// false if it must not suspend (granted: kDone, too late to cancel; or cancelled).
+// noexcept: `mustWaitLocked` must be (atomic operations on the primitive's word).
+template <class MustWait>
+bool enqueueSyncWaiter(SpinLock& lock, WaiterQueue& queue, SyncWaiter* waiter,
+                       MustWait&& mustWaitLocked) noexcept {
+  std::lock_guard guard(lock);
+  if (waiter->status == WaiterStatus::kCancelled) return false;
+  if (!mustWaitLocked()) {
+    waiter->status = WaiterStatus::kDone;
+    return false;
   }
+  waiter->status = WaiterStatus::kQueued;
+  queue.pushBack(waiter);
+  return true;
+}
 
-  SyncWaiter* popFront() noexcept {
-    SyncWaiter* waiter = head_;
-    if (waiter != nullptr) remove(waiter);
-    return waiter;
+// A primitive's cancelWaiter: step 2 of the protocol, also used to withdraw a waiter
+// whose coroutine is destroyed while it waits. Under `lock`: a queued waiter leaves
+// `queue` (cancelWaitLocked) and `afterRemovalLocked(granted)` updates the primitive's
+// state (a waiters bit; waiters the removed one was blocking, moved into `granted`, which
+// are resumed once the lock is released). True if the waiter was queued: the caller then
+// owns its resumption. A waiter not yet queued is marked cancelled, so that it does not
+// queue at all; a granted one is left alone. noexcept: called from cancellation
+// callbacks and destructors; `afterRemovalLocked` must be (state updates), and resuming
+// is (resumeWaiter).
+template <class AfterRemoval>
+bool cancelSyncWaiter(SpinLock& lock, WaiterQueue& queue, SyncWaiter* waiter,
+                      AfterRemoval&& afterRemovalLocked) noexcept {
+  WaiterQueue granted;
+  {
+    std::lock_guard guard(lock);
+    if (!cancelWaitLocked(queue, waiter, waiter->status)) return false;
+    afterRemovalLocked(granted);
   }
+  resumeAll(granted);
+  return true;
+}
 
-  // Precondition: `waiter` is in this queue.
-  void remove(SyncWaiter* waiter) noexcept {
-    if (waiter->prev != nullptr) {
-      waiter->prev->next = waiter->next;
-    } else {
-      head_ = waiter->next;
-    }
-    if (waiter->next != nullptr) {
-      waiter->next->prev = waiter->prev;
-    } else {
-      tail_ = waiter->prev;
-    }
-    waiter->prev = waiter->next = nullptr;
-  }
-
-  // Moves every waiter of `other` to the back of this queue, in order.
-  void append(WaiterQueue&& other) noexcept {
-    if (other.head_ == nullptr) return;
-    if (tail_ != nullptr) {
-      tail_->next = other.head_;
-      other.head_->prev = tail_;
-    } else {
-      head_ = other.head_;
-    }
-    tail_ = other.tail_;
-    other.head_ = other.tail_ = nullptr;
-  }
-
- private:
-  SyncWaiter* head_ = nullptr;
-  SyncWaiter* tail_ = nullptr;
-};
-
-// The per-thread trampoline for waiters resumed inline (they have no executor).
+// The awaiter of every wait on Mutex, SharedMutex, Semaphore and Event (and, through
+// Event, Latch): it tries the primitive without waiting, else registers for cancellation
+// and queues; it withdraws itself if its coroutine is destroyed while it waits.
 //
-// A notifier (unlock, set, release...) resumes an executor-less waiter on its own
-// thread. Done naively this recurses: the resumed coroutine unlocks, which resumes the
-// next waiter inside that call, and so on; a queue of 100,000 waiters would need 100,000
-// nested frames of native stack. Instead, a resumption requested while this thread is
-// already running one is queued here, and the outermost one runs them in turn: the stack
-// stays one resumption deep, and FIFO order is kept.
-struct InlineResumer {
-  SyncWaiter* head = nullptr;
-  SyncWaiter* tail = nullptr;
-  bool running = false;
+// `Op` names the operation: `Op::Primitive`; `Op::kKind` (stored in SyncWaiter::kind
+// for the primitive); `Op::tryAcquire(primitive)`, the lock-free fast path; `Op::kName`,
+// how task dumps name the wait, and `Op::kCall`, how a misuse report names it. The
+// primitive supplies, to this awaiter (a friend), `enqueueWaiter(SyncWaiter*)` (its
+// enqueueSyncWaiter) and `cancelWaiter(SyncWaiter*)` (its cancelSyncWaiter). `Result` is
+// void, or a guard built with (primitive, std::adopt_lock) (ScopedLock, SharedLock,
+// SemaphorePermit).
+template <class Op, class Result>
+class SyncWaitAwaiter : public CancellableSyncWaiter {
+  using Primitive = typename Op::Primitive;
+
+ public:
+  SyncWaitAwaiter(Primitive& primitive, Executor* waiterExecutor,
+                  const CancellationToken* token) noexcept
+      : CancellableSyncWaiter(waiterExecutor, token), primitive_(primitive) {
+    kind = Op::kKind;
+  }
+  // Resumed only through resumeWaiter (see CancellableSyncWaiter).
+  static constexpr bool kResumesOnlyThroughExecutor = true;
+  SyncWaitAwaiter(const SyncWaitAwaiter&) = delete;
+  SyncWaitAwaiter& operator=(const SyncWaitAwaiter&) = delete;
+  // Destroyed while suspended (its coroutine destroyed while waiting): leaves the queue.
+  // Granted (or cancelled) but not yet resumed: the resumption is under way, and this
+  // destruction is the caller's race (a message, then abort).
+  ~SyncWaitAwaiter() {
+    disarmCancellation();
+    if (handle && !primitive_.cancelWaiter(this)) abortDestroyedWhileResuming(Op::kCall);
+  }
+
+  // Uncontended (free, or set): one atomic operation, and no suspension. noexcept: so is
+  // every Op::tryAcquire (a compare-exchange or a load).
+  bool await_ready() noexcept { return Op::tryAcquire(primitive_); }
+  // Registers for cancellation, then queues (see CancellableSyncWaiter). Throws
+  // std::bad_alloc from the registration, with nothing queued. The handle is stored
+  // after the registration, so that the destructor of an await that threw has nothing
+  // to withdraw; a callback running meanwhile finds the waiter not queued and only marks
+  // it (it reads the handle only to resume a queued waiter).
+  bool await_suspend(std::coroutine_handle<> awaiting) {
+    armCancellation([this] {
+      if (primitive_.cancelWaiter(this)) resumeWaiter(this);
+    });
+    handle = awaiting;
+    return primitive_.enqueueWaiter(this);
+  }
+  // Throws OperationCancelled if the wait was cancelled (nothing is held then).
+  Result await_resume() {
+    finishWait();
+    if constexpr (!std::is_void_v<Result>) return Result(primitive_, std::adopt_lock);
+  }
+
+  // For task dumps (coro/detail/wait_note.h).
+  void describeWait(std::string& out) const { appendWait(out, Op::kName, &primitive_); }
+
+ protected:
+  Primitive& primitive_;
 };
-// constinit: zero-initialised, so access needs no TLS initialisation guard.
-inline constinit thread_local InlineResumer tInlineResumer{};
-
-// noexcept: a resumed coroutine reports its exceptions through its own promise; one that
-// lets an exception escape resume() (no weft coroutine does) ends the process, as an
-// exception escaping a thread would.
-inline void resumeInline(SyncWaiter* waiter) noexcept {
-  InlineResumer& resumer = tInlineResumer;
-  waiter->next = nullptr;  // it has left its primitive's queue: the link is ours now
-  if (resumer.running) {
-    if (resumer.tail != nullptr) {
-      resumer.tail->next = waiter;
-    } else {
-      resumer.head = waiter;
-    }
-    resumer.tail = waiter;
-    return;
-  }
-  resumer.running = true;
-  // Read the handle before resuming: the waiter lives in the frame being resumed.
-  waiter->handle.resume();
-  while (resumer.head != nullptr) {
-    SyncWaiter* next = resumer.head;
-    resumer.head = next->next;
-    if (resumer.head == nullptr) resumer.tail = nullptr;
-    next->handle.resume();
-  }
-  resumer.running = false;
-}
-
-// Resumes a waiter that has been taken out of its queue (granted or cancelled): through
-// its executor when it has one (never inline, even when the calling thread belongs to
-// that executor, so a notifier's stack never grows and it never runs the waiter's code
-// inside unlock()), else inline on the calling thread through the trampoline above.
-// The waiter may be destroyed as soon as this starts: callers must not touch it again.
-// noexcept: called from unlock()/set()/release(), which cannot fail half-way; an executor
-// that refuses the resumption (shut down under a suspended waiter) is a fatal misuse
-// reported by abortExecutorGone.
-inline void resumeWaiter(SyncWaiter* waiter) noexcept {
-  if (Executor* executor = waiter->executor) {
-    std::coroutine_handle<> handle = waiter->handle;
-    try {
-      executor->schedule(handle);
-    } catch (...) {
-      abortExecutorGone(executor);
-    }
-    return;
-  }
-  resumeInline(waiter);
-}
-
-// Resumes every waiter of `queue`, in order (the queue is consumed).
-inline void resumeAll(WaiterQueue& queue) noexcept {
-  while (SyncWaiter* waiter = queue.popFront()) resumeWaiter(waiter);
-}
 
 // Misuse of a sync primitive that cannot be reported to anyone (unlock of an unlocked
 // mutex, destruction with waiters): a message naming it, then abort.

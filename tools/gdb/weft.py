@@ -531,9 +531,16 @@ def _field_address(value, field):
 # Awaiters that describe themselves in-process (describeWait) -> (what, the member naming
 # the object waited on); matched on the type's name without its namespace.
 _AWAITERS = [
-    (re.compile(r"^weft::detail::MutexLockAwaiter<"), "Mutex::lock", "mutex_"),
-    (re.compile(r"^weft::detail::SemaphoreAcquireAwaiter<"), "Semaphore::acquire", "semaphore_"),
-    (re.compile(r"^weft::detail::EventWaitAwaiter$"), "Event::wait", "event_"),
+    (re.compile(r"^weft::detail::SyncWaitAwaiter<weft::detail::MutexLockOp\s*,"), "Mutex::lock",
+     "primitive_"),
+    (re.compile(r"^weft::detail::SyncWaitAwaiter<weft::detail::SemaphoreAcquireOp\s*,"),
+     "Semaphore::acquire", "primitive_"),
+    (re.compile(r"^weft::detail::SyncWaitAwaiter<weft::detail::EventWaitOp\s*,"), "Event::wait",
+     "primitive_"),
+    (re.compile(r"^weft::detail::SyncWaitAwaiter<weft::detail::SharedMutexLockOp<true>"),
+     "SharedMutex::lock", "primitive_"),
+    (re.compile(r"^weft::detail::SyncWaitAwaiter<weft::detail::SharedMutexLockOp<false>"),
+     "SharedMutex::lockShared", "primitive_"),
     (re.compile(r"^weft::detail::LatchArriveAwaiter$"), "Latch::arriveAndWait", "latch_"),
     (re.compile(r"^weft::detail::ConditionVariableWaitAwaiter$"), "ConditionVariable::wait",
      "cv_"),
@@ -554,12 +561,6 @@ def _describe_awaiter(type_name, awaiter):
             if target is None:
                 return "%s (awaiter 0x%x)" % (what, awaiter)
             return "%s (0x%x)" % (what, target)
-    arguments = _template_argument(type_name, "weft::detail::SharedMutexLockAwaiter")
-    if arguments is not None:
-        exclusive = _split_template_arguments(arguments)[0] == "true"
-        what = "SharedMutex::lock" if exclusive else "SharedMutex::lockShared"
-        target = _field_address(_typed(awaiter, type_name), "mutex_")
-        return "%s (%s)" % (what, "0x%x" % target if target else "awaiter 0x%x" % awaiter)
     arguments = _template_argument(type_name, "weft::detail::ChannelOpAwaiter")
     if arguments is not None:
         sender = _split_template_arguments(arguments)[-1] == "true"
