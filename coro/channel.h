@@ -64,8 +64,9 @@ class ChannelOpAwaiter {
 
   // Links the node and suspends: the operation could not complete in await_ready, which
   // left the channel lock held. noexcept: two links and an unlock.
-  void await_suspend(std::coroutine_handle<> awaiting) noexcept {
-    node_.handle = awaiting;
+  template <class Promise>
+  void await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
+    node_.setAwaiting(awaiting);
     if constexpr (kSender) {
       channel_->enqueueSenderLocked(&node_);
     } else {

@@ -140,16 +140,16 @@ class ThreadRunQueue {
   detail::RingBuffer<WorkItem> items_;
 };
 
-// executor->schedule(h), pushed straight into the calling thread's ThreadRunQueue when
-// that queue is the executor's (no virtual call, no worker lookup); for the wake-ups on
+// executor->schedule(item.handle()), pushed straight into the calling thread's
+// ThreadRunQueue when that queue is the executor's (no virtual call, no worker lookup); for the wake-ups on
 // the hottest paths (a channel's hand-off). Errors: those of schedule.
-[[gnu::always_inline]] inline void scheduleLocalFirst(Executor* executor,
-                                                     std::coroutine_handle<> h) {
+// A tagged handle keeps its tag on that push (and loses it through schedule).
+[[gnu::always_inline]] inline void scheduleLocalFirst(Executor* executor, WorkItem item) {
   if (ThreadRunQueue* queue = ThreadRunQueue::currentFor(executor);
-      queue != nullptr && queue->tryPush(WorkItem::fromHandle(h))) {
+      queue != nullptr && queue->tryPush(item)) {
     return;
   }
-  executor->schedule(h);
+  executor->schedule(item.handle());
 }
 
 }  // namespace weft

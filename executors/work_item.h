@@ -64,25 +64,55 @@ struct CallableJob final : Job {
   F fn;
 };
 
+// A promise type may ask for the work items of its coroutines to be tagged, by declaring
+// `static constexpr bool kTagWorkItems = true`. The tag changes nothing about how an item
+// runs; a scheduler that takes items straight from a ThreadRunQueue
+// (executors/thread_run_queue.h) reads it back to recognise its own coroutines (weft's
+// fibers tag their drivers). Only items made from a typed handle by WorkItem::forHandle
+// carry it: Executor::schedule(std::coroutine_handle<>) knows no promise type.
+template <class Promise>
+inline constexpr bool kTagsWorkItems = requires { requires bool(Promise::kTagWorkItems); };
+
 // One entry of an executor queue: either a coroutine handle (the fast path: no
-// allocation) or a Job*. Frames and Jobs are at least 2-byte aligned, so the low bit
-// tells them apart. The all-zero item is "empty" (no work), so a null handle must never
-// be scheduled. The accessors are noexcept: they only reinterpret one word.
+// allocation) or a Job*. Frames and Jobs are at least 4-byte aligned, so the low bit
+// tells them apart and, for a handle, the next bit is its tag (kTagsWorkItems). The
+// all-zero item is "empty" (no work), so a null handle must never be scheduled. The
+// accessors are noexcept: they only reinterpret one word.
 class WorkItem {
  public:
   WorkItem() = default;
   static WorkItem fromHandle(std::coroutine_handle<> h) noexcept {
     return WorkItem(reinterpret_cast<std::uintptr_t>(h.address()));
   }
+  // `h`, tagged when its promise type asks for it (kTagsWorkItems). A frame that is not
+  // 4-byte aligned (no compiler makes one) is reported and the process aborts.
+  template <class Promise>
+  static WorkItem forHandle(std::coroutine_handle<Promise> h) noexcept {
+    if constexpr (kTagsWorkItems<Promise>) {
+      return fromTaggedHandle(h);
+    } else {
+      return fromHandle(h);
+    }
+  }
+  static WorkItem fromTaggedHandle(std::coroutine_handle<> h) noexcept {
+    const auto bits = reinterpret_cast<std::uintptr_t>(h.address());
+    if ((bits & kLowBits) != 0) [[unlikely]] {
+      std::fputs("weft: a coroutine frame that is not 4-byte aligned cannot be tagged\n", stderr);
+      std::abort();
+    }
+    return WorkItem(bits | kTagBit);
+  }
   static WorkItem fromJob(Job* job) noexcept {
     return WorkItem(reinterpret_cast<std::uintptr_t>(job) | 1u);
   }
 
   bool empty() const noexcept { return bits_ == 0; }
-  bool isJob() const noexcept { return (bits_ & 1u) != 0; }
-  Job* job() const noexcept { return reinterpret_cast<Job*>(bits_ & ~std::uintptr_t{1}); }
+  bool isJob() const noexcept { return (bits_ & kJobBit) != 0; }
+  // A handle with its tag (fromTaggedHandle).
+  bool isTaggedHandle() const noexcept { return (bits_ & kLowBits) == kTagBit; }
+  Job* job() const noexcept { return reinterpret_cast<Job*>(bits_ & ~kJobBit); }
   std::coroutine_handle<> handle() const noexcept {
-    return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(bits_));
+    return std::coroutine_handle<>::from_address(reinterpret_cast<void*>(bits_ & ~kTagBit));
   }
 
   // Runs the item: resumes the coroutine or runs (then frees) the job. Only a job's
@@ -101,6 +131,9 @@ class WorkItem {
   static WorkItem fromBits(std::uintptr_t bits) noexcept { return WorkItem(bits); }
 
  private:
+  static constexpr std::uintptr_t kJobBit = 1;
+  static constexpr std::uintptr_t kTagBit = 2;
+  static constexpr std::uintptr_t kLowBits = kJobBit | kTagBit;
   explicit WorkItem(std::uintptr_t bits) : bits_(bits) {}
   std::uintptr_t bits_ = 0;
 };

@@ -431,7 +431,6 @@ FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* execut
   handle.promise().setFiber(core);
   handle.promise().setOnAbandoned(&detail::SpawnState<T>::abandoned, state);
   state->link_.driver = handle;
-  detail::noteFiberDriver(handle);
   try {
     executor->schedule(std::coroutine_handle<>(handle));
   } catch (...) {

@@ -158,11 +158,12 @@ class SyncWaitAwaiter : public CancellableSyncWaiter {
   // after the registration, so that the destructor of an await that threw has nothing
   // to withdraw; a callback running meanwhile finds the waiter not queued and only marks
   // it (it reads the handle only to resume a queued waiter).
-  bool await_suspend(std::coroutine_handle<> awaiting) {
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> awaiting) {
     armCancellation([this] {
       if (primitive_.cancelWaiter(this)) resumeWaiter(this);
     });
-    handle = awaiting;
+    setAwaiting(awaiting);
     return primitive_.enqueueWaiter(this);
   }
   // Throws OperationCancelled if the wait was cancelled (nothing is held then).

@@ -9,8 +9,8 @@
 #include "coro/detail/config.h"
 #include "coro/detail/frame_allocator.h"
 #include "coro/detail/via_awaiter.h"
-#include "executors/thread_run_queue.h"
 #include "executors/executor.h"
+#include "executors/thread_run_queue.h"
 
 // What every suspended waiter of weft's awaitables that others complete shares: the sync
 // primitives' waiters (coro/detail/sync_waiter.h: Mutex, SharedMutex, Semaphore, Event,
@@ -76,6 +76,17 @@ struct WaiterNode {
   // What to resume, and the executor to resume it through (nullptr: resumed inline).
   std::coroutine_handle<> handle;
   Executor* executor = nullptr;
+  // The handle's promise type asks for tagged work items (kTagsWorkItems): its
+  // resumption is queued tagged.
+  bool tagged = false;
+
+  // Sets `handle` and `tagged` from the awaiting coroutine's typed handle. noexcept: two
+  // stores.
+  template <class Promise>
+  void setAwaiting(std::coroutine_handle<Promise> awaiting) noexcept {
+    handle = awaiting;
+    tagged = kTagsWorkItems<Promise>;
+  }
 };
 
 // An intrusive FIFO of waiters of type Node (a WaiterNode): doubly linked, so a cancelled
@@ -266,7 +277,8 @@ WEFT_NOINLINE inline void resumeWaiterInline(WaiterNode* node) noexcept {
     return;
   }
   try {
-    scheduleLocalFirst(executor, node->handle);
+    scheduleLocalFirst(executor, node->tagged ? WorkItem::fromTaggedHandle(node->handle)
+                                              : WorkItem::fromHandle(node->handle));
   } catch (...) {
     abortExecutorGone(executor);
   }

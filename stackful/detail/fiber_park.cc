@@ -12,8 +12,6 @@
 
 namespace weft::detail {
 
-constinit std::atomic<void*> gFiberDriverResume{nullptr};
-
 namespace {
 
 // What a task dump says of a fiber parked in a yield.
@@ -34,7 +32,7 @@ std::coroutine_handle<> actOnPark(FiberCore* parked) noexcept {
     link.yieldRequested = false;
     const FiberDriverHandle driver = link.driver;
     try {
-      link.executor->schedule(driver);
+      scheduleLocalFirst(link.executor, WorkItem::forHandle(driver));
       return {};
     } catch (...) {
       // Cannot requeue (the executor is shut down): the yield is simply over.
@@ -83,19 +81,6 @@ FiberDriver driveFiber(FiberPtr fiber) {
   fiber.reset();  // gives the stack back before the awaiter runs
 }
 
-void noteFiberDriver(FiberDriverHandle driver) noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-  // The first word of the frame: see gFiberDriverResume.
-  void* resume = *static_cast<void* const*>(driver.address());
-  // Relaxed: a thread that does not see it yet just does not hand off.
-  if (gFiberDriverResume.load(std::memory_order_relaxed) != resume) {
-    gFiberDriverResume.store(resume, std::memory_order_relaxed);
-  }
-#else
-  (void)driver;
-#endif
-}
-
 FiberCore::ParkSwitch parkForYield() {
   FiberCore* const core = FiberCore::current();
   if (core == nullptr) throw NotInFiber("weft::this_fiber::yield() called outside a fiber");
@@ -116,7 +101,7 @@ FiberCore::ParkSwitch parkForYield() {
             nextFiber = suspendedFiberOf(item);
             return nextFiber != nullptr;
           },
-          WorkItem::fromHandle(link->driver));
+          WorkItem::forHandle(link->driver));
       if (!next.empty()) return core->handOffTo(nextFiber);
     }
     link->yieldRequested = true;  // acted on by the driver

@@ -43,6 +43,11 @@ namespace weft::detail {
 // switch than through the fiber's ParkLink.
 class FiberDriverPromise final : public LazyPromiseBase {
  public:
+  // Its resumptions are queued as tagged work items where weft queues them itself (a
+  // yield's requeue, the wake-ups of channels and sync primitives): how a hand-off
+  // recognises a driver in a run queue (suspendedFiberOf).
+  static constexpr bool kTagWorkItems = true;
+
   std::coroutine_handle<FiberDriverPromise> get_return_object() noexcept {
     return std::coroutine_handle<FiberDriverPromise>::from_promise(*this);
   }
@@ -149,31 +154,21 @@ template <class Awaiter>
 concept ResumesOnlyThroughExecutor =
     requires { requires bool(std::remove_cvref_t<Awaiter>::kResumesOnlyThroughExecutor); };
 
-// The resume function of fiber drivers' frames (fiber_park.cc), how a hand-off
-// recognises a driver in a run queue: the first word of a coroutine frame is the address
-// of its resume function with gcc and clang (the layout std::coroutine_handle::resume
-// relies on). Null until the first spawnFiber, and with other compilers (then fibers
-// never hand off).
-extern constinit std::atomic<void*> gFiberDriverResume;
-
 // The fiber that `driver`, a fiber driver's handle, drives.
 inline FiberCore* fiberOfDriver(std::coroutine_handle<> driver) noexcept {
   return FiberDriverHandle::from_address(driver.address()).promise().fiber();
 }
 
 // If `item` (the next item of a run queue) is the driver of a suspended fiber that can be
-// switched into directly, that fiber; else nullptr. When it is one, starts loading the
+// switched into directly, that fiber; else nullptr. A driver is recognised by its tag
+// (FiberDriverPromise::kTagWorkItems): one queued untagged (through
+// Executor::schedule by an awaitable of another library) is resumed by the loop instead. When it is one, starts loading the
 // fiber's stack top, where its switch-in pops its registers from and the frame it
 // returns into, so that these cache misses overlap with the park's remaining work.
 // noexcept: loads and compares.
 [[gnu::always_inline]] inline FiberCore* suspendedFiberOf(WorkItem item) noexcept {
-  // Relaxed: a thread that does not see the value yet just does not hand off.
-  void* const driverResume = gFiberDriverResume.load(std::memory_order_relaxed);
-  const std::coroutine_handle<> h = item.handle();
-  if (driverResume == nullptr || *static_cast<void* const*>(h.address()) != driverResume) {
-    return nullptr;
-  }
-  FiberCore* fiber = fiberOfDriver(h);
+  if (!item.isTaggedHandle()) return nullptr;
+  FiberCore* fiber = fiberOfDriver(item.handle());
   // A fiber's first run goes through its driver, which makes its context; a fiber on a
   // shared stack (never one of spawnFiber: checked all the same) must copy its stack in.
   if (fiber->state() != FiberCore::State::kSuspended || fiber->onSharedStack()) return nullptr;
@@ -201,10 +196,6 @@ struct FiberDriver {
   FiberDriverHandle handle;
 };
 FiberDriver driveFiber(FiberPtr fiber);
-
-// Records that `driver` is a fiber's driver, so that a fiber may recognise it in a run
-// queue (suspendedFiberOf). noexcept: an atomic store.
-void noteFiberDriver(FiberDriverHandle driver) noexcept;
 
 [[noreturn]] void throwAwaitOutsideExecutorFiber(bool inFiber);
 
