@@ -15,6 +15,7 @@
 
 #include "coro/cancellation.h"
 #include "coro/channel.h"
+#include "coro/collect.h"
 #include "coro/lazy.h"
 #include "coro/mutex.h"
 #include "coro/sleep.h"
@@ -126,6 +127,28 @@ TEST(TaskDumpTest, ListsAParkedFiberAWaitingLazyAndASleepingTaskWithTheirStates)
   EXPECT_THAT(after, Not(HasSubstr("consumer")));
   EXPECT_THAT(after, Not(HasSubstr("lockWaiter")));
   EXPECT_THAT(after, Not(HasSubstr("sleeper")));
+}
+
+weft::Lazy<> collector() {
+  auto results = co_await weft::collectAll(sleeper(), sleeper());
+  (void)results;
+}
+
+TEST(TaskDumpTest, ACollectShowsWhatItIsAndHowManyBranchesItWaitsFor) {
+  if (!WEFT_TASK_TRACKING) GTEST_SKIP() << "root tasks are listed with WEFT_TASK_TRACKING=1";
+  weft::ThreadPool pool(2);
+  weft::CancellationSource stop;
+  std::atomic<bool> finished{false};
+  weft::withCancellation(stop.token(), collector()).via(&pool).start([&](weft::Try<void> r) {
+    EXPECT_TRUE(r.hasValue());  // the branches' OperationCancelled stay in their Trys
+    finished = true;
+  });
+  const std::string text = dumpOnce([](const std::string& t) {
+    return t.find("waiting on collectAll") != std::string::npos;
+  });
+  EXPECT_THAT(text, HasSubstr("waiting on collectAll of 2 branches\n"));
+  stop.requestCancellation();
+  while (!finished.load()) std::this_thread::yield();
 }
 
 TEST(TaskDumpTest, ARunningTaskShowsItselfRunning) {
