@@ -11,8 +11,8 @@
 #include "coro/try.h"
 
 // collectAll and its forms: run several Lazys (or other awaitables) and wait for all of
-// them. The machinery is in coro/detail/collect_all.h; collectAny is in
-// coro/collect_any.h.
+// them. The machinery is in coro/detail/collect_all.h and coro/detail/collect_barrier.h;
+// collectAny is in coro/collect_any.h.
 
 namespace weft {
 
