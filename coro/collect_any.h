@@ -92,8 +92,9 @@ bool startAnyBranch(Lazy<T>& branch, AnyBranchSink& sink, AnyBarrier& barrier, E
   if (barrier.decided()) return true;
   sink.barrier = &barrier;
   barrier.addBranch();
-  (void)startBranch(LazyAccess::handle(branch), sink, barrier, executor, &barrier.token(),
-                    /*parallel=*/false);  // run here: never refused
+  auto handle = LazyAccess::handle(branch);
+  bindBranch(handle, sink, barrier, executor, &barrier.token());
+  handle.resume();
   return false;
 }
 

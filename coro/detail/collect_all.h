@@ -36,17 +36,19 @@ std::vector<Try<T>> takeResults(std::vector<Lazy<T>>& branches) {
 
 // --- collectAll, collectAllPara -----------------------------------------------------------
 
-inline constexpr const char kCollectAllLabel[] = "collectAll";
+inline constexpr char kCollectAllLabel[] = "collectAll";
 
 // Starts one branch of a collectAll, bound to the barrier itself. A branch the executor
 // refused has finished (its Try holds the refusal): never the last arrival (the
-// collect's own is pending), so nothing to resume.
+// collect's own is pending), so nothing to resume. Forced inline, as startBranch.
 template <class T>
-void startCollectAllBranch(Lazy<T>& branch, CollectBarrier& barrier, Executor* executor,
-                           const CancellationToken* token, bool parallel) {
-  if (!startBranch(LazyAccess::handle(branch), barrier, barrier, executor, token, parallel)) {
-    (void)barrier.arrive();
-  }
+[[gnu::always_inline]] inline void startCollectAllBranch(Lazy<T>& branch, CollectBarrier& barrier,
+                                                         Executor* executor,
+                                                         const CancellationToken* token,
+                                                         bool parallel) {
+  auto handle = LazyAccess::handle(branch);
+  bindBranch(handle, barrier, barrier, executor, token);
+  if (!startBranch(handle, executor, parallel)) (void)barrier.arrive();
 }
 
 template <bool kParallel, class... T>
@@ -79,7 +81,7 @@ Lazy<std::vector<Try<T>>> collectRange(std::vector<Lazy<T>> branches) {
 
 // --- collectAllFailFast -------------------------------------------------------------------
 
-inline constexpr const char kCollectAllFailFastLabel[] = "collectAllFailFast";
+inline constexpr char kCollectAllFailFastLabel[] = "collectAllFailFast";
 
 // One per branch: a branch that finishes with an exception cancels the others.
 template <class T>
@@ -110,7 +112,8 @@ void startFailFastBranch(Lazy<T>& branch, FailFastSink<T>& sink, CancellingBarri
   sink.barrier = &barrier;
   sink.promise = &handle.promise();
   barrier.addBranch();
-  if (!startBranch(handle, sink, barrier, executor, &barrier.token(), parallel)) {
+  bindBranch(handle, sink, barrier, executor, &barrier.token());
+  if (!startBranch(handle, executor, parallel)) {
     // Not started: the refusal is the branch's failure. Not the last arrival (the
     // collect's own is still pending), so nothing to resume.
     (void)barrier.branchDone(/*cancelOthers=*/true);
@@ -172,7 +175,8 @@ class WindowBarrier final : public CollectBarrier {
   // Starts the first `window` branches (the collect's own part of await_suspend).
   void startFirst() {
     for (std::size_t i = 0; i < window_; ++i) {
-      if (!startBranch(handle(i), *this, *this, executor_, token_, parallel_)) {
+      bindBranch(handle(i), *this, *this, executor_, token_);
+      if (!startBranch(handle(i), executor_, parallel_)) {
         // Starts a later branch in its place, or arrives for it: never the last arrival
         // (ours is pending) and, in parallel mode, never a branch to transfer to.
         (void)finishOne();
@@ -198,12 +202,12 @@ class WindowBarrier final : public CollectBarrier {
       // Relaxed: only hands out distinct indices; results are published by arrive().
       const std::size_t i = next_.fetch_add(1, std::memory_order_relaxed);
       if (i >= branches_.size()) return arrive();
+      bindBranch(handle(i), *this, *this, executor_, token_);
       if (!parallel_) {
-        bindBranch(handle(i), *this, *this, executor_, token_);
         (void)arrive();
         return handle(i);
       }
-      const bool started = startBranch(handle(i), *this, *this, executor_, token_, true);
+      const bool started = scheduleBranch(handle(i), executor_);
       (void)arrive();  // for the branch that finished; a refused branch i finishes next round
       if (started) return std::noop_coroutine();
     }

@@ -160,10 +160,14 @@ class CollectAwaiter {
 // in async backtraces and leading them where the barrier's do), runs on `executor` (the
 // collect's) and carries `token`, which outlives it (the collect's frame keeps it).
 // noexcept: plain stores; collectAllWindowed binds branches inside a final suspend.
+// Forced inline, as startBranch: both are on every branch's path, and g++ stops inlining
+// into a collect's loop past a size.
 template <class T>
-void bindBranch(std::coroutine_handle<LazyPromise<T>> branch, CompletionSink& sink,
-                const CollectBarrier& barrier, Executor* executor,
-                const CancellationToken* token) noexcept {
+[[gnu::always_inline]] inline void bindBranch(std::coroutine_handle<LazyPromise<T>> branch,
+                                              CompletionSink& sink,
+                                              const CollectBarrier& barrier,
+                                              Executor* executor,
+                                              const CancellationToken* token) noexcept {
   if (&sink != &barrier) {
     // A sink of its own, not in use yet. (The barrier's own fields are never rewritten
     // here: a running branch may be reading them for a backtrace.)
@@ -176,20 +180,11 @@ void bindBranch(std::coroutine_handle<LazyPromise<T>> branch, CompletionSink& si
   promise.setCancellationToken(token);
 }
 
-// Binds a branch (bindBranch) and starts it: scheduled on `executor` when `parallel` and
-// there is one, otherwise run right here until it first suspends or finishes. Returns
-// false when the executor refused it (shut down): the branch never ran, its Try holds the
-// refusal and it has not arrived; the caller arrives for it (its frame is freed with the
-// collect's).
+// Schedules a bound branch on `executor`. Returns false when the executor refused it (shut
+// down): the branch never ran and its Try holds the refusal. noexcept: every exception is
+// caught here (collectAllWindowed schedules branches inside a final suspend).
 template <class T>
-bool startBranch(std::coroutine_handle<LazyPromise<T>> branch, CompletionSink& sink,
-                 const CollectBarrier& barrier, Executor* executor,
-                 const CancellationToken* token, bool parallel) {
-  bindBranch(branch, sink, barrier, executor, token);
-  if (!parallel || executor == nullptr) {
-    branch.resume();
-    return true;
-  }
+bool scheduleBranch(std::coroutine_handle<LazyPromise<T>> branch, Executor* executor) noexcept {
   try {
     executor->schedule(branch);
     return true;
@@ -197,6 +192,21 @@ bool startBranch(std::coroutine_handle<LazyPromise<T>> branch, CompletionSink& s
     branch.promise().result_.setException(std::current_exception());
     return false;
   }
+}
+
+// Starts a bound branch: scheduled on `executor` when `parallel` and there is one
+// (scheduleBranch), otherwise run right here until it first suspends or finishes.
+// Returns false when the executor refused it: the branch never ran, its Try holds the
+// refusal and it has not arrived; the caller arrives for it (its frame is freed with the
+// collect's).
+template <class T>
+[[gnu::always_inline]] inline bool startBranch(std::coroutine_handle<LazyPromise<T>> branch,
+                                               Executor* executor, bool parallel) {
+  if (!parallel || executor == nullptr) {
+    branch.resume();
+    return true;
+  }
+  return scheduleBranch(branch, executor);
 }
 
 // `co_await CurrentCancellationTokenPointer{}`: the address of the token the current
