@@ -13,9 +13,9 @@
 
 #include "coro/cancellation.h"
 #include "coro/current_executor.h"
-#include "coro/detail/cancelling_barrier.h"
-#include "coro/detail/lazy_promise.h"
 #include "coro/detail/await_in_lazy.h"
+#include "coro/detail/collect_barrier.h"
+#include "coro/detail/lazy_promise.h"
 #include "coro/lazy.h"
 #include "coro/try.h"
 #include "executors/executor.h"
@@ -53,7 +53,7 @@ namespace detail {
 class AnyBarrier : public CancellingBarrier {
  public:
   static constexpr std::size_t kNoWinner = std::numeric_limits<std::size_t>::max();
-  using CancellingBarrier::CancellingBarrier;
+  explicit AnyBarrier(const CancellationToken& parent) : CancellingBarrier("collectAny", parent) {}
 
   // From a branch's completion sink. acq_rel: the winner's result is published to the
   // collect by the barrier's count; the CAS only has to pick one winner.
@@ -73,7 +73,7 @@ class AnyBarrier : public CancellingBarrier {
 // One per branch: tells the barrier which branch finished.
 class AnyBranchSink final : public CompletionSink {
  public:
-  AnyBranchSink() noexcept : CompletionSink(&AnyBranchSink::complete, "collectAny") {}
+  AnyBranchSink() noexcept : CompletionSink(&AnyBranchSink::complete) {}
   AnyBarrier* barrier = nullptr;
   std::size_t index = 0;
 
@@ -90,14 +90,10 @@ class AnyBranchSink final : public CompletionSink {
 template <class T>
 bool startAnyBranch(Lazy<T>& branch, AnyBranchSink& sink, AnyBarrier& barrier, Executor* executor) {
   if (barrier.decided()) return true;
-  auto handle = LazyAccess::handle(branch);
-  LazyPromise<T>& promise = handle.promise();
   sink.barrier = &barrier;
-  sink.traceParent_ = barrier.algorithmParent();
-  promise.setCompletionSink(&sink);
-  promise.setExecutor(executor);
-  promise.setCancellationToken(&barrier.token());
   barrier.addBranch();
+  auto handle = LazyAccess::handle(branch);
+  bindBranch(handle, sink, barrier, executor, &barrier.token());
   handle.resume();
   return false;
 }
@@ -130,7 +126,7 @@ collectAnyTuple(Lazy<T>... branches) {
   std::array<AnyBranchSink, sizeof...(T)> sinks;
   std::tuple<Lazy<T>&...> refs(branches...);
   DestroyBranchesFirst destroyFirst([&] { ((branches = Lazy<T>()), ...); });
-  BarrierAwaiter awaiter(barrier, [&] {
+  CollectAwaiter awaiter(barrier, sizeof...(T), [&] {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((sinks[I].index = I), ...);
       (void)(startAnyBranch(std::get<I>(refs), sinks[I], barrier, executor) || ...);
@@ -168,7 +164,7 @@ collectAnyRange(std::vector<Lazy<T>> branches) {
   AnyBarrier barrier(*parent);
   std::vector<AnyBranchSink> sinks(branches.size());
   DestroyBranchesFirst destroyFirst([&] { branches.clear(); });
-  BarrierAwaiter awaiter(barrier, [&] {
+  CollectAwaiter awaiter(barrier, branches.size(), [&] {
     for (std::size_t i = 0; i < branches.size(); ++i) {
       sinks[i].index = i;
       if (startAnyBranch(branches[i], sinks[i], barrier, executor)) break;

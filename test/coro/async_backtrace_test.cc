@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "coro/collect.h"
+#include "coro/collect_any.h"
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "coro/spawn.h"
@@ -74,6 +75,35 @@ TEST(AsyncBacktraceTest, CollectBranchShowsTheCollectThenItsAwaiter) {
   EXPECT_THAT(trace.functionNames(),
               ElementsAre(HasSubstr("traceLeaf"), HasSubstr("traceBranch"), "collectAll",
                           HasSubstr("traceCollector"), "syncAwait"));
+}
+
+weft::Lazy<weft::AsyncBacktrace> traceFailFast() {
+  auto [first, second] = co_await weft::collectAllFailFast(traceBranch(), traceBranch());
+  co_return std::move(second).value();
+}
+weft::Lazy<weft::AsyncBacktrace> traceWindowed() {
+  std::vector<weft::Lazy<weft::AsyncBacktrace>> branches;
+  for (int i = 0; i < 3; ++i) branches.push_back(traceBranch());
+  // One at a time: the later branches are started by the ones that finished.
+  std::vector<weft::Try<weft::AsyncBacktrace>> results =
+      co_await weft::collectAllWindowed(1, std::move(branches));
+  co_return std::move(results.back()).value();
+}
+weft::Lazy<weft::AsyncBacktrace> traceAny() {
+  auto first = co_await weft::collectAny(traceBranch(), traceBranch());
+  co_return std::move(std::get<0>(first)).value();
+}
+
+TEST(AsyncBacktraceTest, EachCollectNamesItselfInItsBranchesTraces) {
+  EXPECT_THAT(weft::syncAwait(traceFailFast()).functionNames(),
+              ElementsAre(HasSubstr("traceLeaf"), HasSubstr("traceBranch"), "collectAllFailFast",
+                          HasSubstr("traceFailFast"), "syncAwait"));
+  EXPECT_THAT(weft::syncAwait(traceWindowed()).functionNames(),
+              ElementsAre(HasSubstr("traceLeaf"), HasSubstr("traceBranch"), "collectAllWindowed",
+                          HasSubstr("traceWindowed"), "syncAwait"));
+  EXPECT_THAT(weft::syncAwait(traceAny()).functionNames(),
+              ElementsAre(HasSubstr("traceLeaf"), HasSubstr("traceBranch"), "collectAny",
+                          HasSubstr("traceAny"), "syncAwait"));
 }
 
 TEST(AsyncBacktraceTest, DetachedStartIsTheRoot) {

@@ -15,6 +15,8 @@
 
 #include "coro/cancellation.h"
 #include "coro/channel.h"
+#include "coro/collect.h"
+#include "coro/collect_any.h"
 #include "coro/lazy.h"
 #include "coro/mutex.h"
 #include "coro/sleep.h"
@@ -126,6 +128,36 @@ TEST(TaskDumpTest, ListsAParkedFiberAWaitingLazyAndASleepingTaskWithTheirStates)
   EXPECT_THAT(after, Not(HasSubstr("consumer")));
   EXPECT_THAT(after, Not(HasSubstr("lockWaiter")));
   EXPECT_THAT(after, Not(HasSubstr("sleeper")));
+}
+
+weft::Lazy<> collector() {
+  auto results = co_await weft::collectAll(sleeper(), sleeper());
+  (void)results;
+}
+weft::Lazy<> racer() {
+  auto first = co_await weft::collectAny(sleeper(), sleeper(), sleeper());
+  (void)first;
+}
+
+TEST(TaskDumpTest, ACollectShowsWhatItIsAndHowManyBranchesItWaitsFor) {
+  if (!WEFT_TASK_TRACKING) GTEST_SKIP() << "root tasks are listed with WEFT_TASK_TRACKING=1";
+  weft::ThreadPool pool(2);
+  weft::CancellationSource stop;
+  std::atomic<int> finished{0};
+  auto done = [&](weft::Try<void> r) {
+    EXPECT_TRUE(r.hasValue());  // the branches' OperationCancelled stay in their Trys
+    ++finished;
+  };
+  weft::withCancellation(stop.token(), collector()).via(&pool).start(done);
+  weft::withCancellation(stop.token(), racer()).via(&pool).start(done);
+  const std::string text = dumpOnce([](const std::string& t) {
+    return t.find("waiting on collectAll") != std::string::npos &&
+           t.find("waiting on collectAny") != std::string::npos;
+  });
+  EXPECT_THAT(text, HasSubstr("waiting on collectAll of 2 branches\n"));
+  EXPECT_THAT(text, HasSubstr("waiting on collectAny of 3 branches\n"));
+  stop.requestCancellation();
+  while (finished.load() < 2) std::this_thread::yield();
 }
 
 TEST(TaskDumpTest, ARunningTaskShowsItselfRunning) {

@@ -576,7 +576,7 @@ def _describe_awaiter(type_name, awaiter):
         except (gdb.error, gdb.MemoryError, TypeError):
             return "FiberFuture (awaiter 0x%x)" % awaiter
     if re.match(r"^weft::detail::CollectAwaiter<.*>::Ref$", type_name):
-        return _describe_collect(type_name, awaiter)
+        return _describe_collect(awaiter)
     inner = _template_argument(type_name, "weft::detail::ViaAwaiter")
     if inner is not None and type_name.startswith("weft::detail::ViaAwaiter<"):
         # A foreign awaitable, wrapped: describe what it wraps (its member awaiter_).
@@ -589,22 +589,20 @@ def _describe_awaiter(type_name, awaiter):
     return "%s (awaiter 0x%x)" % (type_name, awaiter)
 
 
-def _describe_collect(type_name, awaiter):
-    """CollectAwaiter<StartAll>::Ref {CollectAwaiter* self;}; CollectAwaiter {CollectBarrier
-    barrier_; size_t branches_; ...}. gdb cannot name a type with a lambda argument, so
-    without the type the count is read after the barrier (whose type it knows)."""
+def _describe_collect(awaiter):
+    """CollectAwaiter<StartAll>::Ref {CollectAwaiter* self;}; CollectAwaiter {size_t
+    branches_; CollectBarrier& barrier_; ...}; the barrier is a CompletionSink whose
+    traceLabel_ names the collect ("collectAll", "collectAny"...). gdb cannot name a type
+    with a lambda argument, so without the type the two first members are read as words."""
     try:
-        value = _typed(awaiter, type_name)
-        if value is not None:
-            return "collectAll of %d branches" % int(value["self"].dereference()["branches_"])
-    except (gdb.error, gdb.MemoryError, TypeError):
-        pass
-    try:
-        barrier = _layout.type("weft::detail::CollectBarrier").sizeof
-        branches = _u64(_u64(awaiter) + (barrier + 7) // 8 * 8)
-        return "collectAll of %d branches" % branches
-    except (gdb.error, gdb.MemoryError, AttributeError):
-        return "collectAll (awaiter 0x%x)" % awaiter
+        self = _u64(awaiter)
+        branches = _u64(self)
+        barrier = _u64(self + 8)
+        label = _u64(barrier + _off("weft::detail::CompletionSink", "traceLabel_"))
+        name = _cstring(label) if label else "collect"
+        return "%s of %d branches" % (name, branches)
+    except (gdb.error, gdb.MemoryError):
+        return "collect (awaiter 0x%x)" % awaiter
 
 
 def _describe_sleep(awaiter):
