@@ -10,20 +10,13 @@
 #include <vector>
 
 #include "executors/executor.h"
+#include "test/support/eager_coroutine.h"
 
 namespace weft {
 namespace {
 
 // An eager coroutine that destroys itself at the end: enough to test the handle path.
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
+using Detached = test::EagerCoroutine;
 
 struct ResumeOn {
   Executor& executor;

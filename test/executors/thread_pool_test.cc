@@ -27,6 +27,7 @@
 #include "coro/lazy.h"
 #include "coro/sync_await.h"
 #include "executors/executor.h"
+#include "test/support/eager_coroutine.h"
 
 namespace weft {
 namespace {
@@ -117,15 +118,7 @@ class ShutdownOnExit {
 
 // The smallest coroutine type that exercises the handle fast path: starts eagerly,
 // never suspends at the end (destroys itself), and cannot fail.
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
+using Detached = test::EagerCoroutine;
 
 // co_await resumeOn(ex): continues the coroutine on `ex` via schedule(handle).
 struct ResumeOn {

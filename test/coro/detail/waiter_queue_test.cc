@@ -15,6 +15,7 @@
 #include "coro/event.h"
 #include "coro/lazy.h"
 #include "test/support/start_detached.h"
+#include "test/support/eager_coroutine.h"
 
 namespace weft::detail {
 namespace {
@@ -106,15 +107,7 @@ TEST(CancelWaitLockedTest, LeavesACompletedWaiterAlone) {
 
 // A coroutine that parks its handle in a node, then logs its id, runs `then`, and logs
 // the negated id.
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
+using Detached = test::EagerCoroutine;
 struct Park {
   Node& node;
   bool await_ready() const noexcept { return false; }
