@@ -252,24 +252,50 @@ class LazyPromiseBase : public FrameAllocated {
   // be writing them (a snapshot, told to ThreadSanitizer as such: coro/task_dump.cc), and
   // g++ does not keep values in registers across even a relaxed atomic store, which an
   // uncontended Mutex::lock felt.
+  // Kept only with WEFT_TASK_TRACKING (every caller is): without it the promise has no
+  // room for them, a Lazy's frame is two words smaller, and there is never a note.
   void noteWait(const WaitNote* note, const void* suspendPoint) noexcept {
+#if WEFT_TASK_TRACKING
     suspendPoint_ = suspendPoint;
     waitNote_ = reinterpret_cast<std::uintptr_t>(note);
+#else
+    (void)note;
+    (void)suspendPoint;
+#endif
   }
   void noteWaitOnLazy(const LazyPromiseBase* awaited, const void* suspendPoint) noexcept {
+#if WEFT_TASK_TRACKING
     suspendPoint_ = suspendPoint;
     waitNote_ = reinterpret_cast<std::uintptr_t>(awaited) | 1u;
+#else
+    (void)awaited;
+    (void)suspendPoint;
+#endif
   }
-  void clearWait() noexcept { waitNote_ = 0; }
+  void clearWait() noexcept {
+#if WEFT_TASK_TRACKING
+    waitNote_ = 0;
+#endif
+  }
   // Where the coroutine is suspended: meaningful while a note is set.
-  const void* suspendPoint() const noexcept { return suspendPoint_; }
+  const void* suspendPoint() const noexcept {
+#if WEFT_TASK_TRACKING
+    return suspendPoint_;
+#else
+    return nullptr;
+#endif
+  }
   // The current note: at most one of the two is set.
   struct Wait {
     const WaitNote* note;
     const LazyPromiseBase* awaitedLazy;
   };
   Wait currentWait() const noexcept {
+#if WEFT_TASK_TRACKING
     const std::uintptr_t word = waitNote_;
+#else
+    const std::uintptr_t word = 0;
+#endif
     if ((word & 1u) != 0) return {nullptr, reinterpret_cast<const LazyPromiseBase*>(word - 1)};
     return {reinterpret_cast<const WaitNote*>(word), nullptr};
   }
@@ -312,8 +338,10 @@ class LazyPromiseBase : public FrameAllocated {
 
   std::uintptr_t continuation_ = 0;
   AsyncParent asyncParent_;
+#if WEFT_TASK_TRACKING
   std::uintptr_t waitNote_ = 0;
   const void* suspendPoint_ = nullptr;
+#endif
   Executor* executor_ = nullptr;
   const CancellationToken* token_ = &kNoCancellationToken;
 };

@@ -124,6 +124,12 @@ class _Layout:
                     return inner
         return None
 
+    def has_field(self, type_name, field):
+        """False when the debug information describes `type_name` without `field` (a member
+        compiled out); True otherwise, also when there is no debug information."""
+        type_ = self.type(type_name)
+        return type_ is None or self._find_field(type_, field, 0) is not None
+
     def offset(self, type_name, field):
         key = (type_name, field)
         if key not in self._cache:
@@ -419,7 +425,10 @@ def _code_of_frame(frame):
 
 def _suspend_point(promise):
     """Where a suspended coroutine waits (LazyPromiseBase::suspendPoint_), or None when it
-    waits on nothing (it runs)."""
+    waits on nothing (it runs) or the program keeps no notes (WEFT_TASK_TRACKING off: the
+    debug information then has no such member)."""
+    if not _layout.has_field("weft::detail::LazyPromiseBase", "waitNote_"):
+        return None
     if _u64(promise + _off("weft::detail::LazyPromiseBase", "waitNote_")) == 0:
         return None
     return _u64(promise + _off("weft::detail::LazyPromiseBase", "suspendPoint_")) or None
