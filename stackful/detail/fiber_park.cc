@@ -96,12 +96,8 @@ FiberCore::ParkSwitch parkForYield() {
       // Acted on first: the driver is requeued and the next suspended fiber taken in one
       // step, then the thread is handed to that fiber.
       FiberCore* nextFiber = nullptr;
-      const WorkItem next = queue->exchangeNextIf(
-          [&nextFiber](WorkItem item) noexcept {
-            nextFiber = suspendedFiberOf(item);
-            return nextFiber != nullptr;
-          },
-          WorkItem::forHandle(link->driver));
+      const WorkItem next = queue->exchangeNextIf(TakeSuspendedFiber{nextFiber},
+                                                  WorkItem::forHandle(link->driver));
       if (!next.empty()) return core->handOffTo(nextFiber);
     }
     link->yieldRequested = true;  // acted on by the driver

@@ -197,6 +197,18 @@ struct FiberDriver {
 };
 FiberDriver driveFiber(FiberPtr fiber);
 
+// The filter of a run queue's takeNextIf/exchangeNextIf for a hand-off: accepts the
+// driver of a suspended fiber (suspendedFiberOf) and keeps that fiber in `fiber`. A
+// functor with a forced-inline call, not a lambda: clang++ calls a lambda out of line
+// here.
+struct TakeSuspendedFiber {
+  FiberCore*& fiber;
+  [[gnu::always_inline]] bool operator()(WorkItem item) const noexcept {
+    fiber = suspendedFiberOf(item);
+    return fiber != nullptr;
+  }
+};
+
 [[noreturn]] void throwAwaitOutsideExecutorFiber(bool inFiber);
 
 // The park of await() acted on first (see the top of this file), when the calling thread
@@ -213,10 +225,7 @@ template <class Awaiter>
   if (queue == nullptr) return false;
   core->throwIfUnwinding();  // before the driver's handle is out
   FiberCore* nextFiber = nullptr;
-  const WorkItem next = queue->takeNextIf([&nextFiber](WorkItem item) noexcept {
-    nextFiber = suspendedFiberOf(item);
-    return nextFiber != nullptr;
-  });
+  const WorkItem next = queue->takeNextIf(TakeSuspendedFiber{nextFiber});
   using Result = decltype(awaiter.await_suspend(link.driver));
   static_assert(std::is_void_v<Result> || std::is_same_v<Result, bool>,
                 "kResumesOnlyThroughExecutor: await_suspend returns void or bool");
