@@ -1,4 +1,4 @@
-#include "coro/async_backtrace.h"
+#include "weft/coro/async_backtrace.h"
 
 #include <execinfo.h>
 
@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <ostream>
 
-#include "coro/detail/snapshot_reads.h"
-#include "coro/detail/symbolizer.h"
+#include "weft/coro/detail/snapshot_reads.h"
+#include "weft/coro/detail/symbolizer.h"
 
 namespace weft {
 namespace detail {

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "coro/detail/lazy_promise.h"
-#include "executors/executor.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -9,9 +9,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/lazy_promise.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

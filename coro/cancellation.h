@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "executors/executor.h"
+#include "weft/executors/executor.h"
 
 // Cooperative cancellation: a CancellationSource requests, CancellationTokens observe,
 // CancellationCallbacks react.

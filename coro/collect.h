@@ -5,10 +5,10 @@
 #include <utility>
 #include <vector>
 
-#include "coro/detail/await_in_lazy.h"
-#include "coro/detail/collect_all.h"
-#include "coro/lazy.h"
-#include "coro/try.h"
+#include "weft/coro/detail/await_in_lazy.h"
+#include "weft/coro/detail/collect_all.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/try.h"
 
 // collectAll and its forms: run several Lazys (or other awaitables) and wait for all of
 // them. The machinery is in coro/detail/collect_all.h and coro/detail/collect_barrier.h;

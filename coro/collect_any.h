@@ -11,14 +11,14 @@
 #include <variant>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/current_executor.h"
-#include "coro/detail/await_in_lazy.h"
-#include "coro/detail/collect_barrier.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/lazy.h"
-#include "coro/try.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/detail/await_in_lazy.h"
+#include "weft/coro/detail/collect_barrier.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/try.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

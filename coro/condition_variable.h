@@ -7,14 +7,14 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/config.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/spin_lock.h"
-#include "coro/detail/sync_waiter.h"
-#include "coro/lazy.h"
-#include "coro/mutex.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/config.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/sync_waiter.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/mutex.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -2,7 +2,7 @@
 
 #include <coroutine>
 
-#include "executors/executor.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

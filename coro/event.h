@@ -4,9 +4,9 @@
 #include <coroutine>
 #include <mutex>
 
-#include "coro/detail/spin_lock.h"
-#include "coro/detail/sync_waiter.h"
-#include "executors/executor.h"
+#include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/sync_waiter.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/detail/frame_allocator.h"
+#include "weft/coro/detail/frame_allocator.h"
 
 namespace weft {
 

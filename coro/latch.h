@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "coro/detail/sync_waiter.h"
-#include "coro/event.h"
-#include "executors/executor.h"
+#include "weft/coro/detail/sync_waiter.h"
+#include "weft/coro/event.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/task_registry.h"
-#include "coro/try.h"
-#include "executors/executor.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/task_registry.h"
+#include "weft/coro/try.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 
@@ -266,4 +266,4 @@ void checkBranchRange(const char* algorithm, const std::vector<Lazy<T>>& branche
 }  // namespace weft
 
 // Task<T> completes Lazy<T>::via(); it includes this header first.
-#include "coro/task.h"
+#include "weft/coro/task.h"

@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "coro/detail/frame_allocator.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/via_awaiter.h"
-#include "executors/executor.h"
+#include "weft/coro/detail/frame_allocator.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -4,9 +4,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/channel.h"
-#include "coro/detail/select_awaiter.h"
-#include "coro/sleep.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/detail/select_awaiter.h"
+#include "weft/coro/sleep.h"
 
 namespace weft {
 

@@ -7,11 +7,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/detail/held_lock.h"
-#include "coro/detail/spin_lock.h"
-#include "coro/detail/sync_waiter.h"
-#include "coro/mutex.h"
-#include "executors/executor.h"
+#include "weft/coro/detail/held_lock.h"
+#include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/sync_waiter.h"
+#include "weft/coro/mutex.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

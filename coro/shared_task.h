@@ -8,13 +8,13 @@
 #include <utility>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/detail/spin_lock.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/lazy.h"
-#include "coro/task.h"
-#include "coro/try.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/task.h"
+#include "weft/coro/try.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

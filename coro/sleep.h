@@ -10,10 +10,10 @@
 #include <string>
 #include <type_traits>
 
-#include "coro/cancellation.h"
-#include "coro/detail/via_awaiter.h"
-#include "executors/detail/timer_queue.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/executors/detail/timer_queue.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -10,15 +10,15 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/async_backtrace.h"
-#include "coro/cancellation.h"
-#include "coro/detail/await_in_lazy.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/lazy.h"
-#include "coro/task.h"
-#include "coro/try.h"
-#include "executors/executor.h"
+#include "weft/coro/async_backtrace.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/await_in_lazy.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/task.h"
+#include "weft/coro/try.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -7,12 +7,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/lazy.h"
-#include "coro/try.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/try.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "coro/task_dump.h"
+#include "weft/coro/task_dump.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "coro/async_backtrace.h"
-#include "coro/detail/snapshot_reads.h"
-#include "coro/detail/task_registry.h"
+#include "weft/coro/async_backtrace.h"
+#include "weft/coro/detail/snapshot_reads.h"
+#include "weft/coro/detail/task_registry.h"
 
 
 namespace weft {

@@ -4,12 +4,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/await_in_lazy.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/lazy.h"
-#include "coro/task.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/await_in_lazy.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/task.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -7,12 +7,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/collect_any.h"
-#include "coro/detail/await_in_lazy.h"
-#include "coro/lazy.h"
-#include "coro/sleep.h"
-#include "coro/try.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/collect_any.h"
+#include "weft/coro/detail/await_in_lazy.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/try.h"
 
 namespace weft {
 

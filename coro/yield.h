@@ -2,9 +2,9 @@
 
 #include <coroutine>
 
-#include "coro/cancellation.h"
-#include "coro/detail/via_awaiter.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -6,9 +6,9 @@
 #include <functional>
 #include <thread>
 
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
+#include <weft/coro/lazy.h>
+#include <weft/coro/sync_await.h>
+#include <weft/executors/thread_pool.h>
 
 // A stand-in for a third-party library: it answers on a thread of its own.
 void legacyLookup(int key, std::function<void(int)> callback) {

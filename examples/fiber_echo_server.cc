@@ -11,13 +11,13 @@
 #include <cstdlib>
 #include <thread>
 
-#include "coro/cancellation.h"
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
-#include "io/signal_set.h"
-#include "io/tcp_listener.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include <weft/coro/cancellation.h>
+#include <weft/coro/sync_await.h>
+#include <weft/executors/thread_pool.h>
+#include <weft/io/signal_set.h>
+#include <weft/io/tcp_listener.h>
+#include <weft/stackful/await.h>
+#include <weft/stackful/spawn_fiber.h>
 
 using namespace std::chrono_literals;
 

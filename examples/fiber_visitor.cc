@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include <weft/coro/sync_await.h>
+#include <weft/executors/thread_pool.h>
+#include <weft/stackful/await.h>
+#include <weft/stackful/spawn_fiber.h>
 
 namespace legacy {
 

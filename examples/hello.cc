@@ -1,10 +1,10 @@
 // The README's example: a Task on a thread pool awaiting two Lazys in parallel.
 #include <cstdio>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
+#include <weft/coro/collect.h>
+#include <weft/coro/lazy.h>
+#include <weft/coro/sync_await.h>
+#include <weft/executors/thread_pool.h>
 
 weft::Lazy<int> square(int x) { co_return x * x; }
 

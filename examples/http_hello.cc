@@ -15,13 +15,13 @@
 #include <string_view>
 #include <thread>
 
-#include "coro/cancellation.h"
-#include "coro/current_executor.h"
-#include "coro/sync_await.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "io/signal_set.h"
-#include "io/tcp_listener.h"
+#include <weft/coro/cancellation.h>
+#include <weft/coro/current_executor.h>
+#include <weft/coro/sync_await.h>
+#include <weft/coro/with_cancellation.h>
+#include <weft/executors/thread_pool.h>
+#include <weft/io/signal_set.h>
+#include <weft/io/tcp_listener.h>
 
 using namespace std::chrono_literals;
 

@@ -5,10 +5,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
+#include <weft/coro/collect.h>
+#include <weft/coro/lazy.h>
+#include <weft/coro/sync_await.h>
+#include <weft/executors/thread_pool.h>
 
 weft::Lazy<long> sumChunk(const std::vector<int>& data, std::size_t begin, std::size_t end) {
   if (begin > end) throw std::invalid_argument("bad chunk");

@@ -13,21 +13,21 @@
 #include <optional>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/channel.h"
-#include "coro/collect.h"
-#include "coro/current_executor.h"
-#include "coro/semaphore.h"
-#include "coro/sleep.h"
-#include "coro/spawn.h"
-#include "coro/sync_await.h"
-#include "coro/task_group.h"
-#include "coro/with_cancellation.h"
-#include "coro/with_timeout.h"
-#include "executors/thread_pool.h"
-#include "io/signal_set.h"
-#include "stackful/await.h"
-#include "stackful/in_fiber.h"
+#include <weft/coro/cancellation.h>
+#include <weft/coro/channel.h>
+#include <weft/coro/collect.h>
+#include <weft/coro/current_executor.h>
+#include <weft/coro/semaphore.h>
+#include <weft/coro/sleep.h>
+#include <weft/coro/spawn.h>
+#include <weft/coro/sync_await.h>
+#include <weft/coro/task_group.h>
+#include <weft/coro/with_cancellation.h>
+#include <weft/coro/with_timeout.h>
+#include <weft/executors/thread_pool.h>
+#include <weft/io/signal_set.h>
+#include <weft/stackful/await.h>
+#include <weft/stackful/in_fiber.h>
 
 using namespace std::chrono_literals;
 

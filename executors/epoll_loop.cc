@@ -26,7 +26,7 @@
 #include <system_error>
 #include <vector>
 
-#include "executors/detail/io_loop_base.h"
+#include "weft/executors/detail/io_loop_base.h"
 
 namespace weft::detail {
 

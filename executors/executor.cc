@@ -1,6 +1,6 @@
-#include "executors/executor.h"
+#include "weft/executors/executor.h"
 
-#include "executors/detail/timer_queue.h"
+#include "weft/executors/detail/timer_queue.h"
 
 namespace weft {
 

@@ -8,9 +8,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "executors/io_loop.h"
-#include "executors/timer_entry.h"
-#include "executors/work_item.h"
+#include "weft/executors/io_loop.h"
+#include "weft/executors/timer_entry.h"
+#include "weft/executors/work_item.h"
 
 namespace weft {
 

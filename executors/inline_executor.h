@@ -2,8 +2,8 @@
 
 #include <coroutine>
 
-#include "executors/detail/job.h"
-#include "executors/executor.h"
+#include "weft/executors/detail/job.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "executors/io_loop.h"
+#include "weft/executors/io_loop.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <system_error>
 
-#include "executors/detail/io_loop_base.h"
+#include "weft/executors/detail/io_loop_base.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "executors/thread_pool.h"
+#include "weft/executors/thread_pool.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,8 +7,8 @@
 #include <thread>
 #include <utility>
 
-#include "executors/detail/work_stealing_queue.h"
-#include "executors/io_loop.h"
+#include "weft/executors/detail/work_stealing_queue.h"
+#include "weft/executors/io_loop.h"
 
 #if defined(__linux__)
 #include <pthread.h>

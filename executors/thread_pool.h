@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "executors/detail/job.h"
-#include "executors/detail/ring_buffer.h"
-#include "executors/detail/timer_queue.h"
-#include "executors/executor.h"
-#include "executors/io_loop.h"
-#include "executors/thread_run_queue.h"
+#include "weft/executors/detail/job.h"
+#include "weft/executors/detail/ring_buffer.h"
+#include "weft/executors/detail/timer_queue.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/io_loop.h"
+#include "weft/executors/thread_run_queue.h"
 
 namespace weft {
 

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <new>
 
-#include "executors/detail/ring_buffer.h"
-#include "executors/executor.h"
-#include "executors/work_item.h"
+#include "weft/executors/detail/ring_buffer.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/work_item.h"
 
 namespace weft {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "executors/work_item.h"
+#include "weft/executors/work_item.h"
 
 namespace weft {
 

@@ -20,7 +20,7 @@
 #include <memory>
 #include <system_error>
 
-#include "executors/detail/io_loop_base.h"
+#include "weft/executors/detail/io_loop_base.h"
 
 #if defined(WEFT_HAVE_LIBURING)
 

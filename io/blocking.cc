@@ -1,4 +1,4 @@
-#include "io/blocking.h"
+#include "weft/io/blocking.h"
 
 #include <algorithm>
 #include <cstdio>

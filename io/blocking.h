@@ -16,11 +16,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/try.h"
-#include "executors/executor.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/try.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/thread_pool.h"
 
 namespace weft {
 

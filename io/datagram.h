@@ -2,7 +2,7 @@
 
 #include <cstddef>
 
-#include "io/socket_address.h"
+#include "weft/io/socket_address.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "io/file.h"
+#include "weft/io/file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,11 +12,11 @@
 #include <string>
 #include <system_error>
 
-#include "coro/cancellation.h"
-#include "executors/executor.h"
-#include "executors/io_loop.h"
-#include "io/blocking.h"
-#include "io/detail/io_awaiter.h"
+#include "weft/coro/cancellation.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/io_loop.h"
+#include "weft/io/blocking.h"
+#include "weft/io/detail/io_awaiter.h"
 
 namespace weft {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "coro/lazy.h"
+#include "weft/coro/lazy.h"
 
 namespace weft {
 

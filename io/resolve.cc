@@ -1,4 +1,4 @@
-#include "io/resolve.h"
+#include "weft/io/resolve.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -9,7 +9,7 @@
 #include <optional>
 #include <utility>
 
-#include "coro/cancellation.h"
+#include "weft/coro/cancellation.h"
 
 namespace weft {
 

@@ -4,9 +4,9 @@
 #include <system_error>
 #include <vector>
 
-#include "coro/lazy.h"
-#include "io/blocking.h"
-#include "io/socket_address.h"
+#include "weft/coro/lazy.h"
+#include "weft/io/blocking.h"
+#include "weft/io/socket_address.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "io/signal.h"
+#include "weft/io/signal.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,8 +13,8 @@
 #include <system_error>
 #include <thread>
 
-#include "coro/cancellation.h"
-#include "coro/detail/via_awaiter.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/via_awaiter.h"
 
 namespace weft::detail {
 

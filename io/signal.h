@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "coro/cancellation.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "io/signal_set.h"
+#include "weft/io/signal_set.h"
 
 #include <pthread.h>
 #include <sys/signalfd.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <system_error>
 
-#include "io/detail/socket_ops.h"
+#include "weft/io/detail/socket_ops.h"
 
 namespace weft {
 

@@ -4,7 +4,7 @@
 
 #include <initializer_list>
 
-#include "coro/lazy.h"
+#include "weft/coro/lazy.h"
 
 namespace weft {
 

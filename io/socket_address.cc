@@ -1,4 +1,4 @@
-#include "io/socket_address.h"
+#include "weft/io/socket_address.h"
 
 #include <arpa/inet.h>
 #include <net/if.h>

@@ -1,4 +1,4 @@
-#include "io/tcp_listener.h"
+#include "weft/io/tcp_listener.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -12,8 +12,8 @@
 #include <string>
 #include <system_error>
 
-#include "coro/sleep.h"
-#include "io/detail/socket_util.h"
+#include "weft/coro/sleep.h"
+#include "weft/io/detail/socket_util.h"
 
 namespace weft {
 

@@ -2,9 +2,9 @@
 
 #include <sys/socket.h>
 
-#include "coro/lazy.h"
-#include "io/socket_address.h"
-#include "io/tcp_stream.h"
+#include "weft/coro/lazy.h"
+#include "weft/io/socket_address.h"
+#include "weft/io/tcp_stream.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "io/tcp_stream.h"
+#include "weft/io/tcp_stream.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <system_error>
 
-#include "io/detail/socket_util.h"
+#include "weft/io/detail/socket_util.h"
 
 namespace weft {
 

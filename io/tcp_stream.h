@@ -8,10 +8,10 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "coro/lazy.h"
-#include "executors/io_loop.h"
-#include "io/detail/socket_ops.h"
-#include "io/socket_address.h"
+#include "weft/coro/lazy.h"
+#include "weft/executors/io_loop.h"
+#include "weft/io/detail/socket_ops.h"
+#include "weft/io/socket_address.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "io/udp_socket.h"
+#include "weft/io/udp_socket.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <system_error>
 
-#include "io/detail/socket_util.h"
+#include "weft/io/detail/socket_util.h"
 
 namespace weft {
 

@@ -3,11 +3,11 @@
 #include <cstddef>
 #include <span>
 
-#include "executors/io_loop.h"
-#include "io/datagram.h"
-#include "io/detail/datagram_ops.h"
-#include "io/detail/socket_ops.h"
-#include "io/socket_address.h"
+#include "weft/executors/io_loop.h"
+#include "weft/io/datagram.h"
+#include "weft/io/detail/datagram_ops.h"
+#include "weft/io/detail/socket_ops.h"
+#include "weft/io/socket_address.h"
 
 namespace weft {
 

@@ -6,13 +6,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/lazy.h"
-#include "executors/executor.h"
-#include "stackful/detail/fiber_core.h"
-#include "stackful/detail/fiber_park.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/lazy.h"
+#include "weft/executors/executor.h"
+#include "weft/stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_park.h"
 
 namespace weft {
 

@@ -9,12 +9,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/try.h"
-#include "stackful/detail/fiber_core.h"
-#include "stackful/protected_stack.h"
-#include "stackful/shared_stack.h"
-#include "stackful/stack_pool.h"
-#include "stackful/this_fiber.h"
+#include "weft/coro/try.h"
+#include "weft/stackful/detail/fiber_core.h"
+#include "weft/stackful/protected_stack.h"
+#include "weft/stackful/shared_stack.h"
+#include "weft/stackful/stack_pool.h"
+#include "weft/stackful/this_fiber.h"
 
 namespace weft {
 

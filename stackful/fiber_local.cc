@@ -1,8 +1,8 @@
-#include "stackful/fiber_local.h"
+#include "weft/stackful/fiber_local.h"
 
 #include <atomic>
 
-#include "stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_core.h"
 
 namespace weft::detail {
 

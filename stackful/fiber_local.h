@@ -5,7 +5,7 @@
 #include <optional>
 #include <utility>
 
-#include "stackful/detail/fiber_local_storage.h"
+#include "weft/stackful/detail/fiber_local_storage.h"
 
 namespace weft {
 

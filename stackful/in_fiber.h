@@ -5,9 +5,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "executors/executor.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/executors/executor.h"
+#include "weft/stackful/spawn_fiber.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "stackful/protected_stack.h"
+#include "weft/stackful/protected_stack.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <system_error>
 
-#include "stackful/detail/stack_guard.h"
-#include "stackful/detail/tool_hooks.h"
+#include "weft/stackful/detail/stack_guard.h"
+#include "weft/stackful/detail/tool_hooks.h"
 
 namespace weft {
 

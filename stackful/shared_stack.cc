@@ -1,9 +1,9 @@
-#include "stackful/shared_stack.h"
+#include "weft/stackful/shared_stack.h"
 
 #include <cstdio>
 #include <cstdlib>
 
-#include "stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_core.h"
 
 namespace weft {
 

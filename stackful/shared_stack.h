@@ -2,8 +2,8 @@
 
 #include <cstddef>
 
-#include "stackful/detail/fiber_core.h"
-#include "stackful/protected_stack.h"
+#include "weft/stackful/detail/fiber_core.h"
+#include "weft/stackful/protected_stack.h"
 
 namespace weft {
 

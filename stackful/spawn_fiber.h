@@ -15,15 +15,15 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/async_backtrace.h"
-#include "coro/cancellation.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/try.h"
-#include "executors/executor.h"
-#include "stackful/detail/fiber_park.h"
-#include "stackful/detail/fiber_core.h"
-#include "stackful/stack_pool.h"
+#include "weft/coro/async_backtrace.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/try.h"
+#include "weft/executors/executor.h"
+#include "weft/stackful/detail/fiber_park.h"
+#include "weft/stackful/detail/fiber_core.h"
+#include "weft/stackful/stack_pool.h"
 
 namespace weft {
 

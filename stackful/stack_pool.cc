@@ -1,8 +1,8 @@
-#include "stackful/stack_pool.h"
+#include "weft/stackful/stack_pool.h"
 
 #include <utility>
 
-#include "stackful/detail/tool_hooks.h"
+#include "weft/stackful/detail/tool_hooks.h"
 
 namespace weft {
 

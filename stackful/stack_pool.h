@@ -4,7 +4,7 @@
 #include <mutex>
 #include <vector>
 
-#include "stackful/protected_stack.h"
+#include "weft/stackful/protected_stack.h"
 
 namespace weft {
 

@@ -1,6 +1,6 @@
-#include "stackful/this_fiber.h"
+#include "weft/stackful/this_fiber.h"
 
-#include "stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_core.h"
 
 namespace weft::this_fiber {
 

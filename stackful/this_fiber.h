@@ -2,9 +2,9 @@
 
 #include <cstdint>
 
-#include "stackful/detail/fiber_core.h"
-#include "stackful/detail/fiber_park.h"
-#include "stackful/not_in_fiber.h"
+#include "weft/stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_park.h"
+#include "weft/stackful/not_in_fiber.h"
 
 // What code running in a fiber asks of the fiber it runs in: plain Fibers (fiber.h) and
 // fibers of spawnFiber (spawn_fiber.h) alike.

@@ -75,7 +75,7 @@ step_deps() {
 cmake_build() {
   local dir="$1" rc=0
   shift
-  cmake -S . -B "${dir}" -G Ninja "$@" || return 1
+  cmake -S . -B "${dir}" -G Ninja -DWEFT_DEVELOPER=ON "$@" || return 1
   cmake --build "${dir}" --target weft_header_check "${jobs[@]}" -- -k 0 || rc=1
   cmake --build "${dir}" "${jobs[@]}" -- -k 0 || rc=1
   ctest --test-dir "${dir}" --output-on-failure --no-tests=error || rc=1
@@ -88,7 +88,7 @@ cmake_build() {
 cmake_tests() {
   local dir="$1" regex="$2" rc=0 targets=()
   shift 2
-  cmake -S . -B "${dir}" -G Ninja "$@" || return 1
+  cmake -S . -B "${dir}" -G Ninja -DWEFT_DEVELOPER=ON "$@" || return 1
   mapfile -t targets < <(ctest --test-dir "${dir}" -N -R "${regex}" |
     sed -n 's|^ *Test *#[0-9]*: *\([^ ]*\)$|weft_\1|p' | tr / _)
   [[ ${#targets[@]} -gt 0 ]] || { echo "test/run.sh: no test matches '${regex}' in ${dir}" >&2; return 1; }
@@ -161,7 +161,7 @@ step_tsan() {
 # step's tree (building only what is missing).
 step_valgrind() {
   local dir=build/gcc-release rc=0 names=() name
-  cmake -S . -B "${dir}" -G Ninja "${gcc_release_args[@]}" || return 1
+  cmake -S . -B "${dir}" -G Ninja -DWEFT_DEVELOPER=ON "${gcc_release_args[@]}" || return 1
   mapfile -t names < <(ctest --test-dir "${dir}" -N -R '^stackful/' |
     sed -n 's|^ *Test *#[0-9]*: *\([^ ]*\)$|\1|p')
   [[ ${#names[@]} -gt 0 ]] || { echo "test/run.sh: no stackful tests" >&2; return 1; }

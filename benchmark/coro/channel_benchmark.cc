@@ -36,16 +36,16 @@
 #include <vector>
 
 #include "benchmark/support/echo_ring.h"
-#include "coro/channel.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/select.h"
-#include "coro/sync_await.h"
-#include "coro/try.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
-#include "stackful/stack_pool.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/select.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/try.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
+#include "weft/stackful/stack_pool.h"
 
 namespace {
 

@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "benchmark/support/bare_task.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/try.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/try.h"
+#include "weft/executors/thread_pool.h"
 
 namespace {
 

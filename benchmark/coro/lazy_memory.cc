@@ -34,9 +34,9 @@
 
 #include "benchmark/support/bare_task.h"
 #include "benchmark/support/memory_probe.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/try.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/try.h"
 
 // Heap requests are counted while `gCounting` is set, to report what each parked frame
 // asked for (weft rounds frames up to its size classes; malloc adds its own header).

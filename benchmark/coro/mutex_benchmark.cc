@@ -24,11 +24,11 @@
 #include <mutex>
 #include <thread>
 
-#include "coro/lazy.h"
-#include "coro/mutex.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/mutex.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/executors/thread_pool.h"
 
 namespace {
 

@@ -27,13 +27,13 @@
 #include <thread>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/try.h"
-#include "coro/yield.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/try.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/thread_pool.h"
 
 namespace {
 

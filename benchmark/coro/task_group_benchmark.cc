@@ -19,13 +19,13 @@
 #include <utility>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/current_executor.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task_group.h"
-#include "coro/try.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task_group.h"
+#include "weft/coro/try.h"
+#include "weft/executors/thread_pool.h"
 
 namespace {
 

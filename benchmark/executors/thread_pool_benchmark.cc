@@ -29,10 +29,10 @@
 #include <thread>
 #include <vector>
 
-#include "executors/detail/job.h"
-#include "executors/detail/ring_buffer.h"
-#include "executors/executor.h"
-#include "executors/thread_pool.h"
+#include "weft/executors/detail/job.h"
+#include "weft/executors/detail/ring_buffer.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/thread_pool.h"
 
 namespace weft::bench {
 namespace {

@@ -21,12 +21,12 @@
 #include <thread>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
-#include "io/tcp_listener.h"
-#include "io/tcp_stream.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/io/tcp_listener.h"
+#include "weft/io/tcp_stream.h"
 
 namespace {
 

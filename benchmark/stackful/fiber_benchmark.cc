@@ -30,17 +30,17 @@
 #include <utility>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/yield.h"
-#include "executors/thread_pool.h"
-#include "coro/current_executor.h"
-#include "stackful/fiber.h"
-#include "stackful/in_fiber.h"
-#include "stackful/shared_stack.h"
-#include "stackful/spawn_fiber.h"
-#include "stackful/stack_pool.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/coro/current_executor.h"
+#include "weft/stackful/fiber.h"
+#include "weft/stackful/in_fiber.h"
+#include "weft/stackful/shared_stack.h"
+#include "weft/stackful/spawn_fiber.h"
+#include "weft/stackful/stack_pool.h"
 
 namespace {
 

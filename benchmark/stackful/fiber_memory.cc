@@ -33,11 +33,11 @@
 #include <utility>
 #include <vector>
 
-#include "stackful/fiber.h"
+#include "weft/stackful/fiber.h"
 #include "benchmark/support/memory_probe.h"
-#include "stackful/protected_stack.h"
-#include "stackful/shared_stack.h"
-#include "stackful/stack_pool.h"
+#include "weft/stackful/protected_stack.h"
+#include "weft/stackful/shared_stack.h"
+#include "weft/stackful/stack_pool.h"
 
 namespace {
 

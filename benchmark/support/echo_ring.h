@@ -12,9 +12,9 @@
 #include <deque>
 #include <optional>
 
-#include "coro/channel.h"
-#include "coro/lazy.h"
-#include "stackful/await.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/lazy.h"
+#include "weft/stackful/await.h"
 
 namespace weft::bench {
 

@@ -4,9 +4,9 @@
 #include <utility>
 #include <vector>
 
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/lazy.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/lazy.h"
 
 namespace weft {
 

@@ -12,8 +12,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/channel_closed.h"
-#include "coro/detail/channel_waiter.h"
+#include "weft/coro/channel_closed.h"
+#include "weft/coro/detail/channel_waiter.h"
 
 namespace weft {
 

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <mutex>
 
-#include "coro/detail/spin_lock.h"
-#include "coro/detail/waiter_queue.h"
-#include "executors/executor.h"
+#include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/waiter_queue.h"
+#include "weft/executors/executor.h"
 
 // The untyped machinery under Channel<T> and select(): the channel lock, the waiter node
 // a blocked operation links into a channel, the queue of those nodes, and the state a

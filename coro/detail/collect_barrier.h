@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/lazy_promise.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/executors/executor.h"
 
 // The join point every collect shares (collectAll and its fail-fast and windowed forms,
 // collectAny, withTimeout): the barrier, the awaiter a collect waits on it with, and the

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <new>
 
-#include "coro/detail/config.h"
+#include "weft/coro/detail/config.h"
 
 #if WEFT_ASAN
 #include <sanitizer/asan_interface.h>

@@ -3,7 +3,7 @@
 #include <mutex>
 #include <utility>
 
-#include "coro/detail/sync_waiter.h"
+#include "weft/coro/detail/sync_waiter.h"
 
 namespace weft::detail {
 

@@ -8,13 +8,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/config.h"
-#include "coro/detail/frame_allocator.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/detail/wait_note.h"
-#include "coro/try.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/config.h"
+#include "weft/coro/detail/frame_allocator.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/detail/wait_note.h"
+#include "weft/coro/try.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 

@@ -15,16 +15,16 @@
 #include <utility>
 #include <variant>
 
-#include "coro/cancellation.h"
-#include "coro/channel.h"
-#include "coro/detail/channel_core.h"
-#include "coro/detail/channel_waiter.h"
-#include "coro/detail/config.h"
-#include "coro/detail/select_cases.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/sleep.h"
-#include "executors/detail/timer_queue.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/detail/channel_core.h"
+#include "weft/coro/detail/channel_waiter.h"
+#include "weft/coro/detail/config.h"
+#include "weft/coro/detail/select_cases.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/sleep.h"
+#include "weft/executors/detail/timer_queue.h"
+#include "weft/executors/executor.h"
 
 // The awaiter behind weft::select() (coro/select.h) and its claim protocol.
 

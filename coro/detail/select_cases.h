@@ -7,10 +7,10 @@
 #include <utility>
 #include <variant>
 
-#include "coro/channel.h"
-#include "coro/detail/channel_core.h"
-#include "coro/detail/channel_waiter.h"
-#include "coro/sleep.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/detail/channel_core.h"
+#include "weft/coro/detail/channel_waiter.h"
+#include "weft/coro/sleep.h"
 
 // The cases of weft::select() (coro/select.h): what each kind of case is, and how the
 // select awaiter (coro/detail/select_awaiter.h) tries it, links it and unlinks it.

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "coro/detail/config.h"
+#include "weft/coro/detail/config.h"
 
 #if WEFT_TSAN
 // ThreadSanitizer's runtime has these; clang-16's <sanitizer/tsan_interface.h> does not

@@ -1,4 +1,4 @@
-#include "coro/detail/symbolizer.h"
+#include "weft/coro/detail/symbolizer.h"
 
 #include <cxxabi.h>
 #include <elf.h>

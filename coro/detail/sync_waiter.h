@@ -9,12 +9,12 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/spin_lock.h"
-#include "coro/detail/via_awaiter.h"
-#include "coro/detail/wait_note.h"
-#include "coro/detail/waiter_queue.h"
-#include "executors/executor.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/detail/wait_note.h"
+#include "weft/coro/detail/waiter_queue.h"
+#include "weft/executors/executor.h"
 
 namespace weft::detail {
 

@@ -1,4 +1,4 @@
-#include "coro/detail/task_registry.h"
+#include "weft/coro/detail/task_registry.h"
 
 #include <time.h>
 

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "coro/async_backtrace.h"
-#include "coro/detail/config.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/spin_lock.h"
+#include "weft/coro/async_backtrace.h"
+#include "weft/coro/detail/config.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/spin_lock.h"
 
 namespace weft::detail {
 

@@ -7,9 +7,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "coro/detail/frame_allocator.h"
-#include "coro/detail/wait_note.h"
-#include "executors/executor.h"
+#include "weft/coro/detail/frame_allocator.h"
+#include "weft/coro/detail/wait_note.h"
+#include "weft/executors/executor.h"
 
 namespace weft::detail {
 

@@ -5,12 +5,12 @@
 #include <new>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/detail/config.h"
-#include "coro/detail/frame_allocator.h"
-#include "coro/detail/via_awaiter.h"
-#include "executors/executor.h"
-#include "executors/thread_run_queue.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/config.h"
+#include "weft/coro/detail/frame_allocator.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/thread_run_queue.h"
 
 // What every suspended waiter of weft's awaitables that others complete shares: the sync
 // primitives' waiters (coro/detail/sync_waiter.h: Mutex, SharedMutex, Semaphore, Event,

@@ -5,7 +5,7 @@
 #include <memory>
 #include <mutex>
 
-#include "executors/io_loop.h"
+#include "weft/executors/io_loop.h"
 
 namespace weft::detail {
 

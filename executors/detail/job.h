@@ -1,6 +1,6 @@
 #pragma once
 
-#include "executors/work_item.h"
+#include "weft/executors/work_item.h"
 
 namespace weft::detail {
 

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "executors/detail/job.h"
-#include "executors/timer_entry.h"
+#include "weft/executors/detail/job.h"
+#include "weft/executors/timer_entry.h"
 
 namespace weft::detail {
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "executors/detail/job.h"
+#include "weft/executors/detail/job.h"
 
 namespace weft::detail {
 

@@ -9,13 +9,13 @@
 #include <string>
 #include <system_error>
 
-#include "coro/cancellation.h"
-#include "executors/executor.h"
-#include "executors/io_loop.h"
-#include "io/detail/io_awaiter.h"
-#include "io/detail/socket_ops.h"
-#include "io/datagram.h"
-#include "io/socket_address.h"
+#include "weft/coro/cancellation.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/io_loop.h"
+#include "weft/io/detail/io_awaiter.h"
+#include "weft/io/detail/socket_ops.h"
+#include "weft/io/datagram.h"
+#include "weft/io/socket_address.h"
 
 namespace weft {
 

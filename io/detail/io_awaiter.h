@@ -10,10 +10,10 @@
 #include <string>
 #include <system_error>
 
-#include "coro/cancellation.h"
-#include "coro/detail/via_awaiter.h"
-#include "executors/executor.h"
-#include "executors/io_loop.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/via_awaiter.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/io_loop.h"
 
 namespace weft::detail {
 

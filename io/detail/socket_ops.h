@@ -8,10 +8,10 @@
 #include <string>
 #include <system_error>
 
-#include "coro/cancellation.h"
-#include "executors/executor.h"
-#include "executors/io_loop.h"
-#include "io/detail/io_awaiter.h"
+#include "weft/coro/cancellation.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/io_loop.h"
+#include "weft/io/detail/io_awaiter.h"
 
 namespace weft::detail {
 

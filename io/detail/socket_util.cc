@@ -1,4 +1,4 @@
-#include "io/detail/socket_util.h"
+#include "weft/io/detail/socket_util.h"
 
 #include <sys/socket.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <system_error>
 
-#include "io/detail/socket_ops.h"
+#include "weft/io/detail/socket_ops.h"
 
 namespace weft::detail {
 

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "io/socket_address.h"
+#include "weft/io/socket_address.h"
 
 namespace weft::detail {
 

@@ -37,7 +37,7 @@
  * before sp moves above it), so a handler can run at any instruction.
  */
 
-#include "stackful/detail/context_layout.h"
+#include "weft/stackful/detail/context_layout.h"
 
 /* BTI: with -mbranch-protection=bti (or standard), indirect branches may only land on
  * BTI instructions in guarded pages. Our entry points are called (blr) or tail-called

@@ -35,7 +35,7 @@
  * zone is not used (a call just wrote below the caller's rsp anyway).
  */
 
-#include "stackful/detail/context_layout.h"
+#include "weft/stackful/detail/context_layout.h"
 
 /* CET: endbr64 at every entry point when compiled with -fcf-protection (IBT). <cet.h>
  * also marks the object IBT (and SHSTK) compatible in .note.gnu.property; the switch does

@@ -30,7 +30,7 @@
  * moves rsp: a signal at any instruction sees an ordinary leaf function.
  */
 
-#include "stackful/detail/context_layout.h"
+#include "weft/stackful/detail/context_layout.h"
 
 /* CET: endbr64 at every entry point when compiled with -fcf-protection (IBT). <cet.h>
  * also marks the object IBT (and SHSTK) compatible in .note.gnu.property; the switch does

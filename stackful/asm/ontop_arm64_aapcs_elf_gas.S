@@ -35,7 +35,7 @@
  * Signals: as weft_jump_context (see there): sp always points into a valid stack.
  */
 
-#include "stackful/detail/context_layout.h"
+#include "weft/stackful/detail/context_layout.h"
 
 /* BTI: with -mbranch-protection=bti (or standard), indirect branches may only land on
  * BTI instructions in guarded pages. Our entry points are called (blr) or tail-called

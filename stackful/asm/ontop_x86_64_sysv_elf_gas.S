@@ -33,7 +33,7 @@
  * Signals: as weft_jump_context (see there): rsp always points into a valid stack.
  */
 
-#include "stackful/detail/context_layout.h"
+#include "weft/stackful/detail/context_layout.h"
 
 /* CET: endbr64 at every entry point when compiled with -fcf-protection (IBT). <cet.h>
  * also marks the object IBT (and SHSTK) compatible in .note.gnu.property; the switch does

@@ -1,6 +1,6 @@
-#include "stackful/detail/context.h"
+#include "weft/stackful/detail/context.h"
 
-#include "stackful/detail/context_layout.h"  // its static_asserts check the .S layout
+#include "weft/stackful/detail/context_layout.h"  // its static_asserts check the .S layout
 
 #include <unistd.h>
 

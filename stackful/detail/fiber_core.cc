@@ -1,4 +1,4 @@
-#include "stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_core.h"
 
 #include <cxxabi.h>
 
@@ -10,9 +10,9 @@
 #include <new>
 #include <utility>
 
-#include "stackful/detail/fiber_registry.h"
-#include "stackful/detail/stack_guard.h"
-#include "stackful/shared_stack.h"
+#include "weft/stackful/detail/fiber_registry.h"
+#include "weft/stackful/detail/stack_guard.h"
+#include "weft/stackful/shared_stack.h"
 
 namespace weft::detail {
 

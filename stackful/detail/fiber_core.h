@@ -16,14 +16,14 @@
 #include <type_traits>
 #include <utility>
 
-#include "stackful/detail/context.h"
-#include "stackful/detail/fiber_local_storage.h"
-#include "stackful/detail/fiber_registry.h"
-#include "stackful/detail/tool_hooks.h"
-#include "stackful/fiber_options.h"
-#include "stackful/not_in_fiber.h"
-#include "stackful/protected_stack.h"
-#include "stackful/stack_pool.h"
+#include "weft/stackful/detail/context.h"
+#include "weft/stackful/detail/fiber_local_storage.h"
+#include "weft/stackful/detail/fiber_registry.h"
+#include "weft/stackful/detail/tool_hooks.h"
+#include "weft/stackful/fiber_options.h"
+#include "weft/stackful/not_in_fiber.h"
+#include "weft/stackful/protected_stack.h"
+#include "weft/stackful/stack_pool.h"
 
 namespace weft {
 

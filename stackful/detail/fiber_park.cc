@@ -1,4 +1,4 @@
-#include "stackful/detail/fiber_park.h"
+#include "weft/stackful/detail/fiber_park.h"
 
 #include <atomic>
 #include <coroutine>
@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "stackful/not_in_fiber.h"
+#include "weft/stackful/not_in_fiber.h"
 
 namespace weft::detail {
 

@@ -27,12 +27,12 @@
 #include <memory>
 #include <type_traits>
 
-#include "coro/cancellation.h"
-#include "coro/detail/lazy_promise.h"
-#include "coro/detail/wait_note.h"
-#include "executors/executor.h"
-#include "executors/thread_run_queue.h"
-#include "stackful/detail/fiber_core.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/wait_note.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/thread_run_queue.h"
+#include "weft/stackful/detail/fiber_core.h"
 
 namespace weft::detail {
 

@@ -1,15 +1,15 @@
-#include "stackful/detail/fiber_registry.h"
+#include "weft/stackful/detail/fiber_registry.h"
 
 #include <cstdio>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "coro/async_backtrace.h"
-#include "coro/detail/spin_lock.h"
-#include "coro/detail/task_registry.h"
-#include "stackful/detail/fiber_core.h"
-#include "stackful/detail/fiber_park.h"
+#include "weft/coro/async_backtrace.h"
+#include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/task_registry.h"
+#include "weft/stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_park.h"
 
 namespace weft::detail {
 

@@ -1,4 +1,4 @@
-#include "stackful/detail/stack_guard.h"
+#include "weft/stackful/detail/stack_guard.h"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_core.h"
 
 namespace weft::detail {
 

@@ -5,11 +5,11 @@
 #include <array>
 #include <cstddef>
 
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
-#include "io/tcp_listener.h"
-#include "io/tcp_stream.h"
+#include <weft/coro/lazy.h>
+#include <weft/coro/sync_await.h>
+#include <weft/executors/thread_pool.h>
+#include <weft/io/tcp_listener.h>
+#include <weft/io/tcp_stream.h>
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "coro/async_backtrace.h"
+#include "weft/coro/async_backtrace.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,16 +9,16 @@
 #include <thread>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/collect_any.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/spawn.h"
-#include "coro/task.h"
-#include "coro/yield.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/collect_any.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/spawn.h"
+#include "weft/coro/task.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 
 namespace {
 

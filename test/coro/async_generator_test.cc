@@ -1,4 +1,4 @@
-#include "coro/async_generator.h"
+#include "weft/coro/async_generator.h"
 
 #include <gtest/gtest.h>
 
@@ -11,16 +11,16 @@
 #include <utility>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/channel.h"
-#include "coro/collect.h"
-#include "coro/current_executor.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/try.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/try.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
 #include "test/support/cancellable_start.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"

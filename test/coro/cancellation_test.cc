@@ -1,4 +1,4 @@
-#include "coro/cancellation.h"
+#include "weft/coro/cancellation.h"
 
 #include <gtest/gtest.h>
 
@@ -13,12 +13,12 @@
 #include <thread>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
 
 namespace weft {
 namespace {

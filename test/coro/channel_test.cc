@@ -1,4 +1,4 @@
-#include "coro/channel.h"
+#include "weft/coro/channel.h"
 
 #include <gtest/gtest.h>
 
@@ -13,18 +13,18 @@
 #include <thread>
 #include <vector>
 
-#include "coro/async_generator.h"
-#include "coro/cancellation.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/select.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/try.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/async_generator.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/select.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/try.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/cancellable_start.h"
 #include "test/support/counted.h"
 #include "test/support/fiber_wait_cancellation.h"

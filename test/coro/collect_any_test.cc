@@ -1,4 +1,4 @@
-#include "coro/collect_any.h"
+#include "weft/coro/collect_any.h"
 
 #include <gtest/gtest.h>
 
@@ -11,13 +11,13 @@
 #include <variant>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/lazy.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/with_cancellation.h"
-#include "executors/detail/timer_queue.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/detail/timer_queue.h"
+#include "weft/executors/thread_pool.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
 #include "test/support/timer_probe_executor.h"

@@ -8,19 +8,19 @@
 #include <stdexcept>
 #include <vector>
 
-#include "coro/channel.h"
-#include "coro/collect.h"
-#include "coro/collect_any.h"
-#include "coro/current_executor.h"
-#include "coro/lazy.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/yield.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/in_fiber.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/collect_any.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/in_fiber.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/watchdog.h"
 
 namespace weft {

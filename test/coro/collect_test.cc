@@ -1,4 +1,4 @@
-#include "coro/collect.h"
+#include "weft/coro/collect.h"
 
 #include <gtest/gtest.h>
 
@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
 #include "test/support/watchdog.h"

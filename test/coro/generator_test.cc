@@ -1,4 +1,4 @@
-#include "coro/generator.h"
+#include "weft/coro/generator.h"
 
 #include <gtest/gtest.h>
 

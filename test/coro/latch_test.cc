@@ -1,4 +1,4 @@
-#include "coro/latch.h"
+#include "weft/coro/latch.h"
 
 #include <gtest/gtest.h>
 
@@ -9,16 +9,16 @@
 #include <thread>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/fiber.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/fiber.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/manual_executor.h"
 #include "test/support/pool_threads.h"
 #include "test/support/start_detached.h"

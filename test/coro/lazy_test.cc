@@ -1,4 +1,4 @@
-#include "coro/lazy.h"
+#include "weft/coro/lazy.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "coro/current_executor.h"
-#include "coro/sync_await.h"
-#include "coro/yield.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/yield.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
 

@@ -1,4 +1,4 @@
-#include "coro/resume_on.h"
+#include "weft/coro/resume_on.h"
 
 #include <gtest/gtest.h>
 
@@ -6,14 +6,14 @@
 #include <stdexcept>
 #include <thread>
 
-#include "coro/current_executor.h"
-#include "coro/lazy.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 
 namespace weft {
 namespace {

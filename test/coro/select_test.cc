@@ -1,4 +1,4 @@
-#include "coro/select.h"
+#include "weft/coro/select.h"
 
 #include <gtest/gtest.h>
 
@@ -16,15 +16,15 @@
 #include <variant>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/channel.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/try.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/try.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
 #include "test/support/cancellable_start.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"

@@ -1,4 +1,4 @@
-#include "coro/sync_await.h"
+#include "weft/coro/sync_await.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 #include <string>
 #include <thread>
 
-#include "coro/lazy.h"
-#include "executors/inline_executor.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/lazy.h"
+#include "weft/executors/inline_executor.h"
+#include "weft/executors/thread_pool.h"
 #include "test/support/manual_event.h"
 
 namespace weft {

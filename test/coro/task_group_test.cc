@@ -1,4 +1,4 @@
-#include "coro/task_group.h"
+#include "weft/coro/task_group.h"
 
 #include <gtest/gtest.h>
 
@@ -9,18 +9,18 @@
 #include <thread>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/channel.h"
-#include "coro/current_executor.h"
-#include "coro/lazy.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/with_cancellation.h"
-#include "coro/yield.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/in_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/in_fiber.h"
 #include "test/support/watchdog.h"
 
 namespace weft {

@@ -1,4 +1,4 @@
-#include "coro/task.h"
+#include "weft/coro/task.h"
 
 #include <gtest/gtest.h>
 
@@ -9,12 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/current_executor.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/yield.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/thread_pool.h"
 #include "test/support/manual_event.h"
 
 namespace weft {

@@ -1,4 +1,4 @@
-#include "coro/try.h"
+#include "weft/coro/try.h"
 
 #include <gtest/gtest.h>
 

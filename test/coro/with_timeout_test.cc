@@ -1,4 +1,4 @@
-#include "coro/with_timeout.h"
+#include "weft/coro/with_timeout.h"
 
 #include <gtest/gtest.h>
 
@@ -10,21 +10,21 @@
 #include <stdexcept>
 #include <thread>
 
-#include "coro/cancellation.h"
-#include "coro/channel.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/mutex.h"
-#include "coro/semaphore.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/with_cancellation.h"
-#include "coro/yield.h"
-#include "executors/detail/timer_queue.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/mutex.h"
+#include "weft/coro/semaphore.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/detail/timer_queue.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
 #include "test/support/timer_probe_executor.h"

@@ -1,4 +1,4 @@
-#include "coro/yield.h"
+#include "weft/coro/yield.h"
 
 #include <gtest/gtest.h>
 
@@ -7,14 +7,14 @@
 #include <coroutine>
 #include <thread>
 
-#include "coro/cancellation.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
 

@@ -1,4 +1,4 @@
-#include "executors/inline_executor.h"
+#include "weft/executors/inline_executor.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "executors/executor.h"
+#include "weft/executors/executor.h"
 #include "test/support/eager_coroutine.h"
 
 namespace weft {

@@ -1,6 +1,6 @@
 // IoLoop as an executor implementer uses it: a user's own single-threaded executor that
 // binds a loop serves weft's I/O awaitables; one that binds none refuses them clearly.
-#include "executors/io_loop.h"
+#include "weft/executors/io_loop.h"
 
 #include <gtest/gtest.h>
 
@@ -13,13 +13,13 @@
 #include <string>
 #include <thread>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "executors/executor.h"
-#include "io/tcp_listener.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/executors/executor.h"
+#include "weft/io/tcp_listener.h"
 #include "test/support/io_backends.h"
-#include "io/tcp_stream.h"
+#include "weft/io/tcp_stream.h"
 
 namespace weft {
 namespace {

@@ -1,4 +1,4 @@
-#include "executors/thread_pool.h"
+#include "weft/executors/thread_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -24,9 +24,9 @@
 #include <dirent.h>
 #endif
 
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "executors/executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/executors/executor.h"
 #include "test/support/eager_coroutine.h"
 
 namespace weft {

@@ -1,4 +1,4 @@
-#include "executors/thread_run_queue.h"
+#include "weft/executors/thread_run_queue.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 #include <cstddef>
 #include <thread>
 
-#include "executors/inline_executor.h"
-#include "executors/thread_pool.h"
-#include "executors/work_item.h"
+#include "weft/executors/inline_executor.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/executors/work_item.h"
 
 namespace weft {
 namespace {

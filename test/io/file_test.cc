@@ -1,6 +1,6 @@
 // File over both event loops (every test runs once per backend): io_uring performs the
 // reads, writes and syncs in the ring; epoll sends them to the blocking pool.
-#include "io/file.h"
+#include "weft/io/file.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -16,15 +16,15 @@
 #include <system_error>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "io/blocking.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/io/blocking.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/io_backends.h"
 
 namespace weft {

@@ -41,16 +41,16 @@
 #include <string>
 #include <system_error>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "executors/detail/io_loop_base.h"
-#include "executors/io_loop.h"
-#include "executors/thread_pool.h"
-#include "io/socket_address.h"
-#include "io/tcp_listener.h"
-#include "io/tcp_stream.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/executors/detail/io_loop_base.h"
+#include "weft/executors/io_loop.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/io/socket_address.h"
+#include "weft/io/tcp_listener.h"
+#include "weft/io/tcp_stream.h"
 #include "test/support/io_support.h"
 
 namespace weft {

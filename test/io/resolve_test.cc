@@ -1,4 +1,4 @@
-#include "io/resolve.h"
+#include "weft/io/resolve.h"
 
 #include <gtest/gtest.h>
 #include <netdb.h>
@@ -14,15 +14,15 @@
 #include <thread>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/try.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "io/blocking.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/try.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/io/blocking.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 
 // Only loopback names and numeric addresses: no test depends on a network or a DNS server.
 

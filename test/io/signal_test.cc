@@ -1,4 +1,4 @@
-#include "io/signal.h"
+#include "weft/io/signal.h"
 
 #include <gtest/gtest.h>
 
@@ -10,17 +10,17 @@
 #include <system_error>
 #include <thread>
 
-#include "coro/cancellation.h"
-#include "coro/current_executor.h"
-#include "coro/lazy.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/task_group.h"
-#include "coro/with_cancellation.h"
-#include "coro/with_timeout.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task_group.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/coro/with_timeout.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/watchdog.h"
 
 namespace weft {

@@ -1,4 +1,4 @@
-#include "io/socket_address.h"
+#include "weft/io/socket_address.h"
 
 #include <gtest/gtest.h>
 #include <net/if.h>

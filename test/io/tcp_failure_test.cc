@@ -37,15 +37,15 @@
 #include <thread>
 #include <vector>
 
-#include "coro/lazy.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/try.h"
-#include "executors/thread_pool.h"
-#include "io/socket_address.h"
-#include "io/tcp_listener.h"
-#include "io/tcp_stream.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/try.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/io/socket_address.h"
+#include "weft/io/tcp_listener.h"
+#include "weft/io/tcp_stream.h"
 #include "test/support/io_support.h"
 #include "test/support/watchdog.h"
 

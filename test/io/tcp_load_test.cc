@@ -24,17 +24,17 @@
 #include <string>
 #include <vector>
 
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/try.h"
-#include "executors/thread_pool.h"
-#include "io/socket_address.h"
-#include "io/tcp_listener.h"
-#include "io/tcp_stream.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/try.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/io/socket_address.h"
+#include "weft/io/tcp_listener.h"
+#include "weft/io/tcp_stream.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/io_support.h"
 #include "test/support/watchdog.h"
 

@@ -1,5 +1,5 @@
 // TcpStream and TcpListener over both event loops (every test runs once per backend).
-#include "io/tcp_stream.h"
+#include "weft/io/tcp_stream.h"
 
 #include <gtest/gtest.h>
 
@@ -14,14 +14,14 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 
-#include "coro/cancellation.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "io/tcp_listener.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/io/tcp_listener.h"
 #include "test/support/io_backends.h"
 
 namespace weft {

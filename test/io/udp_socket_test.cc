@@ -1,6 +1,6 @@
 // UdpSocket over both event loops (every test runs once per backend): IPv4, IPv6 and
 // Unix datagram sockets, from Lazys and from fibers.
-#include "io/udp_socket.h"
+#include "weft/io/udp_socket.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -20,14 +20,14 @@
 #include <thread>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/io_backends.h"
 
 namespace weft {

@@ -1,4 +1,4 @@
-#include "stackful/await.h"
+#include "weft/stackful/await.h"
 
 #include <gtest/gtest.h>
 
@@ -7,10 +7,10 @@
 #include <coroutine>
 #include <vector>
 
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
-#include "stackful/fiber.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/sync_await.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/fiber.h"
+#include "weft/stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/watchdog.h"
 

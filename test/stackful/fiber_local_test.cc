@@ -1,11 +1,11 @@
-#include "stackful/fiber_local.h"
+#include "weft/stackful/fiber_local.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <thread>
 
-#include "stackful/fiber.h"
+#include "weft/stackful/fiber.h"
 #include "test/support/counted.h"
 
 namespace weft {

@@ -1,4 +1,4 @@
-#include "stackful/fiber.h"
+#include "weft/stackful/fiber.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "stackful/detail/tool_hooks.h"
-#include "stackful/protected_stack.h"
-#include "stackful/stack_pool.h"
+#include "weft/stackful/detail/tool_hooks.h"
+#include "weft/stackful/protected_stack.h"
+#include "weft/stackful/stack_pool.h"
 #include "test/support/counted.h"
 
 namespace weft {

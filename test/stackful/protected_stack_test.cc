@@ -1,4 +1,4 @@
-#include "stackful/protected_stack.h"
+#include "weft/stackful/protected_stack.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <system_error>
 #include <utility>
 
-#include "stackful/detail/tool_hooks.h"
-#include "stackful/fiber.h"
+#include "weft/stackful/detail/tool_hooks.h"
+#include "weft/stackful/fiber.h"
 
 namespace weft {
 namespace {

@@ -1,4 +1,4 @@
-#include "stackful/shared_stack.h"
+#include "weft/stackful/shared_stack.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "stackful/fiber.h"
+#include "weft/stackful/fiber.h"
 #include "test/support/counted.h"
 
 namespace weft {

@@ -16,15 +16,15 @@
 #include <utility>
 #include <vector>
 
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/yield.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/fiber.h"
-#include "stackful/fiber_local.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/fiber.h"
+#include "weft/stackful/fiber_local.h"
+#include "weft/stackful/spawn_fiber.h"
 
 namespace weft {
 namespace {

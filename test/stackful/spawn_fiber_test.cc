@@ -1,4 +1,4 @@
-#include "stackful/spawn_fiber.h"
+#include "weft/stackful/spawn_fiber.h"
 
 #include <gtest/gtest.h>
 
@@ -13,17 +13,17 @@
 #include <thread>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/collect.h"
-#include "coro/current_executor.h"
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/yield.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/fiber.h"
-#include "stackful/fiber_local.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/current_executor.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/fiber.h"
+#include "weft/stackful/fiber_local.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
 #include "test/support/watchdog.h"

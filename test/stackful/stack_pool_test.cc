@@ -1,4 +1,4 @@
-#include "stackful/stack_pool.h"
+#include "weft/stackful/stack_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "stackful/detail/tool_hooks.h"
-#include "stackful/fiber.h"
+#include "weft/stackful/detail/tool_hooks.h"
+#include "weft/stackful/fiber.h"
 
 // This test binary's operator new fails on demand (gFailAllocations), to show that the
 // default pool's creation reports allocation failure to its caller. Not under TSan, whose

@@ -5,10 +5,10 @@
 #include <exception>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/lazy.h"
-#include "coro/try.h"
-#include "coro/with_cancellation.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/try.h"
+#include "weft/coro/with_cancellation.h"
 
 namespace weft::test {
 

@@ -7,10 +7,10 @@
 #include <thread>
 #include <utility>
 
-#include "coro/cancellation.h"
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/sync_await.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/spawn_fiber.h"
 
 namespace weft::test {
 

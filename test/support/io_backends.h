@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "executors/io_loop.h"
+#include "weft/executors/io_loop.h"
 
 namespace weft::test {
 

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <utility>
 
-#include "executors/detail/job.h"
-#include "executors/executor.h"
+#include "weft/executors/detail/job.h"
+#include "weft/executors/executor.h"
 
 namespace weft::test {
 

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "coro/detail/config.h"
+#include "weft/coro/detail/config.h"
 
 namespace weft::test {
 

@@ -5,8 +5,8 @@
 #include <atomic>
 #include <utility>
 
-#include "coro/lazy.h"
-#include "coro/try.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/try.h"
 
 namespace weft::test {
 

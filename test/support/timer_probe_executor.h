@@ -3,10 +3,10 @@
 #include <atomic>
 #include <coroutine>
 
-#include "executors/detail/job.h"
-#include "executors/detail/timer_queue.h"
-#include "executors/executor.h"
-#include "executors/thread_pool.h"
+#include "weft/executors/detail/job.h"
+#include "weft/executors/detail/timer_queue.h"
+#include "weft/executors/executor.h"
+#include "weft/executors/thread_pool.h"
 
 namespace weft::test {
 

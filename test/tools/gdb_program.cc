@@ -23,19 +23,19 @@
 #include <string>
 #include <thread>
 
-#include "coro/async_backtrace.h"
-#include "coro/cancellation.h"
-#include "coro/channel.h"
-#include "coro/lazy.h"
-#include "coro/mutex.h"
-#include "coro/sleep.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/task_dump.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
-#include "stackful/await.h"
-#include "stackful/spawn_fiber.h"
+#include "weft/coro/async_backtrace.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/mutex.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/task_dump.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
+#include "weft/stackful/await.h"
+#include "weft/stackful/spawn_fiber.h"
 
 // Where the script stops the program. extern "C"-free, plain name: `break weftGdbBreakHere`.
 [[gnu::noinline]] void weftGdbBreakHere(bool abortHere) {

@@ -31,7 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "stackful/detail/context.h"
+#include "weft/stackful/detail/context.h"
 
 namespace {
 

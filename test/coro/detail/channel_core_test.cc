@@ -1,4 +1,4 @@
-#include "coro/detail/channel_core.h"
+#include "weft/coro/detail/channel_core.h"
 
 #include <gtest/gtest.h>
 
@@ -12,15 +12,15 @@
 #include <utility>
 #include <vector>
 
-#include "coro/cancellation.h"
-#include "coro/channel.h"
-#include "coro/collect.h"
-#include "coro/lazy.h"
-#include "coro/select.h"
-#include "coro/sync_await.h"
-#include "coro/task.h"
-#include "coro/with_cancellation.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/select.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/thread_pool.h"
 #include "test/support/counted.h"
 #include "test/support/watchdog.h"
 

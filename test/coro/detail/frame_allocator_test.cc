@@ -1,4 +1,4 @@
-#include "coro/detail/frame_allocator.h"
+#include "weft/coro/detail/frame_allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 #include <thread>
 #include <vector>
 
-#include "coro/lazy.h"
-#include "coro/sync_await.h"
-#include "executors/thread_pool.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/executors/thread_pool.h"
 
 namespace weft::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "coro/detail/waiter_queue.h"
+#include "weft/coro/detail/waiter_queue.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "coro/channel.h"
-#include "coro/event.h"
-#include "coro/lazy.h"
+#include "weft/coro/channel.h"
+#include "weft/coro/event.h"
+#include "weft/coro/lazy.h"
 #include "test/support/start_detached.h"
 #include "test/support/eager_coroutine.h"
 

@@ -1,4 +1,4 @@
-#include "executors/detail/ring_buffer.h"
+#include "weft/executors/detail/ring_buffer.h"
 
 #include <gtest/gtest.h>
 

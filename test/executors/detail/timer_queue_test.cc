@@ -1,4 +1,4 @@
-#include "executors/detail/timer_queue.h"
+#include "weft/executors/detail/timer_queue.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "executors/detail/work_stealing_queue.h"
+#include "weft/executors/detail/work_stealing_queue.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "executors/detail/job.h"
+#include "weft/executors/detail/job.h"
 
 namespace weft::detail {
 namespace {

@@ -5,7 +5,7 @@
 // skips the file (TSan needs __tsan_switch_to_fiber at every switch; Fiber's tests cover
 // the core under TSan).
 
-#include "stackful/detail/context.h"
+#include "weft/stackful/detail/context.h"
 
 #include <execinfo.h>
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@
 #include <string>
 #include <thread>
 
-#include "stackful/detail/context_layout.h"
+#include "weft/stackful/detail/context_layout.h"
 
 #if defined(__x86_64__)
 #include <xmmintrin.h>
