@@ -61,8 +61,11 @@ class ProtectedStack {
     }
     return *this;
   }
-  // Unmaps the stack. Precondition: no fiber is running or suspended on it.
-  ~ProtectedStack() { release(); }
+  // Unmaps the stack. Precondition: no fiber is running or suspended on it. (The test
+  // inline: moved-from stacks are destroyed on every fiber's exit.)
+  ~ProtectedStack() {
+    if (mapping_ != nullptr) release();
+  }
 
   // noexcept on the accessors: they read members.
   bool valid() const noexcept { return mapping_ != nullptr; }

@@ -3,8 +3,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "weft/stackful/detail/fiber_core.h"
-
 namespace weft {
 
 SharedStack::~SharedStack() {
@@ -16,11 +14,5 @@ SharedStack::~SharedStack() {
     std::abort();
   }
 }
-
-namespace detail {
-
-void attachToSharedStack(FiberCore* /*core*/, SharedStack& stack) { ++stack.users_; }
-
-}  // namespace detail
 
 }  // namespace weft

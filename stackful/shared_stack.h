@@ -2,10 +2,13 @@
 
 #include <cstddef>
 
-#include "weft/stackful/detail/fiber_core.h"
 #include "weft/stackful/protected_stack.h"
 
 namespace weft {
+
+namespace detail {
+class FiberStack;
+}  // namespace detail
 
 // SharedStack: one execution stack shared by many fibers, which take turns on it by
 // copying (the scheme libaco calls "copy stacks").
@@ -62,12 +65,11 @@ class SharedStack {
   std::size_t fibers() const noexcept { return users_; }
 
  private:
-  friend class detail::FiberCore;
-  friend void detail::attachToSharedStack(detail::FiberCore*, SharedStack&);
+  friend class detail::FiberStack;
 
   ProtectedStack stack_;
-  detail::FiberCore* owner_ = nullptr;    // whose frames are on the stack now
-  detail::FiberCore* running_ = nullptr;  // the fiber running on it, if any
+  detail::FiberStack* owner_ = nullptr;    // whose frames are on the stack now
+  detail::FiberStack* running_ = nullptr;  // that of the fiber running on it, if any
   std::size_t users_ = 0;
 };
 

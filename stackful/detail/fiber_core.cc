@@ -5,14 +5,12 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <new>
 #include <utility>
 
 #include "weft/stackful/detail/fiber_registry.h"
 #include "weft/stackful/detail/stack_guard.h"
-#include "weft/stackful/shared_stack.h"
 
 namespace weft::detail {
 
@@ -47,32 +45,6 @@ void FiberCore::initCommon(const FiberOptions& options) {
   registerFiber(this);
 }
 
-std::size_t FiberCore::stackInUse() const noexcept {
-  if (state_ != State::kSuspended) return 0;
-  if (kind_ == StackKind::kShared) return 0;  // its frames may be saved off the stack
-  // A suspended fiber's context handle is its stack pointer; the stack grows down from
-  // its top.
-  const auto top = reinterpret_cast<std::uintptr_t>(protected_.stack.top());
-  const auto sp = reinterpret_cast<std::uintptr_t>(context_);
-  const auto bottom = reinterpret_cast<std::uintptr_t>(protected_.stack.bottom());
-  return sp <= top && sp >= bottom ? top - sp : 0;
-}
-
-const void* FiberCore::guardBegin() const noexcept {
-  return kind_ == StackKind::kShared ? shared_.stack->stack_.guardBegin()
-                                     : protected_.stack.guardBegin();
-}
-const void* FiberCore::stackBottom() const noexcept {
-  return kind_ == StackKind::kShared ? shared_.stack->stack_.bottom() : protected_.stack.bottom();
-}
-std::size_t FiberCore::stackSize() const noexcept {
-  return kind_ == StackKind::kShared ? shared_.stack->stack_.size() : protected_.stack.size();
-}
-void* FiberCore::contextTop() const noexcept {
-  // A protected stack holds the fiber's own object at its top; frames start below it.
-  return kind_ == StackKind::kShared ? shared_.stack->stack_.top() : const_cast<FiberCore*>(this);
-}
-
 void FiberCore::abortMisuse(const char* what) const noexcept {
   if (const char* fiberName = name(); fiberName != nullptr) {
     std::fprintf(stderr, "weft: %s (fiber %s)\n", what, fiberName);
@@ -89,71 +61,23 @@ void FiberCore::abortBadResume() const noexcept {
       "resuming it)");
 }
 
-// --- shared stacks ---------------------------------------------------------------------
-
-// Makes the shared stack hold this fiber's frames: saves the frames of the fiber that
-// occupies it (if another), then restores ours (if we have run before).
-void FiberCore::claimSharedStack() {
-  SharedStack& stack = *shared_.stack;
-  if (stack.running_ != nullptr) {
-    abortMisuse(
-        "a fiber of a SharedStack was resumed or destroyed while another fiber runs on that "
-        "stack (fibers of one SharedStack run one at a time, each resumed from outside it)");
-  }
-  auto* top = static_cast<unsigned char*>(stack.stack_.top());
-  if (stack.owner_ != this) {
-    if (FiberCore* other = stack.owner_; other != nullptr) {
-      // The suspended context handle is the other fiber's stack pointer: everything live
-      // is at or above it.
-      auto* low = static_cast<unsigned char*>(other->context_);
-      auto used = static_cast<std::size_t>(top - low);
-      SharedSlot& slot = other->shared_;
-      if (used > slot.capacity) {
-        // Round up to 64 bytes: a fiber parked at slightly different depths reuses it.
-        std::size_t capacity = (used + 63) & ~std::size_t{63};
-        auto* save = static_cast<unsigned char*>(std::malloc(capacity));
-        if (save == nullptr) throw std::bad_alloc();
-        if (other->saveOnHeap_) std::free(slot.save);
-        slot.save = save;
-        slot.capacity = static_cast<std::uint32_t>(capacity);
-        other->saveOnHeap_ = true;
-      }
-      // The frames there may carry ASan poison (redzones of locals): copying them is
-      // fine, the shadow is simply cleared (poisoning resumes as functions are entered).
-      asanUnpoison(low, used);
-      std::memcpy(slot.save, low, used);
-      stack.owner_ = nullptr;
-    }
-    if (state_ == State::kSuspended) {
-      // Our suspended context handle is our stack pointer: we saved [context_, top).
-      auto* low = static_cast<unsigned char*>(context_);
-      auto saved = static_cast<std::size_t>(top - low);
-      asanUnpoison(low, saved);
-      valgrindMakeWritable(low, saved);
-      std::memcpy(low, shared_.save, saved);
-    }
-    stack.owner_ = this;
-  }
-  stack.running_ = this;
-}
-
-void FiberCore::leaveSharedStack() noexcept {
-  SharedStack& stack = *shared_.stack;
-  stack.running_ = nullptr;
-  if (state_ == State::kDone) stack.owner_ = nullptr;  // nothing left to save
-}
-
 // --- switching -------------------------------------------------------------------------
 
 void* FiberCore::enter(SwitchFrame& frame) {
   if (state_ == State::kDone || state_ == State::kRunning) [[unlikely]]
     abortBadResume();
-  if (kind_ == StackKind::kShared) [[unlikely]]
-    claimSharedStack();
+  if (stack_.isShared()) [[unlikely]] {
+    if (!stack_.claimShared()) {
+      abortMisuse(
+          "a fiber of a SharedStack was resumed or destroyed while another fiber runs on "
+          "that stack (fibers of one SharedStack run one at a time, each resumed from "
+          "outside it)");
+    }
+  }
   if (state_ == State::kCreated) [[unlikely]] {
     auto* top = static_cast<unsigned char*>(contextTop());
     context_ = makeContext(
-        top, static_cast<std::size_t>(top - static_cast<const unsigned char*>(stackBottom())),
+        top, static_cast<std::size_t>(top - static_cast<const unsigned char*>(stack_.bottom())),
         entryPoint());
   }
   ensureSignalStack();
@@ -179,7 +103,7 @@ void* FiberCore::enter(SwitchFrame& frame) {
 // they are here, never in enter()/leave().
 void FiberCore::sanitizerStartSwitchIn(SwitchFrame& frame) noexcept {
 #if WEFT_ASAN
-  const void* bottom = stackBottom();
+  const void* bottom = stack_.bottom();
   asanStartSwitch(&frame.fakeStack, bottom,
                   static_cast<std::size_t>(static_cast<const unsigned char*>(contextTop()) -
                                            static_cast<const unsigned char*>(bottom)));
@@ -239,8 +163,8 @@ void FiberCore::leave(const SwitchFrame& frame, ContextTransfer back) noexcept {
   eh->caughtExceptions = frame.callerCaught;
   eh->uncaughtExceptions = frame.callerUncaught;
   running_ = frame.outer;
-  if (kind_ == StackKind::kShared) [[unlikely]]
-    leaveSharedStack();
+  if (stack_.isShared()) [[unlikely]]
+    stack_.leaveShared(state_ == State::kDone ? nullptr : context_);
 #if WEFT_TSAN
   // A TSan fiber is as heavy as a thread's state: free it as soon as the fiber is done.
   if (state_ == State::kDone) tsanDestroyFiber(std::exchange(tsanFiber_, nullptr));
@@ -318,23 +242,18 @@ void FiberCore::freeStorage() noexcept {
 #if WEFT_TSAN
   tsanDestroyFiber(tsanFiber_);
 #endif
-  if (kind_ == StackKind::kShared) {
-    SharedStack& stack = *shared_.stack;
-    if (stack.owner_ == this) stack.owner_ = nullptr;
-    --stack.users_;
-    if (saveOnHeap_) std::free(shared_.save);
+  const bool shared = stack_.isShared();
+  // A fiber of its own stack lives on it: the stack is moved out first, and given back
+  // once the object is gone.
+  FiberStack::OwnStack own = stack_.release();
+  if (shared) {
     void* memory = dynamic_cast<void*>(this);  // the block create() allocated
     this->~FiberCore();
     ::operator delete(memory);
     return;
   }
-  // The object lives on the stack it gives back: move the stack out first.
-  ProtectedStack stack = std::move(protected_.stack);
-  StackPool* pool = protected_.pool;
-  protected_.stack.~ProtectedStack();
   this->~FiberCore();
-  if (pool != nullptr) pool->release(std::move(stack));
-  // else: `stack` is unmapped as it goes out of scope.
+  own.giveBack();
 }
 
 }  // namespace weft::detail

@@ -1,9 +1,10 @@
 #pragma once
 
-// The type-independent machinery of every fiber: its stack, its suspended context, the
-// switches in and out of it (with the ASan/TSan annotations and the per-fiber C++
-// exception state), and its forced unwinding. Fiber<T> (stackful/fiber.h) and the
-// executor fibers of spawnFiber (stackful/spawn_fiber.h) derive from it.
+// The type-independent machinery of every fiber: its suspended context, the switches in
+// and out of it (with the ASan/TSan annotations and the per-fiber C++ exception state),
+// and its forced unwinding. Its stack is a FiberStack (fiber_stack.h). Fiber<T>
+// (stackful/fiber.h) and the executor fibers of spawnFiber (stackful/spawn_fiber.h)
+// derive from it.
 
 #include <coroutine>
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include "weft/stackful/detail/context.h"
 #include "weft/stackful/detail/fiber_local_storage.h"
 #include "weft/stackful/detail/fiber_registry.h"
+#include "weft/stackful/detail/fiber_stack.h"
 #include "weft/stackful/detail/tool_hooks.h"
 #include "weft/stackful/fiber_options.h"
 #include "weft/stackful/not_in_fiber.h"
@@ -212,17 +214,17 @@ class FiberCore : public FiberListHook {
     return extras_->locals;
   }
 
-  bool onSharedStack() const noexcept { return kind_ == StackKind::kShared; }
-  // For the SIGSEGV handler: the bounds of the stack this fiber runs on.
-  const void* guardBegin() const noexcept;
-  const void* stackBottom() const noexcept;
-  std::size_t stackSize() const noexcept;
+  // The stack this fiber runs on (its bounds, for the SIGSEGV handler).
+  const FiberStack& stack() const noexcept { return stack_; }
+  bool onSharedStack() const noexcept { return stack_.isShared(); }
   // While suspended on a stack of its own: how many bytes of it are in use (0 otherwise).
-  std::size_t stackInUse() const noexcept;
+  std::size_t stackInUse() const noexcept {
+    return state_ == State::kSuspended ? stack_.bytesInUse(context_) : 0;
+  }
 
  protected:
-  // The stack slot (a union member) is constructed by create().
-  FiberCore() noexcept {}  // NOLINT(modernize-use-equals-default): the union needs it
+  // The stack is given by create().
+  FiberCore() noexcept = default;
   virtual ~FiberCore();
   // The entry of the fiber's context: entryFor<Box> of the most derived class, which
   // calls Box::runBody() (the body; an exception escaping it is stored, ForcedUnwind is
@@ -235,27 +237,12 @@ class FiberCore : public FiberListHook {
   static void entryFor(ContextTransfer transfer) noexcept;
 
  private:
-  enum class StackKind : std::uint8_t { kProtected, kShared };
-  friend class weft::SharedStack;
-
-  struct ProtectedSlot {
-    ProtectedStack stack;
-    StackPool* pool;  // where the stack goes back to; nullptr: unmapped
-  };
-  struct SharedSlot {
-    SharedStack* stack;
-    // The fiber's live stack while another fiber runs on `stack`: first the inline area
-    // allocated right after the fiber object (kSharedInlineSave bytes or a little more),
-    // a heap buffer if the fiber ever parks deeper than that.
-    unsigned char* save;
-    std::uint32_t capacity;
-  };
-
   template <class Box, class... Args>
   static Box* placeOnStack(ProtectedStack&& stack, StackPool* pool, const FiberOptions& options,
                            Args&&... args);
   void initCommon(const FiberOptions& options);
-  void* contextTop() const noexcept;
+  // Where the fiber's frames start on its stack. noexcept: reads members.
+  void* contextTop() const noexcept { return stack_.framesTop(this); }
   // Marks the fiber done and leaves its stack for good. noexcept: it never returns.
   [[noreturn]] void finish() noexcept;
 
@@ -299,9 +286,7 @@ class FiberCore : public FiberListHook {
   // Runs ForcedUnwind on top of the suspended fiber, until it finishes.
   void unwindSuspended();
   static ContextTransfer unwindOnTop(ContextTransfer transfer);
-  void claimSharedStack();
-  // noexcept: bookkeeping and freeing, called from destroy() and leave().
-  void leaveSharedStack() noexcept;
+  // noexcept: bookkeeping and freeing, called from destroy().
   void freeStorage() noexcept;
   [[noreturn]] void abortMisuse(const char* what) const noexcept;
   [[noreturn]] void abortBadResume() const noexcept;
@@ -338,17 +323,13 @@ class FiberCore : public FiberListHook {
   FiberExtras* extras_ = nullptr;
   ParkLink* parkLink_ = nullptr;
   std::uint64_t id_ = 0;
-  State state_ = State::kCreated;
-  StackKind kind_ = StackKind::kProtected;
-  bool unwinding_ = false;
-  bool saveOnHeap_ = false;       // shared stacks: shared_.save is malloc'd, not inline
-  std::uint32_t ehUncaught_ = 0;  // (see ehCaught_)
   // The layout is packed on purpose: on a shared stack a parked fiber costs this object
-  // plus its saved frames, in one heap block (<= 288 bytes on x86-64).
-  union {
-    ProtectedSlot protected_;
-    SharedSlot shared_;
-  };
+  // plus its saved frames, in one heap block (<= 288 bytes on x86-64). The fields after
+  // stack_ go into its tail padding ([[no_unique_address]]).
+  [[no_unique_address]] FiberStack stack_;
+  State state_ = State::kCreated;
+  bool unwinding_ = false;
+  std::uint32_t ehUncaught_ = 0;  // (see ehCaught_)
 #if WEFT_ASAN
   void* asanFakeStack_ = nullptr;
   // The bounds of this fiber's resumer's stack, what its park or its end switches back
@@ -391,8 +372,7 @@ Box* FiberCore::placeOnStack(ProtectedStack&& stack, StackPool* pool, const Fibe
     if (pool != nullptr) pool->release(std::move(stack));
     throw;
   }
-  box->kind_ = StackKind::kProtected;
-  ::new (&box->protected_) ProtectedSlot{std::move(stack), pool};
+  box->stack_.holdOwn(std::move(stack), pool);
   box->initCommon(options);
   return box;
 }
@@ -422,16 +402,6 @@ void FiberCore::entryFor(ContextTransfer transfer) noexcept {
   self->finish();
 }
 
-// Attaches a new fiber to a shared stack (shared_stack.h).
-void attachToSharedStack(FiberCore* core, SharedStack& stack);
-
-// The save area allocated with every shared-stack fiber, so that parking costs one heap
-// block: at least this many bytes (rounded up so that the block fills malloc's chunk).
-// A fiber parked in a yield right in its body needs less than 160 bytes (with a one-word
-// body, the block is then 288 bytes: docs/stackful.md); one that parks deeper gets a heap
-// buffer instead.
-inline constexpr std::size_t kSharedInlineSave = 160;
-
 template <class Box, class... Args>
 Box* FiberCore::create(SharedStack& stack, const FiberOptions& options, Args&&... args) {
   static_assert(std::is_base_of_v<FiberCore, Box>);
@@ -446,11 +416,9 @@ Box* FiberCore::create(SharedStack& stack, const FiberOptions& options, Args&&..
     ::operator delete(memory);
     throw;
   }
-  box->kind_ = StackKind::kShared;
-  ::new (&box->shared_) SharedSlot{&stack, static_cast<unsigned char*>(memory) + sizeof(Box),
-                                   static_cast<std::uint32_t>(kRequest - sizeof(Box))};
+  box->stack_.holdShared(stack, static_cast<unsigned char*>(memory) + sizeof(Box),
+                        static_cast<std::uint32_t>(kRequest - sizeof(Box)));
   box->initCommon(options);
-  attachToSharedStack(box, stack);
   return box;
 }
 
@@ -473,7 +441,7 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
 #if WEFT_ASAN
   next->asanCallerBottom_ = asanCallerBottom_;
   next->asanCallerSize_ = asanCallerSize_;
-  asanSwitchBottom_ = next->stackBottom();
+  asanSwitchBottom_ = next->stack_.bottom();
   asanSwitchSize_ = static_cast<std::size_t>(static_cast<const char*>(next->contextTop()) -
                                              static_cast<const char*>(asanSwitchBottom_));
 #endif

@@ -84,7 +84,7 @@ void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
     }
     char stack[96];
     std::snprintf(stack, sizeof(stack), ", stack %.1f KiB of %zu KiB in use",
-                  static_cast<double>(fiber->stackInUse()) / 1024, fiber->stackSize() / 1024);
+                  static_cast<double>(fiber->stackInUse()) / 1024, fiber->stack().size() / 1024);
     if (fiber->state() == FiberCore::State::kSuspended) entry.state += stack;
     appendFiberChain(entry.trace, fiber);
   } catch (...) {

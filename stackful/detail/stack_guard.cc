@@ -184,9 +184,9 @@ void writeOverflowMessage(const RunningStackInfo& info) noexcept {
 bool describeRunningFiber(RunningStackInfo& info) noexcept {
   const FiberCore* fiber = FiberCore::current();
   if (fiber == nullptr) return false;
-  info.guardBegin = fiber->guardBegin();
-  info.stackBottom = fiber->stackBottom();
-  info.stackSize = fiber->stackSize();
+  info.guardBegin = fiber->stack().guardBegin();
+  info.stackBottom = fiber->stack().bottom();
+  info.stackSize = fiber->stack().size();
   info.id = fiber->id();
   info.name = fiber->name();
   return true;

@@ -44,7 +44,7 @@ _PROMISE_IN_FRAME = 16
 # AsyncParent tags (coro/detail/lazy_promise.h).
 _TAG_PROMISE, _TAG_SINK, _TAG_FOREIGN, _TAG_MASK = 0, 1, 2, 3
 
-# FiberCore::State (stackful/detail/fiber_core.h) and StackKind.
+# FiberCore::State (stackful/detail/fiber_core.h) and FiberStack::Kind (fiber_stack.h).
 _FIBER_STATES = {0: "created", 1: "suspended", 2: "running", 3: "done"}
 _STATE_SUSPENDED, _STATE_RUNNING = 1, 2
 _KIND_SHARED = 1
@@ -68,11 +68,13 @@ _FALLBACK = {
     # base, so a list hook is the fiber's address + 8.
     "weft::detail::FiberCore": {
         "weft::detail::FiberListHook": 8, "context_": 24, "extras_": 48, "parkLink_": 56,
-        "id_": 64, "state_": 72, "kind_": 73, "protected_": 80, "shared_": 80},
+        "id_": 64, "stack_": 72, "state_": 106},
+    # FiberStack {union {OwnSlot own_ (a ProtectedStack first); SharedSlot shared_ (a
+    # SharedStack* first);}; Kind kind_; ...}.
+    "weft::detail::FiberStack": {"own_": 0, "shared_": 0, "kind_": 32},
     "weft::detail::FiberExtras": {"name": 0},
     "weft::ProtectedStack": {"mapping_": 0, "mappingSize_": 8, "guardSize_": 16},
-    # FiberCore::SharedSlot {SharedStack* stack; ...}; SharedStack {ProtectedStack stack_;
-    # FiberCore* owner_; ...}.
+    # SharedStack {ProtectedStack stack_; FiberStack* owner_; ...}.
     "weft::SharedStack": {"stack_": 0, "owner_": 24},
     "weft::detail::ParkLink": {"driver": 16, "parkSite": 48, "waitNote": 56},
 }
@@ -710,16 +712,20 @@ class _Fiber:
         self.name = _fiber_name(core)
         self.label = _fiber_label(core)
         self.state = _u8(self._member("state_"))
-        self.shared = _u8(self._member("kind_")) == _KIND_SHARED
+        stack = self._member("stack_")  # its FiberStack
+        self.shared = _u8(stack + _off("weft::detail::FiberStack", "kind_")) == _KIND_SHARED
         self.context = _u64(self._member("context_"))
         self.link = _u64(self._member("parkLink_"))
         self.owns_stack = True
         if self.shared:
-            stack = _u64(self._member("shared_"))  # SharedSlot::stack, a SharedStack*
-            protected = stack + _off("weft::SharedStack", "stack_")
-            self.owns_stack = _u64(stack + _off("weft::SharedStack", "owner_")) == core
+            # SharedSlot::stack, a SharedStack*, whose owner_ is the FiberStack whose frames
+            # are on it.
+            shared = _u64(stack + _off("weft::detail::FiberStack", "shared_"))
+            protected = shared + _off("weft::SharedStack", "stack_")
+            self.owns_stack = _u64(shared + _off("weft::SharedStack", "owner_")) == stack
         else:
-            protected = self._member("protected_")  # ProtectedSlot::stack, a ProtectedStack
+            # OwnSlot::stack, a ProtectedStack
+            protected = stack + _off("weft::detail::FiberStack", "own_")
         mapping = _u64(protected + _off("weft::ProtectedStack", "mapping_"))
         mapping_size = _u64(protected + _off("weft::ProtectedStack", "mappingSize_"))
         guard = _u32(protected + _off("weft::ProtectedStack", "guardSize_"))
