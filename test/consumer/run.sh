@@ -8,6 +8,10 @@
 #   bazel         a workspace of its own in BUILD_DIR depending on @weft//:weft through
 #                 local_repository(path = <this checkout>), offline (weft's stand-ins for
 #                 Bazel's rules_cc/rules_java/coverage repositories); needs `bazel`
+#   vcpkg         ports/weft/ checked without vcpkg: vcpkg.json is valid JSON with the
+#                 version of version.h, and portfile.cmake runs with stand-ins for vcpkg's
+#                 functions (test/consumer/vcpkg_portfile_check.cmake), its options
+#                 accepted by weft's CMake
 #   conan         conan create (conanfile.py, test_package/ builds main.cc) of a copy of
 #                 this checkout, offline (--no-remote), in a CONAN_HOME under BUILD_DIR;
 #                 Conan 2 is installed from PyPI into a venv under BUILD_DIR when there is
@@ -23,7 +27,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${1:-${repo}/build/consumer}"
 shift || true
 modes=("$@")
-[[ ${#modes[@]} -gt 0 ]] || modes=(package subdirectory fetchcontent pkgconfig bazel conan)
+[[ ${#modes[@]} -gt 0 ]] || modes=(package subdirectory fetchcontent pkgconfig bazel vcpkg conan)
 mkdir -p "${build}"
 build="$(cd "${build}" && pwd)"
 generator=()
@@ -176,6 +180,28 @@ EOF_BAZELRC
         { cat "${ws}.log"; (cd "${ws}" && bazel shutdown) >/dev/null 2>&1; exit 1; }
       (cd "${ws}" && bazel shutdown) >/dev/null 2>&1 || true
       "${ws}/bazel-bin/consumer"
+      ;;
+    vcpkg)
+      python3 - "${repo}" <<'EOF_PY'
+import json, re, sys
+repo = sys.argv[1]
+port = json.load(open(f"{repo}/ports/weft/vcpkg.json"))
+text = open(f"{repo}/version.h").read()
+version = ".".join(re.search(rf"^#define WEFT_VERSION_{p} (\d+)$", text, re.M).group(1)
+                   for p in ("MAJOR", "MINOR", "PATCH"))
+assert port["name"] == "weft", port["name"]
+assert port.get("version") == version, f"vcpkg.json version {port.get('version')} != version.h {version}"
+print(f"[consumer] vcpkg: vcpkg.json: weft {version}, features {sorted(port['features'])}")
+EOF_PY
+      for features in "io-uring" "boost-context;task-tracking"; do
+        rm -rf "${build}/vcpkg" && mkdir -p "${build}/vcpkg"
+        cmake -DPORT_DIR="${repo}/ports/weft" -DOUT="${build}/vcpkg" -DFEATURES="${features}" \
+          -P "${repo}/test/consumer/vcpkg_portfile_check.cmake" >"${build}/vcpkg.log" 2>&1 ||
+          { cat "${build}/vcpkg.log"; exit 1; }
+        grep -E 'vcpkg_cmake_configure|portfile.cmake: ok' "${build}/vcpkg.log"
+      done
+      [[ -f "${repo}/LICENSE" ]] ||
+        log "vcpkg: NOTE: no LICENSE in the checkout: vcpkg_install_copyright would fail in vcpkg"
       ;;
     conan)
       if ! find_conan; then
