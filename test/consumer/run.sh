@@ -89,34 +89,36 @@ find_conan() {
   conan="${venv}/bin/conan"
 }
 
-run_consumer() {  # run_consumer MODE CMAKE_ARGS...
-  local mode="$1" dir="${build}/${1}"
-  shift
+run_consumer() {  # run_consumer MODE BUILD_TYPE CMAKE_ARGS...
+  local mode="$1" type="$2" dir="${build}/${1}"
+  shift 2
   rm -rf "${dir}"
-  cmake -S "${repo}/test/consumer" -B "${dir}" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "${repo}/test/consumer" -B "${dir}" "${generator[@]}" -DCMAKE_BUILD_TYPE="${type}" \
     -DWEFT_CONSUMER_MODE="${mode}" "$@" >"${dir}.log" 2>&1 || { cat "${dir}.log"; return 1; }
   cmake --build "${dir}" >>"${dir}.log" 2>&1 || { cat "${dir}.log"; return 1; }
   "${dir}/consumer"
 }
 
 for mode in "${modes[@]}"; do
+  mode_start=${SECONDS}
   case "${mode}" in
     package)
       install_weft
       [[ -n "$(find "${prefix}" -name weftConfig.cmake)" ]] || { log "no weftConfig.cmake"; exit 1; }
       [[ -n "$(find "${prefix}" -name weftConfigVersion.cmake)" ]] || { log "no weftConfigVersion.cmake"; exit 1; }
-      run_consumer package -DCMAKE_PREFIX_PATH="${prefix}"
+      run_consumer package Release -DCMAKE_PREFIX_PATH="${prefix}"
       ;;
     subdirectory)
-      log "subdirectory: add_subdirectory(${repo})"
-      run_consumer subdirectory -DWEFT_SOURCE_DIR="${repo}"
+      # Debug: weft built with the consumer, task tracking on in both (and -O0 is quicker).
+      log "subdirectory: add_subdirectory(${repo}), Debug"
+      run_consumer subdirectory Debug -DWEFT_SOURCE_DIR="${repo}"
       ;;
     fetchcontent)
       log "fetchcontent: FetchContent_Declare(weft URL file://...)"
       archive="${build}/weft-src.tar.gz"
       source_copy "${build}/weft-src"
       tar -C "${build}/weft-src" -czf "${archive}" .
-      run_consumer fetchcontent -DWEFT_URL="file://${archive}" -DFETCHCONTENT_QUIET=ON
+      run_consumer fetchcontent Release -DWEFT_URL="file://${archive}" -DFETCHCONTENT_QUIET=ON
       ;;
     pkgconfig)
       install_weft
@@ -142,6 +144,7 @@ for mode in "${modes[@]}"; do
     bazel)
       command -v bazel >/dev/null || { log "bazel is not installed (Debian: bazel-bootstrap)"; exit 1; }
       ws="${build}/bazel"
+      log "bazel: bazel build //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
       rm -rf "${ws}" && mkdir -p "${ws}"
       cp "${repo}/test/consumer/main.cc" "${ws}/main.cc"
       cat >"${ws}/WORKSPACE" <<EOF_WORKSPACE
@@ -218,9 +221,12 @@ EOF_PY
       # No package from an earlier run: build this checkout's.
       "${conan}" remove 'weft/*' --confirm >>"${build}/conan.log" 2>&1 ||
         { cat "${build}/conan.log"; exit 1; }
+      conan_jobs=()
+      [[ -n "${CMAKE_BUILD_PARALLEL_LEVEL:-}" ]] &&
+        conan_jobs=(-c "tools.build:jobs=${CMAKE_BUILD_PARALLEL_LEVEL}")
       (cd "${build}/conan-src" &&
         "${conan}" create . -s compiler.cppstd=20 -s build_type=Release --build=missing \
-          --no-remote) >>"${build}/conan.log" 2>&1 ||
+          --no-remote "${conan_jobs[@]}") >>"${build}/conan.log" 2>&1 ||
         { tail -n 60 "${build}/conan.log"; exit 1; }
       grep -q '^consumer: ok' "${build}/conan.log" || { log "conan: test_package did not run"; exit 1; }
       grep '^consumer: ok' "${build}/conan.log" | tail -n 1
@@ -231,5 +237,5 @@ EOF_PY
       exit 2
       ;;
   esac
-  log "${mode}: ok"
+  log "${mode}: ok ($((SECONDS - mode_start))s)"
 done
