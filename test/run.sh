@@ -11,8 +11,11 @@
 #             ctest; each benchmark once, briefly (a crash check, not a measurement)
 #   clang     clang++-16 Release: the same without the benchmarks (the gcc step builds them)
 #   asan      clang++-16 -O1 with ASan + UBSan (halt on the first error): tests
-#   consumer  test/consumer built against the installed package, add_subdirectory and
-#             FetchContent (test/consumer/run.sh)
+#   consumer  test/consumer built against weft every way a user gets it, with strict
+#             warnings: the installed CMake package, add_subdirectory, FetchContent,
+#             pkg-config, a Bazel workspace of its own, conan create (Conan 2 from PyPI
+#             into a venv; skipped when PyPI is unreachable), and the vcpkg port's checks
+#             (test/consumer/run.sh)
 #   bazel     bazel test of every library and example, the io tests and a few per layer
 #             (offline, Debian's bazel-bootstrap)
 #   boost     g++ Release with -DWEFT_FIBER_BACKEND=boost (Boost.Context switch core):
@@ -39,7 +42,8 @@ done
 
 packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
           libboost-context-dev clang-16 libclang-rt-16-dev libc++-16-dev libc++abi-16-dev
-          bazel-bootstrap valgrind g++-aarch64-linux-gnu qemu-user liburing-dev gdb binutils)
+          bazel-bootstrap valgrind g++-aarch64-linux-gnu qemu-user liburing-dev gdb binutils
+          pkgconf python3-venv)
 CLANGXX=clang++-16
 jobs=()
 [[ -n "${JOBS:-}" ]] && jobs=(--parallel "${JOBS}")
@@ -176,7 +180,12 @@ step_valgrind() {
 }
 
 step_consumer() {
-  test/consumer/run.sh build/consumer
+  # JOBS limits the builds of weft it makes (CMake, Bazel, Conan) too.
+  if [[ -n "${JOBS:-}" ]]; then
+    CMAKE_BUILD_PARALLEL_LEVEL="${JOBS}" test/consumer/run.sh build/consumer
+  else
+    test/consumer/run.sh build/consumer
+  fi
 }
 
 # Checks the Bazel build as a consumer sees it: every library and example target, the

@@ -3,6 +3,15 @@
 // Compiler and build feature checks for weft, in one place (STYLE.md: never two copies
 // of a body behind #ifs).
 
+// An installed weft (cmake --install) has build_config.h beside its headers: the
+// settings it was built with (WEFT_TASK_TRACKING, ...), so that a program compiled
+// without weft's -D flags still agrees with the libraries. Found relative to this file,
+// so only the header tree this file belongs to counts (not another weft on the include
+// path); a source tree and Bazel have none and take the definitions from the build.
+#if __has_include("../../build_config.h")
+#include "../../build_config.h"
+#endif
+
 // WEFT_TAIL_CALLS_GUARANTEED: 1 when the compiler turns symmetric transfer (an
 // await_suspend returning a coroutine_handle) into a tail call, so arbitrarily long
 // chains of synchronously completing awaits do not grow the native stack. clang does at
@@ -67,8 +76,9 @@
 // few stores per suspension and a lock per root task (docs/debugging.md, "Cost"); async
 // backtraces, the fiber registry and fibers' wait notes are kept either way. CMake sets
 // it for weft and everything that links it (option WEFT_TASK_TRACKING: on for Debug
-// builds by default); without CMake it follows NDEBUG. It must be the same in every file
-// of a program (it changes what inline coroutines keep in their frames).
+// builds by default), an installed weft's build_config.h for builds without its -D flags;
+// with neither it follows NDEBUG. It must be the same in every file of a program (it
+// changes what inline coroutines keep in their frames).
 #ifndef WEFT_TASK_TRACKING
 #ifdef NDEBUG
 #define WEFT_TASK_TRACKING 0

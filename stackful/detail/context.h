@@ -25,6 +25,11 @@
 #include <cstddef>
 #include <cstdint>
 
+// An installed weft records its backend in build_config.h (see coro/detail/config.h).
+#if __has_include("../../build_config.h")
+#include "../../build_config.h"
+#endif
+
 // Without a definition from the build (a build that is not CMake's or Bazel's): weft's
 // own assembly where weft has it (x86-64 and aarch64 ELF). Both macros are then defined,
 // to 0 or 1, so that `#if WEFT_FIBER_BACKEND_ASM` is clean under -Wundef.

@@ -1,17 +1,33 @@
 #!/usr/bin/env bash
-# Builds and runs test/consumer/ against weft the three ways a user gets it:
+# Builds and runs test/consumer/ against weft every way a user gets it:
 #   package       cmake --install into a temporary prefix, then find_package(weft CONFIG)
 #   subdirectory  add_subdirectory(<this checkout>)
 #   fetchcontent  FetchContent_Declare(weft URL file://<archive of this checkout>)
+#   pkgconfig     the same install: g++ main.cc $(pkg-config --cflags --libs weft), and
+#                 every installed header in one file, both under the strict flags below
+#   bazel         a workspace of its own in BUILD_DIR depending on @weft//:weft through
+#                 local_repository(path = <this checkout>), offline (weft's stand-ins for
+#                 Bazel's rules_cc/rules_java/coverage repositories); needs `bazel`
+#   vcpkg         ports/weft/ checked without vcpkg: vcpkg.json is valid JSON with the
+#                 version of version.h, and portfile.cmake runs with stand-ins for vcpkg's
+#                 functions (test/consumer/vcpkg_portfile_check.cmake), its options
+#                 accepted by weft's CMake
+#   conan         conan create (conanfile.py, test_package/ builds main.cc) of a copy of
+#                 this checkout, offline (--no-remote), in a CONAN_HOME under BUILD_DIR;
+#                 Conan 2 is installed from PyPI into a venv under BUILD_DIR when there is
+#                 no `conan` 2 on the PATH (skipped, with a message, when that fails)
+# Every build uses -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wundef -Werror, and
+# main.cc checks <weft/version.h> against the version the package reports.
 # Usage: test/consumer/run.sh [BUILD_DIR] [MODE...]   (default build/consumer, all modes)
-# Honours CXX (e.g. CXX=clang++-16). Needs no network.
+# Honours CXX (e.g. CXX=clang++-16; Conan's profile detect reads CC and CXX). Needs no
+# network, except to install Conan.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${1:-${repo}/build/consumer}"
 shift || true
 modes=("$@")
-[[ ${#modes[@]} -gt 0 ]] || modes=(package subdirectory fetchcontent)
+[[ ${#modes[@]} -gt 0 ]] || modes=(package subdirectory fetchcontent pkgconfig bazel vcpkg conan)
 mkdir -p "${build}"
 build="$(cd "${build}" && pwd)"
 generator=()
@@ -19,53 +35,207 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 
 log() { printf '[consumer] %s\n' "$*"; }
 
-run_consumer() {  # run_consumer MODE CMAKE_ARGS...
-  local mode="$1" dir="${build}/${1}"
-  shift
+# The consumer's flags in every mode (test/consumer/CMakeLists.txt has the same).
+strict_flags=(-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wundef -Werror)
+prefix="${build}/prefix"
+installed=0
+
+# install_weft: weft's library alone, built once per run and installed into ${prefix}
+# with cmake --install --prefix (not the configured prefix: the package must not care).
+install_weft() {
+  [[ ${installed} -eq 0 ]] || return 0
+  log "install weft into ${prefix}"
+  rm -rf "${build}/weft-build" "${prefix}"
+  cmake -S "${repo}" -B "${build}/weft-build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX=/nonexistent >"${build}/weft-build.log" 2>&1 ||
+    { cat "${build}/weft-build.log"; exit 1; }
+  cmake --build "${build}/weft-build" >>"${build}/weft-build.log" 2>&1 ||
+    { cat "${build}/weft-build.log"; exit 1; }
+  cmake --install "${build}/weft-build" --prefix "${prefix}" >>"${build}/weft-build.log" 2>&1 ||
+    { cat "${build}/weft-build.log"; exit 1; }
+  local f
+  for f in include/weft/coro/lazy.h include/weft/coro/sync_await.h include/weft/version.h \
+           include/weft/build_config.h include/weft/executors/thread_pool.h \
+           include/weft/executors/detail/job.h lib/pkgconfig/weft.pc; do
+    [[ -f "${prefix}/${f}" ]] || { log "missing ${prefix}/${f}"; exit 1; }
+  done
+  installed=1
+}
+
+# source_copy DIR: this checkout's files (as they are, committed or not) without build
+# trees, Bazel's links and .git, in DIR.
+source_copy() {
+  rm -rf "$1" && mkdir -p "$1"
+  tar -C "${repo}" --exclude=./build --exclude='./bazel-*' --exclude=./.git -cf - . |
+    tar -C "$1" -xf -
+}
+
+# find_conan: sets `conan` to a Conan 2 from the PATH or from ${build}/conan-venv
+# (created with pip when missing); returns 1 when neither works.
+find_conan() {
+  conan=""
+  if command -v conan >/dev/null && [[ "$(conan --version 2>/dev/null)" == "Conan version 2."* ]]; then
+    conan="$(command -v conan)"
+    return 0
+  fi
+  local venv="${build}/conan-venv"
+  if [[ ! -x "${venv}/bin/conan" ]]; then
+    log "conan: installing Conan 2 from PyPI into ${venv}"
+    rm -rf "${venv}"
+    { python3 -m venv "${venv}" && "${venv}/bin/pip" install -q --disable-pip-version-check \
+        'conan>=2,<3'; } >"${build}/conan-venv.log" 2>&1 ||
+      { tail -n 5 "${build}/conan-venv.log"; rm -rf "${venv}"; return 1; }
+  fi
+  conan="${venv}/bin/conan"
+}
+
+run_consumer() {  # run_consumer MODE BUILD_TYPE CMAKE_ARGS...
+  local mode="$1" type="$2" dir="${build}/${1}"
+  shift 2
   rm -rf "${dir}"
-  cmake -S "${repo}/test/consumer" -B "${dir}" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "${repo}/test/consumer" -B "${dir}" "${generator[@]}" -DCMAKE_BUILD_TYPE="${type}" \
     -DWEFT_CONSUMER_MODE="${mode}" "$@" >"${dir}.log" 2>&1 || { cat "${dir}.log"; return 1; }
   cmake --build "${dir}" >>"${dir}.log" 2>&1 || { cat "${dir}.log"; return 1; }
   "${dir}/consumer"
 }
 
 for mode in "${modes[@]}"; do
+  mode_start=${SECONDS}
   case "${mode}" in
     package)
-      log "package: install weft into a temporary prefix"
-      prefix="${build}/prefix"
-      rm -rf "${build}/weft-build" "${prefix}"
-      cmake -S "${repo}" -B "${build}/weft-build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-        -DWEFT_BUILD_TESTS=OFF -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_BUILD_EXAMPLES=OFF \
-        -DCMAKE_INSTALL_PREFIX="${prefix}" >"${build}/weft-build.log" 2>&1 ||
-        { cat "${build}/weft-build.log"; exit 1; }
-      cmake --build "${build}/weft-build" >>"${build}/weft-build.log" 2>&1 ||
-        { cat "${build}/weft-build.log"; exit 1; }
-      cmake --install "${build}/weft-build" >>"${build}/weft-build.log" 2>&1 ||
-        { cat "${build}/weft-build.log"; exit 1; }
-      for f in include/weft/coro/lazy.h include/weft/coro/sync_await.h \
-               include/weft/executors/thread_pool.h include/weft/executors/detail/job.h; do
-        [[ -f "${prefix}/${f}" ]] || { log "missing ${prefix}/${f}"; exit 1; }
-      done
+      install_weft
       [[ -n "$(find "${prefix}" -name weftConfig.cmake)" ]] || { log "no weftConfig.cmake"; exit 1; }
       [[ -n "$(find "${prefix}" -name weftConfigVersion.cmake)" ]] || { log "no weftConfigVersion.cmake"; exit 1; }
-      run_consumer package -DCMAKE_PREFIX_PATH="${prefix}"
+      run_consumer package Release -DCMAKE_PREFIX_PATH="${prefix}"
       ;;
     subdirectory)
-      log "subdirectory: add_subdirectory(${repo})"
-      run_consumer subdirectory -DWEFT_SOURCE_DIR="${repo}"
+      # Debug: weft built with the consumer, task tracking on in both (and -O0 is quicker).
+      log "subdirectory: add_subdirectory(${repo}), Debug"
+      run_consumer subdirectory Debug -DWEFT_SOURCE_DIR="${repo}"
       ;;
     fetchcontent)
       log "fetchcontent: FetchContent_Declare(weft URL file://...)"
       archive="${build}/weft-src.tar.gz"
-      tar -C "${repo}" --exclude=./build --exclude='./bazel-*' --exclude=./.git \
-        -czf "${archive}" .
-      run_consumer fetchcontent -DWEFT_URL="file://${archive}" -DFETCHCONTENT_QUIET=ON
+      source_copy "${build}/weft-src"
+      tar -C "${build}/weft-src" -czf "${archive}" .
+      run_consumer fetchcontent Release -DWEFT_URL="file://${archive}" -DFETCHCONTENT_QUIET=ON
+      ;;
+    pkgconfig)
+      install_weft
+      command -v pkg-config >/dev/null || { log "pkg-config is not installed"; exit 1; }
+      export PKG_CONFIG_PATH="${prefix}/lib/pkgconfig"
+      version="$(pkg-config --modversion weft)"
+      flags="$(pkg-config --cflags --libs weft)"
+      log "pkgconfig: weft ${version}: ${flags}"
+      dir="${build}/pkgconfig"
+      rm -rf "${dir}" && mkdir -p "${dir}"
+      # Every installed header, for the warnings only the headers main.cc skips would give.
+      (cd "${prefix}/include" && find weft -name '*.h' | LC_ALL=C sort |
+        sed 's|.*|#include <&>|') >"${dir}/all_headers.cc"
+      # shellcheck disable=SC2086  # flags is a list of words
+      "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -fsyntax-only "${dir}/all_headers.cc" ${flags}
+      # shellcheck disable=SC2086
+      "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -O2 \
+        -DWEFT_CONSUMER_EXPECTED_VERSION="\"${version}\"" "${repo}/test/consumer/main.cc" \
+        ${flags} -o "${dir}/consumer"
+      "${dir}/consumer"
+      unset PKG_CONFIG_PATH
+      ;;
+    bazel)
+      command -v bazel >/dev/null || { log "bazel is not installed (Debian: bazel-bootstrap)"; exit 1; }
+      ws="${build}/bazel"
+      log "bazel: bazel build //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
+      rm -rf "${ws}" && mkdir -p "${ws}"
+      cp "${repo}/test/consumer/main.cc" "${ws}/main.cc"
+      cat >"${ws}/WORKSPACE" <<EOF_WORKSPACE
+# Generated by test/consumer/run.sh: a project depending on weft, vendored at
+# ${repo} (as a user would have it in third_party/weft/), offline.
+workspace(name = "weft_consumer")
+
+local_repository(
+    name = "weft",
+    path = "${repo}",
+)
+
+load("@weft//bazel:system_deps.bzl", "weft_offline_toolchain_repositories")
+
+weft_offline_toolchain_repositories(weft_root = "${repo}/")
+EOF_WORKSPACE
+      # Bazel has no package version to compare <weft/version.h> with.
+      cat >"${ws}/BUILD.bazel" <<EOF_BUILD
+cc_binary(
+    name = "consumer",
+    srcs = ["main.cc"],
+    copts = [$(printf '"%s", ' "${strict_flags[@]}")"-DWEFT_CONSUMER_NO_PACKAGE_VERSION"],
+    deps = ["@weft//:weft"],
+)
+EOF_BUILD
+      cat >"${ws}/.bazelrc" <<'EOF_BAZELRC'
+build --cxxopt=-std=c++20
+build --host_cxxopt=-std=c++20
+build --nosandbox_debug
+build --curses=no --color=no --show_progress_rate_limit=30
+EOF_BAZELRC
+      bazel_jobs=()
+      [[ -n "${CMAKE_BUILD_PARALLEL_LEVEL:-}" ]] && bazel_jobs=(--jobs="${CMAKE_BUILD_PARALLEL_LEVEL}")
+      # Its own Bazel server (one per workspace), stopped afterwards.
+      (cd "${ws}" && bazel build "${bazel_jobs[@]}" //:consumer) >"${ws}.log" 2>&1 ||
+        { cat "${ws}.log"; (cd "${ws}" && bazel shutdown) >/dev/null 2>&1; exit 1; }
+      (cd "${ws}" && bazel shutdown) >/dev/null 2>&1 || true
+      "${ws}/bazel-bin/consumer"
+      ;;
+    vcpkg)
+      python3 - "${repo}" <<'EOF_PY'
+import json, re, sys
+repo = sys.argv[1]
+port = json.load(open(f"{repo}/ports/weft/vcpkg.json"))
+text = open(f"{repo}/version.h").read()
+version = ".".join(re.search(rf"^#define WEFT_VERSION_{p} (\d+)$", text, re.M).group(1)
+                   for p in ("MAJOR", "MINOR", "PATCH"))
+assert port["name"] == "weft", port["name"]
+assert port.get("version") == version, f"vcpkg.json version {port.get('version')} != version.h {version}"
+print(f"[consumer] vcpkg: vcpkg.json: weft {version}, features {sorted(port['features'])}")
+EOF_PY
+      for features in "io-uring" "boost-context;task-tracking"; do
+        rm -rf "${build}/vcpkg" && mkdir -p "${build}/vcpkg"
+        cmake -DPORT_DIR="${repo}/ports/weft" -DOUT="${build}/vcpkg" -DFEATURES="${features}" \
+          -P "${repo}/test/consumer/vcpkg_portfile_check.cmake" >"${build}/vcpkg.log" 2>&1 ||
+          { cat "${build}/vcpkg.log"; exit 1; }
+        grep -E 'vcpkg_cmake_configure|portfile.cmake: ok' "${build}/vcpkg.log"
+      done
+      [[ -f "${repo}/LICENSE" ]] ||
+        log "vcpkg: NOTE: no LICENSE in the checkout: vcpkg_install_copyright would fail in vcpkg"
+      ;;
+    conan)
+      if ! find_conan; then
+        log "conan: SKIPPED: no Conan 2 on the PATH and it could not be installed from PyPI"
+        continue
+      fi
+      log "conan: $("${conan}" --version) (${conan})"
+      # Conan's cache and settings stay in the build tree; a copy of the checkout keeps
+      # test_package/'s build folder out of it.
+      export CONAN_HOME="${build}/conan-home"
+      "${conan}" profile detect --force >"${build}/conan.log" 2>&1 ||
+        { cat "${build}/conan.log"; exit 1; }
+      source_copy "${build}/conan-src"
+      # No package from an earlier run: build this checkout's.
+      "${conan}" remove 'weft/*' --confirm >>"${build}/conan.log" 2>&1 ||
+        { cat "${build}/conan.log"; exit 1; }
+      conan_jobs=()
+      [[ -n "${CMAKE_BUILD_PARALLEL_LEVEL:-}" ]] &&
+        conan_jobs=(-c "tools.build:jobs=${CMAKE_BUILD_PARALLEL_LEVEL}")
+      (cd "${build}/conan-src" &&
+        "${conan}" create . -s compiler.cppstd=20 -s build_type=Release --build=missing \
+          --no-remote "${conan_jobs[@]}") >>"${build}/conan.log" 2>&1 ||
+        { tail -n 60 "${build}/conan.log"; exit 1; }
+      grep -q '^consumer: ok' "${build}/conan.log" || { log "conan: test_package did not run"; exit 1; }
+      grep '^consumer: ok' "${build}/conan.log" | tail -n 1
+      unset CONAN_HOME
       ;;
     *)
       log "unknown mode ${mode}"
       exit 2
       ;;
   esac
-  log "${mode}: ok"
+  log "${mode}: ok ($((SECONDS - mode_start))s)"
 done

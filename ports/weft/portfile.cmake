@@ -1,0 +1,44 @@
+# vcpkg port of weft, kept in weft's repository as an overlay port that builds the
+# checkout it lives in (ports/weft/../..):
+#   vcpkg install weft --overlay-ports=<weft checkout>/ports
+# A port in a registry fetches a release instead of the line below, e.g.
+#   vcpkg_from_github(OUT_SOURCE_PATH SOURCE_PATH REPO <owner>/weft REF "v${VERSION}"
+#                     SHA512 <sha512 of that archive> HEAD_REF main)
+# The version in vcpkg.json must match version.h (test/consumer/run.sh vcpkg checks it).
+get_filename_component(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
+
+# weft builds static libraries only.
+vcpkg_check_linkage(ONLY_STATIC_LIBRARY)
+
+vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
+    FEATURES
+        io-uring WEFT_IO_URING
+        task-tracking WEFT_TASK_TRACKING
+)
+# Without the feature, WEFT_FIBER_BACKEND keeps weft's default: its own assembly on
+# x86-64 and aarch64 Linux, Boost.Context elsewhere (which then needs the feature).
+set(backend_options "")
+if("boost-context" IN_LIST FEATURES)
+    set(backend_options -DWEFT_FIBER_BACKEND=boost)
+endif()
+
+# WEFT_TASK_TRACKING is given (ON or OFF), not left to weft's AUTO (on in Debug only): the
+# debug and release libraries share one set of headers (include/weft/build_config.h), so
+# they must be built with the same value.
+vcpkg_cmake_configure(
+    SOURCE_PATH "${SOURCE_PATH}"
+    OPTIONS
+        -DWEFT_DEVELOPER=OFF
+        -DWEFT_INSTALL=ON
+        ${FEATURE_OPTIONS}
+        ${backend_options}
+)
+vcpkg_cmake_install()
+vcpkg_cmake_config_fixup(CONFIG_PATH lib/cmake/weft)
+vcpkg_fixup_pkgconfig()
+
+file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug/include")
+file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
+# TODO(#20): weft has no license file yet; vcpkg requires one (share/weft/copyright), so
+# the port stops here until the repository has a LICENSE.
+vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
