@@ -39,6 +39,6 @@ vcpkg_fixup_pkgconfig()
 
 file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug/include")
 file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
-# TODO(#20): weft has no license file yet; vcpkg requires one (share/weft/copyright), so
-# the port stops here until the repository has a LICENSE.
+# The repository has no LICENSE file yet (its license is still to be chosen); vcpkg
+# requires one (share/weft/copyright), so the port stops here until it has one.
 vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
