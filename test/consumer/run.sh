@@ -46,7 +46,10 @@ install_weft() {
   [[ ${installed} -eq 0 ]] || return 0
   log "install weft into ${prefix}"
   rm -rf "${build}/weft-build" "${prefix}"
+  # The plain commands, as on a machine without GoogleTest and Google Benchmark (their
+  # find_package calls are disabled: the library alone must need neither).
   cmake -S "${repo}" -B "${build}/weft-build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON \
     -DCMAKE_INSTALL_PREFIX=/nonexistent >"${build}/weft-build.log" 2>&1 ||
     { cat "${build}/weft-build.log"; exit 1; }
   cmake --build "${build}/weft-build" >>"${build}/weft-build.log" 2>&1 ||
