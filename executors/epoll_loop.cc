@@ -120,9 +120,7 @@ class EpollLoop final : public IoLoopBase {
   bool withdraw(IoOperation& op) noexcept override {
     bool neverTookEffect = true;
     if ((op.loopKey & kQueued) != 0) {
-      Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
-      remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
-      untime(op);
+      unqueue(op);
     } else if ((op.loopKey & kReady) != 0) {
       // Complete (or cancelled, or timed out): its result waits for this turn.
       remove(ready_, op);
@@ -196,7 +194,10 @@ class EpollLoop final : public IoLoopBase {
   struct Fd {
     List readers;
     List writers;
-    std::uint32_t armed = 0;  // the events the one-shot registration waits for, or 0
+    // The events the one-shot registration waits for, or 0. Trusted only while the fd
+    // has waiters: IoLoop's contract keeps a descriptor open while an operation waits on
+    // it, and unqueue() forgets `armed` when the last waiter leaves without an event.
+    std::uint32_t armed = 0;
   };
 
   static void append(List& list, IoOperation& op) noexcept {
@@ -345,9 +346,7 @@ class EpollLoop final : public IoLoopBase {
     const std::int64_t now = nowNs();
     while (!heap_.empty() && heap_.front()->loopDeadline <= now) {
       IoOperation& op = *heap_.front();
-      untime(op);
-      Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
-      remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+      unqueue(op);
       op.result = -ETIMEDOUT;
       op.loopKey = kReady;
       append(ready_, op);
@@ -385,14 +384,24 @@ class EpollLoop final : public IoLoopBase {
 
   void cancelLocal(IoOperation& op) noexcept override {
     if ((op.loopKey & kQueued) == 0) return;  // completing already, or not in flight
-    Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
-    remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
-    untime(op);
+    unqueue(op);
     op.result = -ECANCELED;
     op.loopKey = kReady;
     append(ready_, op);
-    // The one-shot registration may stay armed for a direction nobody waits on: it
-    // fires once, finds no waiter and is not re-armed.
+  }
+
+  // Takes a queued operation off its fd's waiters and the deadline heap, without an
+  // event (cancelled, timed out, withdrawn). The one-shot registration may stay armed for
+  // a direction nobody waits on: it fires once, finds no waiter and is not re-armed. When
+  // the fd has no waiter left, `armed` is forgotten: the descriptor may be closed now,
+  // which drops its registration in the kernel, and a socket that gets the same number
+  // must be registered anew (EPOLL_CTL_MOD finds nothing, ADD follows), not skipped as
+  // "armed already".
+  void unqueue(IoOperation& op) noexcept {
+    Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
+    remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+    untime(op);
+    if (fd.readers.empty() && fd.writers.empty()) fd.armed = 0;
   }
 
   // Runs the completion functions of ready_, including those of operations that the

@@ -27,6 +27,10 @@ std::string_view ioBackendName(IoBackend backend) noexcept;
 // a partial transfer of that many bytes, as for read(2). The awaitable owns it (it
 // lives in the coroutine frame) and must keep it, and every buffer it points to, alive
 // and unchanged from IoLoop::submit until `complete` has run or IoLoop::withdraw returned.
+// The descriptor `fd` must stay open for as long too: a loop may key its state by the
+// number (epoll does), so closing it under a waiting operation would hand that state to
+// the next descriptor with the same number. To close while operations wait, cancel them
+// and close when the last has completed (weft's streams do this in close()).
 enum class IoOpcode : std::uint8_t {
   kReceive,         // recv(fd, buffer, length, flags)
   kSend,            // send(fd, buffer, length, flags | MSG_NOSIGNAL)

@@ -11,11 +11,13 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "weft/coro/cancellation.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/blocking.h"
+#include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/io_awaiter.h"
 
 namespace weft {
@@ -146,10 +148,8 @@ File& File::operator=(File&& other) noexcept {
 File::~File() { close(); }
 
 void File::close() noexcept {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
+  // Operations still waiting on the descriptor end (see detail::closeDescriptor).
+  detail::closeDescriptor(std::exchange(fd_, -1));
 }
 
 Lazy<File> File::open(std::string path, FileMode mode, mode_t permissions) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/socket_ops.h"
 
 namespace weft {
@@ -31,7 +32,7 @@ SignalSet::SignalSet(std::initializer_list<int> signals) : owner_(pthread_self()
 }
 
 SignalSet::~SignalSet() {
-  ::close(fd_);
+  detail::closeDescriptor(fd_);
   if (pthread_equal(owner_, pthread_self())) pthread_sigmask(SIG_SETMASK, &previousMask_, nullptr);
 }
 

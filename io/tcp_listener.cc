@@ -11,8 +11,10 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "weft/coro/sleep.h"
+#include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/socket_util.h"
 
 namespace weft {
@@ -30,10 +32,8 @@ TcpListener& TcpListener::operator=(TcpListener&& other) noexcept {
 TcpListener::~TcpListener() { close(); }
 
 void TcpListener::close() noexcept {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
+  // Operations still waiting on the descriptor end (see detail::closeDescriptor).
+  detail::closeDescriptor(std::exchange(fd_, -1));
 }
 
 TcpListener TcpListener::bind(const SocketAddress& address, TcpListenerOptions options) {

@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <string>
 #include <system_error>
+#include <utility>
 
+#include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/socket_util.h"
 
 namespace weft {
@@ -26,10 +28,8 @@ TcpStream& TcpStream::operator=(TcpStream&& other) noexcept {
 TcpStream::~TcpStream() { close(); }
 
 void TcpStream::close() noexcept {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
+  // Operations still waiting on the descriptor end (see detail::closeDescriptor).
+  detail::closeDescriptor(std::exchange(fd_, -1));
 }
 
 Lazy<TcpStream> TcpStream::connect(SocketAddress address) {

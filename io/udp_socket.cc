@@ -7,7 +7,9 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
+#include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/socket_util.h"
 
 namespace weft {
@@ -23,10 +25,8 @@ UdpSocket& UdpSocket::operator=(UdpSocket&& other) noexcept {
 UdpSocket::~UdpSocket() { close(); }
 
 void UdpSocket::close() noexcept {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
+  // Operations still waiting on the descriptor end (see detail::closeDescriptor).
+  detail::closeDescriptor(std::exchange(fd_, -1));
 }
 
 UdpSocket UdpSocket::bind(const SocketAddress& address, UdpSocketOptions options) {

@@ -14,6 +14,7 @@
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
+#include "weft/io/detail/fd_waits.h"
 
 namespace weft::detail {
 
@@ -29,6 +30,14 @@ inline IoLoop& requireIoLoop(const char* what) {
                            "spawned on the pool), or on an executor that binds an IoLoop");
   }
   return *loop;
+}
+
+// The failure of an operation that waited when its descriptor was closed (by the
+// stream's close(), its destructor or move-assignment, from any thread).
+[[noreturn]] inline void throwClosedWhileWaiting(const char* what) {
+  throw std::system_error(ECANCELED, std::system_category(),
+                          std::string("weft: ") + what +
+                              ": the socket was closed while the operation waited");
 }
 
 // Throws std::system_error for a failed operation's -errno.
@@ -82,6 +91,11 @@ class IoAwaiter {
     if (loop.submit(op_)) return false;  // done at once
     loop_ = &loop;
     inFlight_ = true;
+    // Known to closeDescriptor() from now on: a close of the descriptor cancels it. The
+    // loop cannot complete it before this returns: completions run on this thread.
+    fdWait_.loop = &loop;
+    fdWait_.op = &op_;
+    trackWait(fdWait_);
     if (token_->canBeCancelled()) {
       // Captures one pointer: stored inline, so this does not throw. If cancellation was
       // already requested it runs now: the cancel then completes the operation later.
@@ -100,6 +114,7 @@ class IoAwaiter {
         throw ExecutorShutDown(executor_ != nullptr ? executor_->name() : "I/O event loop");
       }
       if (token_->isCancellationRequested()) throw OperationCancelled();
+      if (fdWait_.closed) throwClosedWhileWaiting(what_);
     }
     return op_.result;
   }
@@ -108,6 +123,7 @@ class IoAwaiter {
   static void onComplete(IoOperation& op) noexcept {
     IoAwaiter* self = static_cast<Operation&>(op).owner;
     self->inFlight_ = false;
+    untrackWait(self->fdWait_);
     self->waiter_.resume();
   }
 
@@ -127,6 +143,7 @@ class IoAwaiter {
       abortDestroyedWhileResuming(what_, "its I/O operation had already completed");
     }
     inFlight_ = false;
+    untrackWait(fdWait_);
   }
 
   struct Operation : IoOperation {
@@ -140,6 +157,7 @@ class IoAwaiter {
   IoLoop* loop_ = nullptr;
   std::coroutine_handle<> waiter_;
   bool inFlight_ = false;
+  FdWait fdWait_;
   std::optional<CancellationCallback> onCancel_;
 };
 

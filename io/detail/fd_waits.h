@@ -1,0 +1,49 @@
+#pragma once
+
+#include "weft/executors/io_loop.h"
+
+namespace weft::detail {
+
+// FdWait: one I/O operation that waits on a descriptor, as the process-wide table of
+// waits knows it (an IoAwaiter holds one).
+//
+// Why the table: closing a descriptor while an operation waits on it must neither hang
+// that operation (io_uring keeps the file alive for the request, so a read waits for data
+// that never comes; epoll forgets the registration, so the waiter is never woken) nor let
+// the number's next owner inherit it (the epoll loop keys its waiters and registrations
+// by number: a new socket with the same number would queue behind a dead waiter, or have
+// its bytes read into the dead waiter's buffer). So closeDescriptor() cancels every wait
+// on the descriptor, and the number is given back to the kernel (close(2)) only when the
+// last of them has ended: until then no other socket can get it. Go's poller has the same
+// rule (the fd is closed when its last reference is dropped).
+struct FdWait {
+  IoLoop* loop = nullptr;       // the loop the operation is in flight on
+  IoOperation* op = nullptr;    // its operation (op->fd is the descriptor)
+  FdWait* next = nullptr;       // the table's list of waits on op->fd
+  FdWait* prev = nullptr;
+  bool closed = false;          // closeDescriptor() cancelled it (read after it ended)
+};
+
+// Records `wait` (loop, op set; op in flight on loop) as waiting on wait.op->fd. If the
+// descriptor is being closed already (a close that came while the operation was being
+// started), the operation is cancelled at once and `closed` is set.
+// noexcept: a spin lock and a list insertion; the table's storage is allocated on first
+// use of a range of descriptor numbers, and weft aborts with a message if that fails.
+// Thread safety: any thread; between trackWait and untrackWait, `wait` must stay alive.
+void trackWait(FdWait& wait) noexcept;
+
+// Removes `wait` (the operation has ended: completed, failed, cancelled or withdrawn).
+// If a close of its descriptor waits for it and it was the last wait, closes the
+// descriptor now. noexcept: close(2)'s failure leaves nothing to do.
+// Thread safety: any thread (in practice the loop's).
+void untrackWait(FdWait& wait) noexcept;
+
+// Closes `fd` (a descriptor that weft's awaitables use): at once when no operation
+// waits on it; otherwise every waiting operation is cancelled (each ends with its own
+// result if it completed first, else as cancelled, with FdWait::closed set) and the
+// descriptor is closed when the last of them has ended. Does nothing for fd < 0.
+// noexcept: cancellation requests and close(2) cannot fail in a way worth reporting.
+// Thread safety: any thread, concurrently with the operations on `fd` that wait.
+void closeDescriptor(int fd) noexcept;
+
+}  // namespace weft::detail
