@@ -57,7 +57,10 @@ class TcpListener {
   // The bound address (with the port the kernel chose for port 0).
   SocketAddress localAddress() const;
 
-  // Closes the socket. Idempotent. Precondition: no accept in flight (cancel it first).
+  // Closes the socket. Idempotent. An accept waiting on it (from any thread) ends with
+  // std::system_error ECANCELED ("the socket was closed while the operation waited"),
+  // and the descriptor is closed once it has ended: a server stops by closing its
+  // listener. close() must not race with the start of an accept.
   void close() noexcept;
   bool isOpen() const noexcept { return fd_ >= 0; }
   int nativeHandle() const noexcept { return fd_; }

@@ -51,10 +51,17 @@ class EndOfStream : public std::runtime_error {
 // order, each read's or write's bytes contiguous, but two readExactly or writeAll calls
 // in flight may interleave at their partial transfers (serialize them, e.g. with a
 // Mutex, when several coroutines write one stream). close() (and the destructor, and
-// move-assignment) only when no operation on the stream is in flight.
+// move-assignment) may come while operations wait, from any thread (a timeout handler
+// closing a connection whose reader waits): each waiting operation ends with
+// std::system_error ECANCELED ("the socket was closed while the operation waited") unless
+// it completed first (a read that got data returns it), and the descriptor is closed when
+// the last of them has ended, so no other socket can take its number meanwhile. close()
+// must not race with the start of an operation (the closer knows it began); one started
+// after close() fails with EBADF.
 //
 // Errors: std::system_error with the errno (ECONNRESET, EPIPE, ECONNREFUSED, ETIMEDOUT...)
-// and a message naming the operation; EBADF for an operation on a closed stream;
+// and a message naming the operation; EBADF for an operation on a closed stream; ECANCELED
+// for one that waited when the stream was closed;
 // EndOfStream from readExactly; OperationCancelled; ExecutorShutDown when the pool shuts
 // down with the operation in flight; std::logic_error when awaited on a thread without an
 // event loop.
@@ -141,7 +148,8 @@ class TcpStream {
   // Ends our direction of the stream (the peer reads end of stream); reads still work.
   // Errors: std::system_error (ENOTCONN), EBADF when closed.
   void shutdownWrite();
-  // Closes the socket now. Idempotent. Precondition: no operation in flight.
+  // Closes the socket. Idempotent. Operations waiting on it end as the class comment
+  // says (the descriptor itself is closed once they have ended).
   void close() noexcept;
   bool isOpen() const noexcept { return fd_ >= 0; }
   int nativeHandle() const noexcept { return fd_; }

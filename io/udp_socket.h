@@ -48,8 +48,10 @@ struct UdpSocketOptions {
 //
 // Preconditions: the buffer of an operation stays valid until its await returns. Several
 // operations may be in flight at once (each datagram goes to one receive). close() (and
-// the destructor, and move-assignment) only when no operation on the socket is in
-// flight.
+// the destructor, and move-assignment) may come while operations wait, from any thread:
+// they end with std::system_error ECANCELED ("the socket was closed while the operation
+// waited") unless they completed first, and the descriptor is closed once they have
+// ended. close() must not race with the start of an operation.
 //
 // Errors: std::system_error with the errno and a message naming the operation (sendTo
 // also names the destination): EMSGSIZE, ECONNREFUSED, ENETUNREACH, EACCES (broadcast

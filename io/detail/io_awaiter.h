@@ -59,6 +59,10 @@ inline IoLoop& requireIoLoop(const char* what) {
 // OperationCancelled), or with its own result if it finished first (a read that got data
 // returns it: nothing is lost).
 //
+// Close: while in flight the operation is known to the table of waits (fd_waits.h), so a
+// close of its descriptor (detail::closeDescriptor) cancels it; it then ends with
+// std::system_error ECANCELED naming the close, unless it completed first.
+//
 // Destroying the coroutine while it is suspended here (#15's rule) withdraws the
 // operation: on the loop's thread, synchronously (IoLoop::withdraw: the kernel lets go of
 // the buffers before the frame is freed), leaving the socket as if nobody had waited. If
