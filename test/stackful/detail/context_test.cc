@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -335,6 +335,8 @@ class TestStack {
     }                                                                                           \
   } while (false)
 
+// Whether valgrind runs the test (it emulates the FP control state and the delivery of
+// signals only in part; see their tests).
 bool underValgrind() {
 #if WEFT_TEST_VALGRIND
   return RUNNING_ON_VALGRIND != 0;
