@@ -2,13 +2,15 @@
 # Installs what is missing, builds weft every way CI does and runs every test.
 #
 #   test/run.sh                 everything (what .ci/run does)
-#   test/run.sh gcc asan        only some steps: deps gcc clang asan consumer bazel boost
-#                               aarch64 tsan valgrind
+#   test/run.sh gcc asan        only some steps: deps gcc busy clang asan consumer bazel
+#                               boost aarch64 tsan valgrind
 #
 # Steps (build trees under build/):
 #   deps      apt-get install what is missing (sudo only when not root)
 #   gcc       g++ Release (-O2): header check, library, tests, examples, benchmarks;
 #             ctest; each benchmark once, briefly (a crash check, not a measurement)
+#   busy      the gcc tree's ctest again, two tests at a time, while two CPU burners keep
+#             both cores busy: no test may depend on how fast or idle the machine is
 #   clang     clang++-16 Release: the same without the benchmarks (the gcc step builds them)
 #   asan      clang++-16 -O1 with ASan + UBSan (halt on the first error): tests
 #   consumer  test/consumer built against weft every way a user gets it, with strict
@@ -33,7 +35,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo}"
 
-all_steps=(deps gcc clang asan consumer bazel boost aarch64 tsan valgrind)
+all_steps=(deps gcc busy clang asan consumer bazel boost aarch64 tsan valgrind)
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
@@ -115,6 +117,24 @@ step_gcc() {
     echo "-- smoke run: ${b} ${args[*]}"
     timeout 300 "${b}" "${args[@]}" >"${b}.smoke.log" 2>&1 || { cat "${b}.smoke.log"; return 1; }
   done
+}
+
+# The machine oversubscribed: ctest -j2 and two processes that spin, on 2 cores, so every
+# test runs with a quarter to a half of a core and is preempted at any instruction. Reuses
+# the gcc step's tree (building only what is missing).
+step_busy() {
+  local dir=build/gcc-release rc=0 burners=() i
+  cmake -S . -B "${dir}" -G Ninja -DWEFT_DEVELOPER=ON "${gcc_release_args[@]}" || return 1
+  cmake --build "${dir}" "${jobs[@]}" -- -k 0 || return 1
+  for i in 1 2; do
+    (trap 'exit 0' TERM; while :; do :; done) &
+    burners+=($!)
+  done
+  trap 'kill "${burners[@]}" 2>/dev/null || true; wait "${burners[@]}" 2>/dev/null || true' RETURN
+  echo "CPU burners: ${burners[*]}"
+  ctest --test-dir "${dir}" --output-on-failure --no-tests=error -j2 || rc=1
+  [[ ${rc} -eq 0 ]] || echo "test/run.sh: ${dir}: tests FAILED on a busy machine (see above)" >&2
+  return ${rc}
 }
 
 step_clang() {
