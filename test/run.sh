@@ -49,6 +49,9 @@ packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchma
 CLANGXX=clang++-16
 jobs=()
 [[ -n "${JOBS:-}" ]] && jobs=(--parallel "${JOBS}")
+# Tests run as many at a time as there are cores (or JOBS): none depends on having the
+# machine to itself (the busy step checks that on an oversubscribed machine).
+ctest_jobs=(-j "${JOBS:-$(nproc)}")
 
 banner() { printf '\n==== %s ====\n' "$*"; }
 
@@ -84,7 +87,7 @@ cmake_build() {
   cmake -S . -B "${dir}" -G Ninja -DWEFT_DEVELOPER=ON "$@" || return 1
   cmake --build "${dir}" --target weft_header_check "${jobs[@]}" -- -k 0 || rc=1
   cmake --build "${dir}" "${jobs[@]}" -- -k 0 || rc=1
-  ctest --test-dir "${dir}" --output-on-failure --no-tests=error || rc=1
+  ctest --test-dir "${dir}" --output-on-failure --no-tests=error "${ctest_jobs[@]}" || rc=1
   [[ ${rc} -eq 0 ]] || echo "test/run.sh: ${dir}: build or tests FAILED (see above)" >&2
   return ${rc}
 }
@@ -99,7 +102,7 @@ cmake_tests() {
     sed -n 's|^ *Test *#[0-9]*: *\([^ ]*\)$|weft_\1|p' | tr / _)
   [[ ${#targets[@]} -gt 0 ]] || { echo "test/run.sh: no test matches '${regex}' in ${dir}" >&2; return 1; }
   cmake --build "${dir}" --target "${targets[@]}" "${jobs[@]}" -- -k 0 || rc=1
-  ctest --test-dir "${dir}" --output-on-failure --no-tests=error -R "${regex}" || rc=1
+  ctest --test-dir "${dir}" --output-on-failure --no-tests=error -R "${regex}" "${ctest_jobs[@]}" || rc=1
   [[ ${rc} -eq 0 ]] || echo "test/run.sh: ${dir}: build or tests FAILED (see above)" >&2
   return ${rc}
 }
