@@ -70,10 +70,19 @@ Lazy<TcpStream> TcpListener::accept() {
       if (tcp_) stream.setNoDelay(true);
       co_return stream;
     } catch (const std::system_error& e) {
-      if (e.code().category() != std::system_category()) throw;
-      const int error = e.code().value();
-      if (error == ECONNABORTED || error == EINTR || error == EPROTO) continue;
-      if (error != EMFILE && error != ENFILE && error != ENOBUFS && error != ENOMEM) throw;
+      // Compared as std::errc: the failure may come from the accept itself
+      // (system_category) or from setting up this worker's event loop on its first I/O
+      // (IoLoop::create, generic_category), which needs descriptors too.
+      const std::error_code& code = e.code();
+      if (code == std::errc::connection_aborted || code == std::errc::interrupted ||
+          code == std::errc::protocol_error) {
+        continue;
+      }
+      if (code != std::errc::too_many_files_open &&
+          code != std::errc::too_many_files_open_in_system &&
+          code != std::errc::no_buffer_space && code != std::errc::not_enough_memory) {
+        throw;
+      }
     }
     // Out of descriptors or memory: the pending connection stays in the backlog; wait
     // for some to close rather than spin on the same failure.

@@ -24,7 +24,8 @@ struct TcpListenerOptions {
 //  - Running out of file descriptors (EMFILE, ENFILE) or of socket memory (ENOBUFS,
 //    ENOMEM) does not fail accept() and does not spin: it waits (10 ms, doubling up to
 //    1 s) and tries again, so open connections keep being served and accepting resumes
-//    once some close. A connection the peer aborted before it was accepted
+//    once some close. The same holds when the first accept on a worker cannot create
+//    that worker's event loop for lack of descriptors. A connection the peer aborted before it was accepted
 //    (ECONNABORTED) is skipped.
 //  - Unix domain stream sockets use these same types (there is no UnixListener or
 //    UnixStream): bind to `SocketAddress::unixPath("/run/app.sock")` or an abstract
