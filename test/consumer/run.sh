@@ -17,7 +17,10 @@
 #                 Conan 2 is installed from PyPI into a venv under BUILD_DIR when there is
 #                 no `conan` 2 on the PATH (skipped, with a message, when that fails)
 # Every build uses -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wundef -Werror, and
-# main.cc checks <weft/version.h> against the version the package reports.
+# main.cc checks <weft/version.h> against the version the package reports. Every built
+# consumer also runs with WEFT_DUMP_SIGNAL (QUIT or USR1) and raises that signal: it must
+# go on and write weft's task dump to stderr (docs/debugging.md), though it never calls
+# weft's task dump itself (conan: test_package runs it plainly).
 # Usage: test/consumer/run.sh [BUILD_DIR] [MODE...]   (default build/consumer, all modes)
 # Honours CXX (e.g. CXX=clang++-16; Conan's profile detect reads CC and CXX). Needs no
 # network, except to install Conan.
@@ -92,6 +95,21 @@ find_conan() {
   conan="${venv}/bin/conan"
 }
 
+# check_dump_signal PROGRAM SIGNAL: PROGRAM (main.cc), started with WEFT_DUMP_SIGNAL=SIGNAL
+# (QUIT or USR1), raises SIGNAL, survives it and writes the task dump's header line
+# ("weft: 0 tasks, 0 fibers...") to stderr.
+check_dump_signal() {
+  local program="$1" signal="$2" status=0 err
+  err="$(WEFT_DUMP_SIGNAL="${signal}" "${program}" --raise-dump-signal "${signal}" 2>&1 >/dev/null)" ||
+    status=$?
+  if [[ ${status} -ne 0 ]] || ! grep -Eq '^weft: [0-9]+ tasks?, [0-9]+ fibers?' <<<"${err}"; then
+    printf '%s\n' "${err}"
+    log "WEFT_DUMP_SIGNAL=${signal}: no task dump on SIG${signal} (exit status ${status})"
+    exit 1
+  fi
+  log "WEFT_DUMP_SIGNAL=${signal}: SIG${signal} dumped: $(grep -E '^weft: ' <<<"${err}" | head -n 1)"
+}
+
 run_consumer() {  # run_consumer MODE BUILD_TYPE CMAKE_ARGS...
   local mode="$1" type="$2" dir="${build}/${1}"
   shift 2
@@ -110,11 +128,13 @@ for mode in "${modes[@]}"; do
       [[ -n "$(find "${prefix}" -name weftConfig.cmake)" ]] || { log "no weftConfig.cmake"; exit 1; }
       [[ -n "$(find "${prefix}" -name weftConfigVersion.cmake)" ]] || { log "no weftConfigVersion.cmake"; exit 1; }
       run_consumer package Release -DCMAKE_PREFIX_PATH="${prefix}"
+      check_dump_signal "${build}/package/consumer" QUIT
       ;;
     subdirectory)
       # Debug: weft built with the consumer, task tracking on in both (and -O0 is quicker).
       log "subdirectory: add_subdirectory(${repo}), Debug"
       run_consumer subdirectory Debug -DWEFT_SOURCE_DIR="${repo}"
+      check_dump_signal "${build}/subdirectory/consumer" USR1
       ;;
     fetchcontent)
       log "fetchcontent: FetchContent_Declare(weft URL file://...)"
@@ -122,6 +142,7 @@ for mode in "${modes[@]}"; do
       source_copy "${build}/weft-src"
       tar -C "${build}/weft-src" -czf "${archive}" .
       run_consumer fetchcontent Release -DWEFT_URL="file://${archive}" -DFETCHCONTENT_QUIET=ON
+      check_dump_signal "${build}/fetchcontent/consumer" QUIT
       ;;
     pkgconfig)
       install_weft
@@ -142,6 +163,7 @@ for mode in "${modes[@]}"; do
         -DWEFT_CONSUMER_EXPECTED_VERSION="\"${version}\"" "${repo}/test/consumer/main.cc" \
         ${flags} -o "${dir}/consumer"
       "${dir}/consumer"
+      check_dump_signal "${dir}/consumer" USR1
       unset PKG_CONFIG_PATH
       ;;
     bazel)
@@ -186,6 +208,7 @@ EOF_BAZELRC
         { cat "${ws}.log"; (cd "${ws}" && bazel shutdown) >/dev/null 2>&1; exit 1; }
       (cd "${ws}" && bazel shutdown) >/dev/null 2>&1 || true
       "${ws}/bazel-bin/consumer"
+      check_dump_signal "${ws}/bazel-bin/consumer" QUIT
       ;;
     vcpkg)
       python3 - "${repo}" <<'EOF_PY'
