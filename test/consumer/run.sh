@@ -156,8 +156,10 @@ for mode in "${modes[@]}"; do
       # Every installed header, for the warnings only the headers main.cc skips would give.
       (cd "${prefix}/include" && find weft -name '*.h' | LC_ALL=C sort |
         sed 's|.*|#include <&>|') >"${dir}/all_headers.cc"
-      # shellcheck disable=SC2086  # flags is a list of words
-      "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -fsyntax-only "${dir}/all_headers.cc" ${flags}
+      # (--cflags only: clang++ -Werror rejects link flags that -fsyntax-only does not use.)
+      # shellcheck disable=SC2086  # a list of words
+      "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -fsyntax-only "${dir}/all_headers.cc" \
+        $(pkg-config --cflags weft)
       # shellcheck disable=SC2086
       "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -O2 \
         -DWEFT_CONSUMER_EXPECTED_VERSION="\"${version}\"" "${repo}/test/consumer/main.cc" \
