@@ -7,7 +7,7 @@
 #                 every installed header in one file, both under the strict flags below
 #   bazel         a workspace of its own in BUILD_DIR depending on @weft//:weft through
 #                 local_repository(path = <this checkout>), offline (weft's stand-ins for
-#                 Bazel's rules_cc/rules_java/coverage repositories); needs `bazel`
+#                 Bazel's rules_cc/rules_java/coverage repositories), -c opt; needs `bazel`
 #   vcpkg         ports/weft/ checked without vcpkg: vcpkg.json is valid JSON with the
 #                 version of version.h, and portfile.cmake runs with stand-ins for vcpkg's
 #                 functions (test/consumer/vcpkg_portfile_check.cmake), its options
@@ -171,7 +171,7 @@ for mode in "${modes[@]}"; do
     bazel)
       command -v bazel >/dev/null || { log "bazel is not installed (Debian: bazel-bootstrap)"; exit 1; }
       ws="${build}/bazel"
-      log "bazel: bazel build //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
+      log "bazel: bazel build -c opt //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
       rm -rf "${ws}" && mkdir -p "${ws}"
       cp "${repo}/test/consumer/main.cc" "${ws}/main.cc"
       cat >"${ws}/WORKSPACE" <<EOF_WORKSPACE
@@ -206,7 +206,9 @@ EOF_BAZELRC
       bazel_jobs=()
       [[ -n "${CMAKE_BUILD_PARALLEL_LEVEL:-}" ]] && bazel_jobs=(--jobs="${CMAKE_BUILD_PARALLEL_LEVEL}")
       # Its own Bazel server (one per workspace), stopped afterwards.
-      (cd "${ws}" && bazel build "${bazel_jobs[@]}" //:consumer) >"${ws}.log" 2>&1 ||
+      # -c opt, as a service is shipped (NDEBUG: no task tracking, so nothing but the start-up
+      # hook links weft's task dump; check_dump_signal below needs that).
+      (cd "${ws}" && bazel build -c opt "${bazel_jobs[@]}" //:consumer) >"${ws}.log" 2>&1 ||
         { cat "${ws}.log"; (cd "${ws}" && bazel shutdown) >/dev/null 2>&1; exit 1; }
       (cd "${ws}" && bazel shutdown) >/dev/null 2>&1 || true
       "${ws}/bazel-bin/consumer"
