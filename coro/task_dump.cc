@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "weft/coro/async_backtrace.h"
+#include "weft/coro/detail/dump_signal_hook.h"
 #include "weft/coro/detail/snapshot_reads.h"
 #include "weft/coro/detail/task_registry.h"
 
@@ -154,21 +155,6 @@ int signalNumber(const char* text) {
   return -1;
 }
 
-// WEFT_DUMP_SIGNAL at start-up (in every program that links weft::coro's dump support,
-// which every Lazy awaiting another pulls in).
-const bool gDumpSignalFromEnvironment = [] {
-  const char* value = std::getenv("WEFT_DUMP_SIGNAL");
-  const int signal = signalNumber(value);
-  if (signal == 0) return false;
-  try {
-    installDumpOnSignal(signal);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "weft: WEFT_DUMP_SIGNAL=%s: %s\n", value, e.what());
-    return false;
-  }
-  return true;
-}();
-
 }  // namespace
 
 void installDumpOnSignal(int signal) {
@@ -202,5 +188,37 @@ void installDumpOnSignal(int signal) {
     throw std::system_error(errno, std::generic_category(), "weft: installDumpOnSignal: sigaction");
   }
 }
+
+namespace detail {
+
+// Called before main() by every translation unit that includes the Lazy machinery
+// (coro/detail/dump_signal_hook.h says why): the first call does the work.
+bool dumpSignalFromEnvironment() noexcept {
+  static const bool installed = []() noexcept {
+    const char* value = std::getenv("WEFT_DUMP_SIGNAL");
+    try {
+      const int signal = signalNumber(value);
+      if (signal == 0) return false;
+      if (signal < 0) {
+        std::fprintf(stderr,
+                     "weft: WEFT_DUMP_SIGNAL=%s names no signal (a number, or QUIT, USR1, USR2, "
+                     "HUP, INT, TERM, PWR or URG): no task dump on a signal\n",
+                     value);
+        return false;
+      }
+      installDumpOnSignal(signal);
+      return true;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "weft: WEFT_DUMP_SIGNAL=%s: no task dump on a signal: %s\n", value,
+                   e.what());
+    } catch (...) {
+      std::fprintf(stderr, "weft: WEFT_DUMP_SIGNAL=%s: no task dump on a signal\n", value);
+    }
+    return false;
+  }();
+  return installed;
+}
+
+}  // namespace detail
 
 }  // namespace weft

@@ -42,7 +42,8 @@ void dumpTasks(std::ostream& out);
 // handler only writes a byte to a pipe; a thread of weft's, started by the first call,
 // makes the dump. It replaces any handler the signal had. Setting the environment
 // variable WEFT_DUMP_SIGNAL (a number, or a name such as QUIT or USR1) does the same at
-// start-up.
+// start-up, before main(), in every program that uses a Lazy or a fiber, however it links
+// weft (coro/detail/dump_signal_hook.h).
 // Errors: std::system_error if the pipe, the thread or sigaction fails;
 // std::invalid_argument for SIGKILL, SIGSTOP or a number that is not a signal.
 // Thread safety: any thread; installing the same signal twice is harmless.

@@ -10,6 +10,7 @@
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/config.h"
+#include "weft/coro/detail/dump_signal_hook.h"
 #include "weft/coro/detail/frame_allocator.h"
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/detail/wait_note.h"

@@ -7,7 +7,7 @@
 #                 every installed header in one file, both under the strict flags below
 #   bazel         a workspace of its own in BUILD_DIR depending on @weft//:weft through
 #                 local_repository(path = <this checkout>), offline (weft's stand-ins for
-#                 Bazel's rules_cc/rules_java/coverage repositories); needs `bazel`
+#                 Bazel's rules_cc/rules_java/coverage repositories), -c opt; needs `bazel`
 #   vcpkg         ports/weft/ checked without vcpkg: vcpkg.json is valid JSON with the
 #                 version of version.h, and portfile.cmake runs with stand-ins for vcpkg's
 #                 functions (test/consumer/vcpkg_portfile_check.cmake), its options
@@ -17,7 +17,10 @@
 #                 Conan 2 is installed from PyPI into a venv under BUILD_DIR when there is
 #                 no `conan` 2 on the PATH (skipped, with a message, when that fails)
 # Every build uses -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wundef -Werror, and
-# main.cc checks <weft/version.h> against the version the package reports.
+# main.cc checks <weft/version.h> against the version the package reports. Every built
+# consumer also runs with WEFT_DUMP_SIGNAL (QUIT or USR1) and raises that signal: it must
+# go on and write weft's task dump to stderr (docs/debugging.md), though it never calls
+# weft's task dump itself (conan: test_package runs it plainly).
 # Usage: test/consumer/run.sh [BUILD_DIR] [MODE...]   (default build/consumer, all modes)
 # Honours CXX (e.g. CXX=clang++-16; Conan's profile detect reads CC and CXX). Needs no
 # network, except to install Conan.
@@ -92,6 +95,21 @@ find_conan() {
   conan="${venv}/bin/conan"
 }
 
+# check_dump_signal PROGRAM SIGNAL: PROGRAM (main.cc), started with WEFT_DUMP_SIGNAL=SIGNAL
+# (QUIT or USR1), raises SIGNAL, survives it and writes the task dump's header line
+# ("weft: 0 tasks, 0 fibers...") to stderr.
+check_dump_signal() {
+  local program="$1" signal="$2" status=0 err
+  err="$(WEFT_DUMP_SIGNAL="${signal}" "${program}" --raise-dump-signal "${signal}" 2>&1 >/dev/null)" ||
+    status=$?
+  if [[ ${status} -ne 0 ]] || ! grep -Eq '^weft: [0-9]+ tasks?, [0-9]+ fibers?' <<<"${err}"; then
+    printf '%s\n' "${err}"
+    log "WEFT_DUMP_SIGNAL=${signal}: no task dump on SIG${signal} (exit status ${status})"
+    exit 1
+  fi
+  log "WEFT_DUMP_SIGNAL=${signal}: SIG${signal} dumped: $(grep -E '^weft: ' <<<"${err}" | head -n 1)"
+}
+
 run_consumer() {  # run_consumer MODE BUILD_TYPE CMAKE_ARGS...
   local mode="$1" type="$2" dir="${build}/${1}"
   shift 2
@@ -110,11 +128,13 @@ for mode in "${modes[@]}"; do
       [[ -n "$(find "${prefix}" -name weftConfig.cmake)" ]] || { log "no weftConfig.cmake"; exit 1; }
       [[ -n "$(find "${prefix}" -name weftConfigVersion.cmake)" ]] || { log "no weftConfigVersion.cmake"; exit 1; }
       run_consumer package Release -DCMAKE_PREFIX_PATH="${prefix}"
+      check_dump_signal "${build}/package/consumer" QUIT
       ;;
     subdirectory)
       # Debug: weft built with the consumer, task tracking on in both (and -O0 is quicker).
       log "subdirectory: add_subdirectory(${repo}), Debug"
       run_consumer subdirectory Debug -DWEFT_SOURCE_DIR="${repo}"
+      check_dump_signal "${build}/subdirectory/consumer" USR1
       ;;
     fetchcontent)
       log "fetchcontent: FetchContent_Declare(weft URL file://...)"
@@ -122,6 +142,7 @@ for mode in "${modes[@]}"; do
       source_copy "${build}/weft-src"
       tar -C "${build}/weft-src" -czf "${archive}" .
       run_consumer fetchcontent Release -DWEFT_URL="file://${archive}" -DFETCHCONTENT_QUIET=ON
+      check_dump_signal "${build}/fetchcontent/consumer" QUIT
       ;;
     pkgconfig)
       install_weft
@@ -135,19 +156,22 @@ for mode in "${modes[@]}"; do
       # Every installed header, for the warnings only the headers main.cc skips would give.
       (cd "${prefix}/include" && find weft -name '*.h' | LC_ALL=C sort |
         sed 's|.*|#include <&>|') >"${dir}/all_headers.cc"
-      # shellcheck disable=SC2086  # flags is a list of words
-      "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -fsyntax-only "${dir}/all_headers.cc" ${flags}
+      # (--cflags only: clang++ -Werror rejects link flags that -fsyntax-only does not use.)
+      # shellcheck disable=SC2086  # a list of words
+      "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -fsyntax-only "${dir}/all_headers.cc" \
+        $(pkg-config --cflags weft)
       # shellcheck disable=SC2086
       "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -O2 \
         -DWEFT_CONSUMER_EXPECTED_VERSION="\"${version}\"" "${repo}/test/consumer/main.cc" \
         ${flags} -o "${dir}/consumer"
       "${dir}/consumer"
+      check_dump_signal "${dir}/consumer" USR1
       unset PKG_CONFIG_PATH
       ;;
     bazel)
       command -v bazel >/dev/null || { log "bazel is not installed (Debian: bazel-bootstrap)"; exit 1; }
       ws="${build}/bazel"
-      log "bazel: bazel build //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
+      log "bazel: bazel build -c opt //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
       rm -rf "${ws}" && mkdir -p "${ws}"
       cp "${repo}/test/consumer/main.cc" "${ws}/main.cc"
       cat >"${ws}/WORKSPACE" <<EOF_WORKSPACE
@@ -182,10 +206,13 @@ EOF_BAZELRC
       bazel_jobs=()
       [[ -n "${CMAKE_BUILD_PARALLEL_LEVEL:-}" ]] && bazel_jobs=(--jobs="${CMAKE_BUILD_PARALLEL_LEVEL}")
       # Its own Bazel server (one per workspace), stopped afterwards.
-      (cd "${ws}" && bazel build "${bazel_jobs[@]}" //:consumer) >"${ws}.log" 2>&1 ||
+      # -c opt, as a service is shipped (NDEBUG: no task tracking, so nothing but the start-up
+      # hook links weft's task dump; check_dump_signal below needs that).
+      (cd "${ws}" && bazel build -c opt "${bazel_jobs[@]}" //:consumer) >"${ws}.log" 2>&1 ||
         { cat "${ws}.log"; (cd "${ws}" && bazel shutdown) >/dev/null 2>&1; exit 1; }
       (cd "${ws}" && bazel shutdown) >/dev/null 2>&1 || true
       "${ws}/bazel-bin/consumer"
+      check_dump_signal "${ws}/bazel-bin/consumer" QUIT
       ;;
     vcpkg)
       python3 - "${repo}" <<'EOF_PY'
