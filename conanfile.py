@@ -23,7 +23,7 @@ from conan import ConanFile
 from conan.errors import ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
 from conan.tools.cmake import CMake, CMakeToolchain, cmake_layout
-from conan.tools.files import load, rmdir
+from conan.tools.files import copy, load, rmdir
 from conan.tools.system.package_manager import Apt, Dnf
 
 required_conan_version = ">=2.0"
@@ -31,6 +31,7 @@ required_conan_version = ">=2.0"
 
 class WeftConan(ConanFile):
     name = "weft"
+    license = "Apache-2.0"
     description = ("C++20 coroutines and fibers for async services: Lazy/Task, fibers, "
                    "executors, I/O")
     topics = ("coroutines", "fibers", "async", "io_uring", "executors")
@@ -57,6 +58,7 @@ class WeftConan(ConanFile):
     # What the library's build needs, and nothing else (no tests, benchmarks or docs).
     exports_sources = (
         "CMakeLists.txt",
+        "LICENSE",
         "version.h",
         "cmake/*.cmake",
         "cmake/*.in",
@@ -135,6 +137,10 @@ class WeftConan(ConanFile):
         # Consumers get Conan's own CMake and pkg-config files (package_info below).
         rmdir(self, os.path.join(self.package_folder, "lib", "cmake"))
         rmdir(self, os.path.join(self.package_folder, "lib", "pkgconfig"))
+        # The license goes where Conan packages keep it (licenses/), not share/doc/weft/.
+        rmdir(self, os.path.join(self.package_folder, "share"))
+        copy(self, "LICENSE", src=self.source_folder,
+             dst=os.path.join(self.package_folder, "licenses"))
 
     def package_info(self):
         self.cpp_info.set_property("cmake_file_name", "weft")

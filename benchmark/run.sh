@@ -60,7 +60,7 @@ jobs=()
 banner() { printf '\n==== %s ====\n' "$*"; }
 
 # --- 1. packages ----------------------------------------------------------------------
-packages=(build-essential cmake ninja-build python3 libbenchmark-dev libgtest-dev
+packages=(build-essential cmake ninja-build python3 libbenchmark-dev libgtest-dev liburing-dev
           libgmock-dev libboost-context-dev clang-16 valgrind)
 install_missing() {
   if [[ "${WEFT_NO_INSTALL:-0}" == 1 ]]; then

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -143,11 +142,6 @@ thread_local detail::ThreadPoolWorker* tlWorker = nullptr;
 // 2 is no frame address and not a job (bit 0 clear).
 const detail::WorkItem kRanCompletions = detail::WorkItem::fromBits(2);
 
-std::size_t requireThreads(std::size_t threads) {
-  if (threads == 0) throw std::invalid_argument("weft: a ThreadPool needs at least one thread");
-  return threads;
-}
-
 std::size_t effectiveThreads(std::size_t threads) noexcept {
   return threads == 0 ? ThreadPool::defaultThreadCount() : threads;
 }
@@ -165,7 +159,7 @@ constexpr int kSearchRounds = 4;
 }  // namespace
 
 ThreadPool::ThreadPool(std::size_t threads, std::string name)
-    : ThreadPool(ThreadPoolOptions{requireThreads(threads), std::move(name), IoBackendChoice::kAuto}) {}
+    : ThreadPool(ThreadPoolOptions{threads, std::move(name), IoBackendChoice::kAuto}) {}
 
 ThreadPool::ThreadPool(ThreadPoolOptions options)
     : Executor(std::move(options.name)),

@@ -25,7 +25,8 @@ struct ThreadPoolWorker;
 // How to build a ThreadPool (the constructor taking a thread count and a name covers the
 // common case).
 struct ThreadPoolOptions {
-  // Worker threads, at least one. The default: one per hardware thread.
+  // Worker threads; 0 (the default) means one per hardware thread (defaultThreadCount()),
+  // as for the ThreadPool(threads, name) constructor.
   std::size_t threads = 0;
   // Names the pool in error messages and its threads ("<name>-<index>").
   std::string name = "weft-pool";
@@ -72,10 +73,9 @@ struct ThreadPoolOptions {
 // worker threads (it would wait for itself): weft prints a message naming the pool and
 // aborts. A scheduled coroutine handle must be non-null and suspended.
 //
-// Errors: the constructor throws std::invalid_argument for 0 threads and
-// std::system_error if a thread cannot be started. schedule() throws ExecutorShutDown
-// after shutdown (a refused callable is destroyed without running), std::bad_alloc if a
-// queue cannot grow. A callable that throws is reported with the pool's name and the
+// Errors: the constructor throws std::system_error if a thread cannot be started.
+// schedule() throws ExecutorShutDown after shutdown (a refused callable is destroyed
+// without running), std::bad_alloc if a queue cannot grow. A callable that throws is reported with the pool's name and the
 // process aborts (detail::reportEscapedException).
 //
 // Thread safety: every member function may be called concurrently from any thread
@@ -88,11 +88,12 @@ struct ThreadPoolOptions {
 //   pool.shutdown();  // after the line above has run
 class ThreadPool final : public Executor {
  public:
-  // Starts `threads` workers (default: one per hardware thread, at least one). Worker
-  // threads are named "<name>-<index>" where the platform allows (truncated to 15
-  // characters on Linux).
+  // Starts `threads` workers; 0 means defaultThreadCount() (one per hardware thread, at
+  // least one), as ThreadPoolOptions::threads == 0 does, so ThreadPool(0) and
+  // ThreadPool(ThreadPoolOptions{}) make pools of the same size. Worker threads are named
+  // "<name>-<index>" where the platform allows (truncated to 15 characters on Linux).
   explicit ThreadPool(std::size_t threads = defaultThreadCount(), std::string name = "weft-pool");
-  // The same with every option (threads == 0 there means defaultThreadCount()).
+  // The same with every option (threads == 0 there means defaultThreadCount() too).
   // Errors: as above; std::system_error when the I/O backend probe fails for lack of
   // resources; std::invalid_argument for a WEFT_IO_BACKEND that names no backend.
   explicit ThreadPool(ThreadPoolOptions options);

@@ -2,8 +2,8 @@
 # Installs what is missing, builds weft every way CI does and runs every test.
 #
 #   test/run.sh                 everything (what .ci/run does)
-#   test/run.sh gcc asan        only some steps: deps gcc busy clang asan consumer bazel
-#                               boost aarch64 tsan valgrind
+#   test/run.sh gcc asan        only some steps: deps gcc busy clang asan consumer docs
+#                               bazel boost aarch64 tsan valgrind
 #
 # Steps (build trees under build/):
 #   deps      apt-get install what is missing (sudo only when not root)
@@ -18,6 +18,12 @@
 #             pkg-config, a Bazel workspace of its own, conan create (Conan 2 from PyPI
 #             into a venv; skipped when PyPI is unreachable), and the vcpkg port's checks
 #             (test/consumer/run.sh)
+#   docs      the shell blocks of README.md and docs/*.md marked <!-- ci: run -->, run as
+#             written in a fresh copy of the checkout per document (test/docs/run.py, which
+#             says what it stands in for: installs into a DESTDIR, apt-get lines checked
+#             against the package list below, a developer tree's full build and ctest cut
+#             to coro/lazy_test); unmarked shell blocks fail. About 2 CPU-minutes (3 minutes
+#             on a busy 2-core machine); needs no other step's tree
 #   bazel     bazel test of every library and example, the io tests and a few per layer
 #             (offline, Debian's bazel-bootstrap)
 #   boost     g++ Release with -DWEFT_FIBER_BACKEND=boost (Boost.Context switch core):
@@ -35,7 +41,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo}"
 
-all_steps=(deps gcc busy clang asan consumer bazel boost aarch64 tsan valgrind)
+all_steps=(deps gcc busy clang asan consumer docs bazel boost aarch64 tsan valgrind)
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
@@ -209,6 +215,11 @@ step_consumer() {
   else
     test/consumer/run.sh build/consumer
   fi
+}
+
+# The commands the documentation shows, as a reader would type them (JOBS is honoured).
+step_docs() {
+  test/docs/run.py --build-dir build/docs
 }
 
 # Checks the Bazel build as a consumer sees it: every library and example target, the

@@ -37,8 +37,12 @@ vcpkg_cmake_install()
 vcpkg_cmake_config_fixup(CONFIG_PATH lib/cmake/weft)
 vcpkg_fixup_pkgconfig()
 
-file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug/include")
+# weft's install puts its LICENSE in share/doc/weft/ (for debug too): vcpkg keeps it as
+# share/weft/copyright instead (below), and a package has no debug/share.
+file(REMOVE_RECURSE
+    "${CURRENT_PACKAGES_DIR}/debug/include"
+    "${CURRENT_PACKAGES_DIR}/debug/share"
+    "${CURRENT_PACKAGES_DIR}/share/doc")
 file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
-# The repository has no LICENSE file yet (its license is still to be chosen); vcpkg
-# requires one (share/weft/copyright), so the port stops here until it has one.
+# Apache-2.0 (vcpkg.json "license"): the repository's LICENSE as share/weft/copyright.
 vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")

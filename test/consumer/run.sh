@@ -9,9 +9,9 @@
 #                 local_repository(path = <this checkout>), offline (weft's stand-ins for
 #                 Bazel's rules_cc/rules_java/coverage repositories), -c opt; needs `bazel`
 #   vcpkg         ports/weft/ checked without vcpkg: vcpkg.json is valid JSON with the
-#                 version of version.h, and portfile.cmake runs with stand-ins for vcpkg's
-#                 functions (test/consumer/vcpkg_portfile_check.cmake), its options
-#                 accepted by weft's CMake
+#                 version of version.h and weft's license, and portfile.cmake runs with
+#                 stand-ins for vcpkg's functions (test/consumer/vcpkg_portfile_check.cmake),
+#                 its options accepted by weft's CMake, down to share/weft/copyright
 #   conan         conan create (conanfile.py, test_package/ builds main.cc) of a copy of
 #                 this checkout, offline (--no-remote), in a CONAN_HOME under BUILD_DIR;
 #                 Conan 2 is installed from PyPI into a venv under BUILD_DIR when there is
@@ -224,6 +224,7 @@ version = ".".join(re.search(rf"^#define WEFT_VERSION_{p} (\d+)$", text, re.M).g
                    for p in ("MAJOR", "MINOR", "PATCH"))
 assert port["name"] == "weft", port["name"]
 assert port.get("version") == version, f"vcpkg.json version {port.get('version')} != version.h {version}"
+assert port.get("license") == "Apache-2.0", f"vcpkg.json license {port.get('license')} != Apache-2.0 (LICENSE)"
 print(f"[consumer] vcpkg: vcpkg.json: weft {version}, features {sorted(port['features'])}")
 EOF_PY
       for features in "io-uring" "boost-context;task-tracking"; do
@@ -233,8 +234,6 @@ EOF_PY
           { cat "${build}/vcpkg.log"; exit 1; }
         grep -E 'vcpkg_cmake_configure|portfile.cmake: ok' "${build}/vcpkg.log"
       done
-      [[ -f "${repo}/LICENSE" ]] ||
-        log "vcpkg: NOTE: no LICENSE in the checkout: vcpkg_install_copyright would fail in vcpkg"
       ;;
     conan)
       if ! find_conan; then

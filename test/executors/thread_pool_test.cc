@@ -417,8 +417,19 @@ TEST(ThreadPoolTest, ReportsItsThreadCountAndName) {
   EXPECT_EQ(defaulted.name(), "weft-pool");
 }
 
-TEST(ThreadPoolTest, RejectsZeroThreads) {
-  EXPECT_THROW(ThreadPool(0, "empty"), std::invalid_argument);
+// 0 threads means one per hardware thread, for the thread count as for the options (it
+// used to throw for the thread count only), and such a pool runs work.
+TEST(ThreadPoolTest, ZeroThreadsMeansOnePerHardwareThread) {
+  ThreadPool counted(0, "zero");
+  EXPECT_EQ(counted.threadCount(), ThreadPool::defaultThreadCount());
+  ThreadPool optioned(ThreadPoolOptions{.threads = 0, .name = "zero-options"});
+  EXPECT_EQ(optioned.threadCount(), counted.threadCount());
+  Flag ran;
+  counted.schedule([&] { ran.set(); });
+  EXPECT_TRUE(ran.waitFor());
+  Flag ranOptioned;
+  optioned.schedule([&] { ranOptioned.set(); });
+  EXPECT_TRUE(ranOptioned.waitFor());
 }
 
 TEST(ThreadPoolTest, ShutdownRunsWorkAlreadyQueued) {
