@@ -124,7 +124,8 @@ step_gcc() {
     args=()
     [[ "${b}" == *_benchmark ]] && args=(--benchmark_min_time=0.01)
     echo "-- smoke run: ${b} ${args[*]}"
-    timeout 300 "${b}" "${args[@]}" >"${b}.smoke.log" 2>&1 || { cat "${b}.smoke.log"; return 1; }
+    WEFT_BENCH_SMOKE=1 timeout 300 "${b}" "${args[@]}" >"${b}.smoke.log" 2>&1 ||
+      { cat "${b}.smoke.log"; return 1; }
   done
 }
 

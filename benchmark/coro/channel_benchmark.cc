@@ -195,6 +195,12 @@ constexpr std::int64_t kEchoRounds = 1000;
 // count set here overrides --benchmark_repetitions.
 constexpr int kEchoRepetitions = 5;
 
+// WEFT_BENCH_SMOKE=1 (test/run.sh's crash check of every benchmark): one repetition of
+// two rounds instead of seconds of them.
+bool smokeRun() { return std::getenv("WEFT_BENCH_SMOKE") != nullptr; }
+std::int64_t echoIterations() { return 2 * kEchoTasks * (smokeRun() ? 2 : kEchoRounds); }
+int echoRepetitions() { return smokeRun() ? 1 : kEchoRepetitions; }
+
 void BM_Channel_EchoRing30000(benchmark::State& state) {
   weft::ThreadPool pool(1, "echo-ring");
   weft::bench::EchoRing ring(kEchoTasks);
@@ -213,8 +219,8 @@ void BM_Channel_EchoRing30000(benchmark::State& state) {
 }
 BENCHMARK(BM_Channel_EchoRing30000)
     ->UseRealTime()
-    ->Iterations(2 * kEchoTasks * kEchoRounds)
-    ->Repetitions(kEchoRepetitions)
+    ->Iterations(echoIterations())
+    ->Repetitions(echoRepetitions())
     ->Unit(benchmark::kNanosecond);
 
 // ---------------------------------------------------------------------------------------
@@ -276,8 +282,8 @@ void BM_FiberChannel_EchoRing30000(benchmark::State& state) {
 }
 BENCHMARK(BM_FiberChannel_EchoRing30000)
     ->UseRealTime()
-    ->Iterations(2 * kEchoTasks * kEchoRounds)
-    ->Repetitions(kEchoRepetitions)
+    ->Iterations(echoIterations())
+    ->Repetitions(echoRepetitions())
     ->Unit(benchmark::kNanosecond);
 
 }  // namespace
