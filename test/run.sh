@@ -24,8 +24,8 @@
 #             against the package list below, a developer tree's full build and ctest cut
 #             to coro/lazy_test); unmarked shell blocks fail. About 2 CPU-minutes (3 minutes
 #             on a busy 2-core machine); needs no other step's tree
-#   bazel     bazel test of every library and example, the io tests and a few per layer
-#             (offline, Debian's bazel-bootstrap)
+#   bazel     bazel test of every library and example and a few tests per layer (offline,
+#             Debian's bazel-bootstrap)
 #   boost     g++ Release with -DWEFT_FIBER_BACKEND=boost (Boost.Context switch core):
 #             the stackful tests
 #   aarch64   cross build with aarch64-linux-gnu-g++ (cmake/toolchains/): the stackful
@@ -223,14 +223,15 @@ step_docs() {
   test/docs/run.py --build-dir build/docs
 }
 
-# Checks the Bazel build as a consumer sees it: every library and example target, the
-# io tests, one or two tests per other layer and the example servers' tests. The CMake
-# steps run every test four ways already; all of them here would add ten minutes of
-# compiling the same code with the same compiler (`bazel test //...` still runs them all).
+# Checks the Bazel build as a consumer sees it: every library and example target, a few
+# tests per layer and the example servers' tests. The CMake steps run every test four
+# ways already; all of them here would add ten minutes of compiling the same code with the
+# same compiler (`bazel test //...` still runs them all).
 step_bazel() {
   local config=() targets=(//:weft) f
   [[ -n "${CI:-}" ]] && config=(--config=ci)
-  for f in examples/*.cc test/io/*_test.cc test/coro/lazy_test.cc test/coro/sync_await_test.cc \
+  for f in examples/*.cc test/io/tcp_stream_test.cc test/io/io_backend_test.cc test/io/file_test.cc \
+      test/io/signal_test.cc test/coro/lazy_test.cc test/coro/sync_await_test.cc \
       test/coro/async_backtrace_test.cc test/coro/task_dump_test.cc \
       test/executors/thread_pool_test.cc test/executors/io_loop_test.cc \
       test/stackful/fiber_test.cc test/stackful/spawn_fiber_test.cc; do
