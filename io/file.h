@@ -92,8 +92,9 @@ class EndOfFile : public std::runtime_error {
 // syncs; EINVAL for an offset above 2^63 - 1. std::invalid_argument from open for a mode
 // that cannot be opened (neither kRead nor kWrite; kCreate or kTruncate without writing;
 // kExclusive without kCreate), or for a path that contains a NUL byte (open(2) would take
-// the path up to it: "data\0.tmp" would open "data"). EndOfFile from readExactlyAt. OperationCancelled;
-// ExecutorShutDown when the pool or the event loop stops with the operation in flight.
+// the path up to it: "data\0.tmp" would open "data"). EndOfFile from readExactlyAt.
+// OperationCancelled; ExecutorShutDown when the pool or the event loop stops with the
+// operation in flight.
 //
 // Thread safety: distinct Files are independent. Operations on one File may be awaited
 // from several threads at once; open/close/move are not synchronised with them.
