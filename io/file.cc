@@ -134,6 +134,20 @@ int openFlags(FileMode mode) {
   return flags;
 }
 
+// open(2) takes a C string: a path with a NUL would name the file before the NUL.
+void requireNoNul(const std::string& path) {
+  if (path.find('\0') == std::string::npos) return;
+  std::string shown;  // the path, its NULs as \0 (one would end what())
+  for (char c : path) {
+    if (c == '\0') {
+      shown += "\\0";
+    } else {
+      shown += c;
+    }
+  }
+  throw std::invalid_argument("weft: File::open: the path contains a NUL byte: " + shown);
+}
+
 }  // namespace
 
 File& File::operator=(File&& other) noexcept {
@@ -153,6 +167,7 @@ void File::close() noexcept {
 }
 
 Lazy<File> File::open(std::string path, FileMode mode, mode_t permissions) {
+  requireNoNul(path);
   const int flags = openFlags(mode);
   // On the blocking pool whatever the loop: neither loop has an open operation, and a
   // path lookup can block (NFS, a FIFO without its other end).

@@ -67,7 +67,9 @@ class EndOfFile : public std::runtime_error {
 //    FIFO waiting for its writer). close() is synchronous (close(2) of a local file does
 //    not wait for the disk; call sync() first to learn of write errors).
 //  - readAt returns the bytes read, possibly fewer than asked (0 at or past the end of
-//    the file); writeAt the bytes written, possibly fewer. readExactlyAt and writeAllAt
+//    the file, or for an empty buffer, wherever the offset: as pread(2) does, that 0
+//    does not mean the end of the file); writeAt the bytes written, possibly fewer (0
+//    for an empty buffer, which writes nothing). readExactlyAt and writeAllAt
 //    loop until the whole buffer is done. One call transfers at most 0x7ffff000 bytes
 //    (Linux's limit), so a larger buffer always takes several.
 //  - There is no file position: operations at distinct offsets may be in flight together
@@ -89,8 +91,10 @@ class EndOfFile : public std::runtime_error {
 // (or a write to a File opened for reading only); EIO, ENOSPC, EDQUOT from writes and
 // syncs; EINVAL for an offset above 2^63 - 1. std::invalid_argument from open for a mode
 // that cannot be opened (neither kRead nor kWrite; kCreate or kTruncate without writing;
-// kExclusive without kCreate). EndOfFile from readExactlyAt. OperationCancelled;
-// ExecutorShutDown when the pool or the event loop stops with the operation in flight.
+// kExclusive without kCreate), or for a path that contains a NUL byte (open(2) would take
+// the path up to it: "data\0.tmp" would open "data"). EndOfFile from readExactlyAt.
+// OperationCancelled; ExecutorShutDown when the pool or the event loop stops with the
+// operation in flight.
 //
 // Thread safety: distinct Files are independent. Operations on one File may be awaited
 // from several threads at once; open/close/move are not synchronised with them.

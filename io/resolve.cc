@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string_view>
 #include <utility>
 
 #include "weft/coro/cancellation.h"
@@ -39,9 +42,69 @@ addrinfo hintsFor(const ResolveOptions& options, int extraFlags) {
   return hints;
 }
 
+// `text` for a message: a NUL shown as \0 (it would end what()) and a backslash as \\,
+// other bytes as they are.
+std::string shown(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\0') {
+      out += "\\0";
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// "weft: resolve("host", "service")", the start of every error message.
+std::string describe(const std::string& host, const std::string& service) {
+  return "weft: resolve(\"" + shown(host) + "\", \"" + shown(service) + "\")";
+}
+
+[[noreturn]] void throwInvalid(const std::string& host, const std::string& service,
+                               const std::string& why) {
+  throw std::invalid_argument(describe(host, service) + ": " + why);
+}
+
+bool isDecimalDigit(char c) noexcept { return c >= '0' && c <= '9'; }
+
+// White space as strtoul skips it (the "C" locale's isspace).
+bool isSpace(char c) noexcept { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// Refuses what getaddrinfo would misread: a NUL (it takes C strings, so the rest would be
+// cut off), and a numeric service that is not a port in 0..65535 written in decimal
+// digits. glibc reads a service as a number when strtoul takes all of it (leading white
+// space and a sign included) and keeps the low 16 bits: "65536" would be port 0, "-1"
+// port 65535. A service with other characters after its digits ("3com-tsmux") is a name.
+void checkInputs(const std::string& host, const std::string& service) {
+  if (host.find('\0') != std::string::npos) {
+    throwInvalid(host, service, "the host contains a NUL byte");
+  }
+  if (service.find('\0') != std::string::npos) {
+    throwInvalid(host, service, "the service contains a NUL byte");
+  }
+  std::size_t digits = 0;  // where strtoul's digits would start
+  while (digits < service.size() && isSpace(service[digits])) ++digits;
+  if (digits < service.size() && (service[digits] == '+' || service[digits] == '-')) ++digits;
+  if (digits == service.size()) return;  // empty (port 0), or no digits: a name
+  for (std::size_t i = digits; i < service.size(); ++i) {
+    if (!isDecimalDigit(service[i])) return;  // a name
+  }
+  const std::string port = "port \"" + service + "\"";
+  if (digits != 0) throwInvalid(host, service, port + " is not a decimal number");
+  std::uint32_t value = 0;
+  for (char c : service) {
+    value = value * 10 + static_cast<std::uint32_t>(c - '0');
+    if (value > 65535) throwInvalid(host, service, port + " is out of range (0..65535)");
+  }
+}
+
 [[noreturn]] void throwResolveError(int code, int savedErrno, const std::string& host,
                                     const std::string& service) {
-  const std::string what = "weft: resolve(\"" + host + "\", \"" + service + "\")";
+  const std::string what = describe(host, service);
   if (code == EAI_SYSTEM) {
     throw std::system_error(savedErrno, std::system_category(), what);
   }
@@ -112,6 +175,7 @@ const std::error_category& getaddrinfoCategory() noexcept {
 
 Lazy<std::vector<SocketAddress>> resolve(std::string host, std::string service,
                                          ResolveOptions options) {
+  checkInputs(host, service);
   // A cancelled caller gets OperationCancelled on both paths, as blocking() would throw.
   (co_await currentCancellationToken()).throwIfCancellationRequested();
   if (std::optional<std::vector<SocketAddress>> numeric = resolveNumeric(host, service, options)) {

@@ -53,14 +53,23 @@ struct ResolveOptions {
 //  - An empty host is getaddrinfo's null host (see ResolveOptions::passive); an empty
 //    service is port 0. AI_ADDRCONFIG is not used: "localhost" and "::1" resolve on a
 //    machine with loopback only.
+//  - A service of decimal digits is a port number in 0..65535 (leading zeros allowed), as
+//    for SocketAddress::parse; out of range ("65536") it is refused, never wrapped to
+//    another port as getaddrinfo would. What getaddrinfo would also read as a number (a
+//    sign or leading white space: "-1", "+80", " 80") is refused too. A service with
+//    other characters ("http", "3com-tsmux") is a service name.
 //  - The result is never empty, in getaddrinfo's order, each address once.
 //  - Being a Lazy, it runs on its awaiter's executor and carries its cancellation token:
 //    a lookup still waiting for a pool thread is cancelled (OperationCancelled), one
 //    already in getaddrinfo finishes and its addresses are returned, as for blocking().
 //
 // Preconditions: none beyond blocking()'s (the pool outlives the await).
-// Errors: std::system_error with std::error_code(EAI_*, getaddrinfoCategory()) (EAI_NONAME:
-// no such host; EAI_SERVICE: no such service for the socket type; EAI_AGAIN: try later;
+// Errors: std::invalid_argument naming host and service (a NUL shown as \0) when the
+// host or the service contains a NUL byte (getaddrinfo takes C strings and would cut it
+// there: "127.0.0.1\0.evil.example" is not 127.0.0.1), or for a numeric service that is
+// not a port as above; thrown at the co_await, before any lookup.
+// std::system_error with std::error_code(EAI_*, getaddrinfoCategory()) (EAI_NONAME: no
+// such host; EAI_SERVICE: no such service for the socket type; EAI_AGAIN: try later;
 // ...), or the errno of EAI_SYSTEM in std::system_category(); its what() names the host
 // and the service. OperationCancelled. ExecutorShutDown if the pool is shut down.
 // std::bad_alloc.

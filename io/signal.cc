@@ -185,9 +185,19 @@ void resumeSignalWaiter(SignalWaiter* waiter) noexcept {
   resumeWaiterOn(waiter->executor, waiter->handle);
 }
 
-void throwBadSignal(int signal) {
-  throw std::invalid_argument("weft: signal(): bad signal number " + std::to_string(signal) +
-                              " (1..63, not SIGKILL or SIGSTOP)");
+std::uint64_t signalBit(int signal) {
+  auto reject = [signal](const std::string& why) {
+    throw std::invalid_argument("weft: signal(): signal " + std::to_string(signal) + why);
+  };
+  if (signal <= 0 || signal >= 64) reject(" is not a signal number weft can wait for (1..63)");
+  if (signal == SIGKILL) reject(" (SIGKILL) cannot be caught");
+  if (signal == SIGSTOP) reject(" (SIGSTOP) cannot be caught");
+  // Linux's real-time signals start at 32; glibc keeps the first ones for its threads
+  // (its sigaction refuses them with EINVAL) and SIGRTMIN is the first it leaves to us.
+  if (signal >= 32 && signal < SIGRTMIN) {
+    reject(" is reserved by the C library (below SIGRTMIN, " + std::to_string(SIGRTMIN) + ")");
+  }
+  return std::uint64_t{1} << signal;
 }
 
 SignalWaitAwaiter::~SignalWaitAwaiter() {

@@ -44,7 +44,10 @@ bool unlinkSignalWaiter(SignalWaiter* waiter) noexcept;
 bool cancelSignalWaiter(SignalWaiter* waiter) noexcept;
 // Resumes a waiter taken out of the list (on its executor; inline without one).
 void resumeSignalWaiter(SignalWaiter* waiter) noexcept;
-[[noreturn]] void throwBadSignal(int signal);
+// `signal`'s bit in a mask (bit n: signal n). Errors: std::invalid_argument naming the
+// number for one that no handler can catch: outside 1..63, SIGKILL, SIGSTOP, or one the
+// C library keeps for itself (glibc: 32 and 33, below SIGRTMIN).
+std::uint64_t signalBit(int signal);
 
 class SignalWaitAwaiter {
  public:
@@ -98,9 +101,12 @@ struct SignalWait {
 // early, e.g. `auto stop = weft::signal(SIGTERM);` in main, and co_await it later. Do not
 // use both for the same signal: SignalSet's blocked mask keeps the handler from running.
 //
-// Preconditions: signal numbers in 1..63, not SIGKILL or SIGSTOP.
-// Errors: std::invalid_argument for a bad signal number (thrown by signal()),
-// std::system_error if the handler or the dispatcher cannot be installed;
+// Preconditions: none (a bad signal number is an error, below).
+// Errors: std::invalid_argument, thrown by signal() itself, naming the number of a signal
+// that cannot be caught: outside 1..63, SIGKILL, SIGSTOP, or one the C library keeps for
+// its own use (glibc: 32 and 33, below SIGRTMIN); no handler is installed then, not even
+// for the other signals of the call. std::system_error if the handler or the dispatcher
+// cannot be installed;
 // OperationCancelled when the awaiting coroutine is cancelled while it waits (no signal
 // is taken then).
 // Thread safety: any number of coroutines may wait at once, for any signals.
@@ -112,10 +118,7 @@ template <class... Signals>
   requires(sizeof...(Signals) > 0 && (std::same_as<Signals, int> && ...))
 detail::SignalWait signal(Signals... signals) {
   std::uint64_t mask = 0;
-  for (int s : {signals...}) {
-    if (s <= 0 || s >= 64) detail::throwBadSignal(s);
-    mask |= std::uint64_t{1} << s;
-  }
+  for (int s : {signals...}) mask |= detail::signalBit(s);
   detail::installSignalHandlers(mask);
   return detail::SignalWait{mask};
 }

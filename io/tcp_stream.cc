@@ -84,11 +84,15 @@ std::optional<std::size_t> transferNow(int fd, const char* what, Transfer transf
 }  // namespace
 
 std::optional<std::size_t> TcpStream::tryRead(std::span<std::byte> buffer) const {
+  // An empty buffer: 0 at once, no system call (recv(2) of 0 bytes would return 0, the end
+  // of the stream to the caller, when data is pending, and EAGAIN when none is).
+  if (buffer.empty() && fd_ >= 0) return 0;
   return transferNow(fd_, "read from a TcpStream",
                      [&] { return ::recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT); });
 }
 
 std::optional<std::size_t> TcpStream::tryWrite(std::span<const std::byte> buffer) const {
+  if (buffer.empty() && fd_ >= 0) return 0;  // as tryRead: 0 at once, no system call
   return transferNow(fd_, "write to a TcpStream", [&] {
     return ::send(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   });

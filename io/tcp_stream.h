@@ -8,12 +8,51 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "weft/coro/cancellation.h"
 #include "weft/coro/lazy.h"
+#include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/socket_address.h"
 
 namespace weft {
+
+namespace detail {
+
+// A TcpStream read or write: its IoOperationAwaitable, except that an empty buffer
+// completes at once with 0 without submitting anything (no system call, no wait). It
+// still fails as any read or write does beforehand: EBADF on a closed stream,
+// OperationCancelled when cancellation was requested already.
+class StreamTransferAwaitable {
+ public:
+  StreamTransferAwaitable(const IoOperationAwaitable& operation, bool empty) noexcept
+      : operation_(operation), empty_(empty) {}
+
+  class Awaiter : public IoOperationAwaitable::Awaiter {
+   public:
+    Awaiter(const StreamTransferAwaitable& a, Executor* executor, const CancellationToken& token)
+        : IoOperationAwaitable::Awaiter(a.operation_, executor, token), empty_(a.empty_) {}
+
+    bool await_ready() const { return IoOperationAwaitable::Awaiter::await_ready() || empty_; }
+    std::size_t await_resume() {
+      return empty_ ? 0 : IoOperationAwaitable::Awaiter::await_resume();
+    }
+
+   private:
+    bool empty_;
+  };
+
+  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
+    return Awaiter(*this, executor, token);
+  }
+  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
+
+ private:
+  IoOperationAwaitable operation_;
+  bool empty_;
+};
+
+}  // namespace detail
 
 // Thrown by TcpStream::readExactly when the peer ends the stream before the buffer is
 // full. bytesRead() says how much of the buffer was filled.
@@ -35,6 +74,11 @@ class EndOfStream : public std::runtime_error {
 //  - `co_await stream.read(buffer)` returns the number of bytes read, 0 at the end of the
 //    stream; `write(buffer)` the number written (possibly fewer than asked: a partial
 //    write). readExactly and writeAll loop until the whole buffer is done.
+//  - An empty buffer (read, write, tryRead, tryWrite) transfers nothing and returns 0 at
+//    once, as read(2) and write(2) of 0 bytes do: it never waits (for data, for room, or
+//    behind another operation) and never takes a byte, and its 0 is not the end of the
+//    stream. A closed stream still fails with EBADF, a cancelled coroutine with
+//    OperationCancelled.
 //  - Each await is one operation on the calling thread's event loop (ThreadPool gives
 //    every worker one); the coroutine resumes on that thread. From a fiber:
 //    `weft::await(stream.read(buffer))`.
@@ -91,25 +135,31 @@ class TcpStream {
   // cancellation as above.
   static Lazy<TcpStream> connect(SocketAddress address);
 
-  // Reads at most buffer.size() bytes; 0 means the peer ended the stream.
-  detail::IoOperationAwaitable read(std::span<std::byte> buffer) const noexcept {
-    return detail::IoOperationAwaitable("read from a TcpStream", IoOpcode::kReceive, fd_)
-        .buffer(buffer.data(), buffer.size())
-        .timeout(readTimeoutNs_);
+  // Reads at most buffer.size() bytes; for a non-empty buffer, 0 means the peer ended the
+  // stream. An empty buffer returns 0 at once, as read(2) of 0 bytes does: nothing is
+  // read or waited for, and that 0 says nothing of the end of the stream.
+  detail::StreamTransferAwaitable read(std::span<std::byte> buffer) const noexcept {
+    return {detail::IoOperationAwaitable("read from a TcpStream", IoOpcode::kReceive, fd_)
+                .buffer(buffer.data(), buffer.size())
+                .timeout(readTimeoutNs_),
+            buffer.empty()};
   }
-  detail::IoOperationAwaitable read(void* data, std::size_t size) const noexcept {
+  detail::StreamTransferAwaitable read(void* data, std::size_t size) const noexcept {
     return read(std::span<std::byte>(static_cast<std::byte*>(data), size));
   }
   // Reads until `buffer` is full. Errors: EndOfStream if the stream ends first.
   Lazy<void> readExactly(std::span<std::byte> buffer);
 
-  // Writes at most buffer.size() bytes; returns how many were written (at least 1).
-  detail::IoOperationAwaitable write(std::span<const std::byte> buffer) const noexcept {
-    return detail::IoOperationAwaitable("write to a TcpStream", IoOpcode::kSend, fd_)
-        .buffer(const_cast<std::byte*>(buffer.data()), buffer.size())
-        .timeout(writeTimeoutNs_);
+  // Writes at most buffer.size() bytes; returns how many were written (at least 1 for a
+  // non-empty buffer). An empty buffer returns 0 at once, without waiting for room or
+  // for writes issued before it.
+  detail::StreamTransferAwaitable write(std::span<const std::byte> buffer) const noexcept {
+    return {detail::IoOperationAwaitable("write to a TcpStream", IoOpcode::kSend, fd_)
+                .buffer(const_cast<std::byte*>(buffer.data()), buffer.size())
+                .timeout(writeTimeoutNs_),
+            buffer.empty()};
   }
-  detail::IoOperationAwaitable write(const void* data, std::size_t size) const noexcept {
+  detail::StreamTransferAwaitable write(const void* data, std::size_t size) const noexcept {
     return write(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
   }
   // Writes all of `buffer`, however many partial writes it takes.
@@ -137,11 +187,13 @@ class TcpStream {
   }
   // Reads at most buffer.size() bytes that are there now, without waiting and without the
   // event loop (any thread may call it): the bytes read, 0 at the end of the stream, or
-  // std::nullopt when nothing is there yet.
+  // std::nullopt when nothing is there yet. An empty buffer returns 0 at once (not the
+  // end of the stream, as for read()), without a system call.
   // Errors: std::system_error with the errno (ECONNRESET...), EBADF when closed.
   std::optional<std::size_t> tryRead(std::span<std::byte> buffer) const;
   // Writes what fits now, without waiting (any thread): the bytes written (at least 1 for
-  // a non-empty buffer), or std::nullopt when the socket's send buffer is full.
+  // a non-empty buffer), or std::nullopt when the socket's send buffer is full. An empty
+  // buffer returns 0 at once, without a system call.
   // Errors: std::system_error (EPIPE, ECONNRESET...; never SIGPIPE), EBADF when closed.
   std::optional<std::size_t> tryWrite(std::span<const std::byte> buffer) const;
 

@@ -31,6 +31,12 @@ struct UdpSocketOptions {
 //    the bytes stored, the sender, and whether the datagram was longer than the buffer
 //    (its rest is lost then, as the kernel drops it: never silently, `truncated` says
 //    so). An empty datagram is received as size 0.
+//  - Empty buffers keep datagram meaning (a datagram socket has no end of stream, so a
+//    size of 0 is never ambiguous): a receive into an empty buffer waits for the next
+//    datagram and takes it whole, with size 0, its sender, and `truncated` unless the
+//    datagram was empty (a way to skip one, or to wait for an empty one); a send of an
+//    empty buffer sends an empty datagram. Unlike TcpStream::read of an empty buffer,
+//    which returns 0 at once.
 //  - connect(address) sets the default peer (a synchronous connect(2): nothing goes on
 //    the wire) and filters what is received to datagrams from it. send(buffer) and
 //    receive(buffer) then need no address; receive() returns a Datagram like

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "weft/stackful/await.h"
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/io_backends.h"
+#include "test/support/io_support.h"
 
 namespace weft {
 namespace {
@@ -315,6 +317,55 @@ TEST_P(FileTest, HonoursACancelledToken) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FileTest, test::kIoBackends, test::ioBackendName);
+
+
+// File::open's new tests: a fixture of its own (test::IoBackendTest), both backends.
+class FileOpenTest : public test::IoBackendTest {
+ protected:
+  TempDir dir_;
+};
+
+// open(2) takes a C string: a NUL would cut the path short ("existing\0.txt" would open
+// "existing", and kCreate would create the file named by the part before the NUL).
+TEST_P(FileOpenTest, RejectsAPathWithANulByte) {
+  using namespace std::string_literals;
+  ThreadPool pool(options(1, "file-test"));
+  const std::string existing = dir_.file("existing");
+  syncAwait(File::open(existing, kNew).via(&pool));
+  const std::string paths[] = {existing + "\0.txt"s, dir_.file("created") + "\0"s, "\0"s};
+  for (const std::string& path : paths) {
+    for (FileMode mode : {FileMode::kRead, kNew}) {
+      try {
+        File file = syncAwait(File::open(path, mode).via(&pool));
+        ADD_FAILURE() << "opened " << file.path().c_str();
+      } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("NUL byte"), std::string::npos) << what;
+        EXPECT_NE(what.find("\\0"), std::string::npos) << what;  // the path, NUL shown
+      }
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("created")));
+}
+
+// An empty buffer transfers nothing: readAt returns 0 (which then does not mean the end
+// of the file) and writeAt 0, at any offset, and the file is unchanged.
+TEST_P(FileOpenTest, EmptyBuffersTransferNothing) {
+  ThreadPool pool(options(1, "file-test"));
+  const std::string path = dir_.file("empty-buffers");
+  syncAwait([&]() -> Lazy<void> {
+    File file = co_await File::open(path, kNew);
+    co_await file.writeAllAt(bytes("0123456789"), 0);
+    EXPECT_EQ(co_await file.readAt(std::span<std::byte>(), 3), 0u);  // in the middle
+    EXPECT_EQ(co_await file.writeAt(std::span<const std::byte>(), 20), 0u);
+    EXPECT_EQ(co_await file.size(), 10u);
+    std::string rest(7, '?');
+    EXPECT_EQ(co_await file.readAt(writable(rest), 3), 7u);
+    EXPECT_EQ(rest, "3456789");
+  }().via(&pool));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FileOpenTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
 }  // namespace weft

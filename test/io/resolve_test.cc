@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <atomic>
 #include <latch>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "weft/coro/cancellation.h"
@@ -199,6 +201,70 @@ TEST(ResolveTest, AlreadyCancelledThrowsEvenForNumericHosts) {
   source.requestCancellation();
   EXPECT_THROW(syncAwait(withCancellation(source.token(), resolve("127.0.0.1", "80"))),
                OperationCancelled);
+}
+
+
+// Resolves and returns what() of the std::invalid_argument it throws ("" if none).
+std::string rejection(const std::string& host, const std::string& service) {
+  try {
+    const std::vector<SocketAddress> addresses = syncAwait(resolve(host, service));
+    ADD_FAILURE() << "resolve accepted service of " << service.size() << " bytes: port "
+                  << (addresses.empty() ? -1 : addresses[0].port());
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// As SocketAddress::parse does, a numeric service is a port in 0..65535: getaddrinfo
+// itself keeps the low 16 bits ("65536" is port 0, "65617" port 81), for numeric and
+// named hosts alike.
+TEST(ResolveTest, OutOfRangePortsAreRejected) {
+  for (const char* service : {"65536", "65617", "70000", "4294967297", "18446744073709551616",
+                              "99999999999999999999999999"}) {
+    for (const char* host : {"127.0.0.1", "localhost", ""}) {
+      const std::string what = rejection(host, service);
+      EXPECT_NE(what.find(std::string("\"") + service + "\""), std::string::npos)
+          << host << " " << service << ": " << what;
+      EXPECT_NE(what.find("out of range (0..65535)"), std::string::npos) << what;
+    }
+  }
+  EXPECT_EQ(syncAwait(resolve("127.0.0.1", "65535"))[0].port(), 65535);
+  EXPECT_EQ(syncAwait(resolve("127.0.0.1", "0"))[0].port(), 0);
+  EXPECT_EQ(syncAwait(resolve("127.0.0.1", "00080"))[0].port(), 80);
+}
+
+// What getaddrinfo reads as a number but SocketAddress::parse does not ("-1" would be
+// port 65535): only decimal digits make a port.
+TEST(ResolveTest, SignedOrSpacedPortsAreRejected) {
+  for (const char* service : {"-1", "-0", "+80", " 80", "\t80", "\n80"}) {
+    const std::string what = rejection("127.0.0.1", service);
+    EXPECT_NE(what.find("not a decimal number"), std::string::npos) << what;
+  }
+  // A service name that starts with a digit is still a name (not a port): getaddrinfo's
+  // error, not std::invalid_argument.
+  EXPECT_THROW(syncAwait(resolve("127.0.0.1", "80x-no-such-service")), std::system_error);
+}
+
+// getaddrinfo takes C strings: a NUL would cut the host or the service short, and
+// "127.0.0.1\0.evil.example" would resolve to 127.0.0.1.
+TEST(ResolveTest, NulBytesInHostOrServiceAreRejected) {
+  using namespace std::string_literals;
+  const std::pair<std::string, std::string> inputs[] = {
+      {"127.0.0.1\0.evil.example"s, "80"},
+      {"localhost\0"s, "80"},
+      {"\0"s, "80"},
+      {"127.0.0.1", "80\0"s + "1"},
+      {"localhost", "http\0"s + "evil"},
+      {"", "\0"s},
+  };
+  for (const auto& [host, service] : inputs) {
+    const std::string what = rejection(host, service);
+    EXPECT_NE(what.find("NUL byte"), std::string::npos) << what;
+    // The input is named, its NUL shown as \0 (what() itself is a C string).
+    EXPECT_NE(what.find("\\0"), std::string::npos) << what;
+    EXPECT_EQ(std::string(what.c_str()).size(), what.size());
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <unistd.h>
 #include <stdexcept>
+#include <string>
 #include <system_error>
 #include <thread>
 
@@ -128,7 +129,48 @@ TEST(SignalTest, FromAFiber) {
 TEST(SignalTest, BadSignalNumbersAreRejected) {
   EXPECT_THROW((void)signal(0), std::invalid_argument);
   EXPECT_THROW((void)signal(64), std::invalid_argument);
-  EXPECT_THROW((void)signal(SIGKILL), std::system_error);
+  EXPECT_THROW((void)signal(SIGKILL), std::invalid_argument);
+}
+
+
+// What() of the std::invalid_argument `call` throws ("" if it throws nothing).
+template <class Call>
+std::string invalidArgument(Call call) {
+  try {
+    (void)call();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Signals that no handler can catch are std::invalid_argument, as the header says, not
+// sigaction's EINVAL as std::system_error: SIGKILL, SIGSTOP, numbers out of range, and
+// those the C library keeps for itself (glibc's 32 and 33, below SIGRTMIN).
+TEST(SignalTest, SignalsThatCannotBeCaughtAreInvalidArguments) {
+  for (int s : {SIGKILL, SIGSTOP, 0, -1, 64, 65, 1000, -2147483647 - 1}) {
+    const std::string what = invalidArgument([s] { return signal(s); });
+    EXPECT_NE(what.find("signal " + std::to_string(s)), std::string::npos) << s << ": " << what;
+  }
+  EXPECT_NE(invalidArgument([] { return signal(SIGKILL); }).find("SIGKILL"), std::string::npos);
+  EXPECT_NE(invalidArgument([] { return signal(SIGSTOP); }).find("SIGSTOP"), std::string::npos);
+  for (int s = 32; s < SIGRTMIN; ++s) {
+    EXPECT_NE(invalidArgument([s] { return signal(s); }), "") << s;
+  }
+  // The real-time signals the C library leaves to applications are accepted.
+  EXPECT_NO_THROW((void)signal(SIGRTMIN));
+  EXPECT_NO_THROW((void)signal(SIGRTMAX - 1));
+}
+
+// A bad signal in a list installs nothing, not even the good ones before it.
+TEST(SignalTest, ABadSignalInAListInstallsNone) {
+  struct sigaction before {};
+  ASSERT_EQ(::sigaction(SIGWINCH, nullptr, &before), 0);
+  ASSERT_EQ(before.sa_handler, SIG_DFL);
+  EXPECT_NE(invalidArgument([] { return signal(SIGWINCH, SIGSTOP); }), "");
+  struct sigaction after {};
+  ASSERT_EQ(::sigaction(SIGWINCH, nullptr, &after), 0);
+  EXPECT_EQ(after.sa_handler, SIG_DFL);
 }
 
 }  // namespace

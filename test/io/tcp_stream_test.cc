@@ -6,6 +6,8 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <list>
+#include <optional>
 #include <string>
 #include <vector>
 #include <system_error>
@@ -19,10 +21,12 @@
 #include "weft/coro/lazy.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/task.h"
+#include "weft/coro/try.h"
 #include "weft/coro/with_cancellation.h"
 #include "weft/executors/thread_pool.h"
 #include "weft/io/tcp_listener.h"
 #include "test/support/io_backends.h"
+#include "test/support/io_support.h"
 
 namespace weft {
 namespace {
@@ -358,6 +362,140 @@ TEST_P(TcpStreamTest, ASecondWriteNeverOvertakesAWaitingOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TcpStreamTest, test::kIoBackends, test::ioBackendName);
+
+
+// The tests of empty buffers: a fixture of their own (test::IoBackendTest), both backends.
+class TcpStreamEmptyBufferTest : public test::IoBackendTest {};
+
+// An operation started in a Lazy on a pool worker, under a token of its own: `done` says
+// whether it has completed, `result` holds what it returned or threw.
+struct Started {
+  CancellationSource source;
+  Try<std::size_t> result;
+  std::atomic<bool> done{false};
+
+  // From the test's thread: cancels the operation if it still waits, and returns once it
+  // has completed (a hand-shake, no sleep).
+  void finish() {
+    source.requestCancellation();
+    while (!done.load()) std::this_thread::yield();
+  }
+};
+
+// Starts `awaitable` on `pool`'s worker; true if it completed before start() returned,
+// i.e. without waiting for anything.
+template <class Awaitable>
+bool startedAtOnce(ThreadPool& pool, Awaitable awaitable, Started& started) {
+  auto begin = [&]() -> Lazy<bool> {
+    withCancellation(started.source.token(),
+                     [](Awaitable a) -> Lazy<std::size_t> { co_return co_await a; }(awaitable))
+        .start([&started](Try<std::size_t> result) {
+          started.result = std::move(result);
+          started.done.store(true);
+        });
+    co_return started.done.load();
+  };
+  return syncAwait(begin().via(&pool));
+}
+
+// A read of an empty buffer returns 0 at once, whether bytes are pending or not, without
+// taking any: it neither waits for the peer nor means the end of the stream (which a read
+// of a non-empty buffer still reports as 0). tryRead of an empty buffer likewise.
+TEST_P(TcpStreamEmptyBufferTest, ReadCompletesAtOnceAndTakesNothing) {
+  Started idle, pending;  // outlive the pool: their callbacks run on its worker
+  ThreadPool pool(options(1));
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  std::pair<TcpStream, TcpStream> streams = syncAwait(connectedPair(listener).via(&pool));
+  TcpStream& client = streams.first;
+  TcpStream& server = streams.second;
+  const std::span<std::byte> empty;
+
+  // Nothing sent yet.
+  const bool idleAtOnce = startedAtOnce(pool, server.read(empty), idle);
+  idle.finish();
+  EXPECT_TRUE(idleAtOnce) << "a read of an empty buffer waited for the peer";
+  if (idleAtOnce) {
+    EXPECT_EQ(idle.result.value(), 0u);
+  }
+  EXPECT_EQ(server.tryRead(empty), std::optional<std::size_t>(0));
+
+  // Bytes pending: they stay for the next read.
+  syncAwait([&]() -> Lazy<void> {
+    co_await client.writeAll("abc");
+    co_await server.readable();
+  }().via(&pool));
+  EXPECT_TRUE(startedAtOnce(pool, server.read(empty), pending));
+  pending.finish();
+  EXPECT_EQ(pending.result.value(), 0u);
+  EXPECT_EQ(server.tryRead(empty), std::optional<std::size_t>(0));
+  std::string received(3, '?');
+  syncAwait(server.readExactly(std::as_writable_bytes(std::span(received))).via(&pool));
+  EXPECT_EQ(received, "abc");
+
+  // The end of the stream is still 0 from a read of a non-empty buffer.
+  client.shutdownWrite();
+  std::array<std::byte, 8> buffer;
+  EXPECT_EQ(syncAwait([&]() -> Lazy<std::size_t> { co_return co_await server.read(buffer); }()
+                          .via(&pool)),
+            0u);
+
+  // A closed stream is EBADF and a cancelled coroutine OperationCancelled, as for any read.
+  TcpStream closed;
+  try {
+    syncAwait([&]() -> Lazy<std::size_t> { co_return co_await closed.read(empty); }().via(&pool));
+    ADD_FAILURE() << "no EBADF";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code().value(), EBADF) << e.what();
+  }
+  EXPECT_THROW(closed.tryRead(empty), std::system_error);
+  CancellationSource cancelled;
+  cancelled.requestCancellation();
+  auto readEmpty = [&]() -> Lazy<std::size_t> { co_return co_await server.read(empty); };
+  EXPECT_THROW(syncAwait(withCancellation(cancelled.token(), readEmpty()).via(&pool)),
+               OperationCancelled);
+}
+
+// A write of an empty buffer returns 0 at once: when the send buffer is full, and when
+// another write waits for room before it (the epoll loop queued it behind that one).
+// tryWrite of an empty buffer likewise.
+TEST_P(TcpStreamEmptyBufferTest, WriteCompletesAtOnceEvenBehindAWaitingWrite) {
+  Started whenFull, behind;  // outlive the pool: their callbacks run on its worker
+  std::list<Started> fills;
+  ThreadPool pool(options(1));
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  std::pair<TcpStream, TcpStream> streams = syncAwait(connectedPair(listener).via(&pool));
+  TcpStream& client = streams.first;  // the server never reads
+  const std::span<const std::byte> empty;
+  const std::vector<std::byte> chunk(65536, std::byte{'f'});
+  while (client.tryWrite(chunk)) {
+  }
+  EXPECT_EQ(client.tryWrite(empty), std::optional<std::size_t>(0));
+  const bool fullAtOnce = startedAtOnce(pool, client.write(empty), whenFull);
+  whenFull.finish();
+  EXPECT_TRUE(fullAtOnce) << "a write of an empty buffer waited for room";
+  if (fullAtOnce) {
+    EXPECT_EQ(whenFull.result.value(), 0u);
+  }
+
+  // A write that waits for room (one that completes at once took what room was left).
+  bool waiting = false;
+  for (int i = 0; i < 1000 && !waiting; ++i) {
+    fills.emplace_back();
+    waiting = !startedAtOnce(pool, client.write(chunk), fills.back());
+  }
+  ASSERT_TRUE(waiting) << "the send buffer never filled";
+  EXPECT_EQ(client.tryWrite(empty), std::optional<std::size_t>(0));
+  const bool behindAtOnce = startedAtOnce(pool, client.write(empty), behind);
+  behind.finish();
+  fills.back().finish();
+  EXPECT_TRUE(behindAtOnce) << "a write of an empty buffer waited behind another write";
+  if (behindAtOnce) {
+    EXPECT_EQ(behind.result.value(), 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TcpStreamEmptyBufferTest, test::kIoBackends,
+                         test::ioBackendName);
 
 }  // namespace
 }  // namespace weft

@@ -29,6 +29,7 @@
 #include "weft/stackful/await.h"
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/io_backends.h"
+#include "test/support/io_support.h"
 
 namespace weft {
 namespace {
@@ -382,6 +383,53 @@ TEST_P(UdpSocketTest, ErrorsNameTheAddress) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, UdpSocketTest, test::kIoBackends, test::ioBackendName);
+
+
+// The tests of empty buffers: a fixture of their own (test::IoBackendTest), both backends.
+class UdpSocketEmptyBufferTest : public test::IoBackendTest {};
+
+// A datagram socket has no end of stream, so a receive into an empty buffer keeps its
+// meaning: it waits for the next datagram and takes it whole, reporting size 0 and
+// `truncated` unless the datagram was empty; its sender is known. An empty buffer sent is
+// an empty datagram. Nothing else is lost: the next receive gets the next datagram.
+TEST_P(UdpSocketEmptyBufferTest, AReceiveIntoAnEmptyBufferTakesTheNextDatagramWhole) {
+  ThreadPool pool(options(1, "udp-test"));
+  UdpSocket receiver = UdpSocket::bind(SocketAddress::loopbackV4(0));
+  UdpSocket sender = UdpSocket::open(AF_INET);
+  const SocketAddress to = receiver.localAddress();
+  syncAwait([&]() -> Lazy<void> {
+    co_await sender.sendTo(bytes("abc"), to);
+    EXPECT_EQ(co_await sender.sendTo(std::span<const std::byte>(), to), 0u);
+    co_await sender.sendTo(bytes("next"), to);
+    Datagram d = co_await receiver.receiveFrom(std::span<std::byte>());
+    EXPECT_EQ(d.size, 0u);
+    EXPECT_TRUE(d.truncated);  // "abc" did not fit: never silent
+    EXPECT_EQ(d.from, SocketAddress::loopbackV4(sender.localAddress().port()));
+    d = co_await receiver.receiveFrom(std::span<std::byte>());
+    EXPECT_EQ(d.size, 0u);
+    EXPECT_FALSE(d.truncated);  // the empty datagram
+    std::array<std::byte, 16> buffer;
+    d = co_await receiver.receiveFrom(buffer);
+    EXPECT_EQ(text(std::span<const std::byte>(buffer.data(), d.size)), "next");
+    EXPECT_FALSE(d.truncated);
+
+    // Connected sockets: send() of an empty buffer sends an empty datagram, receive()
+    // into an empty buffer takes one.
+    sender.connect(to);
+    receiver.connect(sender.localAddress());
+    EXPECT_EQ(co_await sender.send(std::span<const std::byte>()), 0u);
+    co_await sender.send(bytes("xy"));
+    d = co_await receiver.receive(std::span<std::byte>());
+    EXPECT_EQ(d.size, 0u);
+    EXPECT_FALSE(d.truncated);
+    d = co_await receiver.receive(std::span<std::byte>());
+    EXPECT_EQ(d.size, 0u);
+    EXPECT_TRUE(d.truncated);
+  }().via(&pool));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, UdpSocketEmptyBufferTest, test::kIoBackends,
+                         test::ioBackendName);
 
 }  // namespace
 }  // namespace weft
