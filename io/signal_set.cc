@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <stdexcept>
+#include <string>
 #include <system_error>
 
 #include "weft/io/detail/fd_waits.h"
@@ -16,8 +18,12 @@ SignalSet::SignalSet(std::initializer_list<int> signals) : owner_(pthread_self()
   sigset_t mask;
   sigemptyset(&mask);
   for (int signal : signals) {
-    if (sigaddset(&mask, signal) != 0) {
-      throw std::system_error(EINVAL, std::system_category(), "weft: SignalSet: bad signal number");
+    // signalfd silently never reports SIGKILL and SIGSTOP: refused, as signal() does.
+    if (signal == SIGKILL || signal == SIGSTOP || sigaddset(&mask, signal) != 0) {
+      throw std::invalid_argument("weft: SignalSet: signal " + std::to_string(signal) +
+                                  (signal == SIGKILL || signal == SIGSTOP
+                                       ? " cannot be caught"
+                                       : " is not a signal number"));
     }
   }
   if (const int r = pthread_sigmask(SIG_BLOCK, &mask, &previousMask_); r != 0) {

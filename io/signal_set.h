@@ -20,8 +20,9 @@ namespace weft {
 // Preconditions: no other thread (started before the SignalSet) leaves the signals
 // unblocked, or the kernel may deliver them there instead.
 //
-// Errors: the constructor throws std::system_error (EINVAL for a bad signal number,
-// EMFILE); wait() throws as the I/O awaitables do (OperationCancelled, ExecutorShutDown,
+// Errors: the constructor throws std::invalid_argument for a number that is not a
+// signal and for SIGKILL or SIGSTOP (which cannot be caught: a signalfd would never see
+// them), std::system_error when the kernel refuses (EMFILE); wait() throws as the I/O awaitables do (OperationCancelled, ExecutorShutDown,
 // std::logic_error on a thread without an event loop).
 //
 // Thread safety: one wait() at a time.
