@@ -74,10 +74,14 @@ Lazy<T> withTimeoutImpl(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout
 //    receive that got its value, a lock or a permit granted as the timer fired), that
 //    value is returned; if it failed with another exception, that exception propagates.
 // So nothing the work obtained is ever discarded: TimeoutError means the work ended by
-// the timeout's cancellation and obtained nothing. `lazy` inherits the executor and sees
-// the awaiter's cancellation too (then OperationCancelled propagates, not TimeoutError,
-// unless the work returned a value regardless). The timer runs on the executor's timers
-// (see sleep()). A duration <= 0 times out at once if `lazy` suspends.
+// the timeout's cancellation and obtained nothing. Composed I/O that the timeout stops
+// part-way (TcpStream::readExactly, writeAll, File::readExactlyAt, writeAllAt) throws
+// IncompleteTransfer (io/incomplete_transfer.h), which says how many bytes it
+// transferred, and withTimeout passes it through as another exception. `lazy` inherits
+// the executor and sees the awaiter's cancellation too (then OperationCancelled
+// propagates, not TimeoutError, unless the work returned a value regardless). The timer
+// runs on the executor's timers (see sleep()). A duration <= 0 times out at once if
+// `lazy` suspends.
 //
 // Preconditions: `lazy` is valid (else abort). It must react to cancellation (cancellable
 // awaits or polling its token) to end promptly after the timeout: weft never abandons

@@ -221,7 +221,15 @@ Lazy<std::size_t> File::writeAt(std::span<const std::byte> buffer, std::uint64_t
 Lazy<void> File::readExactlyAt(std::span<std::byte> buffer, std::uint64_t offset) const {
   std::size_t done = 0;
   while (done < buffer.size()) {
-    const std::size_t n = co_await readAt(buffer.subspan(done), offset + done);
+    std::size_t n;
+    try {
+      n = co_await readAt(buffer.subspan(done), offset + done);
+    } catch (...) {
+      // Say how much of the buffer was filled (IncompleteTransfer's rule). The EndOfFile
+      // below is thrown outside this block: it has its own count.
+      if (done == 0) throw;
+      throw IncompleteTransfer("readExactlyAt on " + path_, done, buffer.size());
+    }
     if (n == 0) throw EndOfFile(done);
     done += n;
   }
@@ -230,10 +238,16 @@ Lazy<void> File::readExactlyAt(std::span<std::byte> buffer, std::uint64_t offset
 Lazy<void> File::writeAllAt(std::span<const std::byte> buffer, std::uint64_t offset) const {
   std::size_t done = 0;
   while (done < buffer.size()) {
-    const std::size_t n = co_await writeAt(buffer.subspan(done), offset + done);
-    // pwrite(2) of a regular file writes something or fails; never spin on a 0.
-    if (n == 0) throwFileError(-EIO, "writeAt wrote nothing to", path_);
-    done += n;
+    try {
+      const std::size_t n = co_await writeAt(buffer.subspan(done), offset + done);
+      // pwrite(2) of a regular file writes something or fails; never spin on a 0.
+      if (n == 0) throwFileError(-EIO, "writeAt wrote nothing to", path_);
+      done += n;
+    } catch (...) {
+      // Say how much of the buffer was written (IncompleteTransfer's rule).
+      if (done == 0) throw;
+      throw IncompleteTransfer("writeAllAt on " + path_, done, buffer.size());
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "weft/coro/lazy.h"
+#include "weft/io/incomplete_transfer.h"
 
 namespace weft {
 
@@ -39,7 +40,8 @@ constexpr FileMode operator&(FileMode a, FileMode b) noexcept {
 constexpr bool hasFlags(FileMode mode, FileMode flags) noexcept { return (mode & flags) == flags; }
 
 // Thrown by File::readExactlyAt when the file ends before the buffer is full.
-// bytesRead() says how much of the buffer was filled.
+// bytesRead() says how much of the buffer was filled. Not an IncompleteTransfer (which
+// reports a failure part-way; see io/incomplete_transfer.h for why).
 class EndOfFile : public std::runtime_error {
  public:
   explicit EndOfFile(std::size_t bytesRead)
@@ -78,7 +80,8 @@ class EndOfFile : public std::runtime_error {
 //  - Cancellation: every await honours the coroutine's token. An operation in the ring is
 //    cancelled there (a read or write the kernel already started finishes and is
 //    returned); one queued on the blocking pool is withdrawn before it starts, and once
-//    started it finishes. The await throws OperationCancelled only when nothing was done.
+//    started it finishes. The await throws OperationCancelled only when nothing was done
+//    (readExactlyAt and writeAllAt: IncompleteTransfer when part of the buffer was).
 //  - Destroying the File closes it.
 //
 // Preconditions: the File and the buffer of an operation stay valid and unmoved until
@@ -94,7 +97,8 @@ class EndOfFile : public std::runtime_error {
 // kExclusive without kCreate), or for a path that contains a NUL byte (open(2) would take
 // the path up to it: "data\0.tmp" would open "data"). EndOfFile from readExactlyAt.
 // OperationCancelled; ExecutorShutDown when the pool or the event loop stops with the
-// operation in flight.
+// operation in flight. readExactlyAt and writeAllAt throw IncompleteTransfer instead (its
+// cause() one of the above) when they fail after transferring some of the buffer.
 //
 // Thread safety: distinct Files are independent. Operations on one File may be awaited
 // from several threads at once; open/close/move are not synchronised with them.
@@ -121,9 +125,17 @@ class File {
   Lazy<std::size_t> readAt(std::span<std::byte> buffer, std::uint64_t offset) const;
   // Writes at most buffer.size() bytes at `offset`; returns how many were written.
   Lazy<std::size_t> writeAt(std::span<const std::byte> buffer, std::uint64_t offset) const;
-  // Fills `buffer` from `offset`. Errors: EndOfFile if the file ends first.
+  // Fills `buffer` from `offset`. Errors: EndOfFile if the file ends first. Any other
+  // failure after some bytes were read (cancellation, withTimeout, EIO, ExecutorShutDown...)
+  // throws IncompleteTransfer: buffer[0, bytesTransferred()) holds the file's bytes from
+  // `offset`, and cause() is the failure. With nothing read, the failure propagates
+  // unchanged.
   Lazy<void> readExactlyAt(std::span<std::byte> buffer, std::uint64_t offset) const;
-  // Writes all of `buffer` at `offset`, however many partial writes it takes.
+  // Writes all of `buffer` at `offset`, however many partial writes it takes. Errors: a
+  // failure after some bytes were written (cancellation, ENOSPC, EFBIG, EIO,
+  // ExecutorShutDown...) throws IncompleteTransfer: buffer[0, bytesTransferred()) was
+  // written (from `offset`) and the rest was not; cause() is the failure. With nothing
+  // written, the failure propagates unchanged.
   Lazy<void> writeAllAt(std::span<const std::byte> buffer, std::uint64_t offset) const;
 
   // fsync(2): data and metadata reach stable storage. syncData(): fdatasync(2), the data

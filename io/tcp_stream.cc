@@ -49,7 +49,15 @@ Lazy<TcpStream> TcpStream::connect(SocketAddress address) {
 Lazy<void> TcpStream::readExactly(std::span<std::byte> buffer) {
   std::size_t done = 0;
   while (done < buffer.size()) {
-    const std::size_t n = co_await read(buffer.subspan(done));
+    std::size_t n;
+    try {
+      n = co_await read(buffer.subspan(done));
+    } catch (...) {
+      // The bytes already read are gone from the stream: say how many (IncompleteTransfer's
+      // rule). The EndOfStream below is thrown outside this block: it has its own count.
+      if (done == 0) throw;
+      throw IncompleteTransfer("readExactly from a TcpStream", done, buffer.size());
+    }
     if (n == 0) throw EndOfStream(done);
     done += n;
   }
@@ -57,7 +65,16 @@ Lazy<void> TcpStream::readExactly(std::span<std::byte> buffer) {
 
 Lazy<void> TcpStream::writeAll(std::span<const std::byte> buffer) {
   std::size_t done = 0;
-  while (done < buffer.size()) done += co_await write(buffer.subspan(done));
+  while (done < buffer.size()) {
+    try {
+      done += co_await write(buffer.subspan(done));
+    } catch (...) {
+      // The bytes already sent cannot be taken back: say how many, so that a retry sends
+      // only the rest (IncompleteTransfer's rule).
+      if (done == 0) throw;
+      throw IncompleteTransfer("writeAll to a TcpStream", done, buffer.size());
+    }
+  }
 }
 
 Lazy<void> TcpStream::writeAll(std::string_view text) {

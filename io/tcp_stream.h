@@ -13,6 +13,7 @@
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/detail/socket_ops.h"
+#include "weft/io/incomplete_transfer.h"
 #include "weft/io/socket_address.h"
 
 namespace weft {
@@ -55,7 +56,8 @@ class StreamTransferAwaitable {
 }  // namespace detail
 
 // Thrown by TcpStream::readExactly when the peer ends the stream before the buffer is
-// full. bytesRead() says how much of the buffer was filled.
+// full. bytesRead() says how much of the buffer was filled. Not an IncompleteTransfer
+// (which reports a failure part-way; see io/incomplete_transfer.h for why).
 class EndOfStream : public std::runtime_error {
  public:
   explicit EndOfStream(std::size_t bytesRead)
@@ -86,7 +88,8 @@ class EndOfStream : public std::runtime_error {
 //  - Cancellation: every await honours the coroutine's token (a Task's, withCancellation,
 //    withTimeout). An operation already in the kernel is cancelled there; the await then
 //    throws OperationCancelled once the kernel let go of the buffer, unless the operation
-//    completed first: a read that got data returns it, nothing is lost.
+//    completed first: a read that got data returns it, nothing is lost. readExactly and
+//    writeAll stopped part-way throw IncompleteTransfer, which says how much was done.
 //  - Destroying the stream closes the socket. SIGPIPE is never raised (MSG_NOSIGNAL): a
 //    write to a peer that closed fails with EPIPE or ECONNRESET.
 //
@@ -108,7 +111,8 @@ class EndOfStream : public std::runtime_error {
 // for one that waited when the stream was closed;
 // EndOfStream from readExactly; OperationCancelled; ExecutorShutDown when the pool shuts
 // down with the operation in flight; std::logic_error when awaited on a thread without an
-// event loop.
+// event loop. readExactly and writeAll throw IncompleteTransfer instead (its cause() one
+// of the above) when they fail after transferring some of the buffer.
 //
 // Thread safety: distinct streams are independent. One stream may have a read in flight
 // on one thread and a write on another; other members are not synchronised.
@@ -148,6 +152,11 @@ class TcpStream {
     return read(std::span<std::byte>(static_cast<std::byte*>(data), size));
   }
   // Reads until `buffer` is full. Errors: EndOfStream if the stream ends first.
+  //   Any other failure after some bytes were read (cancellation, withTimeout, the read
+  //   time limit's ETIMEDOUT, ECONNRESET, ExecutorShutDown...) throws IncompleteTransfer:
+  //   buffer[0, bytesTransferred()) holds them (a later read continues the stream from
+  //   buffer[bytesTransferred()] on), and cause() is the failure. With nothing read, the
+  //   failure propagates unchanged (withTimeout then throws TimeoutError).
   Lazy<void> readExactly(std::span<std::byte> buffer);
 
   // Writes at most buffer.size() bytes; returns how many were written (at least 1 for a
@@ -163,6 +172,12 @@ class TcpStream {
     return write(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
   }
   // Writes all of `buffer`, however many partial writes it takes.
+  //   Errors: a failure after some bytes were written (cancellation, withTimeout, the
+  //   write time limit's ETIMEDOUT, EPIPE, ECONNRESET, ExecutorShutDown...) throws
+  //   IncompleteTransfer: buffer[0, bytesTransferred()) was sent, and only
+  //   buffer[bytesTransferred()..] may be sent again (retrying the whole buffer would
+  //   duplicate the prefix on the wire). With nothing written, the failure propagates
+  //   unchanged.
   Lazy<void> writeAll(std::span<const std::byte> buffer);
   Lazy<void> writeAll(std::string_view text);
 

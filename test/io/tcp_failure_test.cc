@@ -9,8 +9,10 @@
 //    sent before the reset and that was not read yet is kept: reads return it first,
 //    then ECONNRESET, then 0.
 //  - the peer closes (with our data unread, so its kernel answers with a reset) while a
-//    large write waits for buffer space: the write throws std::system_error, ECONNRESET
-//    or EPIPE (the tests accept both and print which); the process gets no SIGPIPE.
+//    large write waits for buffer space: the write fails with std::system_error,
+//    ECONNRESET or EPIPE (the tests accept both and print which), which writeAll, having
+//    sent part of its buffer, reports as the cause of an IncompleteTransfer; the process
+//    gets no SIGPIPE.
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -43,6 +45,7 @@
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
 #include "weft/executors/thread_pool.h"
+#include "weft/io/incomplete_transfer.h"
 #include "weft/io/socket_address.h"
 #include "weft/io/tcp_listener.h"
 #include "weft/io/tcp_stream.h"
@@ -61,15 +64,31 @@ struct Outcome {
   Try<T> result;
 
   void wait() const { done.wait(false); }
-  // The errno of the std::system_error it ended with, or -1.
+  // The errno of the std::system_error it ended with (or that caused the
+  // IncompleteTransfer it ended with), or -1.
   int error() const {
     if (!result.hasException()) return -1;
     try {
-      std::rethrow_exception(result.exception());
+      try {
+        std::rethrow_exception(result.exception());
+      } catch (const IncompleteTransfer& e) {
+        std::rethrow_exception(e.cause());
+      }
     } catch (const std::system_error& e) {
       return e.code().value();
     } catch (...) {
       return -1;
+    }
+    return -1;
+  }
+  bool endedWithIncompleteTransfer() const {
+    if (!result.hasException()) return false;
+    try {
+      std::rethrow_exception(result.exception());
+    } catch (const IncompleteTransfer&) {
+      return true;
+    } catch (...) {
+      return false;
     }
   }
   std::string what() const {
@@ -195,6 +214,11 @@ TEST_P(TcpFailureTest, PeerClosingDuringAWriteFailsTheWriteWithoutSigpipe) {
     if (write.done.load()) return 12;  // it should be waiting for buffer space
     pair.peer.reset();  // our data unread in its queue: the peer's kernel resets
     write.wait();
+    // writeAll had sent part of the buffer: IncompleteTransfer, the error as its cause.
+    if (!write.endedWithIncompleteTransfer()) {
+      std::fprintf(stderr, "child: the write ended with: %s\n", write.what().c_str());
+      return 16;
+    }
     const int error = write.error();
     if (error != EPIPE && error != ECONNRESET) {
       std::fprintf(stderr, "child: the write ended with: %s\n", write.what().c_str());
