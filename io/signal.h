@@ -2,11 +2,13 @@
 
 #include <concepts>
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
 #include "weft/coro/cancellation.h"
 #include "weft/executors/executor.h"
+#include "weft/io/detail/pool_shutdown_guard.h"
 
 namespace weft {
 
@@ -18,10 +20,12 @@ struct SignalWaiter {
   std::uint64_t mask = 0;  // bit n: signal n
   std::coroutine_handle<> handle;
   Executor* executor = nullptr;
+  PoolShutdownGuard* guard = nullptr;  // the awaiter's: resumptions go through it
   // Guarded by the dispatcher's mutex:
   int delivered = 0;       // the signal, once delivered
   bool linked = false;     // in the dispatcher's list
   bool cancelled = false;  // its wait was cancelled (before or while linked)
+  bool shutDown = false;   // its ThreadPool's shutdown took it out (or kept it from linking)
   SignalWaiter* next = nullptr;
   SignalWaiter* prev = nullptr;
 };
@@ -34,24 +38,38 @@ void installSignalHandlers(std::uint64_t mask);
 // pending), else 0.
 int takePendingSignal(std::uint64_t mask) noexcept;
 // Links `waiter` and returns 0, unless a signal of its mask is pending (returns it,
-// taken) or its wait was cancelled already (returns -1); then links nothing.
+// taken, and sets `delivered`), its wait was cancelled already (returns -1) or its
+// ThreadPool's shutdown came first (returns -2); then links nothing.
 int linkSignalWaiter(SignalWaiter* waiter) noexcept;
 // Unlinks `waiter` if it is still linked (true); false if it is not (a signal was
 // delivered to it and its resumption is under way, or it was never linked).
 bool unlinkSignalWaiter(SignalWaiter* waiter) noexcept;
 // Cancels `waiter`'s wait: unlinks it if linked (true: the caller resumes it); marks it
-// cancelled if not linked yet, so that it never is (false).
+// cancelled if not linked yet, so that it never is (false). False if a signal or its
+// pool's shutdown came first.
 bool cancelSignalWaiter(SignalWaiter* waiter) noexcept;
-// Resumes a waiter taken out of the list (on its executor; inline without one).
+// For the shutdown guard of the ThreadPool the waiter resumes on: unlinks a linked
+// `waiter` (kTakenBack: the caller resumes it), keeps one not linked yet from linking
+// (kBarred), or says that a signal or the cancellation took it (kClaimed).
+PoolShutdownGuard::Claim shutDownSignalWaiter(SignalWaiter* waiter) noexcept;
+// The number of waiters linked now (for tests).
+std::size_t linkedSignalWaiterCount() noexcept;
+// Resumes a waiter taken out of the list (on its executor, through its guard; inline
+// without one).
 void resumeSignalWaiter(SignalWaiter* waiter) noexcept;
 [[noreturn]] void throwBadSignal(int signal);
 
-class SignalWaitAwaiter {
+// The awaiter of weft::signal(). A signal (the dispatcher thread), the cancellation and,
+// when the coroutine resumes on a ThreadPool, the pool's shutdown (its PoolShutdownGuard)
+// may end the wait; the dispatcher's mutex decides: whoever unlinks the waiter resumes
+// it, the first two through the guard.
+class SignalWaitAwaiter final : private PoolShutdownGuard::Owner {
  public:
   SignalWaitAwaiter(std::uint64_t mask, Executor* executor, const CancellationToken* token) noexcept
-      : token_(token) {
+      : token_(token), guard_(*this) {
     waiter_.mask = mask;
     waiter_.executor = executor;
+    waiter_.guard = &guard_;
   }
   SignalWaitAwaiter(const SignalWaitAwaiter&) = delete;
   SignalWaitAwaiter& operator=(const SignalWaitAwaiter&) = delete;
@@ -65,10 +83,15 @@ class SignalWaitAwaiter {
   int await_resume();
 
  private:
+  // PoolShutdownGuard::Owner, on a worker of the waiter's pool during its shutdown.
+  PoolShutdownGuard::Claim takeBackForShutdown() noexcept override;
+  void resumeShutDown() noexcept override;
+
   SignalWaiter waiter_;
   const CancellationToken* token_;
   std::optional<CancellationCallback> onCancel_;
   bool suspended_ = false;  // between a successful link and the resumption
+  PoolShutdownGuard guard_;
 };
 
 struct SignalWait {

@@ -1,6 +1,8 @@
 #include "weft/io/blocking.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,15 +16,18 @@
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
 #include "weft/coro/with_cancellation.h"
 #include "weft/coro/with_timeout.h"
 #include "weft/executors/thread_pool.h"
+#include "weft/io/file.h"
 #include "weft/stackful/await.h"
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/counted.h"
+#include "test/support/io_support.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
 
@@ -217,6 +222,151 @@ TEST(BlockingTest, RefusedResumptionContinuesOnTheBlockingThreadWithTheValue) {
   ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
   EXPECT_EQ(value.load(), 9);
   EXPECT_TRUE(onBlockingThread.load());
+}
+
+// --- the ThreadPool the coroutine resumes on is destroyed --------------------------------
+
+// Once per I/O backend: the shutdown of a pool whose workers have io_uring loops parks
+// them there, and such a pool must wait for the hold of a running call too.
+class BlockingShutdownTest : public test::IoBackendTest {};
+INSTANTIATE_TEST_SUITE_P(Backends, BlockingShutdownTest, test::kIoBackends, test::ioBackendName);
+
+// Sleeps on its Task's pool until the pool's shutdown ends the sleep (it stops the pool's
+// timers first), then sets `begun`: a witness that the shutdown has begun.
+Lazy<void> setWhenShutDownBegins(std::atomic<bool>& begun) {
+  try {
+    co_await sleep(std::chrono::hours(1));
+  } catch (const ExecutorShutDown&) {
+  }
+  begun = true;
+}
+
+// What a coroutine's co_await of blocking() ended with.
+enum Outcome : int { kPending, kShutDown, kValue, kOther };
+
+TEST_P(BlockingShutdownTest, AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRuns) {
+  Watchdog watchdog(60s, "BlockingShutdownTest.AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRuns");
+  BlockingPool blockingPool(1, 10s, "queued");
+  std::latch started(1), release(1);
+  std::atomic<bool> occupied{true};
+  auto occupy = [&]() -> Lazy<void> {
+    co_await blocking(blockingPool, [&] {
+      started.count_down();
+      release.wait();
+    });
+  };
+  occupy().start([&](Try<void>) { occupied = false; });  // no executor: not on the pool
+  started.wait();
+  auto pool = std::make_unique<ThreadPool>(options(1, "doomed"));
+  ThreadPool* const doomed = pool.get();
+  std::atomic<bool> fnRan{false}, resumedOnPool{false};
+  std::atomic<int> outcome{kPending};
+  auto body = [&]() -> Lazy<void> {
+    try {
+      co_await blocking(blockingPool, [&] { fnRan = true; });
+      outcome = kValue;
+    } catch (const ExecutorShutDown&) {
+      outcome = kShutDown;
+    } catch (...) {
+      outcome = kOther;
+    }
+    resumedOnPool = currentPool() == doomed;
+  };
+  body().via(doomed).start([](Try<void>) {});
+  ASSERT_TRUE(eventually([&] { return blockingPool.queuedCount() == 1; }));
+  pool.reset();  // withdraws the queued call; does not wait for the unrelated one
+  EXPECT_EQ(outcome.load(), kShutDown);
+  EXPECT_TRUE(resumedOnPool.load());  // during the pool's drain, on its worker
+  EXPECT_EQ(blockingPool.queuedCount(), 0u);
+  EXPECT_TRUE(occupied.load());
+  release.count_down();
+  blockingPool.shutdown();  // runs whatever is still queued
+  EXPECT_FALSE(occupied.load());
+  EXPECT_FALSE(fnRan.load());
+}
+
+TEST_P(BlockingShutdownTest, ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue) {
+  Watchdog watchdog(60s, "BlockingShutdownTest.ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue");
+  BlockingPool blockingPool(1, 10s, "running");
+  auto pool = std::make_unique<ThreadPool>(options(1, "doomed"));
+  ThreadPool* const doomed = pool.get();
+  std::latch started(1), release(1);
+  std::atomic<bool> shutdownBegun{false}, resumedOnPool{false}, finished{false};
+  std::atomic<int> value{0};
+  setWhenShutDownBegins(shutdownBegun).via(doomed).start([](Try<void>) {});
+  auto body = [&]() -> Lazy<void> {
+    value = co_await blocking(blockingPool, [&] {
+      started.count_down();
+      release.wait();
+      return 7;
+    });
+    resumedOnPool = currentPool() == doomed;
+  };
+  body().via(doomed).start([&](Try<void> result) {
+    EXPECT_TRUE(result.hasValue());
+    finished = true;
+  });
+  started.wait();
+  std::thread destroyer([&] { pool.reset(); });  // waits for fn
+  // fn finishes once the shutdown has begun, so that its completion meets it.
+  ASSERT_TRUE(eventually([&] { return shutdownBegun.load(); }));
+  release.count_down();
+  destroyer.join();
+  EXPECT_TRUE(finished.load());  // the destructor returned after the coroutine had finished
+  EXPECT_EQ(value.load(), 7);
+  EXPECT_TRUE(resumedOnPool.load());
+}
+
+TEST(BlockingShutdownFileTest, AQueuedReadAtOnEpollEndsWithExecutorShutDown) {
+  Watchdog watchdog(60s, "BlockingShutdownFileTest.AQueuedReadAtOnEpollEndsWithExecutorShutDown");
+  // On epoll, File's operations run on the default blocking pool: bound to one thread,
+  // held busy, so that the read waits in its queue.
+  BlockingPool& defaultPool = BlockingPool::defaultPool();
+  const std::size_t bound = defaultPool.maxThreads();
+  defaultPool.setMaxThreads(1);
+  struct RestoreBound {
+    BlockingPool& pool;
+    std::size_t bound;
+    ~RestoreBound() { pool.setMaxThreads(bound); }
+  } restore{defaultPool, bound};
+  ASSERT_TRUE(eventually([&] { return defaultPool.threadCount() <= 1; }));
+  std::latch started(1), release(1);
+  std::atomic<bool> occupied{true};
+  auto occupy = [&]() -> Lazy<void> {
+    co_await blocking([&] {
+      started.count_down();
+      release.wait();
+    });
+  };
+  occupy().start([&](Try<void>) { occupied = false; });
+  started.wait();
+
+  char path[] = "/tmp/weft-blocking-test-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  const File file(fd, path);
+  auto pool = std::make_unique<ThreadPool>(
+      ThreadPoolOptions{1, "doomed", IoBackendChoice::kEpoll});
+  std::atomic<int> outcome{kPending};
+  std::byte buffer[16];
+  auto body = [&]() -> Lazy<void> {
+    try {
+      (void)co_await file.readAt(buffer, 0);
+      outcome = kValue;
+    } catch (const ExecutorShutDown&) {
+      outcome = kShutDown;
+    } catch (...) {
+      outcome = kOther;
+    }
+  };
+  body().via(pool.get()).start([](Try<void>) {});
+  ASSERT_TRUE(eventually([&] { return defaultPool.queuedCount() == 1; }));
+  pool.reset();
+  EXPECT_EQ(outcome.load(), kShutDown);
+  EXPECT_EQ(defaultPool.queuedCount(), 0u);
+  release.count_down();
+  ASSERT_TRUE(eventually([&] { return !occupied.load(); }));
 }
 
 // --- the pool ---------------------------------------------------------------------------

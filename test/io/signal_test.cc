@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <memory>
 #include <unistd.h>
 #include <stdexcept>
 #include <system_error>
@@ -15,7 +16,9 @@
 #include "weft/coro/lazy.h"
 #include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
 #include "weft/coro/task_group.h"
+#include "weft/coro/try.h"
 #include "weft/coro/with_cancellation.h"
 #include "weft/coro/with_timeout.h"
 #include "weft/executors/thread_pool.h"
@@ -123,6 +126,34 @@ TEST(SignalTest, FromAFiber) {
   auto fiber = spawnFiber(&pool, [] { return weft::await(signal(SIGUSR1)); });
   Watchdog watchdog(60s, "SignalTest.FromAFiber");
   EXPECT_EQ(syncAwait(std::move(fiber)), SIGUSR1);
+}
+
+TEST(SignalTest, AWaiterEndsWithExecutorShutDownWhenItsPoolIsDestroyed) {
+  Watchdog watchdog(60s, "SignalTest.AWaiterEndsWithExecutorShutDownWhenItsPoolIsDestroyed");
+  (void)signal(SIGUSR2);  // weft's handler: raising SIGUSR2 below is safe
+  const std::size_t before = detail::linkedSignalWaiterCount();
+  auto pool = std::make_unique<ThreadPool>(1, "doomed");
+  std::atomic<int> outcome{0};  // 1: ExecutorShutDown, 2: a signal, 3: anything else
+  auto body = [&]() -> Lazy<void> {
+    try {
+      (void)co_await signal(SIGUSR2);
+      outcome = 2;
+    } catch (const ExecutorShutDown&) {
+      outcome = 1;
+    } catch (...) {
+      outcome = 3;
+    }
+  };
+  body().via(pool.get()).start([](Try<void>) {});
+  while (detail::linkedSignalWaiterCount() == before) std::this_thread::yield();
+  pool.reset();  // ends the wait, as it ends sleeps
+  EXPECT_EQ(outcome.load(), 1);
+  EXPECT_EQ(detail::linkedSignalWaiterCount(), before);
+  // The signal finds nobody waiting (before the fix, the dead pool's waiter): it is kept
+  // for the next wait, which takes it.
+  ::kill(::getpid(), SIGUSR2);
+  auto next = []() -> Lazy<int> { co_return co_await signal(SIGUSR2); };
+  EXPECT_EQ(syncAwait(next()), SIGUSR2);
 }
 
 TEST(SignalTest, BadSignalNumbersAreRejected) {
