@@ -206,7 +206,7 @@ class BlockingAwaiter final : private BlockingJob, private PoolShutdownGuard::Ow
 
   template <class F>
   BlockingAwaiter(BlockingPool& pool, F&& fn, Executor* executor, const CancellationToken& token)
-      : fn_(std::forward<F>(fn)), pool_(pool), executor_(executor), token_(token), guard_(*this) {
+      : fn_(std::forward<F>(fn)), pool_(pool), executor_(executor), token_(token) {
     run = &BlockingAwaiter::runOnPool;
   }
   BlockingAwaiter(const BlockingAwaiter&) = delete;
@@ -229,7 +229,7 @@ class BlockingAwaiter final : private BlockingJob, private PoolShutdownGuard::Ow
     resumeOn_ = executor_ != nullptr ? executor_ : ThreadPool::current();
     // A ThreadPool's shutdown takes the call back or waits for it (see the class comment).
     // Throws ExecutorShutDown once that shutdown has begun: nothing armed or queued.
-    guard_.arm(resumeOn_);
+    guard_.arm(resumeOn_, *this);
     bool submitted;
     try {
       submitted = pool_.submit(*this);  // throws (ExecutorShutDown, system_error)
@@ -399,6 +399,16 @@ concept BlockingCallable =
 //    ran), the coroutine continues inline on the pool's thread with fn's result, rather
 //    than losing it. (A fn that finishes before the coroutine has finished suspending
 //    lets it go on at once, on its own thread.)
+//  - The ThreadPool the coroutine resumes on shuts down (or is destroyed) during the
+//    call: a call still queued is withdrawn, fn never runs, and the co_await throws
+//    ExecutorShutDown on one of the pool's workers while it drains (the shutdown does
+//    not wait behind unrelated calls queued before it). A call whose fn has started is
+//    waited for: the shutdown does not close the pool until fn has returned, and the
+//    coroutine resumes there, while the pool drains, with fn's value or exception (so
+//    fn's effect is never lost, and what follows runs on the pool, not on a pool's
+//    thread after it is gone). A call awaited on a pool whose shutdown has begun throws
+//    ExecutorShutDown at once (fn never runs), as a sleep does. Other executors are not
+//    watched: they must outlive the call (below).
 //  - Cancellation (the coroutine's token): a request before fn has started takes the call
 //    out of the queue, fn never runs, and the co_await throws OperationCancelled
 //    (resumed as above through the executor or ThreadPool, or else inline on the
@@ -411,11 +421,14 @@ concept BlockingCallable =
 //    "weft: a coroutine was destroyed while suspended in blocking() ..." and aborts.
 //
 // Preconditions: awaited once, as the rvalue blocking() returns (awaiting a named one is
-// a compile error). The pool, and the
-// executor or ThreadPool the coroutine resumes on, outlive the await.
+// a compile error). The BlockingPool outlives the await; so does the executor the
+// coroutine resumes on unless it is a ThreadPool (whose shutdown ends or waits for the
+// call, above).
 // Errors: what fn throws, rethrown at the co_await (std::exception_ptr); OperationCancelled
-// (above); ExecutorShutDown naming the pool after its shutdown() (fn never runs);
-// std::system_error if the pool has no thread and cannot start one.
+// (above); ExecutorShutDown naming the BlockingPool after its shutdown() (fn never runs),
+// or naming the ThreadPool the coroutine resumes on when its shutdown withdrew or refused
+// the call (above; fn never runs); std::system_error if the pool has no thread and cannot
+// start one.
 // Thread safety: fn runs on another thread, concurrently with the rest of the program:
 // what it touches must be safe to touch from there. The co_await's result is visible to
 // the coroutine without further synchronisation.

@@ -254,10 +254,11 @@ void SignalWaitAwaiter::resumeShutDown() noexcept { waiter_.handle.resume(); }
 
 bool SignalWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
   waiter_.handle = awaiting;
+  waiter_.guard = &guard_;
   // On a ThreadPool: its shutdown ends the wait with ExecutorShutDown (see
   // PoolShutdownGuard). Throws ExecutorShutDown once that shutdown has begun: nothing is
   // linked.
-  guard_.arm(waiter_.executor);
+  guard_.arm(waiter_.executor, *this);
   // Registered before linking; the dispatcher's lock decides between a signal, the
   // cancellation and the pool's shutdown: a linked waiter is resumed by whichever unlinks
   // it, and one cancelled (or shut down) before it is linked is never linked.

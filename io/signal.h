@@ -66,10 +66,9 @@ void resumeSignalWaiter(SignalWaiter* waiter) noexcept;
 class SignalWaitAwaiter final : private PoolShutdownGuard::Owner {
  public:
   SignalWaitAwaiter(std::uint64_t mask, Executor* executor, const CancellationToken* token) noexcept
-      : token_(token), guard_(*this) {
+      : token_(token) {
     waiter_.mask = mask;
     waiter_.executor = executor;
-    waiter_.guard = &guard_;
   }
   SignalWaitAwaiter(const SignalWaitAwaiter&) = delete;
   SignalWaitAwaiter& operator=(const SignalWaitAwaiter&) = delete;
@@ -120,12 +119,16 @@ struct SignalWait {
 // keeps its previous disposition (SIGTERM's default ends the process): call signal()
 // early, e.g. `auto stop = weft::signal(SIGTERM);` in main, and co_await it later. Do not
 // use both for the same signal: SignalSet's blocked mask keeps the handler from running.
+// When the coroutine resumes on a ThreadPool that shuts down (or is destroyed) while it
+// waits, the wait ends with ExecutorShutDown on one of the pool's workers as the pool
+// drains, as a sleep does (no signal is taken; one that comes later is kept for the next
+// wait); awaited on a pool whose shutdown has begun, it throws that at once.
 //
 // Preconditions: signal numbers in 1..63, not SIGKILL or SIGSTOP.
 // Errors: std::invalid_argument for a bad signal number (thrown by signal()),
 // std::system_error if the handler or the dispatcher cannot be installed;
 // OperationCancelled when the awaiting coroutine is cancelled while it waits (no signal
-// is taken then).
+// is taken then); ExecutorShutDown (above).
 // Thread safety: any number of coroutines may wait at once, for any signals.
 //
 // Example:

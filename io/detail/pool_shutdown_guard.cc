@@ -19,9 +19,11 @@ enum Gate : int {
 
 }  // namespace
 
-void PoolShutdownGuard::arm(Executor* executor) {
+void PoolShutdownGuard::arm(Executor* executor, Owner& owner) {
   auto* pool = dynamic_cast<ThreadPool*>(executor);
   if (pool == nullptr) return;
+  timer_.guard = this;
+  timer_.owner = &owner;
   timer_.deadline = TimerEntry::Clock::time_point::max();
   timer_.complete = &PoolShutdownGuard::onFire;
   // Before arming: the fire function may run as soon as the entry is in the queue.

@@ -41,7 +41,7 @@ namespace weft::detail {
 // of a suspended awaiter, on await_suspend's error paths) cancels the timer or waits until
 // its fire function is done, waits for a resumer still returning from schedule(), and
 // releases an unused hold; after it nothing refers to the guard. The pool must outlive the
-// armed guard up to settle() — as it does: the coroutine resumes on it.
+// armed guard up to settle(), as it does: the coroutine resumes on it.
 //
 // Only a ThreadPool is guarded: other executors have no shutdown that fires timers (the
 // default timers would start weft's process-wide timer thread for nothing), and without an
@@ -72,17 +72,15 @@ class PoolShutdownGuard {
     Owner& operator=(const Owner&) = default;
   };
 
-  explicit PoolShutdownGuard(Owner& owner) noexcept {
-    timer_.guard = this;
-    timer_.owner = &owner;
-  }
+  PoolShutdownGuard() noexcept = default;
   PoolShutdownGuard(const PoolShutdownGuard&) = delete;
   PoolShutdownGuard& operator=(const PoolShutdownGuard&) = delete;
 
-  // Arms the guard if `executor` is a ThreadPool; does nothing otherwise (nullptr too).
-  // Errors: ExecutorShutDown once the pool's shutdown has begun, std::bad_alloc; nothing is
-  // armed then.
-  void arm(Executor* executor);
+  // Arms the guard for `owner` if `executor` is a ThreadPool; does nothing otherwise
+  // (nullptr too). Once per guard; `owner` and the guard stay where they are until
+  // settle(). Errors: ExecutorShutDown once the pool's shutdown has begun, std::bad_alloc;
+  // nothing is armed then.
+  void arm(Executor* executor, Owner& owner);
 
   // Resumes `h` on `executor` (the one given to arm()) through schedule(): through the
   // gate when the guard is armed. False when there is no executor or it refused `h` (not

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <latch>
 #include <memory>
 #include <stdexcept>
@@ -257,10 +258,10 @@ TEST_P(BlockingShutdownTest, AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRun
   };
   occupy().start([&](Try<void>) { occupied = false; });  // no executor: not on the pool
   started.wait();
-  auto pool = std::make_unique<ThreadPool>(options(1, "doomed"));
-  ThreadPool* const doomed = pool.get();
   std::atomic<bool> fnRan{false}, resumedOnPool{false};
   std::atomic<int> outcome{kPending};
+  ThreadPool* doomed = nullptr;
+  // Declared before the pool, which runs the coroutine until its destructor returns.
   auto body = [&]() -> Lazy<void> {
     try {
       co_await blocking(blockingPool, [&] { fnRan = true; });
@@ -272,8 +273,10 @@ TEST_P(BlockingShutdownTest, AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRun
     }
     resumedOnPool = currentPool() == doomed;
   };
+  auto pool = std::make_unique<ThreadPool>(options(1, "doomed"));
+  doomed = pool.get();
   body().via(doomed).start([](Try<void>) {});
-  ASSERT_TRUE(eventually([&] { return blockingPool.queuedCount() == 1; }));
+  EXPECT_TRUE(eventually([&] { return blockingPool.queuedCount() == 1; }));
   pool.reset();  // withdraws the queued call; does not wait for the unrelated one
   EXPECT_EQ(outcome.load(), kShutDown);
   EXPECT_TRUE(resumedOnPool.load());  // during the pool's drain, on its worker
@@ -288,12 +291,11 @@ TEST_P(BlockingShutdownTest, AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRun
 TEST_P(BlockingShutdownTest, ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue) {
   Watchdog watchdog(60s, "BlockingShutdownTest.ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue");
   BlockingPool blockingPool(1, 10s, "running");
-  auto pool = std::make_unique<ThreadPool>(options(1, "doomed"));
-  ThreadPool* const doomed = pool.get();
   std::latch started(1), release(1);
   std::atomic<bool> shutdownBegun{false}, resumedOnPool{false}, finished{false};
   std::atomic<int> value{0};
-  setWhenShutDownBegins(shutdownBegun).via(doomed).start([](Try<void>) {});
+  ThreadPool* doomed = nullptr;
+  // Declared before the pool, which runs the coroutine until its destructor returns.
   auto body = [&]() -> Lazy<void> {
     value = co_await blocking(blockingPool, [&] {
       started.count_down();
@@ -302,6 +304,9 @@ TEST_P(BlockingShutdownTest, ARunningCallIsWaitedForAndResumesOnThePoolWithItsVa
     });
     resumedOnPool = currentPool() == doomed;
   };
+  auto pool = std::make_unique<ThreadPool>(options(1, "doomed"));
+  doomed = pool.get();
+  setWhenShutDownBegins(shutdownBegun).via(doomed).start([](Try<void>) {});
   body().via(doomed).start([&](Try<void> result) {
     EXPECT_TRUE(result.hasValue());
     finished = true;
@@ -309,7 +314,7 @@ TEST_P(BlockingShutdownTest, ARunningCallIsWaitedForAndResumesOnThePoolWithItsVa
   started.wait();
   std::thread destroyer([&] { pool.reset(); });  // waits for fn
   // fn finishes once the shutdown has begun, so that its completion meets it.
-  ASSERT_TRUE(eventually([&] { return shutdownBegun.load(); }));
+  EXPECT_TRUE(eventually([&] { return shutdownBegun.load(); }));
   release.count_down();
   destroyer.join();
   EXPECT_TRUE(finished.load());  // the destructor returned after the coroutine had finished
@@ -317,8 +322,59 @@ TEST_P(BlockingShutdownTest, ARunningCallIsWaitedForAndResumesOnThePoolWithItsVa
   EXPECT_TRUE(resumedOnPool.load());
 }
 
+// Calls racing the shutdown: their functions finishing, their cancellation, the guard.
+// Whatever wins, every coroutine has finished when the destructor returns, and a call
+// whose fn ran returns its value.
+TEST_P(BlockingShutdownTest, EveryCallEndsBeforeTheDestructorReturns) {
+  Watchdog watchdog(120s, "BlockingShutdownTest.EveryCallEndsBeforeTheDestructorReturns");
+  BlockingPool blockingPool(2, 10s, "race");
+  const int rounds = test::reducedIoScale() ? 20 : 100;
+  constexpr int kCalls = 8;
+  for (int round = 0; round < rounds; ++round) {
+    std::atomic<int> started{0}, ran{0}, values{0}, shutDowns{0}, cancels{0}, finished{0};
+    CancellationSource source;
+    // Before the pool: the coroutines refer to it until the pool's destructor returns.
+    auto body = [&]() -> Lazy<void> {
+      try {
+        ++started;
+        values += co_await blocking(blockingPool, [&] {
+          ++ran;
+          std::this_thread::yield();
+          return 1;
+        });
+      } catch (const ExecutorShutDown&) {
+        ++shutDowns;
+      } catch (const OperationCancelled&) {
+        ++cancels;
+      }
+    };
+    {
+      ThreadPool pool(options(2, "race"));
+      for (int i = 0; i < kCalls; ++i) {
+        Lazy<void> call = i % 2 == 0 ? body() : withCancellation(source.token(), body());
+        std::move(call).via(&pool).start([&](Try<void> result) {
+          EXPECT_TRUE(result.hasValue());
+          ++finished;
+        });
+      }
+      while (started.load() != kCalls) std::this_thread::yield();
+      if (round % 2 == 0) source.requestCancellation();
+    }  // destroys the pool while calls are queued, running, finishing or cancelled
+    ASSERT_EQ(finished.load(), kCalls) << "round " << round;
+    EXPECT_EQ(values.load() + shutDowns.load() + cancels.load(), kCalls);
+    EXPECT_EQ(values.load(), ran.load());  // fn's effect is never lost
+  }
+  blockingPool.shutdown();
+}
+
 TEST(BlockingShutdownFileTest, AQueuedReadAtOnEpollEndsWithExecutorShutDown) {
   Watchdog watchdog(60s, "BlockingShutdownFileTest.AQueuedReadAtOnEpollEndsWithExecutorShutDown");
+  std::string path =
+      (std::filesystem::temp_directory_path() / "weft-blocking-test-XXXXXX").string();
+  const int fd = ::mkstemp(path.data());
+  ASSERT_GE(fd, 0);
+  ::unlink(path.c_str());
+  const File file(fd, path);
   // On epoll, File's operations run on the default blocking pool: bound to one thread,
   // held busy, so that the read waits in its queue.
   BlockingPool& defaultPool = BlockingPool::defaultPool();
@@ -340,16 +396,9 @@ TEST(BlockingShutdownFileTest, AQueuedReadAtOnEpollEndsWithExecutorShutDown) {
   };
   occupy().start([&](Try<void>) { occupied = false; });
   started.wait();
-
-  char path[] = "/tmp/weft-blocking-test-XXXXXX";
-  const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ::unlink(path);
-  const File file(fd, path);
-  auto pool = std::make_unique<ThreadPool>(
-      ThreadPoolOptions{1, "doomed", IoBackendChoice::kEpoll});
   std::atomic<int> outcome{kPending};
   std::byte buffer[16];
+  // Declared before the pool, which runs the coroutine until its destructor returns.
   auto body = [&]() -> Lazy<void> {
     try {
       (void)co_await file.readAt(buffer, 0);
@@ -360,13 +409,14 @@ TEST(BlockingShutdownFileTest, AQueuedReadAtOnEpollEndsWithExecutorShutDown) {
       outcome = kOther;
     }
   };
+  auto pool = std::make_unique<ThreadPool>(ThreadPoolOptions{1, "doomed", IoBackendChoice::kEpoll});
   body().via(pool.get()).start([](Try<void>) {});
-  ASSERT_TRUE(eventually([&] { return defaultPool.queuedCount() == 1; }));
+  EXPECT_TRUE(eventually([&] { return defaultPool.queuedCount() == 1; }));
   pool.reset();
   EXPECT_EQ(outcome.load(), kShutDown);
   EXPECT_EQ(defaultPool.queuedCount(), 0u);
   release.count_down();
-  ASSERT_TRUE(eventually([&] { return !occupied.load(); }));
+  EXPECT_TRUE(eventually([&] { return !occupied.load(); }));
 }
 
 // --- the pool ---------------------------------------------------------------------------
