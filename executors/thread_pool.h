@@ -130,8 +130,9 @@ class ThreadPool final : public Executor {
   // schedule() its coroutine here. For awaitable authors: taken from a shutdown timer's
   // fire function (see the class comment) when the operation it guards can no longer be
   // withdrawn, released by whoever then schedules the coroutine, after schedule().
-  // Returns false (nothing held) once the pool is closed: never on one of its workers
-  // while they run. noexcept: a counter under a mutex.
+  // Returns false (nothing held) once the pool is closed (never when called from one of
+  // its workers: the pool cannot close while a worker runs). noexcept: a counter under a
+  // mutex.
   // Thread safety: any thread.
   //
   // Example (a shutdown timer's fire function, on a worker):

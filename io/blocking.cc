@@ -105,7 +105,8 @@ void BlockingPool::setMaxThreads(std::size_t maxThreads) {
   workOrStop_.notify_all();
 }
 
-void BlockingPool::unlinkLocked(detail::BlockingJob& job, detail::BlockingJob::State next) noexcept {
+void BlockingPool::unlinkLocked(detail::BlockingJob& job,
+                                detail::BlockingJob::State next) noexcept {
   (job.prev != nullptr ? job.prev->next : head_) = job.next;
   (job.next != nullptr ? job.next->prev : tail_) = job.prev;
   job.prev = job.next = nullptr;

@@ -327,9 +327,10 @@ class BlockingAwaiter final : private BlockingJob, private PoolShutdownGuard::Ow
     // callback that runs later finds the job gone.
     onCancel_.reset();
     if (withdrawn) return;  // fn never runs; its captures go with the frame
-    abortDestroyedWhileResuming("blocking()", shutDown_    ? "its executor's shutdown had ended it"
-                                              : cancelled_ ? "its cancellation had been delivered"
-                                                           : "its function had started on the pool");
+    const char* claimedBy = shutDown_    ? "its executor's shutdown had ended it"
+                            : cancelled_ ? "its cancellation had been delivered"
+                                         : "its function had started on the pool";
+    abortDestroyedWhileResuming("blocking()", claimedBy);
   }
 
   Fn fn_;

@@ -246,7 +246,8 @@ Lazy<void> setWhenShutDownBegins(std::atomic<bool>& begun) {
 enum Outcome : int { kPending, kShutDown, kValue, kOther };
 
 TEST_P(BlockingShutdownTest, AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRuns) {
-  Watchdog watchdog(60s, "BlockingShutdownTest.AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRuns");
+  Watchdog watchdog(60s,
+                    "BlockingShutdownTest.AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRuns");
   BlockingPool blockingPool(1, 10s, "queued");
   std::latch started(1), release(1);
   std::atomic<bool> occupied{true};
@@ -289,7 +290,8 @@ TEST_P(BlockingShutdownTest, AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRun
 }
 
 TEST_P(BlockingShutdownTest, ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue) {
-  Watchdog watchdog(60s, "BlockingShutdownTest.ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue");
+  Watchdog watchdog(60s,
+                    "BlockingShutdownTest.ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue");
   BlockingPool blockingPool(1, 10s, "running");
   std::latch started(1), release(1);
   std::atomic<bool> shutdownBegun{false}, resumedOnPool{false}, finished{false};
@@ -409,7 +411,8 @@ TEST(BlockingShutdownFileTest, AQueuedReadAtOnEpollEndsWithExecutorShutDown) {
       outcome = kOther;
     }
   };
-  auto pool = std::make_unique<ThreadPool>(ThreadPoolOptions{1, "doomed", IoBackendChoice::kEpoll});
+  auto pool =
+      std::make_unique<ThreadPool>(ThreadPoolOptions{1, "doomed", IoBackendChoice::kEpoll});
   body().via(pool.get()).start([](Try<void>) {});
   EXPECT_TRUE(eventually([&] { return defaultPool.queuedCount() == 1; }));
   pool.reset();
