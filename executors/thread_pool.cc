@@ -80,6 +80,10 @@
 // sets closed_ under both locks and wakes everyone; workers exit on waking. Outside
 // pushes check closed_ under the injection lock, so they either land before the close
 // (and prevent it) or are refused. Workers never push after the close: nothing runs.
+// A hold (holdOpen()) also prevents the close: while one is outstanding, the pool stays
+// open with its workers parked, and the releaseHold() of the last one makes the check
+// the last worker to park would have made (both under idleMutex_, with holds_ read and
+// written under the injection lock, so one of the two sees the other).
 //
 // Lifetime. A pool may be destroyed as soon as the last work it accepted has completed,
 // even while the outside thread that scheduled that work is still returning from
@@ -89,8 +93,9 @@
 // it counts itself in wakesInFlight_ (under the lock) until the wake-up is done, and
 // shutdown() waits for that count to reach zero after joining the workers. The count is
 // seen there: the item was taken under the injection lock before the pool could close,
-// and the close and the joins follow that take. Workers and the timer thread need none
-// of this: shutdown() joins them.
+// and the close and the joins follow that take. releaseHold() does the same for its
+// closing check: it counts itself under the injection lock while its hold still keeps
+// the pool open. Workers and the timer thread need none of this: shutdown() joins them.
 
 namespace weft {
 
@@ -598,8 +603,9 @@ void ThreadPool::wakeSleeper() noexcept {
 void ThreadPool::closeIfQuiescentLocked() noexcept {
   {
     std::lock_guard<std::mutex> lock(injectionMutex_);
-    // Its pusher (or the timer delivery) is waking a worker (rule 1).
-    if (!injection_.empty() || timerDueHead_ != nullptr) return;
+    // Its pusher (or the timer delivery) is waking a worker (rule 1); or a hold is
+    // outstanding (its releaseHold() checks again).
+    if (!injection_.empty() || timerDueHead_ != nullptr || holds_ != 0) return;
     closed_.store(true, std::memory_order_seq_cst);
   }
   for (Worker* worker : idle_) {
@@ -647,6 +653,34 @@ void ThreadPool::shutdown() {
   // Acquire: pairs with pushOutside's release decrement.
   while (wakesInFlight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   joined_ = true;
+}
+
+bool ThreadPool::holdOpen() noexcept {
+  std::lock_guard<std::mutex> lock(injectionMutex_);
+  // Relaxed: closed_ is written under injectionMutex_, which we hold.
+  if (closed_.load(std::memory_order_relaxed)) return false;
+  ++holds_;
+  return true;
+}
+
+void ThreadPool::releaseHold() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(injectionMutex_);
+    if (--holds_ != 0) return;
+    // The last hold: a shutdown whose workers all parked while it was outstanding waits
+    // for the check below, and may destroy the pool once it has closed: until this thread
+    // is done with the pool, it counts in wakesInFlight_ (see "Lifetime"). Relaxed as in
+    // pushOutside.
+    wakesInFlight_.fetch_add(1, std::memory_order_relaxed);
+  }
+  {
+    std::lock_guard<std::mutex> lock(idleMutex_);
+    // Otherwise a worker is still running (the last to park checks) or no shutdown has
+    // begun.
+    if (closing_ && parked_ == workers_.size()) closeIfQuiescentLocked();
+  }
+  // Release: the last touch of the pool by this thread (see pushOutside).
+  wakesInFlight_.fetch_sub(1, std::memory_order_release);
 }
 
 void ThreadPool::abandonStart() noexcept {

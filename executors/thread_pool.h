@@ -53,7 +53,8 @@ struct ThreadPoolOptions {
 //    the order it was scheduled (when one schedule call happens before another, its work
 //    runs first).
 //  - Timers (scheduleTimer, what weft::sleep uses): the pool has a timer thread of its
-//    own, started by its first timer (a pool that never sleeps has none). When a timer
+//    own, started by its first timer with a deadline (a pool that never sleeps has none;
+//    an entry that never expires, deadline time_point::max(), starts none). When a timer
 //    expires, the timer thread puts it on the pool's due list and wakes a worker if none
 //    is awake; workers take due timers before anything in their own queues, so a sleep
 //    ends on time even when the queues are long (timers jump the queue; FIFO order holds
@@ -62,8 +63,12 @@ struct ThreadPoolOptions {
 //    still pending fires at once with `shutDown` set (a weft::sleep then throws
 //    ExecutorShutDown instead of waiting; nothing hangs on a long sleep), and later
 //    timers are refused (ExecutorShutDown). Then it lets the pool finish every task it
-//    has accepted, including tasks they schedule while it drains, and joins the workers.
-//    From then on schedule() throws ExecutorShutDown.
+//    has accepted, including tasks they schedule while it drains, keeps accepting work
+//    while a hold (holdOpen()) is outstanding, and joins the workers. From then on
+//    schedule() throws ExecutorShutDown. Awaitables whose completion comes from outside
+//    the pool learn of the shutdown from a timer entry that never expires (it fires with
+//    `shutDown` set) and, when that completion cannot be withdrawn, hold the pool open
+//    until it has come (weft::blocking(fn) with fn running, io/blocking.h).
 //  - Lifetime: the pool may be destroyed as soon as the last work it accepted has
 //    completed, even while the thread whose schedule() call handed it that work (a
 //    callback thread resuming a Task, say) is still returning from schedule(): the
@@ -119,6 +124,27 @@ class ThreadPool final : public Executor {
   // Stops accepting outside work once everything accepted has run, then joins the
   // workers. Idempotent. See the class comment for the precise semantics.
   void shutdown();
+
+  // Holds the pool open: until releaseHold(), a shutdown() under way does not close the
+  // pool (it goes on accepting and running work, its idle workers asleep), so that a
+  // completion that comes from outside the pool after the shutdown has begun can still
+  // schedule() its coroutine here. For awaitable authors: taken from a shutdown timer's
+  // fire function (see the class comment) when the operation it guards can no longer be
+  // withdrawn, released by whoever then schedules the coroutine, after schedule().
+  // Returns false (nothing held) once the pool is closed (never when called from one of
+  // its workers: the pool cannot close while a worker runs). noexcept: a counter under a
+  // mutex.
+  // Thread safety: any thread.
+  //
+  // Example (a shutdown timer's fire function, on a worker):
+  //   if (!operationWithdrawn) pool.holdOpen();   // the completion will come
+  //   ... later, on the completing thread: pool.schedule(h); pool.releaseHold();
+  bool holdOpen() noexcept;
+  // Releases one hold taken with holdOpen(); the last one lets a shutdown under way close
+  // the pool once it has drained (the pool may be destroyed as soon as this returns).
+  // Precondition: a hold is outstanding. noexcept: a counter under a mutex, and the
+  // closing check.
+  void releaseHold() noexcept;
 
   // The backend of the workers' event loops, fixed at construction. noexcept: a member.
   IoBackend ioBackend() const noexcept;
@@ -191,13 +217,17 @@ class ThreadPool final : public Executor {
   detail::RingBuffer<detail::WorkItem> injection_;  // guarded by injectionMutex_
   // injection_.size(), readable without the lock. Written under injectionMutex_.
   std::atomic<std::size_t> injectionSize_{0};
-  // Outside threads whose push was accepted and that are still waking a worker; the pool
+  // Outside threads whose push was accepted and that are still waking a worker, or that
+  // released the last hold and are still checking whether the pool may close; the pool
   // must outlive them (see "Lifetime" in thread_pool.cc). Incremented under
   // injectionMutex_, on its cache line, which the pusher holds at that moment.
   std::atomic<std::uint32_t> wakesInFlight_{0};
   // Set (under injectionMutex_ and idleMutex_) once the pool has drained during
   // shutdown; from then on every schedule is refused.
   std::atomic<bool> closed_{false};
+  // Outstanding holdOpen()s: the pool does not close while any is. Guarded by
+  // injectionMutex_ (so the quiescence check sees it with the injection queue).
+  std::size_t holds_ = 0;
   // Expired timers waiting for a worker: an intrusive FIFO through Job::next, guarded by
   // injectionMutex_ (so the shutdown's quiescence check sees it with the injection
   // queue).

@@ -70,7 +70,10 @@ bool TimerQueue::add(TimerEntry& entry) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopped_) return false;
   heap_.reserve(heap_.size() + 1);  // may throw: nothing changed yet
-  if (!thread_.joinable()) {
+  // An entry that never expires (deadline time_point::max(): a guard that only waits for
+  // stop() or cancel(), as blocking() and signal() arm) needs no thread: the first entry
+  // with a deadline starts it.
+  if (!thread_.joinable() && entry.deadline != TimerEntry::Clock::time_point::max()) {
     thread_ = std::thread([this] { run(); });  // may throw likewise
 #if defined(__linux__)
     // Named from here rather than by the thread itself, so the name is visible as soon as

@@ -105,22 +105,25 @@ void BlockingPool::setMaxThreads(std::size_t maxThreads) {
   workOrStop_.notify_all();
 }
 
-void BlockingPool::unlinkLocked(detail::BlockingJob& job) noexcept {
+void BlockingPool::unlinkLocked(detail::BlockingJob& job,
+                                detail::BlockingJob::State next) noexcept {
   (job.prev != nullptr ? job.prev->next : head_) = job.next;
   (job.next != nullptr ? job.next->prev : tail_) = job.prev;
   job.prev = job.next = nullptr;
-  job.queued = false;
+  job.state = next;
   --queued_;
 }
 
-void BlockingPool::submit(detail::BlockingJob& job) {
+bool BlockingPool::submit(detail::BlockingJob& job) {
+  using State = detail::BlockingJob::State;
   std::lock_guard lock(mutex_);
+  if (job.state == State::kBarred) return false;
   if (closing_) throw ExecutorShutDown(name_);
   job.prev = tail_;
   job.next = nullptr;
   (tail_ != nullptr ? tail_->next : head_) = &job;
   tail_ = &job;
-  job.queued = true;
+  job.state = State::kQueued;
   ++queued_;
   if (idle_ != 0) workOrStop_.notify_one();
   if (queued_ > idle_ + starting_ && threads_ < maxThreads_) {
@@ -128,19 +131,40 @@ void BlockingPool::submit(detail::BlockingJob& job) {
       startThreadLocked();
     } catch (...) {
       if (threads_ == 0) {
-        unlinkLocked(job);  // nobody would ever run it
+        unlinkLocked(job, State::kNew);  // nobody would ever run it
         throw;
       }
       // Otherwise a thread of the pool takes it after its current call.
     }
   }
+  return true;
 }
 
 bool BlockingPool::withdraw(detail::BlockingJob& job) noexcept {
   std::lock_guard lock(mutex_);
-  if (!job.queued) return false;
-  unlinkLocked(job);
+  if (job.state != detail::BlockingJob::State::kQueued) return false;
+  unlinkLocked(job, detail::BlockingJob::State::kWithdrawn);
   return true;
+}
+
+detail::PoolShutdownGuard::Claim BlockingPool::withdrawForShutdown(
+    detail::BlockingJob& job) noexcept {
+  using State = detail::BlockingJob::State;
+  using Claim = detail::PoolShutdownGuard::Claim;
+  std::lock_guard lock(mutex_);
+  switch (job.state) {
+    case State::kQueued:
+      unlinkLocked(job, State::kWithdrawn);
+      return Claim::kTakenBack;
+    case State::kNew:
+      job.state = State::kBarred;  // submit() refuses it
+      return Claim::kBarred;
+    case State::kTaken:      // fn runs (or ran): its thread resumes the coroutine
+    case State::kWithdrawn:  // the cancellation took it and resumes the coroutine
+    case State::kBarred:     // (not reached: the guard fires once)
+      break;
+  }
+  return Claim::kClaimed;
 }
 
 void BlockingPool::startThreadLocked() {
@@ -167,7 +191,7 @@ void BlockingPool::threadMain(ThreadList::iterator self) {
   for (;;) {
     if (head_ != nullptr) {
       detail::BlockingJob& job = *head_;
-      unlinkLocked(job);  // taken: from now on only this thread finishes it
+      unlinkLocked(job, detail::BlockingJob::State::kTaken);  // only this thread finishes it
       ++running_;
       lock.unlock();
       job.run(&job);  // may free the job (its coroutine resumed and went on)

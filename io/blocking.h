@@ -21,6 +21,7 @@
 #include "weft/coro/try.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/thread_pool.h"
+#include "weft/io/detail/pool_shutdown_guard.h"
 
 namespace weft {
 
@@ -30,11 +31,18 @@ namespace detail {
 
 // One call of blocking(fn) as the pool sees it: a node of the pool's intrusive FIFO,
 // embedded in the awaiter (so in the awaiting coroutine's frame, or on the fiber's stack).
-// `prev`, `next` and `queued` are guarded by the pool's mutex.
+// `prev`, `next` and `state` are guarded by the pool's mutex.
 struct BlockingJob {
+  enum class State : unsigned char {
+    kNew,        // not submitted (or submit() failed)
+    kQueued,     // in the pool's queue
+    kTaken,      // a thread of the pool took it: fn runs, or ran
+    kWithdrawn,  // taken back from the queue (cancellation, destruction, shutdown guard)
+    kBarred,     // its ThreadPool's shutdown came before submit(): never queued
+  };
   BlockingJob* prev = nullptr;
   BlockingJob* next = nullptr;
-  bool queued = false;
+  State state = State::kNew;
   // Runs fn on the pool's thread, stores its outcome, and hands the coroutine on. The
   // job may be freed by its coroutine as soon as this returns (or earlier, from inside).
   // noexcept: fn's exception is stored for the co_await, not thrown here.
@@ -122,13 +130,17 @@ class BlockingPool {
   template <class Fn>
   friend class detail::BlockingAwaiter;
 
-  // Queues `job` and makes sure a thread will run it. Throws ExecutorShutDown after
-  // shutdown(), std::system_error when no thread exists and none can start; nothing is
-  // queued then.
-  void submit(detail::BlockingJob& job);
+  // Queues `job` and makes sure a thread will run it; false (nothing queued) if the job
+  // was barred by withdrawForShutdown(). Throws ExecutorShutDown after shutdown(),
+  // std::system_error when no thread exists and none can start; nothing is queued then.
+  bool submit(detail::BlockingJob& job);
   // Takes `job` back if no thread has taken it yet (then true: it will never run).
   // noexcept: an unlink under a mutex.
   bool withdraw(detail::BlockingJob& job) noexcept;
+  // For the shutdown guard of the ThreadPool the call resumes on: takes a queued `job`
+  // back (kTakenBack), bars one not yet submitted (kBarred), or says that a thread took
+  // it or the cancellation withdrew it (kClaimed). noexcept: under a mutex.
+  detail::PoolShutdownGuard::Claim withdrawForShutdown(detail::BlockingJob& job) noexcept;
 
   // defaultPool()'s exit handler: ends the threads not inside a call and joins them;
   // the others detach when they next find the queue empty. noexcept: a lock and joins.
@@ -137,7 +149,7 @@ class BlockingPool {
   using ThreadList = std::list<std::thread>;
   void startThreadLocked();
   void threadMain(ThreadList::iterator self);
-  void unlinkLocked(detail::BlockingJob& job) noexcept;
+  void unlinkLocked(detail::BlockingJob& job, detail::BlockingJob::State next) noexcept;
 
   const std::chrono::steady_clock::duration idleTimeout_;
   const std::string name_;
@@ -165,7 +177,8 @@ class BlockingPool {
 namespace detail {
 
 // The awaiter of blocking(fn). Lives in the awaiting coroutine's frame (or on the fiber's
-// stack) with fn, the result and the queue node: a call allocates nothing.
+// stack) with fn, the result, the queue node and the shutdown guard: a call allocates
+// nothing.
 //
 // Two parties may finish the call: the pool's thread (fn ran) and the cancellation (it
 // took the job back from the queue). Which one is decided under the pool's mutex: a
@@ -174,13 +187,20 @@ namespace detail {
 // second to arrive resumes the coroutine (or, if that is await_suspend, continues without
 // suspending): never while await_suspend still runs, never twice.
 //
-// Destroying the coroutine while it is suspended here makes the destructor a third party:
-// it withdraws the job like the cancellation does. If it wins, fn never runs and nothing
-// refers to the awaiter any more. If it loses, fn has started (its thread will resume the
-// coroutine) or the cancellation took it (its resumption is on its way): weft reports the
-// misuse and aborts.
+// When the coroutine resumes on a ThreadPool, a PoolShutdownGuard makes the pool's
+// shutdown a third party, under the same mutex: a job still queued is taken back (the
+// guard's fire function arrives, and the await throws ExecutorShutDown), one not yet
+// submitted is barred (await_suspend throws it), and for one taken by a thread (or by the
+// cancellation) the pool is held open until the winner has scheduled the coroutine there.
+// The winner always resumes the coroutine through the guard (see its header).
+//
+// Destroying the coroutine while it is suspended here makes the destructor a fourth party:
+// it settles the guard, then withdraws the job like the cancellation does. If it wins, fn
+// never runs and nothing refers to the awaiter any more. If it loses, fn has started (its
+// thread will resume the coroutine), or the cancellation or the shutdown took it (its
+// resumption is on its way): weft reports the misuse and aborts.
 template <class Fn>
-class BlockingAwaiter final : private BlockingJob {
+class BlockingAwaiter final : private BlockingJob, private PoolShutdownGuard::Owner {
  public:
   using Result = std::invoke_result_t<Fn>;
 
@@ -207,7 +227,22 @@ class BlockingAwaiter final : private BlockingJob {
     // Where fn's completion resumes the coroutine: its executor; else the ThreadPool whose
     // worker awaits (a plain Lazy there stays there); else the pool's thread.
     resumeOn_ = executor_ != nullptr ? executor_ : ThreadPool::current();
-    pool_.submit(*this);  // throws (ExecutorShutDown, system_error) with nothing queued
+    // A ThreadPool's shutdown takes the call back or waits for it (see the class comment).
+    // Throws ExecutorShutDown once that shutdown has begun: nothing armed or queued.
+    guard_.arm(resumeOn_, *this);
+    bool submitted;
+    try {
+      submitted = pool_.submit(*this);  // throws (ExecutorShutDown, system_error)
+    } catch (...) {
+      guard_.settle();  // nothing queued: the guard can have barred nothing
+      throw;
+    }
+    if (!submitted) {
+      // Barred: resumeOn_'s shutdown fired the guard first. fn never runs. (On resumeOn_'s
+      // worker, or in its Task: the pool is alive while this runs.)
+      guard_.settle();
+      throw ExecutorShutDown(resumeOn_->name());
+    }
     // Set only once queued (the destructor's sign that there is a job to withdraw). A
     // winner that already arrived does not read it: only the second arrival does.
     waiter_ = waiter;
@@ -221,15 +256,20 @@ class BlockingAwaiter final : private BlockingJob {
       });
     }
     // acq_rel: release publishes waiter_ and the registration to the winner; acquire
-    // sees what the winner wrote (the result, cancelled_) if we continue inline.
+    // sees what the winner wrote (the result, cancelled_, shutDown_) if we continue inline.
     return arrivals_.fetch_add(1, std::memory_order_acq_rel) == 0;
   }
 
   Result await_resume() {
     // Waits if the callback still runs on another thread (it lost the race); after this
-    // nothing refers to this awaiter.
+    // nothing refers to this awaiter but the guard, which settle() lets go.
     onCancel_.reset();
+    guard_.settle();
     waiter_ = nullptr;  // resumed: nothing for the destructor to withdraw
+    if (shutDown_) {
+      // Resumed by the guard, on resumeOn_'s worker while it drains.
+      throw ExecutorShutDown(resumeOn_->name());
+    }
     if (cancelled_) throw OperationCancelled("weft: blocking() cancelled before its function ran");
     if constexpr (std::is_void_v<Result>) {
       result_.value();
@@ -255,38 +295,42 @@ class BlockingAwaiter final : private BlockingJob {
     self->arrive();
   }
 
-  // The second arrival resumes the coroutine: on resumeOn_ through schedule() when there
-  // is one (never inline inside requestCancellation() there), else inline on this thread
-  // (the pool's thread after fn, the canceller's after a cancellation). When resumeOn_
-  // refuses (shut down meanwhile), the coroutine continues inline here rather than being
-  // lost, with fn's value: what fn did is never discarded.
+  // PoolShutdownGuard::Owner, on a worker of resumeOn_ during its shutdown.
+  PoolShutdownGuard::Claim takeBackForShutdown() noexcept override {
+    const PoolShutdownGuard::Claim claim = pool_.withdrawForShutdown(*this);
+    // Written before the guard's arrival (and before its release store of `fired`).
+    if (claim == PoolShutdownGuard::Claim::kTakenBack) shutDown_ = true;
+    return claim;
+  }
+  void resumeShutDown() noexcept override { arrive(/*onResumeOnWorker=*/true); }
+
+  // The second arrival resumes the coroutine: on resumeOn_ through schedule() (via the
+  // guard) when there is one (never inline inside requestCancellation() there), else
+  // inline on this thread (the pool's thread after fn, the canceller's after a
+  // cancellation). The guard's own arrival is on a worker of resumeOn_: inline. When
+  // resumeOn_ refuses (not a ThreadPool, shut down meanwhile), the coroutine continues
+  // inline here rather than being lost, with fn's value: what fn did is never discarded.
   // noexcept: resuming a weft coroutine does not throw (its promise catches).
-  void arrive() noexcept {
+  void arrive(bool onResumeOnWorker = false) noexcept {
     // acq_rel: see await_suspend.
     if (arrivals_.fetch_add(1, std::memory_order_acq_rel) == 0) return;
     std::coroutine_handle<> waiter = waiter_;
-    Executor* target = resumeOn_;
-    if (target != nullptr) {
-      try {
-        target->schedule(waiter);
-        return;
-      } catch (...) {
-        // Refused: continue below, on this thread.
-      }
-    }
-    waiter.resume();
+    if (onResumeOnWorker || !guard_.schedule(resumeOn_, waiter)) waiter.resume();
   }
 
   // The destructor's path for a coroutine destroyed while suspended here. Cold.
   [[gnu::cold, gnu::noinline]] void withdrawOnDestruction() noexcept {
+    // First: once settled, the shutdown can neither take the job nor hold for it.
+    guard_.settle();
     const bool withdrawn = pool_.withdraw(*this);
     // Waits for a callback running on another thread (so that cancelled_ can be read); a
     // callback that runs later finds the job gone.
     onCancel_.reset();
     if (withdrawn) return;  // fn never runs; its captures go with the frame
-    abortDestroyedWhileResuming("blocking()", cancelled_
-                                                  ? "its cancellation had been delivered"
-                                                  : "its function had started on the pool");
+    const char* claimedBy = shutDown_    ? "its executor's shutdown had ended it"
+                            : cancelled_ ? "its cancellation had been delivered"
+                                         : "its function had started on the pool";
+    abortDestroyedWhileResuming("blocking()", claimedBy);
   }
 
   Fn fn_;
@@ -298,7 +342,9 @@ class BlockingAwaiter final : private BlockingJob {
   std::coroutine_handle<> waiter_;
   std::atomic<int> arrivals_{0};
   bool cancelled_ = false;  // written before the canceller's arrival
+  bool shutDown_ = false;   // written before the guard's arrival
   std::optional<CancellationCallback> onCancel_;
+  PoolShutdownGuard guard_;
 };
 
 template <class Fn>
@@ -354,6 +400,16 @@ concept BlockingCallable =
 //    ran), the coroutine continues inline on the pool's thread with fn's result, rather
 //    than losing it. (A fn that finishes before the coroutine has finished suspending
 //    lets it go on at once, on its own thread.)
+//  - The ThreadPool the coroutine resumes on shuts down (or is destroyed) during the
+//    call: a call still queued is withdrawn, fn never runs, and the co_await throws
+//    ExecutorShutDown on one of the pool's workers while it drains (the shutdown does
+//    not wait behind unrelated calls queued before it). A call whose fn has started is
+//    waited for: the shutdown does not close the pool until fn has returned, and the
+//    coroutine resumes there, while the pool drains, with fn's value or exception (so
+//    fn's effect is never lost, and what follows runs on the pool, not on a pool's
+//    thread after it is gone). A call awaited on a pool whose shutdown has begun throws
+//    ExecutorShutDown at once (fn never runs), as a sleep does. Other executors are not
+//    watched: they must outlive the call (below).
 //  - Cancellation (the coroutine's token): a request before fn has started takes the call
 //    out of the queue, fn never runs, and the co_await throws OperationCancelled
 //    (resumed as above through the executor or ThreadPool, or else inline on the
@@ -366,11 +422,14 @@ concept BlockingCallable =
 //    "weft: a coroutine was destroyed while suspended in blocking() ..." and aborts.
 //
 // Preconditions: awaited once, as the rvalue blocking() returns (awaiting a named one is
-// a compile error). The pool, and the
-// executor or ThreadPool the coroutine resumes on, outlive the await.
+// a compile error). The BlockingPool outlives the await; so does the executor the
+// coroutine resumes on unless it is a ThreadPool (whose shutdown ends or waits for the
+// call, above).
 // Errors: what fn throws, rethrown at the co_await (std::exception_ptr); OperationCancelled
-// (above); ExecutorShutDown naming the pool after its shutdown() (fn never runs);
-// std::system_error if the pool has no thread and cannot start one.
+// (above); ExecutorShutDown naming the BlockingPool after its shutdown() (fn never runs),
+// or naming the ThreadPool the coroutine resumes on when its shutdown withdrew or refused
+// the call (above; fn never runs); std::system_error if the pool has no thread and cannot
+// start one.
 // Thread safety: fn runs on another thread, concurrently with the rest of the program:
 // what it touches must be safe to touch from there. The co_await's result is visible to
 // the coroutine without further synchronisation.

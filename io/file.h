@@ -82,6 +82,11 @@ class EndOfFile : public std::runtime_error {
 //    returned); one queued on the blocking pool is withdrawn before it starts, and once
 //    started it finishes. The await throws OperationCancelled only when nothing was done
 //    (readExactlyAt and writeAllAt: IncompleteTransfer when part of the buffer was).
+//  - Shutdown of the ThreadPool the coroutine runs on: the same rule, with
+//    ExecutorShutDown. In the ring the pool's loop cancels the operation; on the blocking
+//    pool (epoll) an operation still queued is withdrawn and the await throws
+//    ExecutorShutDown on a worker while the pool drains, and one that has started is
+//    waited for by the shutdown and returns its result on the pool (blocking()'s rule).
 //  - Destroying the File closes it.
 //
 // Preconditions: the File and the buffer of an operation stay valid and unmoved until

@@ -54,7 +54,11 @@ class SignalDispatcher {
   int link(SignalWaiter* waiter) noexcept {
     std::lock_guard guard(mutex_);
     if (waiter->cancelled) return -1;
-    if (const int s = takePendingLocked(waiter->mask)) return s;
+    if (waiter->shutDown) return -2;
+    if (const int s = takePendingLocked(waiter->mask)) {
+      waiter->delivered = s;
+      return s;
+    }
     waiter->linked = true;
     waiter->prev = tail_;
     waiter->next = nullptr;
@@ -70,13 +74,35 @@ class SignalDispatcher {
     return true;
   }
 
+  std::size_t linkedCount() noexcept {
+    std::lock_guard guard(mutex_);
+    std::size_t count = 0;
+    for (SignalWaiter* w = head_; w != nullptr; w = w->next) ++count;
+    return count;
+  }
+
   bool cancel(SignalWaiter* waiter) noexcept {
     std::lock_guard guard(mutex_);
-    if (waiter->delivered != 0) return false;  // a signal came first: it wins
+    // A signal (or the pool's shutdown) came first: it wins.
+    if (waiter->delivered != 0 || waiter->shutDown) return false;
     waiter->cancelled = true;
     if (!waiter->linked) return false;
     unlinkLocked(waiter);
     return true;
+  }
+
+  PoolShutdownGuard::Claim shutDown(SignalWaiter* waiter) noexcept {
+    std::lock_guard guard(mutex_);
+    if (waiter->linked) {
+      unlinkLocked(waiter);
+      waiter->shutDown = true;
+      return PoolShutdownGuard::Claim::kTakenBack;
+    }
+    // A signal or the cancellation took it (its resumption is under way, or the awaiter
+    // goes on without suspending).
+    if (waiter->delivered != 0 || waiter->cancelled) return PoolShutdownGuard::Claim::kClaimed;
+    waiter->shutDown = true;  // not linked yet: link() refuses it
+    return PoolShutdownGuard::Claim::kBarred;
   }
 
  private:
@@ -181,8 +207,24 @@ bool cancelSignalWaiter(SignalWaiter* waiter) noexcept {
   return SignalDispatcher::instance().cancel(waiter);
 }
 
+std::size_t linkedSignalWaiterCount() noexcept {
+  return SignalDispatcher::instance().linkedCount();
+}
+
+PoolShutdownGuard::Claim shutDownSignalWaiter(SignalWaiter* waiter) noexcept {
+  return SignalDispatcher::instance().shutDown(waiter);
+}
+
 void resumeSignalWaiter(SignalWaiter* waiter) noexcept {
-  resumeWaiterOn(waiter->executor, waiter->handle);
+  // Read first: once the guard has scheduled the coroutine, the waiter may be gone.
+  Executor* const executor = waiter->executor;
+  const std::coroutine_handle<> handle = waiter->handle;
+  if (waiter->guard->schedule(executor, handle)) return;
+  if (executor == nullptr) {
+    handle.resume();
+    return;
+  }
+  abortExecutorGone(executor);  // refused under a suspended coroutine (as resumeWaiterOn)
 }
 
 std::uint64_t signalBit(int signal) {
@@ -202,34 +244,54 @@ std::uint64_t signalBit(int signal) {
 
 SignalWaitAwaiter::~SignalWaitAwaiter() {
   onCancel_.reset();
+  // First: once settled, the pool's shutdown can no longer unlink us (or hold for us).
+  guard_.settle();
   // Destroyed while waiting (its coroutine destroyed): leave the list, unless a signal
-  // (or the cancellation) took us out to resume us.
+  // (or the cancellation, or the pool's shutdown) took us out to resume us.
   if (suspended_ && !unlinkSignalWaiter(&waiter_)) {
-    abortDestroyedWhileResuming("weft::signal()", "a delivered signal or the cancellation");
+    abortDestroyedWhileResuming("weft::signal()",
+                                "a delivered signal, the cancellation or its executor's shutdown");
   }
 }
 
+PoolShutdownGuard::Claim SignalWaitAwaiter::takeBackForShutdown() noexcept {
+  return shutDownSignalWaiter(&waiter_);
+}
+
+// Taken back while linked: await_suspend has returned true (or returns it without touching
+// the awaiter again), and this is a worker of the pool the coroutine resumes on.
+void SignalWaitAwaiter::resumeShutDown() noexcept { waiter_.handle.resume(); }
+
 bool SignalWaitAwaiter::await_suspend(std::coroutine_handle<> awaiting) {
   waiter_.handle = awaiting;
-  // Registered before linking; the dispatcher's lock decides between a signal and the
-  // cancellation: a linked waiter is resumed by whichever unlinks it, and one cancelled
-  // before it is linked is never linked.
+  waiter_.guard = &guard_;
+  // On a ThreadPool: its shutdown ends the wait with ExecutorShutDown (see
+  // PoolShutdownGuard). Throws ExecutorShutDown once that shutdown has begun: nothing is
+  // linked.
+  guard_.arm(waiter_.executor, *this);
+  // Registered before linking; the dispatcher's lock decides between a signal, the
+  // cancellation and the pool's shutdown: a linked waiter is resumed by whichever unlinks
+  // it, and one cancelled (or shut down) before it is linked is never linked.
   if (token_ != nullptr && token_->canBeCancelled()) {
     onCancel_.emplace(*token_, [this] {
       if (cancelSignalWaiter(&waiter_)) resumeSignalWaiter(&waiter_);
     });
   }
   suspended_ = true;  // before linking: once linked, we may be resumed at any moment
-  const int taken = linkSignalWaiter(&waiter_);
-  if (taken == 0) return true;
+  if (linkSignalWaiter(&waiter_) == 0) return true;
   suspended_ = false;
-  if (taken > 0) waiter_.delivered = taken;  // one came in since await_ready
-  return false;                              // (or the wait was cancelled already)
+  // A signal came in since await_ready (link set `delivered`), or the wait was cancelled,
+  // or the pool's shutdown came first: await_resume says which.
+  return false;
 }
 
 int SignalWaitAwaiter::await_resume() {
   onCancel_.reset();  // waits for a callback running on another thread
+  guard_.settle();    // and for the shutdown guard; after this nothing refers to us
   suspended_ = false;
+  // Read without the lock: written under it before our resumption (or before link()
+  // refused us, under the same lock).
+  if (waiter_.shutDown) throw ExecutorShutDown(waiter_.executor->name());
   if (waiter_.delivered == 0) throw OperationCancelled();
   return waiter_.delivered;
 }

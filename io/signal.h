@@ -2,11 +2,13 @@
 
 #include <concepts>
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
 #include "weft/coro/cancellation.h"
 #include "weft/executors/executor.h"
+#include "weft/io/detail/pool_shutdown_guard.h"
 
 namespace weft {
 
@@ -18,10 +20,12 @@ struct SignalWaiter {
   std::uint64_t mask = 0;  // bit n: signal n
   std::coroutine_handle<> handle;
   Executor* executor = nullptr;
+  PoolShutdownGuard* guard = nullptr;  // the awaiter's: resumptions go through it
   // Guarded by the dispatcher's mutex:
   int delivered = 0;       // the signal, once delivered
   bool linked = false;     // in the dispatcher's list
   bool cancelled = false;  // its wait was cancelled (before or while linked)
+  bool shutDown = false;   // its ThreadPool's shutdown took it out (or kept it from linking)
   SignalWaiter* next = nullptr;
   SignalWaiter* prev = nullptr;
 };
@@ -34,22 +38,35 @@ void installSignalHandlers(std::uint64_t mask);
 // pending), else 0.
 int takePendingSignal(std::uint64_t mask) noexcept;
 // Links `waiter` and returns 0, unless a signal of its mask is pending (returns it,
-// taken) or its wait was cancelled already (returns -1); then links nothing.
+// taken, and sets `delivered`), its wait was cancelled already (returns -1) or its
+// ThreadPool's shutdown came first (returns -2); then links nothing.
 int linkSignalWaiter(SignalWaiter* waiter) noexcept;
 // Unlinks `waiter` if it is still linked (true); false if it is not (a signal was
 // delivered to it and its resumption is under way, or it was never linked).
 bool unlinkSignalWaiter(SignalWaiter* waiter) noexcept;
 // Cancels `waiter`'s wait: unlinks it if linked (true: the caller resumes it); marks it
-// cancelled if not linked yet, so that it never is (false).
+// cancelled if not linked yet, so that it never is (false). False if a signal or its
+// pool's shutdown came first.
 bool cancelSignalWaiter(SignalWaiter* waiter) noexcept;
-// Resumes a waiter taken out of the list (on its executor; inline without one).
+// For the shutdown guard of the ThreadPool the waiter resumes on: unlinks a linked
+// `waiter` (kTakenBack: the caller resumes it), keeps one not linked yet from linking
+// (kBarred), or says that a signal or the cancellation took it (kClaimed).
+PoolShutdownGuard::Claim shutDownSignalWaiter(SignalWaiter* waiter) noexcept;
+// The number of waiters linked now (for tests).
+std::size_t linkedSignalWaiterCount() noexcept;
+// Resumes a waiter taken out of the list (on its executor, through its guard; inline
+// without one).
 void resumeSignalWaiter(SignalWaiter* waiter) noexcept;
 // `signal`'s bit in a mask (bit n: signal n). Errors: std::invalid_argument naming the
 // number for one that no handler can catch: outside 1..63, SIGKILL, SIGSTOP, or one the
 // C library keeps for itself (glibc: 32 and 33, below SIGRTMIN).
 std::uint64_t signalBit(int signal);
 
-class SignalWaitAwaiter {
+// The awaiter of weft::signal(). A signal (the dispatcher thread), the cancellation and,
+// when the coroutine resumes on a ThreadPool, the pool's shutdown (its PoolShutdownGuard)
+// may end the wait; the dispatcher's mutex decides: whoever unlinks the waiter resumes
+// it, the first two through the guard.
+class SignalWaitAwaiter final : private PoolShutdownGuard::Owner {
  public:
   SignalWaitAwaiter(std::uint64_t mask, Executor* executor, const CancellationToken* token) noexcept
       : token_(token) {
@@ -68,10 +85,15 @@ class SignalWaitAwaiter {
   int await_resume();
 
  private:
+  // PoolShutdownGuard::Owner, on a worker of the waiter's pool during its shutdown.
+  PoolShutdownGuard::Claim takeBackForShutdown() noexcept override;
+  void resumeShutDown() noexcept override;
+
   SignalWaiter waiter_;
   const CancellationToken* token_;
   std::optional<CancellationCallback> onCancel_;
   bool suspended_ = false;  // between a successful link and the resumption
+  PoolShutdownGuard guard_;
 };
 
 struct SignalWait {
@@ -100,6 +122,10 @@ struct SignalWait {
 // keeps its previous disposition (SIGTERM's default ends the process): call signal()
 // early, e.g. `auto stop = weft::signal(SIGTERM);` in main, and co_await it later. Do not
 // use both for the same signal: SignalSet's blocked mask keeps the handler from running.
+// When the coroutine resumes on a ThreadPool that shuts down (or is destroyed) while it
+// waits, the wait ends with ExecutorShutDown on one of the pool's workers as the pool
+// drains, as a sleep does (no signal is taken; one that comes later is kept for the next
+// wait); awaited on a pool whose shutdown has begun, it throws that at once.
 //
 // Preconditions: none (a bad signal number is an error, below).
 // Errors: std::invalid_argument, thrown by signal() itself, naming the number of a signal
@@ -108,7 +134,7 @@ struct SignalWait {
 // for the other signals of the call. std::system_error if the handler or the dispatcher
 // cannot be installed;
 // OperationCancelled when the awaiting coroutine is cancelled while it waits (no signal
-// is taken then).
+// is taken then); ExecutorShutDown (above).
 // Thread safety: any number of coroutines may wait at once, for any signals.
 //
 // Example:

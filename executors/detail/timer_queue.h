@@ -18,7 +18,8 @@ namespace weft::detail {
 using weft::TimerEntry;
 
 // A deadline-ordered set of TimerEntries served by one thread of its own, started by the
-// first add() (a queue that is never used costs no thread).
+// first add() of an entry with a deadline (a queue that is never used, or holds only
+// entries that never expire, deadline time_point::max(), costs no thread).
 //
 // Why one timer thread (rather than per-worker timer heaps): a fired timer must be noticed
 // on time even when every worker is busy in a long task, and a dedicated thread sleeping
@@ -48,7 +49,8 @@ class TimerQueue {
   TimerQueue(const TimerQueue&) = delete;
   TimerQueue& operator=(const TimerQueue&) = delete;
 
-  // Arms `entry` (its deadline and complete function set by the caller). Returns false,
+  // Arms `entry` (its deadline and complete function set by the caller); starts the
+  // thread unless it runs or the deadline is time_point::max(). Returns false,
   // arming nothing, once the queue is stopped. Throws std::bad_alloc (heap growth) or
   // std::system_error (starting the thread); nothing is armed then.
   bool add(TimerEntry& entry);

@@ -538,6 +538,40 @@ TEST(ThreadPoolTest, ShutdownIsIdempotentAndMayBeCalledConcurrently) {
   EXPECT_THROW(pool.schedule([] {}), ExecutorShutDown);
 }
 
+// A hold keeps a shutdown from closing the pool (it goes on accepting work) until it is
+// released; once closed, no hold is granted.
+TEST(ThreadPoolTest, AHoldKeepsTheShutdownFromClosingUntilReleased) {
+  for (std::size_t threads : {std::size_t{1}, std::size_t{2}}) {
+    ThreadPool pool(threads, "held");
+    // A timer that never expires: the shutdown fires it first thing, flagged.
+    struct Witness : TimerEntry {
+      std::atomic<bool> fired{false};
+    } witness;
+    witness.deadline = TimerEntry::Clock::time_point::max();
+    witness.complete = [](detail::Job* job, bool) noexcept {
+      static_cast<Witness*>(job)->fired = true;
+    };
+    pool.scheduleTimer(witness);
+    ASSERT_TRUE(pool.holdOpen());
+    Watchdog watchdog("held shutdown");
+    std::atomic<bool> returned{false}, ranDuring{false};
+    std::thread stopper([&] {
+      pool.shutdown();
+      returned = true;
+    });
+    while (!witness.fired.load()) std::this_thread::yield();
+    // Accepted while held, after the shutdown has begun (and drained all else).
+    pool.schedule([&] { ranDuring = true; });
+    while (!ranDuring.load()) std::this_thread::yield();
+    EXPECT_FALSE(returned.load());
+    pool.releaseHold();
+    stopper.join();
+    EXPECT_TRUE(returned.load());
+    EXPECT_THROW(pool.schedule([] {}), ExecutorShutDown);
+    EXPECT_FALSE(pool.holdOpen());
+  }
+}
+
 TEST(ThreadPoolTest, ShutsDownWhileOutsideThreadsKeepScheduling) {
   // Every schedule either runs its job or throws ExecutorShutDown: none is lost. (Work
   // accepted while the pool drains runs too, so each producer stops after a bounded

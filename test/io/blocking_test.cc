@@ -1,10 +1,13 @@
 #include "weft/io/blocking.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <latch>
 #include <memory>
 #include <stdexcept>
@@ -14,15 +17,18 @@
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
 #include "weft/coro/with_cancellation.h"
 #include "weft/coro/with_timeout.h"
 #include "weft/executors/thread_pool.h"
+#include "weft/io/file.h"
 #include "weft/stackful/await.h"
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/counted.h"
+#include "test/support/io_support.h"
 #include "test/support/manual_executor.h"
 #include "test/support/watchdog.h"
 
@@ -217,6 +223,203 @@ TEST(BlockingTest, RefusedResumptionContinuesOnTheBlockingThreadWithTheValue) {
   ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
   EXPECT_EQ(value.load(), 9);
   EXPECT_TRUE(onBlockingThread.load());
+}
+
+// --- the ThreadPool the coroutine resumes on is destroyed --------------------------------
+
+// Once per I/O backend: the shutdown of a pool whose workers have io_uring loops parks
+// them there, and such a pool must wait for the hold of a running call too.
+class BlockingShutdownTest : public test::IoBackendTest {};
+INSTANTIATE_TEST_SUITE_P(Backends, BlockingShutdownTest, test::kIoBackends, test::ioBackendName);
+
+// Sleeps on its Task's pool until the pool's shutdown ends the sleep (it stops the pool's
+// timers first), then sets `begun`: a witness that the shutdown has begun.
+Lazy<void> setWhenShutDownBegins(std::atomic<bool>& begun) {
+  try {
+    co_await sleep(std::chrono::hours(1));
+  } catch (const ExecutorShutDown&) {
+  }
+  begun = true;
+}
+
+// What a coroutine's co_await of blocking() ended with.
+enum Outcome : int { kPending, kShutDown, kValue, kOther };
+
+TEST_P(BlockingShutdownTest, AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRuns) {
+  Watchdog watchdog(60s,
+                    "BlockingShutdownTest.AQueuedCallEndsWithExecutorShutDownAndItsFnNeverRuns");
+  BlockingPool blockingPool(1, 10s, "queued");
+  std::latch started(1), release(1);
+  std::atomic<bool> occupied{true};
+  auto occupy = [&]() -> Lazy<void> {
+    co_await blocking(blockingPool, [&] {
+      started.count_down();
+      release.wait();
+    });
+  };
+  occupy().start([&](Try<void>) { occupied = false; });  // no executor: not on the pool
+  started.wait();
+  std::atomic<bool> fnRan{false}, resumedOnPool{false};
+  std::atomic<int> outcome{kPending};
+  ThreadPool* doomed = nullptr;
+  // Declared before the pool, which runs the coroutine until its destructor returns.
+  auto body = [&]() -> Lazy<void> {
+    try {
+      co_await blocking(blockingPool, [&] { fnRan = true; });
+      outcome = kValue;
+    } catch (const ExecutorShutDown&) {
+      outcome = kShutDown;
+    } catch (...) {
+      outcome = kOther;
+    }
+    resumedOnPool = currentPool() == doomed;
+  };
+  auto pool = std::make_unique<ThreadPool>(options(1, "doomed"));
+  doomed = pool.get();
+  body().via(doomed).start([](Try<void>) {});
+  EXPECT_TRUE(eventually([&] { return blockingPool.queuedCount() == 1; }));
+  pool.reset();  // withdraws the queued call; does not wait for the unrelated one
+  EXPECT_EQ(outcome.load(), kShutDown);
+  EXPECT_TRUE(resumedOnPool.load());  // during the pool's drain, on its worker
+  EXPECT_EQ(blockingPool.queuedCount(), 0u);
+  EXPECT_TRUE(occupied.load());
+  release.count_down();
+  blockingPool.shutdown();  // runs whatever is still queued
+  EXPECT_FALSE(occupied.load());
+  EXPECT_FALSE(fnRan.load());
+}
+
+TEST_P(BlockingShutdownTest, ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue) {
+  Watchdog watchdog(60s,
+                    "BlockingShutdownTest.ARunningCallIsWaitedForAndResumesOnThePoolWithItsValue");
+  BlockingPool blockingPool(1, 10s, "running");
+  std::latch started(1), release(1);
+  std::atomic<bool> shutdownBegun{false}, resumedOnPool{false}, finished{false};
+  std::atomic<int> value{0};
+  ThreadPool* doomed = nullptr;
+  // Declared before the pool, which runs the coroutine until its destructor returns.
+  auto body = [&]() -> Lazy<void> {
+    value = co_await blocking(blockingPool, [&] {
+      started.count_down();
+      release.wait();
+      return 7;
+    });
+    resumedOnPool = currentPool() == doomed;
+  };
+  auto pool = std::make_unique<ThreadPool>(options(1, "doomed"));
+  doomed = pool.get();
+  setWhenShutDownBegins(shutdownBegun).via(doomed).start([](Try<void>) {});
+  body().via(doomed).start([&](Try<void> result) {
+    EXPECT_TRUE(result.hasValue());
+    finished = true;
+  });
+  started.wait();
+  std::thread destroyer([&] { pool.reset(); });  // waits for fn
+  // fn finishes once the shutdown has begun, so that its completion meets it.
+  EXPECT_TRUE(eventually([&] { return shutdownBegun.load(); }));
+  release.count_down();
+  destroyer.join();
+  EXPECT_TRUE(finished.load());  // the destructor returned after the coroutine had finished
+  EXPECT_EQ(value.load(), 7);
+  EXPECT_TRUE(resumedOnPool.load());
+}
+
+// Calls racing the shutdown: their functions finishing, their cancellation, the guard.
+// Whatever wins, every coroutine has finished when the destructor returns, and a call
+// whose fn ran returns its value.
+TEST_P(BlockingShutdownTest, EveryCallEndsBeforeTheDestructorReturns) {
+  Watchdog watchdog(120s, "BlockingShutdownTest.EveryCallEndsBeforeTheDestructorReturns");
+  BlockingPool blockingPool(2, 10s, "race");
+  const int rounds = test::reducedIoScale() ? 20 : 100;
+  constexpr int kCalls = 8;
+  for (int round = 0; round < rounds; ++round) {
+    std::atomic<int> started{0}, ran{0}, values{0}, shutDowns{0}, cancels{0}, finished{0};
+    CancellationSource source;
+    // Before the pool: the coroutines refer to it until the pool's destructor returns.
+    auto body = [&]() -> Lazy<void> {
+      try {
+        ++started;
+        values += co_await blocking(blockingPool, [&] {
+          ++ran;
+          std::this_thread::yield();
+          return 1;
+        });
+      } catch (const ExecutorShutDown&) {
+        ++shutDowns;
+      } catch (const OperationCancelled&) {
+        ++cancels;
+      }
+    };
+    {
+      ThreadPool pool(options(2, "race"));
+      for (int i = 0; i < kCalls; ++i) {
+        Lazy<void> call = i % 2 == 0 ? body() : withCancellation(source.token(), body());
+        std::move(call).via(&pool).start([&](Try<void> result) {
+          EXPECT_TRUE(result.hasValue());
+          ++finished;
+        });
+      }
+      while (started.load() != kCalls) std::this_thread::yield();
+      if (round % 2 == 0) source.requestCancellation();
+    }  // destroys the pool while calls are queued, running, finishing or cancelled
+    ASSERT_EQ(finished.load(), kCalls) << "round " << round;
+    EXPECT_EQ(values.load() + shutDowns.load() + cancels.load(), kCalls);
+    EXPECT_EQ(values.load(), ran.load());  // fn's effect is never lost
+  }
+  blockingPool.shutdown();
+}
+
+TEST(BlockingShutdownFileTest, AQueuedReadAtOnEpollEndsWithExecutorShutDown) {
+  Watchdog watchdog(60s, "BlockingShutdownFileTest.AQueuedReadAtOnEpollEndsWithExecutorShutDown");
+  std::string path =
+      (std::filesystem::temp_directory_path() / "weft-blocking-test-XXXXXX").string();
+  const int fd = ::mkstemp(path.data());
+  ASSERT_GE(fd, 0);
+  ::unlink(path.c_str());
+  const File file(fd, path);
+  // On epoll, File's operations run on the default blocking pool: bound to one thread,
+  // held busy, so that the read waits in its queue.
+  BlockingPool& defaultPool = BlockingPool::defaultPool();
+  const std::size_t bound = defaultPool.maxThreads();
+  defaultPool.setMaxThreads(1);
+  struct RestoreBound {
+    BlockingPool& pool;
+    std::size_t bound;
+    ~RestoreBound() { pool.setMaxThreads(bound); }
+  } restore{defaultPool, bound};
+  ASSERT_TRUE(eventually([&] { return defaultPool.threadCount() <= 1; }));
+  std::latch started(1), release(1);
+  std::atomic<bool> occupied{true};
+  auto occupy = [&]() -> Lazy<void> {
+    co_await blocking([&] {
+      started.count_down();
+      release.wait();
+    });
+  };
+  occupy().start([&](Try<void>) { occupied = false; });
+  started.wait();
+  std::atomic<int> outcome{kPending};
+  std::byte buffer[16];
+  // Declared before the pool, which runs the coroutine until its destructor returns.
+  auto body = [&]() -> Lazy<void> {
+    try {
+      (void)co_await file.readAt(buffer, 0);
+      outcome = kValue;
+    } catch (const ExecutorShutDown&) {
+      outcome = kShutDown;
+    } catch (...) {
+      outcome = kOther;
+    }
+  };
+  auto pool =
+      std::make_unique<ThreadPool>(ThreadPoolOptions{1, "doomed", IoBackendChoice::kEpoll});
+  body().via(pool.get()).start([](Try<void>) {});
+  EXPECT_TRUE(eventually([&] { return defaultPool.queuedCount() == 1; }));
+  pool.reset();
+  EXPECT_EQ(outcome.load(), kShutDown);
+  EXPECT_EQ(defaultPool.queuedCount(), 0u);
+  release.count_down();
+  EXPECT_TRUE(eventually([&] { return !occupied.load(); }));
 }
 
 // --- the pool ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <memory>
 #include <unistd.h>
 #include <stdexcept>
 #include <string>
@@ -16,7 +17,9 @@
 #include "weft/coro/lazy.h"
 #include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
 #include "weft/coro/task_group.h"
+#include "weft/coro/try.h"
 #include "weft/coro/with_cancellation.h"
 #include "weft/coro/with_timeout.h"
 #include "weft/executors/thread_pool.h"
@@ -124,6 +127,97 @@ TEST(SignalTest, FromAFiber) {
   auto fiber = spawnFiber(&pool, [] { return weft::await(signal(SIGUSR1)); });
   Watchdog watchdog(60s, "SignalTest.FromAFiber");
   EXPECT_EQ(syncAwait(std::move(fiber)), SIGUSR1);
+}
+
+TEST(SignalTest, AWaiterEndsWithExecutorShutDownWhenItsPoolIsDestroyed) {
+  Watchdog watchdog(60s, "SignalTest.AWaiterEndsWithExecutorShutDownWhenItsPoolIsDestroyed");
+  (void)signal(SIGUSR2);  // weft's handler: raising SIGUSR2 below is safe
+  const std::size_t before = detail::linkedSignalWaiterCount();
+  std::atomic<int> outcome{0};  // 1: ExecutorShutDown, 2: a signal, 3: anything else
+  // Declared before the pool, which runs the coroutine until its destructor returns.
+  auto body = [&]() -> Lazy<void> {
+    try {
+      (void)co_await signal(SIGUSR2);
+      outcome = 2;
+    } catch (const ExecutorShutDown&) {
+      outcome = 1;
+    } catch (...) {
+      outcome = 3;
+    }
+  };
+  auto pool = std::make_unique<ThreadPool>(1, "doomed");
+  body().via(pool.get()).start([](Try<void>) {});
+  while (detail::linkedSignalWaiterCount() == before) std::this_thread::yield();
+  pool.reset();  // ends the wait, as it ends sleeps
+  EXPECT_EQ(outcome.load(), 1);
+  EXPECT_EQ(detail::linkedSignalWaiterCount(), before);
+  // The signal finds nobody waiting (before the fix, the dead pool's waiter): it is kept
+  // for the next wait, which takes it.
+  ::kill(::getpid(), SIGUSR2);
+  auto next = []() -> Lazy<int> { co_return co_await signal(SIGUSR2); };
+  EXPECT_EQ(syncAwait(next()), SIGUSR2);
+}
+
+// Sleeps on its Task's pool until the pool's shutdown ends the sleep (it stops the pool's
+// timers first), then sets `begun`: a witness that the shutdown has begun.
+Lazy<void> setWhenShutDownBegins(std::atomic<bool>& begun) {
+  try {
+    co_await sleep(std::chrono::hours(1));
+  } catch (const ExecutorShutDown&) {
+  }
+  begun = true;
+}
+
+// Waits racing the shutdown and their cancellation: whichever wins, every waiter has
+// finished when the shutdown returns, with ExecutorShutDown or OperationCancelled.
+TEST(SignalTest, WaitersCancelledAsTheirPoolIsDestroyedAllEnd) {
+  Watchdog watchdog(120s, "SignalTest.WaitersCancelledAsTheirPoolIsDestroyedAllEnd");
+  (void)signal(SIGUSR2);
+  const std::size_t before = detail::linkedSignalWaiterCount();
+  constexpr int kRounds = 50;
+  constexpr int kWaiters = 6;
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<int> started{0}, shutDowns{0}, cancels{0}, finished{0};
+    CancellationSource source;
+    // Before the pool: the coroutines refer to it until the pool's shutdown returns.
+    auto body = [&]() -> Lazy<void> {
+      try {
+        ++started;
+        (void)co_await signal(SIGUSR2);
+        ADD_FAILURE() << "no SIGUSR2 was raised";
+      } catch (const ExecutorShutDown&) {
+        ++shutDowns;
+      } catch (const OperationCancelled&) {
+        ++cancels;
+      }
+    };
+    {
+      ThreadPool pool(2, "race");
+      for (int i = 0; i < kWaiters; ++i) {
+        withCancellation(source.token(), body()).via(&pool).start([&](Try<void> result) {
+          EXPECT_TRUE(result.hasValue());
+          ++finished;
+        });
+      }
+      while (started.load() != kWaiters) std::this_thread::yield();
+      // Every other round, the cancellation races the shutdown; otherwise only the
+      // shutdown ends the waits.
+      // The cancellation comes as the shutdown begins (even rounds), or once it has begun
+      // (a sleep on the pool has been ended), racing the guards that end the waits.
+      std::atomic<bool> shutdownBegun{false}, go{false};
+      setWhenShutDownBegins(shutdownBegun).via(&pool).start([](Try<void>) {});
+      std::thread canceller([&] {
+        while (!(round % 2 == 0 ? go.load() : shutdownBegun.load())) std::this_thread::yield();
+        source.requestCancellation();
+      });
+      go = true;
+      pool.shutdown();
+      canceller.join();
+    }
+    ASSERT_EQ(finished.load(), kWaiters) << "round " << round;
+    EXPECT_EQ(shutDowns.load() + cancels.load(), kWaiters);
+  }
+  EXPECT_EQ(detail::linkedSignalWaiterCount(), before);
 }
 
 TEST(SignalTest, BadSignalNumbersAreRejected) {

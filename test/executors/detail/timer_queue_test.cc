@@ -63,6 +63,30 @@ TEST(TimerQueueTest, StartsNoThreadUntilTheFirstTimer) {
   ASSERT_TRUE(recorder.waitFor(1));
 }
 
+// An entry that never expires (a shutdown guard, io/detail/pool_shutdown_guard.h) needs
+// no thread: the first entry with a deadline starts it, and stop() still flushes it.
+TEST(TimerQueueTest, EntriesThatNeverExpireStartNoThread) {
+  Recorder recorder;
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+  TaggedEntry never, guard, soon;
+  never.deadline = guard.deadline = Clock::time_point::max();
+  never.tag = 1;
+  guard.tag = 2;
+  soon.tag = 3;
+  ASSERT_TRUE(queue.add(never));
+  ASSERT_TRUE(queue.add(guard));
+  EXPECT_FALSE(queue.threadStarted());
+  EXPECT_TRUE(queue.cancel(never));
+  soon.deadline = Clock::now();
+  ASSERT_TRUE(queue.add(soon));
+  EXPECT_TRUE(queue.threadStarted());
+  ASSERT_TRUE(recorder.waitFor(1));
+  queue.stop(/*deliverPending=*/true);
+  std::lock_guard lock(recorder.mutex);
+  EXPECT_EQ(recorder.delivered, (std::vector<int>{3, 2}));
+  EXPECT_EQ(recorder.flushed, (std::vector<bool>{false, true}));
+}
+
 TEST(TimerQueueTest, DeliversOnItsOwnThreadInDeadlineOrder) {
   Recorder recorder;
   TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
