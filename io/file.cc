@@ -150,11 +150,17 @@ void requireNoNul(const std::string& path) {
 
 }  // namespace
 
+File::File(int fd, std::string path) noexcept
+    : fd_(fd),
+      path_(std::move(path)),
+      positional_(fd < 0 || ::lseek(fd, 0, SEEK_CUR) >= 0 || errno != ESPIPE) {}
+
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     close();
     fd_ = other.release();
     path_ = std::move(other.path_);
+    positional_ = other.positional_;
   }
   return *this;
 }
@@ -181,6 +187,7 @@ Lazy<File> File::open(std::string path, FileMode mode, mode_t permissions) {
 Lazy<std::size_t> File::readAt(std::span<std::byte> buffer, std::uint64_t offset) const {
   requireOpen(fd_, "readAt");
   requireOffset(offset, "readAt on", path_);
+  if (!positional_) throwFileError(-ESPIPE, "readAt on", path_);
   const int fd = fd_;
   void* const data = buffer.data();
   const std::size_t length = std::min(buffer.size(), kMaxTransfer);
@@ -201,6 +208,7 @@ Lazy<std::size_t> File::readAt(std::span<std::byte> buffer, std::uint64_t offset
 Lazy<std::size_t> File::writeAt(std::span<const std::byte> buffer, std::uint64_t offset) const {
   requireOpen(fd_, "writeAt");
   requireOffset(offset, "writeAt on", path_);
+  if (!positional_) throwFileError(-ESPIPE, "writeAt on", path_);
   const int fd = fd_;
   const void* const data = buffer.data();
   const std::size_t length = std::min(buffer.size(), kMaxTransfer);

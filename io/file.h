@@ -87,6 +87,11 @@ class EndOfFile : public std::runtime_error {
 //    pool (epoll) an operation still queued is withdrawn and the await throws
 //    ExecutorShutDown on a worker while the pool drains, and one that has started is
 //    waited for by the shutdown and returns its result on the pool (blocking()'s rule).
+//  - A descriptor that takes no offsets (a pipe, a FIFO, a socket: lseek(2) fails with
+//    ESPIPE) makes readAt, writeAt and what loops over them fail with ESPIPE on both
+//    backends, as pread(2) does: io_uring would ignore the offset and read or write the
+//    stream (and a write to a pipe without a reader would raise SIGPIPE, which weft never
+//    does). Character devices that accept offsets (/dev/zero) work as files.
 //  - Destroying the File closes it.
 //
 // Preconditions: the File and the buffer of an operation stay valid and unmoved until
@@ -116,9 +121,11 @@ class File {
  public:
   // Not open: isOpen() is false.
   File() noexcept = default;
-  // Adopts `fd`, an open file descriptor; `path` names it in error messages.
-  File(int fd, std::string path) noexcept : fd_(fd), path_(std::move(path)) {}
-  File(File&& other) noexcept : fd_(other.release()), path_(std::move(other.path_)) {}
+  // Adopts `fd`, an open file descriptor; `path` names it in error messages. Asks the
+  // kernel once whether `fd` takes offsets (lseek), for the rule on pipes above.
+  File(int fd, std::string path) noexcept;
+  File(File&& other) noexcept
+      : fd_(other.release()), path_(std::move(other.path_)), positional_(other.positional_) {}
   File& operator=(File&& other) noexcept;
   ~File();
 
@@ -170,6 +177,7 @@ class File {
 
   int fd_ = -1;
   std::string path_;
+  bool positional_ = true;  // false for a pipe, a FIFO or a socket (lseek: ESPIPE)
 };
 
 }  // namespace weft

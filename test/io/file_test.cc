@@ -2,8 +2,10 @@
 // reads, writes and syncs in the ring; epoll sends them to the blocking pool.
 #include "weft/io/file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -314,6 +316,53 @@ TEST_P(FileTest, HonoursACancelledToken) {
   EXPECT_THROW(run(cancelled([&] { return File::open(path, FileMode::kRead); })),
                OperationCancelled);
   EXPECT_EQ(run([&] { return file.size(); }), 0u);
+}
+
+// A pipe (or FIFO) takes no offsets: readAt and writeAt fail with ESPIPE on both backends,
+// as pread(2) does, and a write to a pipe whose reader is gone never raises SIGPIPE (on
+// io_uring the kernel used to ignore the offset and write the stream). In a child: the
+// failure being guarded against kills the process.
+//
+// Child exit codes: 0 success; 20+ the step that failed.
+TEST_P(FileTest, PipesAndFifosTakeNoOffsetsOnEitherBackendAndNeverRaiseSigpipe) {
+  const IoBackendChoice backend = GetParam();
+  const std::string fifoPath = dir_.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifoPath.c_str(), 0600), 0);
+  const int status = test::runInChild([backend, fifoPath]() -> int {
+    ::alarm(60);  // a hang ends the child with SIGALRM
+    ThreadPool pool(ThreadPoolOptions{1, "pipe-test", backend});
+    auto failsWithEspipe = [&](const std::function<Lazy<std::size_t>()>& operation) {
+      try {
+        syncAwait(operation().via(&pool));
+      } catch (const std::system_error& e) {
+        return e.code().value() == ESPIPE;
+      }
+      return false;
+    };
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return 20;
+    ::close(fds[0]);  // no reader: a write to the pipe itself would raise SIGPIPE
+    File writeEnd(fds[1], "a pipe");
+    const std::byte data[4]{};
+    if (!failsWithEspipe([&] { return writeEnd.writeAt(data, 0); })) return 21;
+    if (!failsWithEspipe([&] { return writeEnd.writeAt(data, 4096); })) return 22;
+
+    int withData[2];
+    if (::pipe2(withData, O_CLOEXEC) != 0) return 23;
+    if (::write(withData[1], "abc", 3) != 3) return 24;
+    File readEnd(withData[0], "a pipe");
+    std::byte buffer[8];
+    if (!failsWithEspipe([&] { return readEnd.readAt(buffer, 0); })) return 25;
+    ::close(withData[1]);
+    char left[8];
+    if (::read(readEnd.nativeHandle(), left, sizeof left) != 3) return 26;  // nothing taken
+
+    File fifo = syncAwait(File::open(fifoPath, FileMode::kReadWrite).via(&pool));
+    if (!failsWithEspipe([&] { return fifo.writeAt(data, 0); })) return 27;
+    if (!failsWithEspipe([&] { return fifo.readAt(buffer, 0); })) return 28;
+    return 0;
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::describeStatus(status);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FileTest, test::kIoBackends, test::ioBackendName);
