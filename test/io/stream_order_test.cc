@@ -27,14 +27,20 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <exception>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "weft/coro/cancellation.h"
 #include "weft/coro/lazy.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/executor.h"
 #include "weft/executors/thread_pool.h"
 #include "weft/io/tcp_stream.h"
+#include "test/support/counted.h"
 #include "test/support/io_support.h"
 #include "test/support/one_worker.h"
 #include "test/support/watchdog.h"
@@ -174,6 +180,195 @@ TEST_P(StreamOrderTest, ReadsWaitingForDataAreServedInIssueOrder) {
     ASSERT_TRUE(std::equal(got.begin(), got.end(), start.begin()))
         << "round " << round << ": the reads' bytes are not the start of the stream, in order";
   }
+}
+
+// A write queued behind one that waits for room, cancelled (from the test thread, the way
+// a task's cancellation comes), ends with OperationCancelled and writes nothing; the
+// writes before and after it keep their order.
+TEST_P(StreamOrderTest, ACancelledQueuedWriteWritesNothingAndTheOthersKeepTheirOrder) {
+  test::Watchdog watchdog(120s, "StreamOrderTest.ACancelledQueuedWrite");
+  ThreadPool pool(options(1));
+  std::array<std::vector<std::byte>, kOps> data;
+  for (int k = 0; k < kOps; ++k) data[k] = pattern(k, 8000);
+  const std::vector<std::byte> fill = pattern(kFill, 4096);
+  for (int round = 0; round < 10; ++round) {
+    test::StreamAndPeer pair = test::connectedPair(pool);
+    setBufferSize(pair.stream.nativeHandle(), SO_SNDBUF, 4096);
+    std::vector<std::byte> expected;
+    while (std::optional<std::size_t> n = pair.stream.tryWrite(fill)) {
+      expected.insert(expected.end(), fill.begin(), fill.begin() + static_cast<long>(*n));
+    }
+    std::array<test::Outcome<std::size_t>, kOps> written;
+    CancellationSource source;
+    test::startOn(pool, writeOnce(pair.stream, data[0]), written[0]);
+    test::quiesce(pool);
+    test::startOn(pool, withCancellation(source.token(), writeOnce(pair.stream, data[1])),
+                  written[1]);
+    test::quiesce(pool);
+    source.requestCancellation();
+    written[1].wait();
+    EXPECT_TRUE(written[1].endedWith<OperationCancelled>()) << written[1].what();
+    test::startOn(pool, writeOnce(pair.stream, data[2]), written[2]);
+    test::quiesce(pool);
+    std::vector<std::byte> received;
+    std::thread reader([&] {
+      std::array<std::byte, 65536> chunk;
+      for (;;) {
+        const ssize_t n = ::recv(pair.peer.get(), chunk.data(), chunk.size(), 0);
+        if (n <= 0) break;
+        received.insert(received.end(), chunk.begin(), chunk.begin() + n);
+      }
+    });
+    for (int k : {0, 2}) {
+      written[k].wait();
+      ASSERT_FALSE(written[k].result.hasException()) << written[k].what();
+      const std::size_t n = written[k].result.value();
+      expected.insert(expected.end(), data[k].begin(), data[k].begin() + static_cast<long>(n));
+    }
+    pair.stream.shutdownWrite();
+    reader.join();
+    ASSERT_EQ(runs(received), runs(expected)) << "round " << round;
+    ASSERT_TRUE(received == expected) << "round " << round;
+  }
+}
+
+// A queued read's time limit runs from its start, as a lone read's does: it times out
+// while the read before it (no limit) still waits, and leaves the data to that one. A
+// read whose turn came (the one before it got data) times out in its own turn.
+TEST_P(StreamOrderTest, AQueuedReadTimesOutOnItsOwnLimit) {
+  test::Watchdog watchdog(120s, "StreamOrderTest.AQueuedReadTimesOutOnItsOwnLimit");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  std::array<std::byte, 16> first, second, third, fourth;
+  test::Outcome<std::size_t> read1, read2, read3, read4;
+  test::startOn(pool, readOnce(pair.stream, first), read1);  // no limit
+  test::quiesce(pool);
+  pair.stream.setReadTimeout(20ms);
+  test::startOn(pool, readOnce(pair.stream, second), read2);
+  read2.wait();  // nobody sends: only its own limit can end it
+  EXPECT_EQ(read1.ends.load(), 0);
+  ASSERT_TRUE(read2.endedWith<std::system_error>()) << read2.what();
+  try {
+    std::rethrow_exception(read2.result.exception());
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code().value(), ETIMEDOUT) << e.what();
+  }
+  // Queued again, with a limit long enough that the first read usually completes first:
+  // then it waits in its own turn and times out there (either way, ETIMEDOUT).
+  pair.stream.setReadTimeout(200ms);
+  test::startOn(pool, readOnce(pair.stream, third), read3);
+  test::quiesce(pool);
+  ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "x", 1));
+  read1.wait();
+  ASSERT_FALSE(read1.result.hasException()) << read1.what();
+  EXPECT_EQ(read1.result.value(), 1u);
+  EXPECT_EQ(first[0], std::byte{'x'});
+  read3.wait();
+  ASSERT_TRUE(read3.endedWith<std::system_error>()) << read3.what();
+  try {
+    std::rethrow_exception(read3.result.exception());
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code().value(), ETIMEDOUT) << e.what();
+  }
+  // The stream stays usable, and nothing was lost.
+  pair.stream.setReadTimeout(0ms);
+  test::startOn(pool, readOnce(pair.stream, fourth), read4);
+  ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "yz", 2));
+  read4.wait();
+  ASSERT_FALSE(read4.result.hasException()) << read4.what();
+  EXPECT_EQ(read4.result.value(), 2u);
+  EXPECT_EQ(fourth[0], std::byte{'y'});
+}
+
+// A read whose frame is counted.
+Lazy<std::size_t> readCounted(TcpStream& stream, std::span<std::byte> buffer) {
+  test::Counted inFrame;
+  co_return co_await stream.read(buffer);
+}
+
+// Destroying a coroutine suspended in a read queued behind another (on the worker, #15's
+// rule) withdraws it: nothing is taken, the read before it gets the data. With a time
+// limit (its own timer in the kernel), before and after the loop's turn.
+TEST_P(StreamOrderTest, DestroyingAQueuedReadWithdrawsIt) {
+  test::Watchdog watchdog(120s, "StreamOrderTest.DestroyingAQueuedReadWithdrawsIt");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  test::Counted::reset();
+  for (bool timed : {false, true}) {
+    for (bool submittedFirst : {false, true}) {
+      pair.stream.setReadTimeout(timed ? std::chrono::nanoseconds(1h) : 0ns);
+      std::array<std::byte, 16> first, doomedBuffer;
+      test::Outcome<std::size_t> read1;
+      test::startOn(pool, readOnce(pair.stream, first), read1);
+      test::quiesce(pool);
+      std::optional<Lazy<std::size_t>> doomed;
+      bool suspended = false;
+      test::onWorker(pool, [&] {
+        doomed.emplace(readCounted(pair.stream, doomedBuffer));
+        suspended = test::startSuspended(pool, *doomed);
+        if (!submittedFirst) doomed.reset();
+      });
+      ASSERT_TRUE(suspended);
+      if (submittedFirst) {
+        test::quiesce(pool);
+        test::onWorker(pool, [&] { doomed.reset(); });
+      }
+      EXPECT_EQ(test::Counted::alive(), 0);
+      ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "ab", 2));
+      read1.wait();
+      ASSERT_FALSE(read1.result.hasException()) << read1.what();
+      EXPECT_EQ(read1.result.value(), 2u) << "timed " << timed << ", submitted " << submittedFirst;
+    }
+  }
+}
+
+// Destroying a coroutine suspended in the first read (the one in the kernel) lets the
+// read queued behind it have the data.
+TEST_P(StreamOrderTest, DestroyingTheFirstReadLetsTheNextOneRead) {
+  test::Watchdog watchdog(120s, "StreamOrderTest.DestroyingTheFirstReadLetsTheNextOneRead");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  test::Counted::reset();
+  std::array<std::byte, 16> doomedBuffer, second;
+  std::optional<Lazy<std::size_t>> doomed;
+  bool suspended = false;
+  test::onWorker(pool, [&] {
+    doomed.emplace(readCounted(pair.stream, doomedBuffer));
+    suspended = test::startSuspended(pool, *doomed);
+  });
+  ASSERT_TRUE(suspended);
+  test::quiesce(pool);
+  test::Outcome<std::size_t> read2;
+  test::startOn(pool, readOnce(pair.stream, second), read2);
+  test::quiesce(pool);
+  test::onWorker(pool, [&] { doomed.reset(); });
+  EXPECT_EQ(test::Counted::alive(), 0);
+  ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "cd", 2));
+  read2.wait();
+  ASSERT_FALSE(read2.result.hasException()) << read2.what();
+  EXPECT_EQ(read2.result.value(), 2u);
+  EXPECT_EQ(second[0], std::byte{'c'});
+}
+
+// Shutting the pool down ends the reads queued behind the first (one with a time limit)
+// with ExecutorShutDown, as it ends the first.
+TEST_P(StreamOrderTest, ShutdownEndsQueuedReads) {
+  test::Watchdog watchdog(120s, "StreamOrderTest.ShutdownEndsQueuedReads");
+  std::optional<ThreadPool> pool(std::in_place, options(1));
+  test::StreamAndPeer pair = test::connectedPair(*pool);
+  std::array<std::array<std::byte, 16>, kOps> buffers;
+  std::array<test::Outcome<std::size_t>, kOps> read;
+  for (int k = 0; k < kOps; ++k) {
+    if (k == 2) pair.stream.setReadTimeout(1h);
+    test::startOn(*pool, readOnce(pair.stream, buffers[k]), read[k]);
+    test::quiesce(*pool);
+  }
+  pool->shutdown();
+  for (int k = 0; k < kOps; ++k) {
+    read[k].wait();
+    EXPECT_TRUE(read[k].endedWith<ExecutorShutDown>()) << "read " << k << ": " << read[k].what();
+  }
+  pool.reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StreamOrderTest, test::kIoBackends, test::ioBackendName);
