@@ -8,9 +8,15 @@
 //    after the other on the pool's one worker (each handed to the loop before the next
 //    starts: quiesce), then the peer reads everything. It must receive the fill, then the
 //    first write's bytes, the second's, the third's: as many of each as each write
-//    reported. Many rounds, each on a new connection.
+//    reported. 50 rounds, each on a new connection (the io_uring loop that did not
+//    keep the order failed the first round in every run).
 //  - Reads: three reads in flight, then the peer sends three chunks at once; the reads'
 //    bytes, in issue order, must be the start of what the peer sent.
+//  - An operation queued behind another (io_uring keeps it in the loop until the one
+//    before it completes) behaves as a lone one: cancelled, it ends at once and takes
+//    nothing; its time limit runs from its start, not from its turn; destroying its
+//    coroutine withdraws it (and destroying the first lets the next one read); a pool
+//    shutdown ends it with ExecutorShutDown.
 //
 // Hand-shakes only: quiesce (two round trips through the worker) to know an operation
 // waits in its loop; no sleep.
@@ -53,7 +59,7 @@ using namespace std::chrono_literals;
 constexpr int kOps = 3;
 constexpr int kFill = 3;  // the pattern number of the bytes that fill the send buffer
 
-int rounds() { return test::reducedIoScale() ? 30 : 100; }
+int rounds() { return test::reducedIoScale() ? 20 : 50; }
 
 // Byte `i` of operation `k`'s bytes: the low two bits name the operation (0..2, or kFill),
 // the rest counts along it with period 61, so that bytes out of place, a run split in
@@ -182,53 +188,40 @@ TEST_P(StreamOrderTest, ReadsWaitingForDataAreServedInIssueOrder) {
   }
 }
 
-// A write queued behind one that waits for room, cancelled (from the test thread, the way
-// a task's cancellation comes), ends with OperationCancelled and writes nothing; the
-// writes before and after it keep their order.
-TEST_P(StreamOrderTest, ACancelledQueuedWriteWritesNothingAndTheOthersKeepTheirOrder) {
-  test::Watchdog watchdog(120s, "StreamOrderTest.ACancelledQueuedWrite");
+// A read queued behind one that waits for data, cancelled (from the test thread, the way
+// a task's cancellation comes), ends with OperationCancelled at once and takes nothing;
+// the reads before and after it keep their order. (Reads: a write's wait for room can end
+// by itself, when the kernel has sent what filled the buffer; a read's wait cannot.)
+TEST_P(StreamOrderTest, ACancelledQueuedReadTakesNothingAndTheOthersKeepTheirOrder) {
+  test::Watchdog watchdog(120s, "StreamOrderTest.ACancelledQueuedRead");
   ThreadPool pool(options(1));
-  std::array<std::vector<std::byte>, kOps> data;
-  for (int k = 0; k < kOps; ++k) data[k] = pattern(k, 8000);
-  const std::vector<std::byte> fill = pattern(kFill, 4096);
-  for (int round = 0; round < 10; ++round) {
+  for (int round = 0; round < 5; ++round) {
     test::StreamAndPeer pair = test::connectedPair(pool);
-    setBufferSize(pair.stream.nativeHandle(), SO_SNDBUF, 4096);
-    std::vector<std::byte> expected;
-    while (std::optional<std::size_t> n = pair.stream.tryWrite(fill)) {
-      expected.insert(expected.end(), fill.begin(), fill.begin() + static_cast<long>(*n));
-    }
-    std::array<test::Outcome<std::size_t>, kOps> written;
+    std::array<std::array<std::byte, 16>, kOps> buffers;
+    std::array<test::Outcome<std::size_t>, kOps> read;
     CancellationSource source;
-    test::startOn(pool, writeOnce(pair.stream, data[0]), written[0]);
+    test::startOn(pool, readOnce(pair.stream, buffers[0]), read[0]);
     test::quiesce(pool);
-    test::startOn(pool, withCancellation(source.token(), writeOnce(pair.stream, data[1])),
-                  written[1]);
+    test::startOn(pool, withCancellation(source.token(), readOnce(pair.stream, buffers[1])),
+                  read[1]);
     test::quiesce(pool);
     source.requestCancellation();
-    written[1].wait();
-    EXPECT_TRUE(written[1].endedWith<OperationCancelled>()) << written[1].what();
-    test::startOn(pool, writeOnce(pair.stream, data[2]), written[2]);
+    read[1].wait();  // nobody sends: only the cancellation can end it
+    EXPECT_TRUE(read[1].endedWith<OperationCancelled>()) << read[1].what();
+    EXPECT_EQ(read[0].ends.load(), 0);
+    test::startOn(pool, readOnce(pair.stream, buffers[2]), read[2]);
     test::quiesce(pool);
-    std::vector<std::byte> received;
-    std::thread reader([&] {
-      std::array<std::byte, 65536> chunk;
-      for (;;) {
-        const ssize_t n = ::recv(pair.peer.get(), chunk.data(), chunk.size(), 0);
-        if (n <= 0) break;
-        received.insert(received.end(), chunk.begin(), chunk.begin() + n);
-      }
-    });
-    for (int k : {0, 2}) {
-      written[k].wait();
-      ASSERT_FALSE(written[k].result.hasException()) << written[k].what();
-      const std::size_t n = written[k].result.value();
-      expected.insert(expected.end(), data[k].begin(), data[k].begin() + static_cast<long>(n));
-    }
-    pair.stream.shutdownWrite();
-    reader.join();
-    ASSERT_EQ(runs(received), runs(expected)) << "round " << round;
-    ASSERT_TRUE(received == expected) << "round " << round;
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "abc", 3));
+    read[0].wait();
+    ASSERT_FALSE(read[0].result.hasException()) << read[0].what();
+    ASSERT_EQ(read[0].result.value(), 3u);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffers[0].data()), 3), "abc");
+    EXPECT_EQ(read[2].ends.load(), 0);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "de", 2));
+    read[2].wait();
+    ASSERT_FALSE(read[2].result.hasException()) << read[2].what();
+    ASSERT_EQ(read[2].result.value(), 2u);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffers[2].data()), 2), "de");
   }
 }
 
