@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 namespace weft::detail {
@@ -58,27 +59,43 @@ constexpr std::uint32_t kCancelIndex = 0xfffffffeu;
 constexpr std::uint64_t kWakeKey = kWakeIndex;
 constexpr std::uint64_t kCancelKey = kCancelIndex;
 // In a key's index: the completion is that of the operation's own timer (a queued
-// operation's time limit), not of the operation. Slot indices stay below it.
+// operation's time limit), not of the operation. Slot indices stay below it; kWakeIndex
+// and kCancelIndex have it too (reap tests it once for all three).
 constexpr std::uint32_t kTimerBit = 0x80000000u;
 constexpr unsigned kEntries = 256;
 constexpr unsigned kCompletionEntries = 4096;
 constexpr std::size_t kMaxTransfer = 0x7ffff000;  // Linux's MAX_RW_COUNT on 4 KiB pages
 
-constexpr std::uint32_t bit(IoOpcode opcode) noexcept {
-  return std::uint32_t{1} << static_cast<unsigned>(opcode);
+// Per opcode: 0 for those not ordered (files), 1 for reads, 2 for writes, as the epoll
+// loop's waiter lists (epoll_loop.cc's isWrite). A table of 256 so that any byte indexes it.
+constexpr std::uint8_t direction(IoOpcode opcode) noexcept {
+  switch (opcode) {
+    case IoOpcode::kReceive:
+    case IoOpcode::kReceiveMessage:
+    case IoOpcode::kAccept:
+    case IoOpcode::kPollReadable:
+      return 1;
+    case IoOpcode::kSend:
+    case IoOpcode::kSendMessage:
+    case IoOpcode::kConnect:
+    case IoOpcode::kPollWritable:
+      return 2;
+    case IoOpcode::kReadAt:
+    case IoOpcode::kWriteAt:
+    case IoOpcode::kSync:
+      return 0;
+  }
+  return 0;
 }
-// The opcodes served in issue order per descriptor and direction, and those of them that
-// are writes (the rest are reads), as the epoll loop's waiter lists.
-constexpr std::uint32_t kOrdered =
-    bit(IoOpcode::kReceive) | bit(IoOpcode::kReceiveMessage) | bit(IoOpcode::kAccept) |
-    bit(IoOpcode::kPollReadable) | bit(IoOpcode::kSend) | bit(IoOpcode::kSendMessage) |
-    bit(IoOpcode::kConnect) | bit(IoOpcode::kPollWritable);
-constexpr std::uint32_t kWrites = bit(IoOpcode::kSend) | bit(IoOpcode::kSendMessage) |
-                                  bit(IoOpcode::kConnect) | bit(IoOpcode::kPollWritable);
+constexpr auto kDirections = [] {
+  std::array<std::uint8_t, 256> table{};
+  for (unsigned i = 0; i < table.size(); ++i) table[i] = direction(static_cast<IoOpcode>(i));
+  return table;
+}();
 
-bool isOrdered(const IoOperation& op) noexcept {
-  return (kOrdered & bit(op.opcode)) != 0 && op.fd >= 0;
-}
+// Lanes are numbered 2 * fd for reads and 2 * fd + 1 for writes; an operation that is not
+// ordered (a file's, or one with fd < 0) has kNoLane.
+constexpr std::uint32_t kNoLane = 0xffffffffu;
 
 int setUpRing(io_uring& ring, unsigned entries, unsigned completionEntries) noexcept {
   io_uring_params params{};
@@ -116,24 +133,40 @@ class UringLoop final : public IoLoopBase {
       op.loopShutDown = true;
       return true;
     }
-    List* lane = nullptr;
-    if (isOrdered(op)) {
-      lane = laneOf(op);
-      if (lane == nullptr) [[unlikely]] {
-        op.result = -ENOMEM;  // growing the table of descriptors failed
+    std::uint32_t lane = kNoLane;
+    if (const std::uint32_t direction = kDirections[static_cast<std::uint8_t>(op.opcode)];
+        direction != 0 && op.fd >= 0) {
+      lane = static_cast<std::uint32_t>(op.fd) * 2 + direction - 1;
+      if (lane >= laneCount_ && !grow(lane)) [[unlikely]] {
+        op.result = -ENOMEM;
         return true;
       }
-      if (lane->head != nullptr) [[unlikely]] return enqueue(op, *lane);
+      if (lanes_[lane].head != nullptr) [[unlikely]] return enqueue(op, lane);
     }
-    op.loopCancelled = false;
-    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
-    op.loopKey = takeSlot(op);
-    if (!prepareEntries(op, op.timeoutNs >= 0)) [[unlikely]] {
-      releaseSlot(indexOf(op.loopKey));
+    const bool timed = op.timeoutNs >= 0;
+    // A linked timeout must follow its operation in the same submission.
+    if (timed && io_uring_sq_space_left(&ring_) < 2) io_uring_submit(&ring_);
+    io_uring_sqe* sqe = nextSqe();
+    if (sqe == nullptr) {
       op.result = -EBUSY;
       return true;
     }
-    if (lane != nullptr) append(*lane, op);
+    prepare(sqe, op);
+    op.loopCancelled = false;
+    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
+    op.loopKey = takeSlot(op, lane);
+    io_uring_sqe_set_data64(sqe, op.loopKey);
+    if (timed) {
+      io_uring_sqe* timeout = io_uring_get_sqe(&ring_);  // room was made above
+      sqe->flags |= IOSQE_IO_LINK;
+      setTimespec(op);
+      io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
+      io_uring_sqe_set_data64(timeout, kCancelKey);
+    }
+    if (lane != kNoLane) {  // alone in its lane
+      op.loopNext = op.loopPrev = nullptr;
+      lanes_[lane].head = lanes_[lane].tail = &op;
+    }
     ++inFlight_;
     return false;
   }
@@ -150,7 +183,7 @@ class UringLoop final : public IoLoopBase {
       // timed out) with its completion waiting for this loop's turn, as epoll's ready ops.
       const bool neverTookEffect = slot.where == Where::kQueued;
       const bool timer = slot.timer;
-      remove(neverTookEffect ? *laneOf(op) : ready_, op);
+      remove(neverTookEffect ? lanes_[slot.lane] : ready_, op);
       retire(op, index);
       // The kernel may not have read its timer's entry yet, which points into `op`.
       if (timer) io_uring_submit(&ring_);
@@ -197,15 +230,13 @@ class UringLoop final : public IoLoopBase {
     if (shutDown_) return;
     shutDown_ = true;
     // Operations queued behind a lane's head never reached the kernel: they end now.
-    for (Lanes& lanes : fds_) {
-      for (List* lane : {&lanes.reads, &lanes.writes}) {
-        while (lane->head != nullptr && lane->head->loopNext != nullptr) {
-          IoOperation& op = *lane->head->loopNext;
-          remove(*lane, op);
-          op.result = -ECANCELED;
-          op.loopShutDown = true;
-          makeReady(op);
-        }
+    for (List& lane : lanes_) {
+      while (lane.head != nullptr && lane.head->loopNext != nullptr) {
+        IoOperation& op = *lane.head->loopNext;
+        remove(lane, op);
+        op.result = -ECANCELED;
+        op.loopShutDown = true;
+        makeReady(op);
       }
     }
     if (inFlight_ == 0) return;
@@ -226,6 +257,7 @@ class UringLoop final : public IoLoopBase {
     IoOperation* op = nullptr;
     std::uint32_t generation = 0;
     std::uint32_t nextFree = 0;
+    std::uint32_t lane = kNoLane;  // the operation's lane, or kNoLane
     Where where = Where::kKernel;
     bool timer = false;  // the operation's own timer is in the kernel (kTimerBit)
   };
@@ -235,16 +267,12 @@ class UringLoop final : public IoLoopBase {
     IoOperation* head = nullptr;
     IoOperation* tail = nullptr;
   };
-  struct Lanes {
-    List reads;
-    List writes;
-  };
 
   static std::uint32_t indexOf(std::uint64_t key) noexcept {
     return static_cast<std::uint32_t>(key);
   }
 
-  std::uint64_t takeSlot(IoOperation& op) {
+  std::uint64_t takeSlot(IoOperation& op, std::uint32_t lane) {
     std::uint32_t index;
     if (freeHead_ != kNoFree) {
       index = freeHead_;
@@ -255,6 +283,7 @@ class UringLoop final : public IoLoopBase {
     }
     Slot& slot = slots_[index];
     slot.op = &op;
+    slot.lane = lane;
     slot.where = Where::kKernel;
     slot.timer = false;
     return (std::uint64_t{slot.generation} << 32) | index;
@@ -279,27 +308,23 @@ class UringLoop final : public IoLoopBase {
     op.loopNext = op.loopPrev = nullptr;
   }
 
-  // The lane of an ordered operation (isOrdered), growing the table to its descriptor;
-  // nullptr if that fails (std::bad_alloc).
-  List* laneOf(const IoOperation& op) noexcept {
-    const auto index = static_cast<std::size_t>(op.fd);
-    if (index >= fds_.size()) [[unlikely]] {
-      try {
-        fds_.resize(std::max<std::size_t>(index + 1, fds_.size() * 2));
-      } catch (...) {
-        return nullptr;
-      }
+  // Grows the table of lanes to hold `lane`. False if that fails (std::bad_alloc).
+  bool grow(std::uint32_t lane) noexcept {
+    try {
+      lanes_.resize(std::max<std::size_t>(std::size_t{lane} + 2, lanes_.size() * 2));
+      laneCount_ = static_cast<std::uint32_t>(std::min<std::size_t>(lanes_.size(), kNoLane));
+      return true;
+    } catch (...) {
+      return false;
     }
-    Lanes& lanes = fds_[index];
-    return (kWrites & bit(op.opcode)) != 0 ? &lanes.writes : &lanes.reads;
   }
 
   // Queues `op` behind its lane's head. Its time limit starts now, with a timer of its
   // own (loopTime holds the timespec until the kernel has read it).
-  bool enqueue(IoOperation& op, List& lane) noexcept {
+  bool enqueue(IoOperation& op, std::uint32_t lane) noexcept {
     op.loopCancelled = false;
     op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
-    op.loopKey = takeSlot(op);
+    op.loopKey = takeSlot(op, lane);
     Slot& slot = slots_[indexOf(op.loopKey)];
     slot.where = Where::kQueued;
     if (op.timeoutNs >= 0) {
@@ -314,18 +339,34 @@ class UringLoop final : public IoLoopBase {
       io_uring_sqe_set_data64(sqe, op.loopKey | kTimerBit);
       slot.timer = true;
     }
-    append(lane, op);
+    append(lanes_[lane], op);
     ++inFlight_;
     return false;
   }
 
-  // `op`, the head of its lane, leaves it (completed, or withdrawn): the next operation
-  // goes to the kernel. One that finds no submission queue entry fails as submit would.
-  void leaveLane(IoOperation& op) noexcept {
-    List& lane = *laneOf(op);  // the table holds op.fd already: no allocation
-    remove(lane, op);
+  // `op`, the head of lane `index`, leaves it (completed, or withdrawn).
+  void leaveLane(IoOperation& op, std::uint32_t index) noexcept {
+    List& lane = lanes_[index];
+    IoOperation* next = op.loopNext;
+    lane.head = next;
+    if (next == nullptr) [[likely]] {
+      lane.tail = nullptr;
+      return;
+    }
+    next->loopPrev = nullptr;
+    op.loopNext = nullptr;
+    promote(lane);
+  }
+
+  // The head of `lane` goes to the kernel. One that finds no submission queue entry fails
+  // as submit would, and the next goes. Out of line: the common path (one operation per
+  // lane) never comes here.
+  [[gnu::noinline]] void promote(List& lane) noexcept {
     while (IoOperation* next = lane.head) {
-      if (prepareEntries(*next, /*linkTimeout=*/false)) {  // its own timer, if any, runs
+      // No linked timeout: its own timer, armed when it queued, keeps running.
+      if (io_uring_sqe* sqe = nextSqe(); sqe != nullptr) {
+        prepare(sqe, *next);
+        io_uring_sqe_set_data64(sqe, next->loopKey);
         slots_[indexOf(next->loopKey)].where = Where::kKernel;
         return;
       }
@@ -345,41 +386,22 @@ class UringLoop final : public IoLoopBase {
   // head, which leaves its lane here), and removes its timer from the kernel.
   void retire(IoOperation& op, std::uint32_t index) noexcept {
     Slot& slot = slots_[index];
-    const bool kernel = slot.where == Where::kKernel;
-    const bool timer = slot.timer;
+    const std::uint32_t lane = slot.where == Where::kKernel ? slot.lane : kNoLane;
+    if (slot.timer) [[unlikely]] removeTimer(op);
     releaseSlot(index);  // a later completion of the operation or its timer is dropped
-    if (timer) {
-      if (io_uring_sqe* sqe = nextSqe(); sqe != nullptr) {  // else it fires, and is dropped
-        io_uring_prep_timeout_remove(sqe, op.loopKey | kTimerBit, 0);
-        io_uring_sqe_set_data64(sqe, kCancelKey);
-      }
+    if (lane != kNoLane) leaveLane(op, lane);
+  }
+  void removeTimer(const IoOperation& op) noexcept {
+    if (io_uring_sqe* sqe = nextSqe(); sqe != nullptr) {  // else it fires, and is dropped
+      io_uring_prep_timeout_remove(sqe, op.loopKey | kTimerBit, 0);
+      io_uring_sqe_set_data64(sqe, kCancelKey);
     }
-    if (kernel && isOrdered(op)) leaveLane(op);
   }
 
   static void setTimespec(IoOperation& op) noexcept {
     op.loopTime[0] = op.timeoutNs / 1000000000;
     op.loopTime[1] = op.timeoutNs % 1000000000;
     static_assert(sizeof op.loopTime == sizeof(__kernel_timespec));
-  }
-
-  // Fills the entry of `op` (keyed op.loopKey) and, when `linkTimeout`, its linked
-  // timeout. False when the submission queue has no room even after a submit.
-  bool prepareEntries(IoOperation& op, bool linkTimeout) noexcept {
-    // A linked timeout must follow its operation in the same submission.
-    if (linkTimeout && io_uring_sq_space_left(&ring_) < 2) io_uring_submit(&ring_);
-    io_uring_sqe* sqe = nextSqe();
-    if (sqe == nullptr) return false;
-    prepare(sqe, op);
-    io_uring_sqe_set_data64(sqe, op.loopKey);
-    if (linkTimeout) {
-      io_uring_sqe* timeout = io_uring_get_sqe(&ring_);  // room was made above
-      sqe->flags |= IOSQE_IO_LINK;
-      setTimespec(op);
-      io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
-      io_uring_sqe_set_data64(timeout, kCancelKey);
-    }
-    return true;
   }
 
   io_uring_sqe* nextSqe() noexcept {
@@ -392,7 +414,8 @@ class UringLoop final : public IoLoopBase {
     return sqe;
   }
 
-  static void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept {
+  // always_inline: in submit's common path, as it was before promote() called it too.
+  [[gnu::always_inline]] static void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept {
     // The ring's length field is 32 bits; Linux transfers at most kMaxTransfer bytes per
     // call anyway (as read(2) does), so a longer buffer is a partial transfer, not a
     // length truncated to its low bits.
@@ -452,7 +475,7 @@ class UringLoop final : public IoLoopBase {
     if (slots_[index].where != Where::kKernel) [[unlikely]] {
       if (slots_[index].where == Where::kReady) return;  // completing already
       // Queued: it never reached the kernel, and ends now (its completion runs from run()).
-      remove(*laneOf(op), op);
+      remove(lanes_[slots_[index].lane], op);
       op.result = -ECANCELED;
       op.loopCancelled = true;
       makeReady(op);
@@ -488,13 +511,12 @@ class UringLoop final : public IoLoopBase {
       io_uring_cq_advance(&ring_, count);
       for (unsigned i = 0; i < count; ++i) {
         const auto index = static_cast<std::uint32_t>(done[i].key);
-        if (index == kWakeIndex) {
-          wakeArmed_ = false;
-          continue;
-        }
-        if (index == kCancelIndex) continue;
-        if ((index & kTimerBit) != 0) [[unlikely]] {
-          timerExpired(done[i].key & ~std::uint64_t{kTimerBit}, done[i].res);
+        if ((index & kTimerBit) != 0) [[unlikely]] {  // the wake-up, a cancel, or a timer
+          if (index == kWakeIndex) {
+            wakeArmed_ = false;
+          } else if (index != kCancelIndex) {
+            timerExpired(done[i].key & ~std::uint64_t{kTimerBit}, done[i].res);
+          }
           continue;
         }
         if (index >= slots_.size() ||
@@ -502,8 +524,14 @@ class UringLoop final : public IoLoopBase {
             slots_[index].op == nullptr) {
           continue;  // withdrawn
         }
-        IoOperation& op = *slots_[index].op;
-        retire(op, index);  // the next in its lane goes to the kernel before `op` resumes
+        // retire(), for an operation in the kernel: the next in its lane goes to the
+        // kernel before `op` resumes.
+        Slot& slot = slots_[index];
+        IoOperation& op = *slot.op;
+        const std::uint32_t lane = slot.lane;
+        if (slot.timer) [[unlikely]] removeTimer(op);
+        releaseSlot(index);  // before `op` resumes: it may be submitted again
+        if (lane != kNoLane) leaveLane(op, lane);
         int res = done[i].res;
         if ((op.opcode == IoOpcode::kPollReadable || op.opcode == IoOpcode::kPollWritable) &&
             res > 0) {
@@ -547,7 +575,7 @@ class UringLoop final : public IoLoopBase {
     slot.timer = false;
     IoOperation& op = *slot.op;
     if (slot.where == Where::kQueued) {
-      remove(*laneOf(op), op);
+      remove(lanes_[slot.lane], op);
       op.result = -ETIMEDOUT;
       makeReady(op);
     } else if (slot.where == Where::kKernel) {
@@ -562,7 +590,8 @@ class UringLoop final : public IoLoopBase {
 
   io_uring ring_{};
   std::vector<Slot> slots_;
-  std::vector<Lanes> fds_;  // indexed by descriptor
+  std::vector<List> lanes_;  // indexed by lane number (2 * fd + direction)
+  std::uint32_t laneCount_ = 0;  // lanes_.size()
   List ready_;
   std::uint32_t freeHead_ = kNoFree;
   std::uint64_t wakeValue_ = 0;
