@@ -97,6 +97,12 @@ Lazy<std::size_t> readOnce(TcpStream& stream, std::span<std::byte> buffer) {
   co_return co_await stream.read(buffer);
 }
 
+// Waits until `a` or `b` has ended (a hand-shake; the test's watchdog is the hang guard).
+template <class T>
+void waitForEither(const test::Outcome<T>& a, const test::Outcome<T>& b) {
+  while (a.ends.load() == 0 && b.ends.load() == 0) std::this_thread::yield();
+}
+
 class StreamOrderTest : public test::IoBackendTest {};
 
 TEST_P(StreamOrderTest, WritesWaitingForRoomAreServedInIssueOrder) {
@@ -212,12 +218,15 @@ TEST_P(StreamOrderTest, ACancelledQueuedReadTakesNothingAndTheOthersKeepTheirOrd
     test::startOn(pool, readOnce(pair.stream, buffers[2]), read[2]);
     test::quiesce(pool);
     ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "abc", 3));
+    waitForEither(read[0], read[2]);
+    // The first read gets the bytes, the third still waits (had the third overtaken it,
+    // the next bytes let the first end, and the checks below fail).
+    EXPECT_EQ(read[2].ends.load(), 0);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "de", 2));
     read[0].wait();
     ASSERT_FALSE(read[0].result.hasException()) << read[0].what();
     ASSERT_EQ(read[0].result.value(), 3u);
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffers[0].data()), 3), "abc");
-    EXPECT_EQ(read[2].ends.load(), 0);
-    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "de", 2));
     read[2].wait();
     ASSERT_FALSE(read[2].result.hasException()) << read[2].what();
     ASSERT_EQ(read[2].result.value(), 2u);
@@ -252,6 +261,13 @@ TEST_P(StreamOrderTest, AQueuedReadTimesOutOnItsOwnLimit) {
   test::startOn(pool, readOnce(pair.stream, third), read3);
   test::quiesce(pool);
   ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "x", 1));
+  waitForEither(read1, read3);
+  if (read1.ends.load() == 0 && !read3.result.hasException()) {
+    // The third read overtook the first and took the byte: let the first end, and fail.
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "x", 1));
+    read1.wait();
+    FAIL() << "the read queued behind the first got the byte first";
+  }
   read1.wait();
   ASSERT_FALSE(read1.result.hasException()) << read1.what();
   EXPECT_EQ(read1.result.value(), 1u);
