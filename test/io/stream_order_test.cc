@@ -32,8 +32,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <exception>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
