@@ -22,13 +22,13 @@
 // transfer completes it), before the head's completion function runs, as epoll retries
 // its next waiter. The common case, one operation per direction, costs a table lookup and
 // a few loads and stores at submit and at completion (callgrind: +49 instructions per
-// operation on benchmark/io's ping-pong, +6.7 %). IoLoop's contract keeps a descriptor open while an operation
-// waits on it, so the table indexed by number cannot mix two sockets. File operations
-// (read at, write at, sync) are not ordered. A queued operation with a time limit gets a
-// timer of its own when it queues (its limit runs from submit, as on epoll, even while
-// the head waits longer); once in the kernel, the timer's expiry cancels it (reported as
-// ETIMEDOUT). An operation that ends without reaching the kernel (cancelled, timed out,
-// or the loop shut down) waits on ready_ for run() to complete it.
+// operation on benchmark/io's ping-pong, +6.7 %). IoLoop's contract keeps a descriptor
+// open while an operation waits on it, so the table indexed by number cannot mix two
+// sockets. File operations (read at, write at, sync) are not ordered. A queued operation
+// with a time limit gets a timer of its own when it queues (its limit runs from submit,
+// as on epoll, even while the head waits longer); once in the kernel, the timer's expiry
+// cancels it (reported as ETIMEDOUT). An operation that ends without reaching the kernel
+// (cancelled, timed out, or the loop shut down) waits on ready_ for run() to complete it.
 //
 // Ring set-up asks for COOP_TASKRUN (completion work runs when the worker enters the
 // kernel, not through an interrupting signal) with TASKRUN_FLAG, SINGLE_ISSUER (only the
