@@ -144,7 +144,11 @@ TEST(TimerQueueTest, CancellingFromTheMiddleKeepsTheOthersInOrder) {
   const auto kept = static_cast<std::size_t>(std::count(cancelled.begin(), cancelled.end(), false));
   EXPECT_EQ(queue.size(), kept);
   ASSERT_TRUE(recorder.waitFor(kept));
-  std::this_thread::sleep_for(25ms);  // a cancelled one would be delivered by now
+  // Hand-shake: stop(true) joins the timer thread, then delivers (flushes) whatever is
+  // still armed. So a cancelled entry that stayed in the heap, or a delivery still under
+  // way, is counted now, however slow the timer thread is.
+  EXPECT_EQ(queue.size(), 0u);
+  queue.stop(/*deliverPending=*/true);
   ASSERT_EQ(recorder.count(), kept);
   for (std::size_t k = 0; k < kept; ++k) {
     const int i = recorder.delivered[k];
@@ -266,7 +270,9 @@ TEST(TimerQueueTest, ConcurrentAddAndCancelFromManyThreads) {
   }
   for (auto& thread : threads) thread.join();
   ASSERT_TRUE(recorder.waitFor(static_cast<std::size_t>(kept.load())));
-  std::this_thread::sleep_for(10ms);
+  // Hand-shake: stop(true) joins the timer thread and flushes what is still armed, so a
+  // cancelled entry delivered anyway (or twice) is in `delivered` now.
+  queue.stop(/*deliverPending=*/true);
   std::vector<int> delivered = recorder.delivered;
   EXPECT_EQ(delivered.size(), static_cast<std::size_t>(kept.load()));
   std::sort(delivered.begin(), delivered.end());
