@@ -138,8 +138,8 @@ TEST(SpawnTest, AFiberSpawnedWithInFiberIsCancelledThroughItsHandle) {
                                         throw;
                                       }
                                     }));
-    // Hand-shake: cancel once the fiber's sleep is armed, so the cancellation reaches a
-    // parked fiber (not one that would find it on its way in).
+    // Hand-shake: cancel once the fiber's sleep is armed, so the cancellation ends a wait
+    // under way by disarming its timer (not a sleep that would find it on its way in).
     while (probe.armed.load() < 1) co_await yield();
     handle.cancel();
     co_await std::move(handle);

@@ -128,7 +128,8 @@ TEST(TaskGroupTest, TheFirstFailureCancelsTheOthersAndJoinRethrowsIt) {
     }
   };
   // Hand-shake: the failure comes once the five sleeps (four Lazys, one fiber) are
-  // armed, so it cancels tasks that wait (not tasks that would start cancelled).
+  // armed, so the cancellation it causes ends waits under way by disarming their timers
+  // (not tasks that would start cancelled).
   auto failing = [&]() -> Lazy<void> {
     while (probe.armed.load() < 5) co_await yield();
     throw std::runtime_error("first failure");
@@ -184,8 +185,8 @@ TEST(TaskGroupTest, CancelledFromOutsideEveryTaskEndsAndJoinReportsIt) {
     shared = &group;
     co_await group.join();
   };
-  // Hand-shake: the cancellation comes once all eight sleeps are armed, so it reaches
-  // tasks that wait (not tasks that would find it on their way in).
+  // Hand-shake: the cancellation comes once all eight sleeps are armed, so it ends waits
+  // under way by disarming their timers (not sleeps that would find it on their way in).
   std::thread canceller([&] {
     while (probe.armed.load() < 8 || shared.load() == nullptr) std::this_thread::yield();
     shared.load()->requestCancellation();
@@ -220,7 +221,7 @@ TEST(TaskGroupTest, TheParentTokenAndTheJoinersCancellationReachTheTasks) {
     };
     // Hand-shake: collectAll starts `cancel` only once the first branch waits in join(),
     // and `cancel` requests the cancellation only once the three tasks' sleeps are armed.
-    // So it reaches tasks that wait, through a joiner that waits.
+    // So it ends waits under way (disarming their timers), through a joiner that waits.
     auto cancel = [&]() -> Lazy<void> {
       while (probe.armed.load() < 3) co_await yield();
       parent.requestCancellation();

@@ -169,8 +169,8 @@ TEST(InFiberTest, ATasksTokenReachesTheFiber) {
     co_await inFiber([&] { weft::await(sleep(10s)); });
   };
   Task<void> task = withCancellation(source.token(), body().via(&probe));
-  // Hand-shake: the cancellation comes once the fiber's sleep is armed, so it reaches a
-  // fiber parked in the sleep (not one that would find it on its way in).
+  // Hand-shake: the cancellation comes once the fiber's sleep is armed, so it ends a wait
+  // under way by disarming its timer (not a sleep that would find it on its way in).
   std::thread canceller([&] {
     while (probe.armed.load() < 1) std::this_thread::yield();
     source.requestCancellation();
@@ -190,8 +190,8 @@ TEST(InFiberTest, ALazyAwaitedInAFiberInheritsTheFibersToken) {
   TimerProbeExecutor probe(pool);  // counts the Lazy's sleep when it is armed
   auto sleeper = [&]() -> Lazy<void> { co_await sleep(10s); };
   auto future = spawnFiber(&probe, [&] { weft::await(sleeper()); }, options);
-  // Hand-shake: the cancellation comes once the sleep is armed, so it reaches the Lazy
-  // while it waits (the token it inherited is the one the sleep registered with).
+  // Hand-shake: the cancellation comes once the sleep is armed, so it ends the Lazy's
+  // wait under way (through the fiber's token, which the Lazy inherited).
   while (probe.armed.load() < 1) std::this_thread::yield();
   source.requestCancellation();
   const auto start = std::chrono::steady_clock::now();
@@ -211,8 +211,8 @@ TEST(InFiberTest, AFiberCanStartAnotherWithItsOwnToken) {
       return 1;
     }));
   }, options);
-  // Hand-shake: the cancellation comes once the inner fiber's sleep is armed, so it
-  // reaches the inner fiber while it waits.
+  // Hand-shake: the cancellation comes once the inner fiber's sleep is armed, so it ends
+  // the inner fiber's wait under way (disarming its timer).
   while (probe.armed.load() < 1) std::this_thread::yield();
   source.requestCancellation();
   EXPECT_THROW(syncAwait(std::move(outer)), OperationCancelled);

@@ -81,9 +81,10 @@ inline bool waitUntilBlocked(pid_t tid) {
 // Returns once every worker of `pool` sleeps in its event loop: whatever had been
 // scheduled on it has run until it finished or waits (a coroutine or fiber is suspended,
 // its I/O handed to the kernel: the loop submits before it sleeps). A worker with work
-// never sleeps; one idle spins a little first. The workers are found by their names,
-// "<pool name>-<index>" (truncated to 15 characters, as Linux does): give the pool a
-// name no other live pool has.
+// never sleeps; one idle spins a little first. (A job that blocks its worker, on a
+// mutex or a latch, looks the same: use it where the pool's jobs do not block.) The
+// workers are found by their names, "<pool name>-<index>" (truncated to 15 characters,
+// as Linux does); if other live pools have the same name, their workers must sleep too.
 inline bool waitUntilIdle(const ThreadPool& pool) {
   std::vector<std::string> names;
   for (std::size_t i = 0; i < pool.threadCount(); ++i) {

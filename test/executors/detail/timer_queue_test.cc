@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace weft::detail {
@@ -292,12 +293,15 @@ struct SelfStopping {
 
 TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
   // Never destroyed (like the process-wide queue): the detached timer thread still
-  // relocks the queue's mutex on its way out, after stop() has returned.
-  static auto* selfStoppingState = new SelfStopping;
-  static auto* selfStoppingQueue =
-      new TimerQueue("test-timer", &SelfStopping::deliver, selfStoppingState);
+  // relocks the queue's mutex on its way out, after stop() has returned. A new pair for
+  // each run of the test (--gtest_repeat: the last run's queue is stopped), all kept
+  // reachable.
+  static std::vector<std::pair<SelfStopping*, TimerQueue*>> runs;
+  auto* selfStoppingState = new SelfStopping;
+  runs.emplace_back(selfStoppingState,
+                    new TimerQueue("test-timer", &SelfStopping::deliver, selfStoppingState));
   SelfStopping& selfStopping = *selfStoppingState;
-  TimerQueue& queue = *selfStoppingQueue;
+  TimerQueue& queue = *runs.back().second;
   selfStopping.queue = &queue;
   TaggedEntry first, pending;
   first.deadline = Clock::now();
