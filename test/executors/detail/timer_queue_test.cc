@@ -296,12 +296,12 @@ TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
   // relocks the queue's mutex on its way out, after stop() has returned. A new pair for
   // each run of the test (--gtest_repeat: the last run's queue is stopped), all kept
   // reachable.
-  static std::vector<std::pair<SelfStopping*, TimerQueue*>> runs;
+  static auto* runs = new std::vector<std::pair<SelfStopping*, TimerQueue*>>;
   auto* selfStoppingState = new SelfStopping;
-  runs.emplace_back(selfStoppingState,
-                    new TimerQueue("test-timer", &SelfStopping::deliver, selfStoppingState));
+  runs->emplace_back(selfStoppingState,
+                     new TimerQueue("test-timer", &SelfStopping::deliver, selfStoppingState));
   SelfStopping& selfStopping = *selfStoppingState;
-  TimerQueue& queue = *runs.back().second;
+  TimerQueue& queue = *runs->back().second;
   selfStopping.queue = &queue;
   TaggedEntry first, pending;
   first.deadline = Clock::now();
