@@ -19,6 +19,7 @@
 #include "weft/coro/task.h"
 #include "weft/coro/with_cancellation.h"
 #include "weft/executors/thread_pool.h"
+#include "test/support/thread_states.h"
 
 namespace weft {
 namespace {
@@ -240,11 +241,17 @@ TEST(CancellationCallbackTest, DestructorWaitsForTheCallbackRunningOnAnotherThre
   std::thread requester([&] { source.requestCancellation(); });
   while (!started) std::this_thread::yield();
   // The callback is running (and cannot finish until `release`). Let it go from a third
-  // thread, while this one is (with a correct destructor) blocked in the destructor.
+  // thread once this one is blocked (the kernel says so: test::waitUntilBlocked) after
+  // saying it goes into the destructor: a correct destructor waits there. One that
+  // did not wait would return with the callback still held, and fail the check below.
+  const pid_t destroyer = test::currentThreadId();
+  std::atomic<bool> destroying{false};
   std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (!destroying) std::this_thread::yield();
+    EXPECT_TRUE(test::waitUntilBlocked(destroyer));
     release = true;
   });
+  destroying = true;
   callback.reset();
   EXPECT_TRUE(finished);  // a destructor that did not wait returns before this is set
   requester.join();

@@ -30,6 +30,7 @@
 #include "test/support/fiber_wait_cancellation.h"
 #include "test/support/manual_executor.h"
 #include "test/support/pool_threads.h"
+#include "test/support/thread_states.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -330,8 +331,10 @@ TEST(ChannelTest, TaskWaiterResumesOnItsPoolWhenTheSenderIsElsewhere) {
   Channel<int> ch;
   std::atomic<bool> waiting{false};
   std::thread sender([&] {
+    // Hand-shake: once the receiver has started and the pool's workers are asleep, it
+    // waits in the receive, so the send below resumes a waiter from outside the pool.
     while (!waiting.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(1ms);  // let the receiver block (not required either way)
+    EXPECT_TRUE(test::waitUntilIdle(pool));
     syncAwait([&]() -> Lazy<void> { co_await ch.send(3); }());
   });
   bool onPool = syncAwait([&]() -> Lazy<bool> {

@@ -28,6 +28,7 @@
 #include "test/support/pool_threads.h"
 #include "test/support/stack_address.h"
 #include "test/support/start_detached.h"
+#include "test/support/thread_states.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -158,8 +159,10 @@ TEST(MutexTest, WaiterOnAPoolResumesOnThePoolNotOnTheUnlockingThread) {
     mutex.unlock();
   };
   waiter().via(&pool).start([&](Try<void>) { done.fetch_add(1); });
+  // Hand-shake: once the waiter has started and the pool's worker is asleep, the waiter
+  // waits in lock(), so this unlock resumes it from outside the pool.
   while (!started) std::this_thread::yield();
-  std::this_thread::sleep_for(1ms);  // let it reach the lock (either way the test holds)
+  EXPECT_TRUE(test::waitUntilIdle(pool));
   mutex.unlock();
   while (done.load() == 0) std::this_thread::yield();
   EXPECT_NE(resumedOn, std::this_thread::get_id());

@@ -127,13 +127,16 @@ TEST(SelectWhenTest, WithEveryCaseDisabledItWaitsForCancellation) {
   auto body = [&]() -> Lazy<void> {
     (void)co_await withCancellation(source.token(), select(a.receiveCase().when(false)));
   };
-  std::thread canceller([&] {
-    std::this_thread::sleep_for(10ms);
+  // Hand-shake: collectAll starts the canceller only once body() has suspended in the
+  // select, so the select did wait (a ready value in a disabled case did not end it).
+  auto cancel = [&]() -> Lazy<void> {
     source.requestCancellation();
-  });
+    co_return;
+  };
   Watchdog watchdog(60s, "SelectWhenTest.WithEveryCaseDisabledItWaitsForCancellation");
-  EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
-  canceller.join();
+  auto [selected, cancelled] = syncAwait(collectAll(body(), cancel()), &pool);
+  EXPECT_THROW(selected.value(), OperationCancelled);
+  cancelled.value();
   EXPECT_EQ(a.tryReceive(), std::optional<int>(1));
 }
 

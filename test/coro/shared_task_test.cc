@@ -58,7 +58,14 @@ TEST(SharedTaskTest, NothingRunsUntilTheFirstAwait) {
     co_return;
   };
   SharedTask<void> shared = share(work().via(&pool));
-  std::this_thread::sleep_for(10ms);
+  // Hand-shake: ThreadPool(1) runs its work in the order it was scheduled, so once a
+  // marker scheduled now has run, anything share() might have scheduled has run too.
+  std::atomic<bool> marker{false};
+  pool.schedule([&] {
+    marker.store(true);
+    marker.notify_all();
+  });
+  marker.wait(false);
   EXPECT_EQ(runs.load(), 0);
   EXPECT_FALSE(shared.ready());
   syncAwait(shared);
@@ -82,22 +89,26 @@ TEST(SharedTaskTest, TheExceptionReachesEveryAwaiter) {
 
 TEST(SharedTaskTest, ACancelledAwaiterLeavesAndTheWorkGoesOnForTheOthers) {
   ThreadPool pool(2);
-  std::atomic<bool> release{false};
+  Event release;
   auto work = [&]() -> Lazy<int> {
-    while (!release.load()) co_await sleep(1ms);
+    co_await release.wait();  // the shared work's own token: the awaiters' cannot end it
     co_return 7;
   };
   SharedTask<int> shared = share(work());
   auto impatient = [](SharedTask<int> s) -> Lazy<int> { co_return co_await withTimeout(s, 5ms); };
   Watchdog watchdog(60s, "SharedTaskTest.ACancelledAwaiterLeaves");
   EXPECT_THROW(syncAwait(impatient(shared), &pool), TimeoutError);
+  EXPECT_FALSE(shared.ready());
   auto patient = [](SharedTask<int> s) -> Lazy<int> { co_return co_await s; };
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(10ms);
-    release = true;
-  });
-  EXPECT_EQ(syncAwait(patient(shared), &pool), 7);
-  releaser.join();
+  // Hand-shake: collectAll starts the releaser only once patient() has suspended on the
+  // shared work, so the work that outlived the impatient awaiter finishes for a waiter.
+  auto releaser = [&]() -> Lazy<void> {
+    release.set();
+    co_return;
+  };
+  auto [value, released] = syncAwait(collectAll(patient(shared), releaser()), &pool);
+  EXPECT_EQ(value.value(), 7);
+  released.value();
 }
 
 TEST(SharedTaskTest, ATaskRunsOnItsExecutorAndFibersAwaitToo) {

@@ -34,6 +34,7 @@
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_executor.h"
+#include "test/support/thread_states.h"
 #include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
@@ -224,9 +225,7 @@ TEST(SleepCancellationTest, CancelledAfterCompletionChangesNothing) {
 
 TEST(SleepCancellationTest, CancelledWithoutAnExecutorThrowsOnTheCancellingThread) {
   CancellationSource source;
-  std::atomic<bool> armedSoon{false};
   auto body = [&]() -> Lazy<std::thread::id> {
-    armedSoon = true;
     try {
       co_await sleep(1h);
     } catch (const OperationCancelled&) {
@@ -234,18 +233,22 @@ TEST(SleepCancellationTest, CancelledWithoutAnExecutorThrowsOnTheCancellingThrea
     }
     co_return std::thread::id();
   };
+  Watchdog watchdog(60s, "CancelledWithoutAnExecutorThrowsOnTheCancellingThread");
+  // Hand-shake: the cancellation comes once the sleep is armed (it is in the process-wide
+  // timer queue) and this thread, after that, is blocked (in syncAwait: the coroutine has
+  // suspended). So the cancellation resumes a suspended sleep, on the canceller's thread.
+  const std::size_t armedBefore = detail::globalTimerQueue().size();
+  const pid_t awaiting = test::currentThreadId();
   std::thread::id cancellerId;
   std::thread canceller([&] {
     cancellerId = std::this_thread::get_id();
-    while (!armedSoon) std::this_thread::yield();
-    std::this_thread::sleep_for(1ms);  // usually armed by now; either way it must throw
+    while (detail::globalTimerQueue().size() != armedBefore + 1) std::this_thread::yield();
+    EXPECT_TRUE(test::waitUntilBlocked(awaiting));
     source.requestCancellation();
   });
-  Watchdog watchdog(60s, "CancelledWithoutAnExecutorThrowsOnTheCancellingThread");
   std::thread::id resumedOn = syncAwait(withCancellation(source.token(), body()));
   canceller.join();
-  // Cancelled while armed: resumed by the canceller; cancelled before suspending: here.
-  EXPECT_TRUE(resumedOn == cancellerId || resumedOn == std::this_thread::get_id());
+  EXPECT_EQ(resumedOn, cancellerId);
 }
 
 // Short sleeps racing cancellation on a 2-thread pool: each sleep ends exactly once,

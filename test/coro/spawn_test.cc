@@ -20,12 +20,14 @@
 #include "weft/executors/thread_pool.h"
 #include "weft/stackful/await.h"
 #include "weft/stackful/in_fiber.h"
+#include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
 namespace {
 
 using namespace std::chrono_literals;
+using test::TimerProbeExecutor;
 using test::Watchdog;
 
 constexpr auto kPromptly = 5s;  // far below the 10 s waits cancelled here
@@ -125,6 +127,7 @@ TEST(SpawnTest, CancellingTheAwaiterCancelsTheTaskAndWaitsForIt) {
 
 TEST(SpawnTest, AFiberSpawnedWithInFiberIsCancelledThroughItsHandle) {
   ThreadPool pool(2);
+  TimerProbeExecutor probe(pool);  // counts the fiber's sleep when it is armed
   std::atomic<bool> sawCancellation{false};
   auto body = [&]() -> Lazy<void> {
     JoinHandle<void> handle = spawn(co_await currentExecutor(), inFiber([&] {
@@ -135,11 +138,14 @@ TEST(SpawnTest, AFiberSpawnedWithInFiberIsCancelledThroughItsHandle) {
                                         throw;
                                       }
                                     }));
-    co_await sleep(5ms);
+    // Hand-shake: cancel once the fiber's sleep is armed, so the cancellation ends a wait
+    // under way by disarming its timer (not a sleep that would find it on its way in).
+    while (probe.armed.load() < 1) co_await yield();
     handle.cancel();
     co_await std::move(handle);
   };
-  EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
+  Watchdog watchdog(60s, "SpawnTest.AFiberSpawnedWithInFiberIsCancelledThroughItsHandle");
+  EXPECT_THROW(syncAwait(body(), &probe), OperationCancelled);
   EXPECT_TRUE(sawCancellation.load());
 }
 

@@ -11,6 +11,7 @@
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/channel.h"
+#include "weft/coro/collect.h"
 #include "weft/coro/current_executor.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/sleep.h"
@@ -21,12 +22,14 @@
 #include "weft/executors/thread_pool.h"
 #include "weft/stackful/await.h"
 #include "weft/stackful/in_fiber.h"
+#include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
 namespace {
 
 using namespace std::chrono_literals;
+using test::TimerProbeExecutor;
 using test::Watchdog;
 
 // Far below the 10 s waits the tests cancel, far above a loaded machine's delays.
@@ -114,6 +117,7 @@ TEST(TaskGroupTest, ConcurrentNextCallersShareTheResultsWithoutLoss) {
 
 TEST(TaskGroupTest, TheFirstFailureCancelsTheOthersAndJoinRethrowsIt) {
   ThreadPool pool(2);
+  TimerProbeExecutor probe(pool);  // counts the sleeps as they are armed
   std::atomic<int> cancelled{0};
   auto sleeper = [&]() -> Lazy<void> {
     try {
@@ -123,8 +127,11 @@ TEST(TaskGroupTest, TheFirstFailureCancelsTheOthersAndJoinRethrowsIt) {
       throw;
     }
   };
-  auto failing = []() -> Lazy<void> {
-    co_await sleep(5ms);
+  // Hand-shake: the failure comes once the five sleeps (four Lazys, one fiber) are
+  // armed, so the cancellation it causes ends waits under way by disarming their timers
+  // (not tasks that would start cancelled).
+  auto failing = [&]() -> Lazy<void> {
+    while (probe.armed.load() < 5) co_await yield();
     throw std::runtime_error("first failure");
   };
   auto body = [&]() -> Lazy<void> {
@@ -136,7 +143,7 @@ TEST(TaskGroupTest, TheFirstFailureCancelsTheOthersAndJoinRethrowsIt) {
   };
   const auto start = std::chrono::steady_clock::now();
   try {
-    syncAwait(body(), &pool);
+    syncAwait(body(), &probe);
     ADD_FAILURE() << "join did not rethrow";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "first failure");
@@ -168,25 +175,24 @@ TEST(TaskGroupTest, WithoutCancelOnFirstFailureTheOthersFinish) {
 
 TEST(TaskGroupTest, CancelledFromOutsideEveryTaskEndsAndJoinReportsIt) {
   ThreadPool pool(2);
-  std::atomic<int> started{0};
+  TimerProbeExecutor probe(pool);  // counts the tasks' sleeps as they are armed
   std::atomic<TaskGroup<>*> shared{nullptr};
   auto body = [&]() -> Lazy<void> {
     TaskGroup<> group(co_await currentExecutor());
     for (int i = 0; i < 8; ++i) {
-      group.spawn([](std::atomic<int>& s) -> Lazy<void> {
-        s.fetch_add(1);
-        co_await sleep(10s);
-      }(started));
+      group.spawn([]() -> Lazy<void> { co_await sleep(10s); }());
     }
     shared = &group;
     co_await group.join();
   };
+  // Hand-shake: the cancellation comes once all eight sleeps are armed, so it ends waits
+  // under way by disarming their timers (not sleeps that would find it on their way in).
   std::thread canceller([&] {
-    while (started.load() < 8 || shared.load() == nullptr) std::this_thread::sleep_for(1ms);
+    while (probe.armed.load() < 8 || shared.load() == nullptr) std::this_thread::yield();
     shared.load()->requestCancellation();
   });
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
+  EXPECT_THROW(syncAwait(body(), &probe), OperationCancelled);
   EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
   canceller.join();
 }
@@ -194,6 +200,7 @@ TEST(TaskGroupTest, CancelledFromOutsideEveryTaskEndsAndJoinReportsIt) {
 TEST(TaskGroupTest, TheParentTokenAndTheJoinersCancellationReachTheTasks) {
   ThreadPool pool(2);
   for (bool viaJoiner : {false, true}) {
+    TimerProbeExecutor probe(pool);  // counts the tasks' sleeps as they are armed
     CancellationSource parent;
     std::atomic<int> cancelled{0};
     auto body = [&]() -> Lazy<void> {
@@ -212,15 +219,19 @@ TEST(TaskGroupTest, TheParentTokenAndTheJoinersCancellationReachTheTasks) {
       }
       co_await group.join();
     };
-    std::thread canceller([&] {
-      std::this_thread::sleep_for(10ms);
+    // Hand-shake: collectAll starts `cancel` only once the first branch waits in join(),
+    // and `cancel` requests the cancellation only once the three tasks' sleeps are armed.
+    // So it ends waits under way (disarming their timers), through a joiner that waits.
+    auto cancel = [&]() -> Lazy<void> {
+      while (probe.armed.load() < 3) co_await yield();
       parent.requestCancellation();
-    });
+    };
     // viaJoiner: the token reaches only the coroutine waiting in join().
     Lazy<void> run = viaJoiner ? withCancellation(parent.token(), body()) : body();
-    EXPECT_THROW(syncAwait(std::move(run), &pool), OperationCancelled) << viaJoiner;
+    auto [joined, cancelling] = syncAwait(collectAll(std::move(run), cancel()), &probe);
+    EXPECT_THROW(joined.value(), OperationCancelled) << viaJoiner;
+    cancelling.value();
     EXPECT_EQ(cancelled.load(), 3) << "join returned before every task had ended";
-    canceller.join();
   }
 }
 

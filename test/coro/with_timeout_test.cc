@@ -27,6 +27,7 @@
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
+#include "test/support/manual_timer_executor.h"
 #include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
@@ -111,14 +112,18 @@ TEST(WithTimeoutTest, CancellingTheAwaiterThrowsOperationCancelledNotTimeout) {
   ThreadPool pool(2);
   CancellationSource source;
   auto never = []() -> Lazy<void> { co_await sleep(1h); };
-  std::thread canceller([&] {
-    std::this_thread::sleep_for(2ms);
+  // Hand-shake: collectAll starts its second branch only once the first has suspended,
+  // that is once the work's sleep and the timeout's timer are both armed. So the
+  // cancellation reaches a withTimeout that waits, never one that has not started.
+  auto cancel = [&]() -> Lazy<void> {
     source.requestCancellation();
-  });
+    co_return;
+  };
   Watchdog watchdog(60s, "WithTimeoutTest.CancellingTheAwaiter");
-  EXPECT_THROW(syncAwait(withCancellation(source.token(), withTimeout(never(), 1h)).via(&pool)),
-               OperationCancelled);
-  canceller.join();
+  auto [waited, cancelled] = syncAwait(
+      collectAll(withCancellation(source.token(), withTimeout(never(), 1h)), cancel()).via(&pool));
+  EXPECT_THROW(waited.value(), OperationCancelled);
+  cancelled.value();
 }
 
 TEST(WithTimeoutTest, NestedTimeoutsTheInnerFiresFirst) {
@@ -238,14 +243,21 @@ TEST(WithTimeoutAwaitableTest, AMutexLockGrantedInTimeIsKept) {
 }
 
 // A user's awaitable that knows nothing of cancellation: withTimeout cannot end it early,
-// so it waits for it and returns its value (nothing obtained is thrown away).
+// so it waits for it and returns its value (nothing obtained is thrown away). Its thread
+// resumes the awaiter only once the timeout has fired: `timers` holds the timeout's timer
+// until the awaitable is waiting, then fires it, and fireAll() returns once withTimeout
+// has taken the timeout in (the work's token cancelled). So the value always comes after
+// the timeout, whatever the machine's speed.
 struct PlainThreadAwaitable {
   int value;
   std::thread* thread;
+  test::ManualTimerExecutor* timers;
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
-    *thread = std::thread([h] {
-      std::this_thread::sleep_for(30ms);
+    *thread = std::thread([h, timers = timers] {
+      // withTimeout arms its timer after this await has suspended.
+      ASSERT_TRUE(timers->waitUntilArmed(1));
+      timers->fireAll();
       h.resume();
     });
   }
@@ -254,11 +266,13 @@ struct PlainThreadAwaitable {
 
 TEST(WithTimeoutAwaitableTest, AnAwaitableThatCannotBeCancelledDeliversItsValue) {
   ThreadPool pool(2);
+  test::ManualTimerExecutor timers(pool);
   std::thread resumer;
   auto body = [&]() -> Lazy<int> {
-    co_return co_await withTimeout(PlainThreadAwaitable{9, &resumer}, 1ms);
+    co_return co_await withTimeout(PlainThreadAwaitable{9, &resumer, &timers}, 1ms);
   };
-  EXPECT_EQ(syncAwait(body(), &pool), 9);
+  Watchdog watchdog(60s, "WithTimeoutAwaitableTest.AnAwaitableThatCannotBeCancelled");
+  EXPECT_EQ(syncAwait(body().via(&timers)), 9);
   resumer.join();
 }
 
@@ -305,13 +319,16 @@ TEST(WithCancellationAwaitableTest, BindsTheTokenToAnAwaitable) {
   auto body = [&]() -> Lazy<std::optional<int>> {
     co_return co_await withCancellation(source.token(), channel.receive());
   };
-  std::thread canceller([&] {
-    std::this_thread::sleep_for(5ms);
+  // Hand-shake: collectAll starts the canceller only once body() has suspended in the
+  // receive, so the cancellation reaches a waiting receive.
+  auto cancel = [&]() -> Lazy<void> {
     source.requestCancellation();
-  });
+    co_return;
+  };
   Watchdog watchdog(60s, "WithCancellationAwaitableTest.BindsTheTokenToAnAwaitable");
-  EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
-  canceller.join();
+  auto [received, cancelled] = syncAwait(collectAll(body(), cancel()), &pool);
+  EXPECT_THROW(received.value(), OperationCancelled);
+  cancelled.value();
 }
 
 TEST(WithTimeoutDestroyTest, DestroyingASuspendedWithTimeoutDisarmsBothTimers) {

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -20,14 +19,11 @@
 #include <thread>
 #include <vector>
 
-#if defined(__linux__)
-#include <dirent.h>
-#endif
-
 #include "weft/coro/lazy.h"
 #include "weft/coro/sync_await.h"
 #include "weft/executors/executor.h"
 #include "test/support/eager_coroutine.h"
+#include "test/support/thread_states.h"
 
 namespace weft {
 namespace {
@@ -440,12 +436,19 @@ TEST(ThreadPoolTest, ShutdownRunsWorkAlreadyQueued) {
   // The first job holds the only worker, so the others are still queued at shutdown.
   pool.schedule([&] { (void)gate.waitFor(); });
   for (int i = 0; i < kTasks; ++i) pool.schedule([&] { ran.fetch_add(1); });
+  // Hand-shake: the gate opens once this thread has said it calls shutdown() and then
+  // blocked (the kernel says so: test::waitUntilBlocked), that is inside shutdown(),
+  // which waits for the queued work. So that work runs during the shutdown.
+  const pid_t closer = test::currentThreadId();
+  std::atomic<bool> closing{false};
   std::thread opener([&] {
-    std::this_thread::sleep_for(50ms);  // let shutdown() start first (not required)
+    while (!closing) std::this_thread::yield();
+    EXPECT_TRUE(test::waitUntilBlocked(closer));
     gate.set();
   });
   {
     Watchdog watchdog("shutdown");
+    closing = true;
     pool.shutdown();
   }
   opener.join();
@@ -466,12 +469,18 @@ TEST(ThreadPoolTest, ShutdownRunsWorkScheduledWhileDraining) {
     if (depth < kDepth) pool.schedule([&, depth] { chain(depth + 1); });
   };
   for (int i = 0; i < kRoots; ++i) pool.schedule([&] { chain(0); });
+  // Hand-shake: the gate opens once this thread is blocked inside shutdown() (as in
+  // ShutdownRunsWorkAlreadyQueued), so the chains schedule their jobs while it drains.
+  const pid_t closer = test::currentThreadId();
+  std::atomic<bool> closing{false};
   std::thread opener([&] {
-    std::this_thread::sleep_for(50ms);
+    while (!closing) std::this_thread::yield();
+    EXPECT_TRUE(test::waitUntilBlocked(closer));
     gate.set();
   });
   {
     Watchdog watchdog("shutdown");
+    closing = true;
     pool.shutdown();
   }
   opener.join();
@@ -580,6 +589,7 @@ TEST(ThreadPoolTest, ShutsDownWhileOutsideThreadsKeepScheduling) {
   ThreadPool pool(2, "racing");
   std::atomic<int> accepted{0};
   std::atomic<int> ran{0};
+  std::atomic<int> producing{0};  // producers that had a job accepted
   std::vector<std::thread> producers;
   for (int p = 0; p < 2; ++p) {
     producers.emplace_back([&] {
@@ -587,13 +597,17 @@ TEST(ThreadPoolTest, ShutsDownWhileOutsideThreadsKeepScheduling) {
         try {
           pool.schedule([&] { ran.fetch_add(1); });
           accepted.fetch_add(1);
+          if (i == 0) producing.fetch_add(1);
         } catch (const ExecutorShutDown&) {
           return;
         }
       }
     });
   }
-  std::this_thread::sleep_for(5ms);
+  // Hand-shake: shutdown() starts once both producers are scheduling (each had a job
+  // accepted), not before they began. Where in their run it lands is the race under
+  // test; the claim holds wherever.
+  while (producing.load() < 2) std::this_thread::yield();
   {
     Watchdog watchdog("shutdown");
     pool.shutdown();
@@ -688,26 +702,6 @@ TEST(ThreadPoolTest, NoLostWakeUpWhenWorkersScheduleForSleepingPeers) {
 }
 
 #if defined(__linux__)
-// The states ('R', 'S', ...) of the threads named "<prefix>...".
-std::vector<char> threadStates(const std::string& prefix) {
-  std::vector<char> states;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return states;
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] == '.') continue;
-    const std::string base = std::string("/proc/self/task/") + entry->d_name;
-    std::string comm;
-    std::getline(std::ifstream(base + "/comm"), comm);
-    if (comm.rfind(prefix, 0) != 0) continue;
-    std::string stat;
-    std::getline(std::ifstream(base + "/stat"), stat);
-    const auto paren = stat.rfind(')');
-    if (paren != std::string::npos && paren + 2 < stat.size()) states.push_back(stat[paren + 2]);
-  }
-  closedir(dir);
-  return states;
-}
-
 TEST(ThreadPoolTest, IdleWorkersSleepInsteadOfSpinning) {
   Countdown ran(100);
   ThreadPool pool(2, "sleepy");
@@ -717,7 +711,7 @@ TEST(ThreadPoolTest, IdleWorkersSleepInsteadOfSpinning) {
   const auto deadline = std::chrono::steady_clock::now() + kTimeout;
   std::vector<char> states;
   for (;;) {
-    states = threadStates("sleepy-");
+    states = test::threadStates("sleepy-");
     if (states.size() == 2 && states[0] == 'S' && states[1] == 'S') break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline)
         << "workers still not asleep: " << std::string(states.begin(), states.end());

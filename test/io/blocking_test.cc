@@ -30,6 +30,7 @@
 #include "test/support/counted.h"
 #include "test/support/io_support.h"
 #include "test/support/manual_executor.h"
+#include "test/support/manual_timer_executor.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -673,6 +674,7 @@ TEST(BlockingCancelTest, WithTimeoutReturnsTheValueWhenFnFinishesFirst) {
 
 TEST(BlockingCancelTest, WithTimeoutKeepsTheValueOfAStartedFn) {
   ThreadPool tasks(2, "timeout");
+  test::ManualTimerExecutor timers(tasks);  // the timeout fires when the test says
   BlockingPool pool(1, 10s, "timeout");
   syncAwait(blocking(pool, [] {}));  // a thread is ready: fn starts at once
   std::atomic<bool> ran{false};
@@ -688,15 +690,17 @@ TEST(BlockingCancelTest, WithTimeoutKeepsTheValueOfAStartedFn) {
       return 6;
     });
   };
-  // The timer almost always fires after fn has started; if the machine is so slow that
-  // it fires first, fn never runs and TimeoutError is right. A started fn's value is
-  // never lost.
-  try {
-    EXPECT_EQ(syncAwait(withTimeout(call(), 20ms).via(&tasks)), 6);
-    EXPECT_TRUE(ran.load());
-  } catch (const TimeoutError&) {
-    EXPECT_FALSE(ran.load()) << "fn ran, and its value was lost";
-  }
+  // Hand-shake: the timeout's timer is held until fn has started, then fired. So the
+  // timeout always comes while fn runs, whatever the machine's speed, and fn's value
+  // must come back rather than TimeoutError.
+  std::thread firer([&] {
+    while (!ran) std::this_thread::yield();
+    ASSERT_TRUE(timers.waitUntilArmed(1));
+    timers.fireAll();
+  });
+  Watchdog watchdog(60s, "BlockingCancelTest.WithTimeoutKeepsTheValueOfAStartedFn");
+  EXPECT_EQ(syncAwait(withTimeout(call(), 20ms).via(&timers)), 6);
+  firer.join();
 }
 
 TEST(BlockingCancelTest, WithTimeoutOfAQueuedCallTimesOut) {

@@ -24,6 +24,9 @@
 //    (io_uring, or a completion waiting for the loop's turn), and never leak what a
 //    completed accept returned (IoDestroyAfterArrivalTest and the same-turn test).
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -152,6 +155,24 @@ void quiesce(ThreadPool& pool) {
   }
 }
 
+// Waits until the listening socket `fd` has a connection in its accept queue (for a
+// listening socket, TCP_INFO's tcpi_unacked is that queue's length); false if it does not
+// within a second. The bound: on a kernel without COOP_TASKRUN, io_uring's task work may
+// take the connection out of the queue at once, even while the worker is held, and the
+// wait would never see it; callers hold either way, only their coverage differs.
+bool waitForPendingConnection(int fd) {
+  const auto giveUp = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < giveUp) {
+    tcp_info info{};
+    socklen_t length = sizeof info;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0 && info.tcpi_unacked >= 1) {
+      return true;
+    }
+    std::this_thread::yield();
+  }
+  return false;
+}
+
 // Runs `f` on the pool's one worker and waits for it.
 template <class F>
 void onWorker(ThreadPool& pool, F f) {
@@ -219,19 +240,18 @@ class IoCancellationTest : public test::IoBackendTest {
     EXPECT_EQ(test::openFdCount(), fdsBefore_) << "a descriptor leaked";
   }
 
-  // Reads whatever is readable within a short poll, without weft (the peer wrote it
-  // before; loopback delivers within its send).
-  static std::string readableNow(int fd) {
+  // Reads, without weft, the `size` bytes the peer wrote before (loopback delivers them
+  // within its send), or what is there of them: poll() waits up to 10 s for each part (a
+  // bound for data that was lost, not a timing claim: present data is read at once).
+  static std::string readAvailable(int fd, std::size_t size) {
     std::string out;
     char buffer[256];
-    for (int i = 0; i < 100; ++i) {
-      const ssize_t n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
-      if (n > 0) {
-        out.append(buffer, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (!out.empty()) break;
-      std::this_thread::sleep_for(1ms);
+    while (out.size() < size) {
+      pollfd readable{fd, POLLIN, 0};
+      if (::poll(&readable, 1, 10'000) != 1) break;
+      const ssize_t n = ::recv(fd, buffer, std::min(sizeof buffer, size - out.size()), MSG_DONTWAIT);
+      if (n <= 0) break;
+      out.append(buffer, static_cast<std::size_t>(n));
     }
     return out;
   }
@@ -615,7 +635,10 @@ TEST_P(IoCancellationTest, DestroyingAnAcceptThatCompletedInTheSameTurnIsReporte
       if (!test::sendAllBlocking(pair.peer.get(), "x", 1)) return 21;
       client = test::connectBlocking(listener.localAddress());
       if (!client) return 22;
-      std::this_thread::sleep_for(10ms);  // lets the kernel post both; not a claim
+      // Hand-shake: the connection is in the listener's accept queue (the data was in
+      // the stream's receive queue when sendAllBlocking returned: loopback), so the
+      // loop's next turn sees both.
+      (void)waitForPendingConnection(listener.nativeHandle());
       hold.release([] {});
     }
     quiesce(pool);
@@ -705,7 +728,7 @@ TEST_P(IoDestroyAfterArrivalTest, DestroyingAReadWhoseDataArrivedLeavesTheDataOr
       hold.release([&] { doomed.reset(); });
     }
     if (Counted::alive() != 0) return 22;
-    return readableNow(pair.stream.nativeHandle()) == "data" ? 0 : 23;
+    return readAvailable(pair.stream.nativeHandle(), 4) == "data" ? 0 : 23;
   }));
 }
 

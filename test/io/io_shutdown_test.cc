@@ -32,6 +32,7 @@
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/io_support.h"
+#include "test/support/thread_states.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -178,10 +179,13 @@ class IoShutdownTest : public test::IoBackendTest {
           }));
         }
       }
-      // Every one has started to wait. (Whether its operation is already in the kernel or
-      // is submitted after the loop shut down, the answer is ExecutorShutDown.)
+      // Hand-shake: every one has started to wait, and then both workers are asleep in
+      // their loops: every coroutine and fiber is suspended and its operation is in the
+      // kernel (a loop hands its queued operations over before it sleeps). So the
+      // shutdown meets operations in flight. (Were one submitted after the loop shut
+      // down, the answer would be ExecutorShutDown too.)
       while (tally.waiting.load() != kReaders + kAcceptors) std::this_thread::yield();
-      std::this_thread::sleep_for(20ms);  // most are in the kernel by now; not a claim
+      EXPECT_TRUE(test::waitUntilIdle(*pool));
       if (stop == Stop::kShutdown) {
         pool->shutdown();
         // The fibers have ended (the pool is stopped but still exists): their futures

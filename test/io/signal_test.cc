@@ -98,12 +98,18 @@ TEST(SignalTest, EveryWaiterForTheSignalIsWokenAndOthersAreNot) {
 
 TEST(SignalTest, ASignalNobodyWaitedForIsKeptForTheNextWait) {
   ThreadPool pool(1);
-  (void)signal(SIGUSR2);  // installs the handler
-  ::kill(::getpid(), SIGUSR2);
-  std::this_thread::sleep_for(50ms);  // the dispatcher has it by now (else the wait waits)
-  auto body = []() -> Lazy<int> { co_return co_await signal(SIGUSR2); };
+  const int marker = SIGRTMIN + 5;  // used by no other test here: never pending from one
+  (void)signal(SIGUSR2, marker);    // installs the handlers
+  // Hand-shake: raise() returns after the handler has run on this thread, so the
+  // dispatcher's pipe holds SIGUSR2, then the marker, in that order. The dispatcher
+  // handles them in that order: once a wait for the marker has returned (whether the
+  // marker woke it or was kept for it), SIGUSR2 has been handled, with nobody waiting.
+  ::raise(SIGUSR2);
+  ::raise(marker);
+  auto waitFor = [](int s) -> Lazy<int> { co_return co_await signal(s); };
   Watchdog watchdog(60s, "SignalTest.ASignalNobodyWaitedForIsKeptForTheNextWait");
-  EXPECT_EQ(syncAwait(body(), &pool), SIGUSR2);
+  EXPECT_EQ(syncAwait(waitFor(marker), &pool), marker);
+  EXPECT_EQ(syncAwait(waitFor(SIGUSR2), &pool), SIGUSR2);
 }
 
 TEST(SignalTest, AWaitIsCancellableAndTakesNothing) {

@@ -30,6 +30,7 @@
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/io_backends.h"
 #include "test/support/io_support.h"
+#include "test/support/thread_states.h"
 
 namespace weft {
 namespace {
@@ -264,9 +265,12 @@ TEST_P(UdpSocketTest, CancelsAPendingReceiveFromAnotherThread) {
     co_await socket.receiveFrom(buffer);
     ADD_FAILURE() << "nothing was sent";
   };
+  // Hand-shake: once the receive has started and the pool's worker is asleep, the
+  // receive is in flight (the loop hands queued operations to the kernel before it
+  // sleeps), so the cancellation ends a pending receive.
   std::thread canceller([&] {
     while (!started) std::this_thread::yield();
-    std::this_thread::sleep_for(20ms);  // most likely in flight by now; either way it throws
+    EXPECT_TRUE(test::waitUntilIdle(p));
     source.requestCancellation();
   });
   EXPECT_THROW(syncAwait(withCancellation(source.token(), receive()).via(&p)), OperationCancelled);

@@ -22,12 +22,14 @@
 #include "weft/executors/thread_pool.h"
 #include "weft/stackful/await.h"
 #include "weft/stackful/spawn_fiber.h"
+#include "test/support/timer_probe_executor.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
 namespace {
 
 using namespace std::chrono_literals;
+using test::TimerProbeExecutor;
 using test::Watchdog;
 
 // A generous bound for "at once": far below the waits the tests cancel (10 s), far above
@@ -62,7 +64,15 @@ TEST(InFiberTest, NothingRunsUntilAwaited) {
     auto dropped = inFiber([&] { runs.fetch_add(1); });
   }
   auto started = inFiber([&] { runs.fetch_add(1); });
-  std::this_thread::sleep_for(10ms);
+  // Hand-shake: ThreadPool(1) runs its work in the order it was scheduled, so once a
+  // marker scheduled now has run, a fiber started on the pool by inFiber() (it must not
+  // be) would have run too.
+  std::atomic<bool> marker{false};
+  pool.schedule([&] {
+    marker.store(true);
+    marker.notify_all();
+  });
+  marker.wait(false);
   EXPECT_EQ(runs.load(), 0);
   syncAwait([&]() -> Lazy<void> { co_await std::move(started); }(), &pool);
   EXPECT_EQ(runs.load(), 1);
@@ -153,18 +163,16 @@ TEST(InFiberTest, WithTimeoutTakesAnInFiberDirectly) {
 
 TEST(InFiberTest, ATasksTokenReachesTheFiber) {
   ThreadPool pool(2);
+  TimerProbeExecutor probe(pool);  // counts the fiber's sleep when it is armed
   CancellationSource source;
-  std::atomic<bool> waiting{false};
   auto body = [&]() -> Lazy<void> {  // named: the coroutine refers to its captures
-    co_await inFiber([&] {
-      waiting = true;
-      weft::await(sleep(10s));
-    });
+    co_await inFiber([&] { weft::await(sleep(10s)); });
   };
-  Task<void> task = withCancellation(source.token(), body().via(&pool));
+  Task<void> task = withCancellation(source.token(), body().via(&probe));
+  // Hand-shake: the cancellation comes once the fiber's sleep is armed, so it ends a wait
+  // under way by disarming its timer (not a sleep that would find it on its way in).
   std::thread canceller([&] {
-    while (!waiting.load()) std::this_thread::sleep_for(1ms);
-    std::this_thread::sleep_for(5ms);  // most likely parked in the sleep by now
+    while (probe.armed.load() < 1) std::this_thread::yield();
     source.requestCancellation();
   });
   const auto start = std::chrono::steady_clock::now();
@@ -179,13 +187,12 @@ TEST(InFiberTest, ALazyAwaitedInAFiberInheritsTheFibersToken) {
   CancellationSource source;
   SpawnOptions options;
   options.cancellationToken = source.token();
-  std::atomic<bool> started{false};
-  auto sleeper = [&]() -> Lazy<void> {
-    started = true;
-    co_await sleep(10s);
-  };
-  auto future = spawnFiber(&pool, [&] { weft::await(sleeper()); }, options);
-  while (!started.load()) std::this_thread::sleep_for(1ms);
+  TimerProbeExecutor probe(pool);  // counts the Lazy's sleep when it is armed
+  auto sleeper = [&]() -> Lazy<void> { co_await sleep(10s); };
+  auto future = spawnFiber(&probe, [&] { weft::await(sleeper()); }, options);
+  // Hand-shake: the cancellation comes once the sleep is armed, so it ends the Lazy's
+  // wait under way (through the fiber's token, which the Lazy inherited).
+  while (probe.armed.load() < 1) std::this_thread::yield();
   source.requestCancellation();
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(syncAwait(std::move(future)), OperationCancelled);
@@ -197,15 +204,16 @@ TEST(InFiberTest, AFiberCanStartAnotherWithItsOwnToken) {
   CancellationSource source;
   SpawnOptions options;
   options.cancellationToken = source.token();
-  std::atomic<bool> innerStarted{false};
-  auto outer = spawnFiber(&pool, [&] {
+  TimerProbeExecutor probe(pool);  // counts the inner fiber's sleep when it is armed
+  auto outer = spawnFiber(&probe, [&] {
     return weft::await(inFiber([&] {
-      innerStarted = true;
       weft::await(sleep(10s));
       return 1;
     }));
   }, options);
-  while (!innerStarted.load()) std::this_thread::sleep_for(1ms);
+  // Hand-shake: the cancellation comes once the inner fiber's sleep is armed, so it ends
+  // the inner fiber's wait under way (disarming its timer).
+  while (probe.armed.load() < 1) std::this_thread::yield();
   source.requestCancellation();
   EXPECT_THROW(syncAwait(std::move(outer)), OperationCancelled);
 }

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -11,6 +10,7 @@
 #include "weft/coro/sync_await.h"
 #include "weft/executors/thread_pool.h"
 #include "weft/stackful/spawn_fiber.h"
+#include "test/support/thread_states.h"
 
 namespace weft::test {
 
@@ -40,9 +40,11 @@ void expectFiberWaitCancelled(ThreadPool& pool, Wait wait) {
           }
         },
         std::move(options));
+    // Hand-shake: once the fiber has started and the pool's workers are asleep, the fiber
+    // is parked in its wait (or, cancelled first, has ended), so the cancellation below
+    // reaches a parked fiber.
     while (!started.load()) std::this_thread::yield();
-    // Not a timing assertion: it only makes it likely that the fiber is parked by now.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_TRUE(waitUntilIdle(pool));
     source.requestCancellation();
     EXPECT_TRUE(syncAwait(std::move(fiber)))
         << (cancelFirst ? "cancelled before the wait" : "cancelled during the wait");

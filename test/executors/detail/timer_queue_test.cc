@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace weft::detail {
@@ -168,7 +169,11 @@ TEST(TimerQueueTest, CancellingFromTheMiddleKeepsTheOthersInOrder) {
   const auto kept = static_cast<std::size_t>(std::count(cancelled.begin(), cancelled.end(), false));
   EXPECT_EQ(queue.size(), kept);
   ASSERT_TRUE(recorder.waitFor(kept));
-  std::this_thread::sleep_for(25ms);  // a cancelled one would be delivered by now
+  // Hand-shake: stop(true) joins the timer thread, then delivers (flushes) whatever is
+  // still armed. So a cancelled entry that stayed in the heap, or a delivery still under
+  // way, is counted now, however slow the timer thread is.
+  EXPECT_EQ(queue.size(), 0u);
+  queue.stop(/*deliverPending=*/true);
   ASSERT_EQ(recorder.count(), kept);
   for (std::size_t k = 0; k < kept; ++k) {
     const int i = recorder.delivered[k];
@@ -290,7 +295,9 @@ TEST(TimerQueueTest, ConcurrentAddAndCancelFromManyThreads) {
   }
   for (auto& thread : threads) thread.join();
   ASSERT_TRUE(recorder.waitFor(static_cast<std::size_t>(kept.load())));
-  std::this_thread::sleep_for(10ms);
+  // Hand-shake: stop(true) joins the timer thread and flushes what is still armed, so a
+  // cancelled entry delivered anyway (or twice) is in `delivered` now.
+  queue.stop(/*deliverPending=*/true);
   std::vector<int> delivered = recorder.delivered;
   EXPECT_EQ(delivered.size(), static_cast<std::size_t>(kept.load()));
   std::sort(delivered.begin(), delivered.end());
@@ -310,12 +317,15 @@ struct SelfStopping {
 
 TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
   // Never destroyed (like the process-wide queue): the detached timer thread still
-  // relocks the queue's mutex on its way out, after stop() has returned.
-  static auto* selfStoppingState = new SelfStopping;
-  static auto* selfStoppingQueue =
-      new TimerQueue("test-timer", &SelfStopping::deliver, selfStoppingState);
+  // relocks the queue's mutex on its way out, after stop() has returned. A new pair for
+  // each run of the test (--gtest_repeat: the last run's queue is stopped), all kept
+  // reachable.
+  static auto* runs = new std::vector<std::pair<SelfStopping*, TimerQueue*>>;
+  auto* selfStoppingState = new SelfStopping;
+  runs->emplace_back(selfStoppingState,
+                     new TimerQueue("test-timer", &SelfStopping::deliver, selfStoppingState));
   SelfStopping& selfStopping = *selfStoppingState;
-  TimerQueue& queue = *selfStoppingQueue;
+  TimerQueue& queue = *runs->back().second;
   selfStopping.queue = &queue;
   TaggedEntry first, pending;
   first.deadline = Clock::now();
