@@ -69,6 +69,7 @@
 #include "weft/io/tcp_stream.h"
 #include "test/support/io_support.h"
 #include "test/support/manual_executor.h"
+#include "test/support/one_worker.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -79,38 +80,9 @@ using namespace std::chrono_literals;
 // ---------------------------------------------------------------------------------------
 // Helpers.
 
-// How a started Task ended.
-template <class T>
-struct Outcome {
-  std::atomic<int> ends{0};
-  Try<T> result;
-
-  void wait() const {
-    while (ends.load() == 0) ends.wait(0);
-  }
-};
-
-template <class T>
-void startOn(Executor& executor, Lazy<T> lazy, Outcome<T>& outcome) {
-  std::move(lazy).via(&executor).start([&outcome](Try<T> result) {
-    outcome.result = std::move(result);
-    outcome.ends.fetch_add(1);
-    outcome.ends.notify_all();
-  });
-}
-
-// Returns once the pool's one worker has run what was scheduled before and handed its
-// queued I/O to the kernel.
-void quiesce(ThreadPool& pool) {
-  for (int i = 0; i < 2; ++i) {
-    std::atomic<bool> ran{false};
-    pool.schedule([&] {
-      ran.store(true);
-      ran.notify_all();
-    });
-    ran.wait(false);
-  }
-}
+using test::Outcome;
+using test::quiesce;
+using test::startOn;
 
 template <class Predicate>
 void waitUntil(Predicate predicate) {

@@ -65,6 +65,7 @@
 #include "weft/stackful/in_fiber.h"
 #include "test/support/counted.h"
 #include "test/support/io_support.h"
+#include "test/support/one_worker.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -99,61 +100,13 @@ Lazy<TcpStream> acceptCounted(TcpListener& listener) {
   co_return co_await listener.accept();
 }
 
-template <class T>
-struct Outcome {
-  std::atomic<int> ends{0};
-  Try<T> result;
-
-  void wait() const {
-    while (ends.load() == 0) ends.wait(0);
-  }
-  template <class E>
-  bool endedWith() const {
-    if (!result.hasException()) return false;
-    try {
-      std::rethrow_exception(result.exception());
-    } catch (const E&) {
-      return true;
-    } catch (...) {
-      return false;
-    }
-  }
-  std::string what() const {
-    if (!result.hasException()) return "(a value)";
-    try {
-      std::rethrow_exception(result.exception());
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-  }
-};
-
-template <class T>
-auto recordInto(Outcome<T>& outcome) {
-  return [&outcome](Try<T> result) {
-    outcome.result = std::move(result);
-    outcome.ends.fetch_add(1);
-    outcome.ends.notify_all();
-  };
-}
-
-template <class T>
-void startOn(ThreadPool& pool, Lazy<T> lazy, Outcome<T>& outcome) {
-  std::move(lazy).via(&pool).start(recordInto(outcome));
-}
-
-// Returns once the pool's one worker has run what was scheduled before and handed its
-// queued I/O to the kernel (see tcp_failure_test.cc).
-void quiesce(ThreadPool& pool) {
-  for (int i = 0; i < 2; ++i) {
-    std::atomic<bool> ran{false};
-    pool.schedule([&] {
-      ran.store(true);
-      ran.notify_all();
-    });
-    ran.wait(false);
-  }
-}
+using test::onWorker;
+using test::Outcome;
+using test::quiesce;
+using test::recordInto;
+using test::startOn;
+using test::startSuspended;
+using test::WorkerHold;
 
 // Waits until the listening socket `fd` has a connection in its accept queue (for a
 // listening socket, TCP_INFO's tcpi_unacked is that queue's length); false if it does not
@@ -171,60 +124,6 @@ bool waitForPendingConnection(int fd) {
     std::this_thread::yield();
   }
   return false;
-}
-
-// Runs `f` on the pool's one worker and waits for it.
-template <class F>
-void onWorker(ThreadPool& pool, F f) {
-  std::atomic<bool> ran{false};
-  pool.schedule([&] {
-    f();
-    ran.store(true);
-    ran.notify_all();
-  });
-  ran.wait(false);
-}
-
-// Holds the pool's one worker in a scheduled function until release(): what arrives
-// meanwhile (data, a connection, a cancellation) waits for its loop's next turn.
-class WorkerHold {
- public:
-  explicit WorkerHold(ThreadPool& pool) {
-    pool.schedule([this] {
-      held_.store(true);
-      held_.notify_all();
-      go_.wait(false);
-      then_();
-      done_.store(true);
-      done_.notify_all();
-    });
-    held_.wait(false);
-  }
-  // Runs `then` on the worker, still before its loop's next turn, and waits for it.
-  template <class F>
-  void release(F then) {
-    then_ = std::move(then);
-    go_.store(true);
-    go_.notify_all();
-    done_.wait(false);
-  }
-
- private:
-  std::atomic<bool> held_{false};
-  std::atomic<bool> go_{false};
-  std::atomic<bool> done_{false};
-  std::function<void()> then_;
-};
-
-// Resumes `lazy` by hand on the calling thread (a pool worker) until it first suspends,
-// as test/coro/suspended_destruction_test.cc does; false if it did not suspend.
-template <class T>
-bool startSuspended(ThreadPool& pool, Lazy<T>& lazy) {
-  auto handle = detail::LazyAccess::handle(lazy);
-  handle.promise().setExecutor(&pool);
-  handle.promise().setContinuation(std::noop_coroutine());  // finishing returns to nobody
-  handle.resume();
-  return !handle.done();
 }
 
 class IoCancellationTest : public test::IoBackendTest {

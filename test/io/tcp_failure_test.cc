@@ -50,6 +50,7 @@
 #include "weft/io/tcp_listener.h"
 #include "weft/io/tcp_stream.h"
 #include "test/support/io_support.h"
+#include "test/support/one_worker.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -110,19 +111,7 @@ void startOn(ThreadPool& pool, Lazy<T> lazy, Outcome<T>& outcome) {
   });
 }
 
-// Returns once the pool's one worker has run what was scheduled before and handed its
-// queued I/O to the kernel: two markers in a row (the worker polls its loop, which
-// submits, before it takes the second from the injection queue).
-void quiesce(ThreadPool& pool) {
-  for (int i = 0; i < 2; ++i) {
-    std::atomic<bool> ran{false};
-    pool.schedule([&] {
-      ran.store(true);
-      ran.notify_all();
-    });
-    ran.wait(false);
-  }
-}
+using test::quiesce;
 
 Lazy<std::size_t> readSome(TcpStream& stream, std::span<std::byte> buffer) {
   co_return co_await stream.read(buffer);

@@ -64,14 +64,21 @@ struct Outcome {
   }
 };
 
-// Starts `lazy` on `pool`; `outcome` records how it ends.
+// A start() callback that records the end in `outcome`.
 template <class T>
-void startOn(ThreadPool& pool, Lazy<T> lazy, Outcome<T>& outcome) {
-  std::move(lazy).via(&pool).start([&outcome](Try<T> result) {
+auto recordInto(Outcome<T>& outcome) {
+  return [&outcome](Try<T> result) {
     outcome.result = std::move(result);
     outcome.ends.fetch_add(1);
     outcome.ends.notify_all();
-  });
+  };
+}
+
+// Starts `lazy` on `executor` (a pool, or a test's own executor); `outcome` records how it
+// ends.
+template <class T>
+void startOn(Executor& executor, Lazy<T> lazy, Outcome<T>& outcome) {
+  std::move(lazy).via(&executor).start(recordInto(outcome));
 }
 
 // Runs `f` on the pool's one worker and waits for it.
