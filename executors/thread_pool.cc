@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -161,13 +163,22 @@ constexpr std::uint32_t kItemsPerIoPoll = 61;
 // trip, short enough that an idle pool goes quiet within microseconds.
 constexpr int kSearchRounds = 4;
 
+// The pool's name names its threads too (pthread_setname_np takes a C string): a NUL
+// would cut it silently.
+std::string checkedName(std::string name) {
+  if (std::find(name.begin(), name.end(), '\0') != name.end()) {
+    throw std::invalid_argument("weft: ThreadPool: the name contains a NUL byte");
+  }
+  return name;
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(std::size_t threads, std::string name)
     : ThreadPool(ThreadPoolOptions{threads, std::move(name), IoBackendChoice::kAuto}) {}
 
 ThreadPool::ThreadPool(ThreadPoolOptions options)
-    : Executor(std::move(options.name)),
+    : Executor(checkedName(std::move(options.name))),
       solo_(effectiveThreads(options.threads) == 1),
       ioBackend_(IoLoop::resolveBackend(options.ioBackend)),
       timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this) {

@@ -78,10 +78,11 @@ struct ThreadPoolOptions {
 // worker threads (it would wait for itself): weft prints a message naming the pool and
 // aborts. A scheduled coroutine handle must be non-null and suspended.
 //
-// Errors: the constructor throws std::system_error if a thread cannot be started.
+// Errors: the constructor throws std::system_error if a thread cannot be started, and
+// std::invalid_argument for a name with a NUL byte (it names the threads, a C string).
 // schedule() throws ExecutorShutDown after shutdown (a refused callable is destroyed
-// without running), std::bad_alloc if a queue cannot grow. A callable that throws is reported with the pool's name and the
-// process aborts (detail::reportEscapedException).
+// without running), std::bad_alloc if a queue cannot grow. A callable that throws is
+// reported with the pool's name and the process aborts (detail::reportEscapedException).
 //
 // Thread safety: every member function may be called concurrently from any thread
 // (subject to the precondition above); concurrent shutdown() calls all return once the

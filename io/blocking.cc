@@ -50,6 +50,10 @@ BlockingPool::BlockingPool(std::size_t maxThreads, std::chrono::steady_clock::du
                            std::string name)
     : idleTimeout_(idleTimeout), name_(std::move(name)), maxThreads_(maxThreads) {
   if (maxThreads == 0) throw std::invalid_argument("weft: BlockingPool with 0 threads");
+  // The name names the threads (pthread_setname_np takes a C string): a NUL would cut it.
+  if (std::find(name_.begin(), name_.end(), '\0') != name_.end()) {
+    throw std::invalid_argument("weft: BlockingPool: the name contains a NUL byte");
+  }
 }
 
 BlockingPool::~BlockingPool() { shutdown(); }

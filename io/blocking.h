@@ -82,7 +82,8 @@ class BlockingAwaiter;
 // threads (inside fn, or in a coroutine that continued there): weft prints a message
 // naming the pool and aborts. No call may be awaited on a pool being destroyed. A child
 // forked while a pool had threads must not use that pool (it has none of its threads).
-// Errors: the constructor throws std::invalid_argument for maxThreads == 0. A call that
+// Errors: the constructor throws std::invalid_argument for maxThreads == 0 and for a name
+// with a NUL byte (it names the threads, a C string). A call that
 // cannot start a thread when the pool has none throws std::system_error from its
 // co_await (with at least one thread, the call waits in the queue instead).
 // Thread safety: every member may be called concurrently from any thread.

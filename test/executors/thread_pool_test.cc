@@ -428,6 +428,13 @@ TEST(ThreadPoolTest, ZeroThreadsMeansOnePerHardwareThread) {
   EXPECT_TRUE(ranOptioned.waitFor());
 }
 
+// The name names the threads (a C string): a NUL would cut it silently.
+TEST(ThreadPoolTest, RejectsANameWithANulByte) {
+  EXPECT_THROW(ThreadPool(1, std::string("pool\0hidden", 11)), std::invalid_argument);
+  EXPECT_THROW(ThreadPool(ThreadPoolOptions{.threads = 1, .name = std::string("\0", 1)}),
+               std::invalid_argument);
+}
+
 TEST(ThreadPoolTest, ShutdownRunsWorkAlreadyQueued) {
   constexpr int kTasks = 10'000;
   std::atomic<int> ran{0};

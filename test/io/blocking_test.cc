@@ -79,6 +79,12 @@ void startSuspended(Lazy<T>& lazy, Executor* executor = nullptr,
 
 // --- results --------------------------------------------------------------------------
 
+// The name names the threads (a C string): a NUL would cut it silently.
+TEST(BlockingTest, APoolNameWithANulByteIsRejected) {
+  EXPECT_THROW(BlockingPool(1, std::chrono::seconds(1), std::string("io\0x", 4)),
+               std::invalid_argument);
+}
+
 TEST(BlockingTest, ReturnsTheValue) {
   EXPECT_EQ(syncAwait(blocking([] { return 6 * 7; })), 42);
 }
