@@ -30,7 +30,9 @@ using namespace std::chrono_literals;
 using test::TimerProbeExecutor;
 using test::Watchdog;
 
-constexpr auto kPromptly = 5s;  // far below the 10 s waits cancelled here
+// A wait that only a cancellation ends: if one is not delivered, the test hangs until
+// ctest's timeout instead of passing (no timing is judged).
+constexpr auto kForever = std::chrono::hours(1);
 
 Lazy<int> valueAfterYield(int v) {
   co_await yield();
@@ -95,14 +97,12 @@ TEST(SpawnTest, HandlesAwaitedInAnyOrderAndNever) {
 TEST(SpawnTest, CancelEndsTheTaskAndTheAwaitReportsIt) {
   ThreadPool pool(2);
   auto body = []() -> Lazy<void> {
-    JoinHandle<void> handle = spawn(co_await currentExecutor(), sleep(10s));
+    JoinHandle<void> handle = spawn(co_await currentExecutor(), sleep(kForever));
     co_await yield();
     handle.cancel();
     co_await std::move(handle);
   };
-  const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(syncAwait(body(), &pool), OperationCancelled);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
 }
 
 TEST(SpawnTest, CancellingTheAwaiterCancelsTheTaskAndWaitsForIt) {
@@ -110,7 +110,7 @@ TEST(SpawnTest, CancellingTheAwaiterCancelsTheTaskAndWaitsForIt) {
   std::atomic<bool> taskEnded{false};
   auto task = [&]() -> Lazy<void> {
     try {
-      co_await sleep(10s);
+      co_await sleep(kForever);
     } catch (const OperationCancelled&) {
       taskEnded = true;
       throw;
@@ -119,9 +119,7 @@ TEST(SpawnTest, CancellingTheAwaiterCancelsTheTaskAndWaitsForIt) {
   auto awaiter = [&]() -> Lazy<void> {
     co_await spawn(co_await currentExecutor(), task());
   };
-  const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(syncAwait(withTimeout(awaiter(), 10ms), &pool), TimeoutError);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
   EXPECT_TRUE(taskEnded.load());  // ended before the await returned: never abandoned
 }
 
@@ -132,7 +130,7 @@ TEST(SpawnTest, AFiberSpawnedWithInFiberIsCancelledThroughItsHandle) {
   auto body = [&]() -> Lazy<void> {
     JoinHandle<void> handle = spawn(co_await currentExecutor(), inFiber([&] {
                                       try {
-                                        weft::await(sleep(10s));
+                                        weft::await(sleep(kForever));
                                       } catch (const OperationCancelled&) {
                                         sawCancellation = true;
                                         throw;
@@ -184,7 +182,7 @@ TEST(SpawnTest, ADroppedHandleOfACancelledTaskEndsQuietly) {
   std::atomic<bool> ended{false};
   auto task = [&]() -> Lazy<void> {
     try {
-      co_await sleep(10s);
+      co_await sleep(kForever);
     } catch (const OperationCancelled&) {
       ended = true;
       throw;

@@ -33,7 +33,9 @@ using test::TimerProbeExecutor;
 using test::Watchdog;
 
 // Far below the 10 s waits the tests cancel, far above a loaded machine's delays.
-constexpr auto kPromptly = 5s;
+// A wait that only a cancellation ends: if one is not delivered, the test hangs until
+// ctest's timeout instead of passing (no timing is judged).
+constexpr auto kForever = std::chrono::hours(1);
 
 TEST(TaskGroupTest, JoinWaitsForTenThousandLazysAndFibersEachCountedOnce) {
   ThreadPool pool(2);
@@ -121,7 +123,7 @@ TEST(TaskGroupTest, TheFirstFailureCancelsTheOthersAndJoinRethrowsIt) {
   std::atomic<int> cancelled{0};
   auto sleeper = [&]() -> Lazy<void> {
     try {
-      co_await sleep(10s);
+      co_await sleep(kForever);
     } catch (const OperationCancelled&) {
       cancelled.fetch_add(1);
       throw;
@@ -137,18 +139,16 @@ TEST(TaskGroupTest, TheFirstFailureCancelsTheOthersAndJoinRethrowsIt) {
   auto body = [&]() -> Lazy<void> {
     TaskGroup<> group(co_await currentExecutor(), {.cancelOnFirstFailure = true});
     for (int i = 0; i < 4; ++i) group.spawn(sleeper());
-    group.spawn(inFiber([] { weft::await(sleep(10s)); }));
+    group.spawn(inFiber([] { weft::await(sleep(kForever)); }));
     group.spawn(failing());
     co_await group.join();
   };
-  const auto start = std::chrono::steady_clock::now();
   try {
     syncAwait(body(), &probe);
     ADD_FAILURE() << "join did not rethrow";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "first failure");
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
   EXPECT_EQ(cancelled.load(), 4);
 }
 
@@ -180,7 +180,7 @@ TEST(TaskGroupTest, CancelledFromOutsideEveryTaskEndsAndJoinReportsIt) {
   auto body = [&]() -> Lazy<void> {
     TaskGroup<> group(co_await currentExecutor());
     for (int i = 0; i < 8; ++i) {
-      group.spawn([]() -> Lazy<void> { co_await sleep(10s); }());
+      group.spawn([]() -> Lazy<void> { co_await sleep(kForever); }());
     }
     shared = &group;
     co_await group.join();
@@ -191,9 +191,7 @@ TEST(TaskGroupTest, CancelledFromOutsideEveryTaskEndsAndJoinReportsIt) {
     while (probe.armed.load() < 8 || shared.load() == nullptr) std::this_thread::yield();
     shared.load()->requestCancellation();
   });
-  const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(syncAwait(body(), &probe), OperationCancelled);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
   canceller.join();
 }
 
@@ -210,7 +208,7 @@ TEST(TaskGroupTest, TheParentTokenAndTheJoinersCancellationReachTheTasks) {
       for (int i = 0; i < 3; ++i) {
         group.spawn([](std::atomic<int>& c) -> Lazy<void> {
           try {
-            co_await sleep(10s);
+            co_await sleep(kForever);
           } catch (const OperationCancelled&) {
             c.fetch_add(1);
             throw;

@@ -34,7 +34,9 @@ using test::Watchdog;
 
 // A generous bound for "at once": far below the waits the tests cancel (10 s), far above
 // any scheduling delay of a loaded machine. Not a timing assertion beyond that.
-constexpr auto kPromptly = 5s;
+// A wait that only a cancellation ends: if one is not delivered, the test hangs until
+// ctest's timeout instead of passing (no timing is judged).
+constexpr auto kForever = std::chrono::hours(1);
 
 TEST(InFiberTest, RunsOnTheAwaitersExecutorAndReturnsTheValue) {
   ThreadPool pool(2);
@@ -94,7 +96,7 @@ TEST(InFiberTest, TheOptionsNameTheFiberAndTheirTokenReplacesTheInherited) {
   std::string name = "worker";
   options.name = name;
   options.cancellationToken = own.token();
-  auto work = inFiber([] { weft::await(sleep(10s)); }, options);
+  auto work = inFiber([] { weft::await(sleep(kForever)); }, options);
   auto lazy = [&]() -> Lazy<void> { co_await std::move(work); };
   Watchdog watchdog(60s, "InFiberTest.TheOptionsNameTheFiberAndTheirTokenReplacesTheInherited");
   EXPECT_THROW(syncAwait(lazy(), &pool), OperationCancelled);
@@ -118,15 +120,13 @@ class InFiberTimeoutTest : public ::testing::Test {
         }
       });
     };
-    const auto start = std::chrono::steady_clock::now();
     EXPECT_THROW(syncAwait(withTimeout(lazy(), 50ms), &pool), TimeoutError);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
     EXPECT_TRUE(sawCancellation.load());
   }
 };
 
 TEST_F(InFiberTimeoutTest, ASleepingFiber) {
-  expectTimeoutReachesFiber([] { weft::await(sleep(10s)); });
+  expectTimeoutReachesFiber([] { weft::await(sleep(kForever)); });
 }
 
 TEST_F(InFiberTimeoutTest, AFiberWaitingOnAChannel) {
@@ -149,14 +149,12 @@ TEST(InFiberTest, WithTimeoutTakesAnInFiberDirectly) {
   ThreadPool pool(1);
   auto body = []() -> Lazy<int> {
     co_return co_await withTimeout(inFiber([] {
-                                     weft::await(sleep(10s));
+                                     weft::await(sleep(kForever));
                                      return 1;
                                    }),
                                    20ms);
   };
-  const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(syncAwait(body(), &pool), TimeoutError);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
   auto quick = []() -> Lazy<int> { co_return co_await withTimeout(inFiber([] { return 3; }), 1h); };
   EXPECT_EQ(syncAwait(quick(), &pool), 3);
 }
@@ -166,7 +164,7 @@ TEST(InFiberTest, ATasksTokenReachesTheFiber) {
   TimerProbeExecutor probe(pool);  // counts the fiber's sleep when it is armed
   CancellationSource source;
   auto body = [&]() -> Lazy<void> {  // named: the coroutine refers to its captures
-    co_await inFiber([&] { weft::await(sleep(10s)); });
+    co_await inFiber([&] { weft::await(sleep(kForever)); });
   };
   Task<void> task = withCancellation(source.token(), body().via(&probe));
   // Hand-shake: the cancellation comes once the fiber's sleep is armed, so it ends a wait
@@ -175,9 +173,7 @@ TEST(InFiberTest, ATasksTokenReachesTheFiber) {
     while (probe.armed.load() < 1) std::this_thread::yield();
     source.requestCancellation();
   });
-  const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(syncAwait(std::move(task)), OperationCancelled);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
   canceller.join();
 }
 
@@ -188,15 +184,13 @@ TEST(InFiberTest, ALazyAwaitedInAFiberInheritsTheFibersToken) {
   SpawnOptions options;
   options.cancellationToken = source.token();
   TimerProbeExecutor probe(pool);  // counts the Lazy's sleep when it is armed
-  auto sleeper = [&]() -> Lazy<void> { co_await sleep(10s); };
+  auto sleeper = [&]() -> Lazy<void> { co_await sleep(kForever); };
   auto future = spawnFiber(&probe, [&] { weft::await(sleeper()); }, options);
   // Hand-shake: the cancellation comes once the sleep is armed, so it ends the Lazy's
   // wait under way (through the fiber's token, which the Lazy inherited).
   while (probe.armed.load() < 1) std::this_thread::yield();
   source.requestCancellation();
-  const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(syncAwait(std::move(future)), OperationCancelled);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, kPromptly);
 }
 
 TEST(InFiberTest, AFiberCanStartAnotherWithItsOwnToken) {
@@ -207,7 +201,7 @@ TEST(InFiberTest, AFiberCanStartAnotherWithItsOwnToken) {
   TimerProbeExecutor probe(pool);  // counts the inner fiber's sleep when it is armed
   auto outer = spawnFiber(&probe, [&] {
     return weft::await(inFiber([&] {
-      weft::await(sleep(10s));
+      weft::await(sleep(kForever));
       return 1;
     }));
   }, options);
