@@ -93,6 +93,8 @@ namespace detail {
 
 // Adds the chain from `from` up to its root to `trace` (at most kMaxAsyncDepth steps: a
 // corrupt or cyclic chain cannot hang the caller). noexcept: see addCoroutine.
+// Precondition: the chain stays alive while it is read: it is the calling coroutine's
+// (or fiber's), or a task dump reads it inside a DumpRead (coro/detail/dump_gate.h).
 inline constexpr int kMaxAsyncDepth = 256;
 void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept;
 

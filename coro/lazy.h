@@ -64,8 +64,15 @@ class LazyAwaiter {
   LazyAwaiter& operator=(LazyAwaiter&&) = delete;
   // Frees the frame: finished once the await has resumed, or suspended (or never started)
   // when the awaiting coroutine is destroyed while it waits here, which destroys the
-  // awaited chain with it.
-  ~LazyAwaiter() { handle_.destroy(); }
+  // awaited chain with it. First, either way, the awaiting coroutine's note that it waits
+  // on this frame is cleared (and the dump gate passed: coro/detail/dump_gate.h), so that
+  // no task dump follows the note into the frame once it is freed or reused.
+  ~LazyAwaiter() {
+    if constexpr (WEFT_TASK_TRACKING) {
+      if (LazyPromiseBase* awaiting = handle_.promise().awaitingPromise()) awaiting->clearWait();
+    }
+    handle_.destroy();
+  }
 
   bool await_ready() const noexcept { return false; }
 
@@ -90,10 +97,8 @@ class LazyAwaiter {
     return handle_;
   }
 
+  // The awaiting coroutine's note is cleared by the destructor, just after.
   T await_resume() {
-    if constexpr (WEFT_TASK_TRACKING) {
-      if (LazyPromiseBase* awaiting = handle_.promise().awaitingPromise()) awaiting->clearWait();
-    }
     if constexpr (std::is_void_v<T>) {
       handle_.promise().result_.value();
     } else {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "weft/coro/async_backtrace.h"
+#include "weft/coro/detail/dump_gate.h"
 #include "weft/coro/detail/dump_signal_hook.h"
 #include "weft/coro/detail/snapshot_reads.h"
 #include "weft/coro/detail/task_registry.h"
@@ -28,10 +29,17 @@ namespace detail {
 namespace {
 
 // A root Lazy: what it waits on is found by going down the Lazys it awaits to the one
-// that waits on something else (or on nothing: it runs, or is queued to run).
+// that waits on something else (or on nothing: it runs, or is queued to run). The record
+// (its shard is locked) keeps the root's frame alive; the DumpRead keeps the frames below
+// it and the awaiter it waits on (coro/detail/dump_gate.h).
 void dumpLazyRoot(const TaskRecord& record, TaskDumpEntry& entry) noexcept {
   try {
     entry.title = "task " + std::to_string(record.id) + " (" + record.type->origin + ")";
+    if (!DumpSession::canRead()) {
+      entry.state = kWaitNotRead;
+      return;
+    }
+    DumpRead read;
     const auto* leaf = static_cast<const LazyPromiseBase*>(record.subject);
     LazyPromiseBase::Wait wait = leaf->currentWait();
     for (int depth = 0; wait.awaitedLazy != nullptr && depth < kMaxAsyncDepth; ++depth) {
@@ -80,8 +88,12 @@ const TaskRecordType kTaskGroupRoot{"TaskGroup::spawn()", &dumpLazyRoot};
 
 void dumpTasks(std::ostream& out) {
   detail::Collected collected;
+  bool readWaits;
   {
-    detail::SnapshotReads snapshot;  // reads tasks that other threads run
+    // Reads tasks that other threads run: each while their owners wait at the dump gate.
+    detail::DumpSession session;
+    detail::SnapshotReads snapshot;
+    readWaits = detail::DumpSession::canRead();
     detail::forEachTask(&detail::collect, &collected);
     if (detail::ListFibers listFibers = detail::fiberLister()) listFibers(collected.entries);
   }
@@ -94,9 +106,13 @@ void dumpTasks(std::ostream& out) {
   const std::size_t fibers = collected.entries.size() - tasks;
   std::string text = "weft: " + std::to_string(tasks) + (tasks == 1 ? " task, " : " tasks, ") +
                      std::to_string(fibers) + (fibers == 1 ? " fiber" : " fibers") +
-                     (WEFT_TASK_TRACKING ? "\n"
+                     (WEFT_TASK_TRACKING ? ""
                                          : " (root tasks are listed in builds with "
-                                           "WEFT_TASK_TRACKING=1)\n");
+                                           "WEFT_TASK_TRACKING=1)") +
+                     (readWaits ? "\n"
+                                : " (what they wait on is not read: the kernel offers no "
+                                  "membarrier, which a dump needs to read other threads' "
+                                  "tasks safely)\n");
   for (std::size_t i = 0; i < collected.entries.size(); ++i) {
     const detail::TaskDumpEntry& entry = collected.entries[i];
     text += '\n';

@@ -27,11 +27,24 @@ namespace weft {
 // the branches of a collect behind the collect ("waiting on collectAll of 3 branches").
 // A task whose innermost coroutine waits on nothing is "running or runnable".
 //
-// A dump of a busy process is a snapshot: tasks that move while it is taken may show a
-// state they have just left. It never blocks them for longer than copying a few words
-// per task, and symbolizes (addr2line, see AsyncBacktrace) after letting go.
+// Consistency: a dump of a busy process is a snapshot taken one task at a time. Each
+// task, and each fiber, is read at one instant: the chain of Lazys it awaits, what the
+// innermost one waits on and the async backtrace are those of one moment, and a wait the
+// dump has seen cannot end until the dump has read that task (whoever resumes it waits
+// at the dump gate, coro/detail/dump_gate.h, no longer than the dump takes to read one
+// task: a few words per coroutine of its chain and a line describing its wait). Different
+// tasks are read at different instants, so two tasks that hand work to each other may
+// both show as waiting; a task that started or finished during the dump may be missing
+// or listed. The dump never reads memory that has been freed or reused meanwhile (a
+// finished child's frame, an awaiter whose wait ended, a fiber's stack): waits are
+// published and unpublished in an order that, with one membarrier() when the dump
+// starts, lets it read them safely. Running tasks pay a load and a branch where a wait
+// ends, and nothing else unless a dump runs. A kernel without membarrier (before 4.3,
+// or a seccomp filter that refuses it): tasks and fibers are listed without what they
+// wait on, and the first line says why. Symbolizing (addr2line, see AsyncBacktrace) is
+// done after letting go of the tasks.
 // Errors: what writing to `out` throws. Thread safety: any thread, any time, including
-// from inside a task (which then shows itself as running).
+// from inside a task (which then shows itself as running); concurrent dumps take turns.
 //
 // Example:
 //   weft::dumpTasks(std::cerr);

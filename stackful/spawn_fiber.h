@@ -17,6 +17,7 @@
 
 #include "weft/coro/async_backtrace.h"
 #include "weft/coro/cancellation.h"
+#include "weft/coro/detail/dump_gate.h"
 #include "weft/coro/detail/lazy_promise.h"
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/try.h"
@@ -267,6 +268,12 @@ class [[nodiscard]] FiberFuture {
       if (suspended_) [[unlikely]] {
         // Destroyed while waiting: detach. If the fiber finished first, its completion
         // has already claimed us and our resumption is under way (the caller's race).
+        // The state's note of who awaits the fiber goes first, and the dump gate is
+        // passed (coro/detail/dump_gate.h): a task dump reaches the state through the
+        // fiber, which runs on, and must not follow the note into the awaiting
+        // coroutine's frames once they are freed.
+        state_->traceParent_ = {};
+        detail::passDumpGate(state_->traceParent_);
         // acq_rel: as in detach().
         if (state_->state_.exchange(detail::SpawnState<T>::kDetached,
                                     std::memory_order_acq_rel) ==

@@ -125,3 +125,30 @@
 #define WEFT_OPAQUE_CALL
 #endif
 #endif
+
+// WEFT_FLAG_AFTER_STORE(flag, stored): whether `flag`, a std::atomic<std::uint32_t>, is
+// nonzero, loaded by one asm statement that also takes `stored`, an object the caller
+// has just written, as an input. The compiler then emits that store before the load, and
+// needs no compiler barrier, which would make it reload what it holds from memory (one
+// instruction more per await on the dump gate's path, coro/detail/dump_gate.h). No
+// hardware ordering: the dump gate gets that from membarrier. On other targets: a
+// compiler barrier and a relaxed load.
+#if defined(__x86_64__)
+#define WEFT_FLAG_AFTER_STORE(flag, stored)                                          \
+  ([&]() __attribute__((always_inline)) {                                            \
+    bool weft_set;                                                                   \
+    asm volatile("cmpl $0, %1" : "=@ccnz"(weft_set) : "m"(flag), "m"(stored));       \
+    return weft_set;                                                                 \
+  }())
+#elif defined(__aarch64__)
+#define WEFT_FLAG_AFTER_STORE(flag, stored)                                          \
+  ([&]() __attribute__((always_inline)) {                                            \
+    unsigned weft_value;                                                             \
+    asm volatile("ldr %w0, %1" : "=r"(weft_value) : "m"(flag), "m"(stored));         \
+    return weft_value != 0;                                                          \
+  }())
+#else
+#define WEFT_FLAG_AFTER_STORE(flag, stored)                                          \
+  (std::atomic_signal_fence(std::memory_order_seq_cst),                              \
+   (flag).load(std::memory_order_relaxed) != 0)
+#endif

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <concepts>
 #include <coroutine>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/config.h"
+#include "weft/coro/detail/dump_gate.h"
 #include "weft/coro/detail/dump_signal_hook.h"
 #include "weft/coro/detail/frame_allocator.h"
 #include "weft/coro/detail/via_awaiter.h"
@@ -161,7 +163,8 @@ struct NotedAwaiter {
   template <class Promise>
   [[gnu::always_inline]] decltype(auto) await_suspend(std::coroutine_handle<Promise> self);
   [[gnu::always_inline]] decltype(auto) await_resume() { return awaiter.await_resume(); }
-  // The note is cleared when the co_await is over, resumed or not (await_suspend threw).
+  // The note is cleared when the co_await is over, resumed or not (await_suspend threw),
+  // before the awaiter is destroyed.
   [[gnu::always_inline]] ~NotedAwaiter();
 };
 
@@ -249,16 +252,19 @@ class LazyPromiseBase : public FrameAllocated {
   // address in the coroutine's body at the co_await (WEFT_CODE_ADDRESS), which async
   // backtraces show as file:line.
   //
-  // Plain stores, not atomics: a dump on another thread reads these while the owner may
-  // be writing them (a snapshot, told to ThreadSanitizer as such: coro/task_dump.cc), and
-  // g++ does not keep values in registers across even a relaxed atomic store, which an
-  // uncontended Mutex::lock felt.
+  // A dump on another thread reads the note while the owner may be writing it
+  // (coro/detail/dump_gate.h tells how it never reads what the note led to once that is
+  // gone). The note is published with a release store: a dump that reads it (acquire)
+  // also reads what was written before, the WaitNote or the awaited Lazy's promise, not
+  // what an earlier use of that memory left there (on x86-64 this costs no instruction,
+  // only the compiler's ordering). clearWait() unpublishes it, then passes the dump gate:
+  // call it before the awaiter or the awaited Lazy's frame goes.
   // Kept only with WEFT_TASK_TRACKING (every caller is): without it the promise has no
   // room for them, a Lazy's frame is two words smaller, and there is never a note.
   void noteWait(const WaitNote* note, const void* suspendPoint) noexcept {
 #if WEFT_TASK_TRACKING
     suspendPoint_ = suspendPoint;
-    waitNote_ = reinterpret_cast<std::uintptr_t>(note);
+    publishWait(reinterpret_cast<std::uintptr_t>(note));
 #else
     (void)note;
     (void)suspendPoint;
@@ -267,15 +273,18 @@ class LazyPromiseBase : public FrameAllocated {
   void noteWaitOnLazy(const LazyPromiseBase* awaited, const void* suspendPoint) noexcept {
 #if WEFT_TASK_TRACKING
     suspendPoint_ = suspendPoint;
-    waitNote_ = reinterpret_cast<std::uintptr_t>(awaited) | 1u;
+    publishWait(reinterpret_cast<std::uintptr_t>(awaited) | 1u);
 #else
     (void)awaited;
     (void)suspendPoint;
 #endif
   }
+  // noexcept: a store, and passDumpGate's bounded wait while a dump reads.
   void clearWait() noexcept {
 #if WEFT_TASK_TRACKING
+    // A plain store: passDumpGate orders it before its load (dump_gate.h).
     waitNote_ = 0;
+    passDumpGate(waitNote_);
 #endif
   }
   // Where the coroutine is suspended: meaningful while a note is set.
@@ -286,14 +295,17 @@ class LazyPromiseBase : public FrameAllocated {
     return nullptr;
 #endif
   }
-  // The current note: at most one of the two is set.
+  // The current note: at most one of the two is set. A dump on another thread reads it
+  // only while it holds a DumpRead (coro/detail/dump_gate.h).
   struct Wait {
     const WaitNote* note;
     const LazyPromiseBase* awaitedLazy;
   };
   Wait currentWait() const noexcept {
 #if WEFT_TASK_TRACKING
-    const std::uintptr_t word = waitNote_;
+    // acquire: pairs with publishWait's release (the note and what it points to).
+    const std::uintptr_t word = std::atomic_ref<std::uintptr_t>(
+        const_cast<std::uintptr_t&>(waitNote_)).load(std::memory_order_acquire);
 #else
     const std::uintptr_t word = 0;
 #endif
@@ -337,6 +349,13 @@ class LazyPromiseBase : public FrameAllocated {
   static constexpr bool kHeldByValue =
       !std::is_reference_v<Transformed> && std::is_reference_v<AwaiterOf<Transformed>>;
 
+#if WEFT_TASK_TRACKING
+  // release: see noteWait.
+  void publishWait(std::uintptr_t word) noexcept {
+    std::atomic_ref<std::uintptr_t>(waitNote_).store(word, std::memory_order_release);
+  }
+#endif
+
   std::uintptr_t continuation_ = 0;
   AsyncParent asyncParent_;
 #if WEFT_TASK_TRACKING
@@ -358,7 +377,9 @@ template <class Promise>
 
 template <class Awaiter>
 [[gnu::always_inline]] inline NotedAwaiter<Awaiter>::~NotedAwaiter() {
-  if (note.describe != nullptr) promise->clearWait();  // it suspended (or tried to)
+  // It suspended (or tried to). Before the awaiter goes (it is destroyed after this body),
+  // and with it what a dump reading the note would describe.
+  if (note.describe != nullptr) promise->clearWait();
 }
 
 // The parent a coroutine awaited from `awaiting` records: the awaiting weft coroutine

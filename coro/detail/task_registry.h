@@ -36,8 +36,9 @@ struct TaskDumpEntry {
 struct TaskRecordType {
   const char* origin;
   // Fills `entry` (title, state, trace) from the record. Runs with the record's shard
-  // locked, so the record's subject is alive; what it reaches from there may change
-  // under it (a dump of running work is a snapshot). noexcept: a diagnostic.
+  // locked, so the record's subject is alive, inside a DumpSession; what it reaches from
+  // there it reads inside a DumpRead (coro/detail/dump_gate.h), which keeps it from being
+  // freed or reused meanwhile. noexcept: a diagnostic.
   void (*dump)(const TaskRecord& record, TaskDumpEntry& entry) noexcept;
 };
 

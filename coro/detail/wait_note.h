@@ -9,7 +9,10 @@ namespace weft::detail {
 // How a task dump (weft::dumpTasks, gdb's `weft tasks`) names what a suspended coroutine
 // or fiber waits on: appends it to `out`, given the awaiter (alive while it waits). An
 // awaiter describes itself with a member `void describeWait(std::string& out) const`
-// ("Mutex::lock", "sleep, due in 1.200 s"); any other awaiter is named by its type.
+// ("Mutex::lock", "sleep, due in 1.200 s"); any other awaiter is named by its type. A
+// dump calls it on its own thread while the wait cannot end (whoever resumes the waiter
+// waits for the dump: coro/detail/dump_gate.h), so it may read the awaiter and what the
+// awaiter points to, and must be quick: no lock, no blocking.
 using DescribeWait = void (*)(const void* awaiter, std::string& out);
 
 // The name of type T, from the compiler (no RTTI needed).

@@ -94,7 +94,7 @@ void* FiberCore::enter(SwitchFrame& frame) {
   frame.callerUncaught = eh->uncaughtExceptions;
   eh->caughtExceptions = ehCaught_;
   eh->uncaughtExceptions = ehUncaught_;
-  state_ = State::kRunning;
+  markRunning();
   return context_;
 }
 
@@ -188,7 +188,8 @@ void FiberCore::arrivedSanitized(ContextTransfer transfer) noexcept {
 #endif
 
 void FiberCore::finish() noexcept {
-  state_ = State::kDone;
+  // Relaxed: read by dumps (stateForDump), which read nothing of a finished fiber's park.
+  std::atomic_ref<State>(state_).store(State::kDone, std::memory_order_relaxed);
 #if WEFT_ASAN
   // Leaving for good: ASan may free this fiber's fake stack.
   asanStartSwitch(nullptr, asanCallerBottom_, asanCallerSize_);

@@ -6,6 +6,7 @@
 // (stackful/fiber.h) and the executor fibers of spawnFiber (stackful/spawn_fiber.h)
 // derive from it.
 
+#include <atomic>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/detail/dump_gate.h"
 #include "weft/stackful/detail/context.h"
 #include "weft/stackful/detail/fiber_local_storage.h"
 #include "weft/stackful/detail/fiber_registry.h"
@@ -113,6 +115,13 @@ class FiberCore : public FiberListHook {
 
   // noexcept on the accessors below: they read or move a member.
   State state() const noexcept { return state_; }
+  // The state, read by a task dump on another thread (stackful/detail/fiber_registry.cc),
+  // inside a DumpRead (coro/detail/dump_gate.h): while it reads kSuspended there, the
+  // fiber stays parked, and what its park noted (ParkLink) is what it parked on.
+  // acquire: pairs with the release of publishSuspended.
+  State stateForDump() const noexcept {
+    return std::atomic_ref<State>(const_cast<State&>(state_)).load(std::memory_order_acquire);
+  }
   bool done() const noexcept { return state_ == State::kDone; }
   std::uint64_t id() const noexcept { return id_; }
   // nullptr when unnamed.
@@ -144,7 +153,7 @@ class FiberCore : public FiberListHook {
   // again: refuseParkWhileUnwinding(). Forced inline: a few stores.
   [[gnu::always_inline]] ParkSwitch prepareSuspend() {
     throwIfUnwinding();
-    state_ = State::kSuspended;
+    publishSuspended();
     sanitizerTargetIsResumer();
     return ParkSwitch{this, context_};
   }
@@ -256,6 +265,21 @@ class FiberCore : public FiberListHook {
     void* fakeStack = nullptr;
 #endif
   };
+  // A park is published with a release store, after what the park noted (its ParkLink's
+  // note and site): a dump that reads kSuspended reads them too (on x86-64 no
+  // instruction, only the compiler's ordering). noexcept: a store.
+  void publishSuspended() noexcept {
+    std::atomic_ref<State>(state_).store(State::kSuspended, std::memory_order_release);
+  }
+  // As the fiber is resumed: marks it running, then passes the dump gate, so that a dump
+  // reading its park (the awaiter on its stack) is done before the fiber goes on and
+  // ends that await. noexcept: a store and passDumpGate's bounded wait.
+  void markRunning() noexcept {
+    // Relaxed: passDumpGate orders it (coro/detail/dump_gate.h).
+    std::atomic_ref<State>(state_).store(State::kRunning, std::memory_order_relaxed);
+    passDumpGate(state_);
+  }
+
   // The halves of a switch into the fiber (resume()): enter() prepares it and returns the
   // context to jump to (aborting on a bad resume; throws std::bad_alloc only when a shared
   // stack's save buffer cannot grow, before anything changed); leave() records where the
@@ -425,8 +449,8 @@ Box* FiberCore::create(SharedStack& stack, const FiberOptions& options, Args&&..
 inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
   // What a switch back to the resumer and the resumer's resume() of `next` would do, at
   // once: the exception state goes from this fiber to next, next becomes the running
-  // fiber and inherits our resumer (its own suspended context is read first).
-  state_ = State::kSuspended;
+  // fiber and inherits our resumer (its own suspended context is read first). The two
+  // states are stored last: g++ reloads after an atomic store what it loaded before it.
   EhState* const eh = ehGlobals();
   ehCaught_ = eh->caughtExceptions;
   ehUncaught_ = eh->uncaughtExceptions;
@@ -434,8 +458,9 @@ inline FiberCore::ParkSwitch FiberCore::handOffTo(FiberCore* next) noexcept {
   eh->uncaughtExceptions = next->ehUncaught_;
   void* const to = next->context_;
   next->context_ = context_;
-  next->state_ = State::kRunning;
   running_ = next;
+  publishSuspended();
+  next->markRunning();
   // The sanitizers: next inherits what they know of our resumer too (its stack's bounds,
   // its TSan fiber), and the switch goes to next (its stack, its TSan fiber).
 #if WEFT_ASAN

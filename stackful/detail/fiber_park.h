@@ -55,12 +55,18 @@ class FiberDriverPromise final : public LazyPromiseBase {
   FiberDriverPromise(const FiberDriverPromise&) = delete;
   FiberDriverPromise& operator=(const FiberDriverPromise&) = delete;
   // A driver frame destroyed before its body returned (its handle destroyed by whoever
-  // held it while the fiber was parked, instead of resumed): its fiber has been unwound
-  // with the frame, and `onAbandoned` tells the fiber's shared state, so that its future
-  // learns the fiber will never finish (spawn_fiber.h). noexcept: a destructor.
+  // held it while the fiber was parked, instead of resumed): `onAbandoned` tells the
+  // fiber's shared state, so that its future learns the fiber will never finish
+  // (spawn_fiber.h); the fiber is unwound and freed just after, with the frame's
+  // parameter that owns it. It is taken off the fiber registry first: the shared state,
+  // which task dumps reach through the fiber, may be freed by onAbandoned, and the
+  // coroutine awaiting the future, which they reach through the state, resumed.
+  // noexcept: a destructor.
   ~FiberDriverPromise() {
-    if (!returned_ && onAbandoned_ != nullptr) [[unlikely]]
+    if (!returned_ && onAbandoned_ != nullptr) [[unlikely]] {
+      if (fiber_ != nullptr) unregisterFiber(fiber_);
       onAbandoned_(abandonedArg_);
+    }
   }
 
   void return_void() noexcept { returned_ = true; }

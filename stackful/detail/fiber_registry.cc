@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "weft/coro/async_backtrace.h"
+#include "weft/coro/detail/dump_gate.h"
 #include "weft/coro/detail/spin_lock.h"
 #include "weft/coro/detail/task_registry.h"
 #include "weft/stackful/detail/fiber_core.h"
@@ -20,7 +21,7 @@ namespace {
 void appendFiber(AsyncBacktrace& trace, const void* subject) noexcept {
   const auto* fiber = static_cast<const FiberCore*>(subject);
   const ParkLink* link = fiber->parkLink();
-  if (fiber->state() == FiberCore::State::kSuspended && link != nullptr &&
+  if (fiber->stateForDump() == FiberCore::State::kSuspended && link != nullptr &&
       link->parkSite != nullptr) {
     trace.addNativeFrame(link->parkSite);
   }
@@ -58,12 +59,20 @@ const bool gFiberTracersSet = [] {
 }  // namespace
 
 // A task dump's entry for a fiber: its state, its stack, where it is parked and who
-// awaits it.
+// awaits it. The registry's lock (held by the caller) keeps the fiber, its stack and its
+// shared state alive; the DumpRead keeps a parked fiber parked, so that the awaiter on its
+// stack is the one its note names (coro/detail/dump_gate.h).
 void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
   try {
     entry.title = fiberLabel(fiber->id(), fiber->name());
+    if (!DumpSession::canRead()) {
+      entry.state = kWaitNotRead;
+      return;
+    }
+    DumpRead read;
     const ParkLink* link = fiber->parkLink();
-    switch (fiber->state()) {
+    const FiberCore::State state = fiber->stateForDump();
+    switch (state) {
       case FiberCore::State::kCreated:
         entry.state = "created, not started yet";
         break;
@@ -82,10 +91,13 @@ void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
         entry.state = "finished";
         break;
     }
-    char stack[96];
-    std::snprintf(stack, sizeof(stack), ", stack %.1f KiB of %zu KiB in use",
-                  static_cast<double>(fiber->stackInUse()) / 1024, fiber->stack().size() / 1024);
-    if (fiber->state() == FiberCore::State::kSuspended) entry.state += stack;
+    if (state == FiberCore::State::kSuspended) {
+      char stack[96];
+      std::snprintf(stack, sizeof(stack), ", stack %.1f KiB of %zu KiB in use",
+                    static_cast<double>(fiber->stackInUse()) / 1024,
+                    fiber->stack().size() / 1024);
+      entry.state += stack;
+    }
     appendFiberChain(entry.trace, fiber);
   } catch (...) {
     // No memory: the entry stays as far as it got.
@@ -134,8 +146,10 @@ void registerFiber(FiberCore* fiber) noexcept {
 void unregisterFiber(FiberCore* fiber) noexcept {
   FiberRegistryShard& shard = shardOf(fiber);
   std::lock_guard<SpinLock> lock(shard.lock);
+  if (fiber->listPrev == nullptr) return;  // taken off already
   fiber->listPrev->listNext = fiber->listNext;
   fiber->listNext->listPrev = fiber->listPrev;
+  fiber->listPrev = fiber->listNext = nullptr;
 }
 
 std::string fiberLabel(std::uint64_t id, const char* name) {

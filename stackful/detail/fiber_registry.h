@@ -18,8 +18,9 @@ struct FiberListHook {
   FiberListHook* listNext = nullptr;
 };
 
-// Lists `fiber` (at creation) / takes it off the list (at destruction). noexcept: a spin
-// lock and four stores.
+// Lists `fiber` (at creation) / takes it off the list (at destruction, or earlier when
+// its driver is destroyed while it is parked: a second call does nothing). noexcept: a
+// spin lock and a few stores.
 void registerFiber(FiberCore* fiber) noexcept;
 void unregisterFiber(FiberCore* fiber) noexcept;
 
