@@ -4,20 +4,17 @@
 //                             shuts the pool down, which cancels the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
 // READ_TIMEOUT_MS (close a connection idle that long; default: never).
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
-#include <span>
 #include <thread>
-#include <vector>
 
 #include <weft/coro/cancellation.h>
 #include <weft/coro/current_executor.h>
 #include <weft/coro/sync_await.h>
 #include <weft/coro/with_cancellation.h>
+#include <weft/executors/lent_buffer.h>
 #include <weft/executors/thread_pool.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
@@ -28,36 +25,16 @@ std::atomic<int> openConnections{0};
 const long readTimeoutMs =
     std::getenv("READ_TIMEOUT_MS") != nullptr ? std::atol(std::getenv("READ_TIMEOUT_MS")) : 0;
 
-// The calling thread's buffer for a message between two suspensions. A function, not a
-// thread_local named in the coroutine: a coroutine may resume on another thread, and
-// compilers may keep a thread_local's address across co_await.
-std::span<std::byte> threadBuffer() {
-  thread_local std::array<std::byte, 65536> buffer;
-  return buffer;
-}
-
-// An idle connection holds no buffer, only this frame: it waits until data arrives (as
-// tokio's readable() + try_read), reads it into its thread's buffer and writes it back
-// at once; only what the peer cannot take yet is copied and kept until it is written.
-// A read that filled the buffer is followed by another at once (more is there), up to 16
-// in a row, so that one fast peer cannot hold up the other connections of its thread.
+// The plain style: receive what arrived into a buffer the event loop lends, write it all
+// back, give the buffer back (the LentBuffer's destructor). A connection waiting for data
+// holds no buffer: the loop picks one only when bytes arrive.
 weft::Lazy<void> echo(weft::TcpStream stream) {
   stream.setReadTimeout(std::chrono::milliseconds(readTimeoutMs));  // 0: no limit
-  unsigned readsWithoutWaiting = 0;
   try {
     for (;;) {
-      if (readsWithoutWaiting == 0) co_await stream.readable();
-      const std::span<std::byte> buffer = threadBuffer();
-      const std::optional<std::size_t> n = stream.tryRead(buffer);
-      const bool full = n == buffer.size();
-      readsWithoutWaiting = full && readsWithoutWaiting < 16 ? readsWithoutWaiting + 1 : 0;
-      if (!n) continue;    // readiness is a hint: wait again
-      if (*n == 0) break;  // the peer ended the stream
-      const std::size_t sent = stream.tryWrite(buffer.first(*n)).value_or(0);
-      if (sent < *n) {
-        std::vector<std::byte> rest(buffer.begin() + sent, buffer.begin() + *n);
-        co_await stream.writeAll(rest);
-      }
+      weft::LentBuffer data = co_await stream.receive();
+      if (data.empty()) break;  // the peer ended the stream
+      co_await stream.writeAll(data);
     }
   } catch (const std::exception&) {  // reset by the peer, timed out, or cancelled: close it
   }

@@ -1,10 +1,9 @@
 // A TCP echo server written as blocking-style code: one fiber per connection, each
-// calling weft::await(stream.read(buffer)); the fibers share the pool's event loops.
+// calling weft::await(stream.receive()); the fibers share the pool's event loops.
 //   fiber_echo_server PORT    serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
 //                             accepting, lets connections finish (5 s at most), then
 //                             shuts the pool down, which cancels the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +12,7 @@
 
 #include <weft/coro/cancellation.h>
 #include <weft/coro/sync_await.h>
+#include <weft/executors/lent_buffer.h>
 #include <weft/executors/thread_pool.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
@@ -23,11 +23,15 @@ using namespace std::chrono_literals;
 
 std::atomic<int> openConnections{0};
 
+// The plain style, as blocking code: what arrived comes in a buffer the event loop lends
+// (held only from the receive to the end of the write), so a fiber waiting for data holds
+// no buffer beyond its stack.
 void echo(weft::TcpStream stream) {
-  std::array<std::byte, 65536> buffer;
   try {
-    while (std::size_t n = weft::await(stream.read(buffer))) {
-      weft::await(stream.writeAll(std::span<const std::byte>(buffer.data(), n)));
+    for (;;) {
+      weft::LentBuffer data = weft::await(stream.receive());
+      if (data.empty()) break;  // the peer ended the stream
+      weft::await(stream.writeAll(data));
     }
   } catch (const std::exception&) {  // reset by the peer, or cancelled at shutdown: close it
   }

@@ -4,13 +4,10 @@
 //                             accepting, lets connections finish (5 s at most), then
 //                             shuts the pool down, which cancels the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -19,6 +16,7 @@
 #include <weft/coro/current_executor.h>
 #include <weft/coro/sync_await.h>
 #include <weft/coro/with_cancellation.h>
+#include <weft/executors/lent_buffer.h>
 #include <weft/executors/thread_pool.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
@@ -29,26 +27,16 @@ std::atomic<int> openConnections{0};
 constexpr std::string_view kResponse =
     "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
 
-// The calling thread's buffer for what arrived, between two suspensions (a function: a
-// coroutine may resume on another thread, and a thread_local named in it may not follow).
-std::span<char> threadBuffer() {
-  thread_local std::array<char, 16384> buffer;
-  return buffer;
-}
-
-// An idle connection holds no buffer: it waits until a request arrives, reads it into its
-// thread's buffer and answers every whole request in it with one write. Only a request
-// cut in two by the network is kept (`partial`) until the rest arrives.
+// Each receive brings what arrived in a buffer the event loop lends (a connection waiting
+// for a request holds none); every whole request in it is answered, all with one write.
+// Only a request cut in two by the network is kept (`partial`) until the rest arrives.
 weft::Lazy<void> serve(weft::TcpStream stream) {
   std::string partial, response;
   try {
     for (;;) {
-      co_await stream.readable();
-      const std::span<char> buffer = threadBuffer();
-      const std::optional<std::size_t> n = stream.tryRead(std::as_writable_bytes(buffer));
-      if (!n) continue;    // readiness is a hint: wait again
-      if (*n == 0) break;  // the peer closed the connection
-      std::string_view data(buffer.data(), *n);
+      const weft::LentBuffer received = co_await stream.receive();
+      if (received.empty()) break;  // the peer closed the connection
+      std::string_view data = received.text();
       if (!partial.empty()) data = partial.append(data);
       std::size_t end;
       while ((end = data.find("\r\n\r\n")) != std::string_view::npos) {  // a whole request
@@ -58,8 +46,7 @@ weft::Lazy<void> serve(weft::TcpStream stream) {
       partial = std::string(data);  // usually empty (no allocation)
       if (partial.size() > 65536) break;  // a header that never ends
       if (response.empty()) continue;
-      const std::size_t sent = stream.tryWrite(std::as_bytes(std::span(response))).value_or(0);
-      if (sent < response.size()) co_await stream.writeAll(std::string_view(response).substr(sent));
+      co_await stream.writeAll(response);
       response.clear();
     }
   } catch (const std::exception&) {  // reset by the peer, or cancelled at shutdown

@@ -11,6 +11,9 @@
 // registration cannot fire. When the fd fires, the loop retries the waiters of the
 // ready directions in order until one would block again, then re-arms what is left.
 //
+// kReceiveLent takes a buffer from the loop's pool for each attempt and puts it back at
+// once when the socket has nothing (EAGAIN): a waiting receive holds no buffer.
+//
 // Files are always "ready" to epoll: their operations run at once, blocking this thread
 // (io/File uses weft::blocking on this backend instead).
 
@@ -34,6 +37,9 @@ namespace {
 
 constexpr std::uint64_t kWakeData = ~std::uint64_t{0};
 constexpr int kMaxEvents = 256;
+// kReceiveLent's pool: effectively unbounded (16 GiB of buffers lent at once); memory
+// running out fails the receive with ENOBUFS.
+constexpr std::uint32_t kMaxLentBuffers = 1u << 20;
 
 // Where an operation is (IoOperation::loopKey).
 constexpr std::uint64_t kQueued = 1;     // on its fd's readers or writers
@@ -54,9 +60,10 @@ std::int64_t result(ssize_t r) noexcept { return r < 0 ? -errno : r; }
 
 class EpollLoop final : public IoLoopBase {
  public:
-  EpollLoop() {
+  EpollLoop() : pool_(BufferPool::create(kLentBufferSize, kMaxLentBuffers)) {
     epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
     if (epollFd_ < 0) {
+      pool_->retire();
       throw std::system_error(errno, std::generic_category(), "weft: epoll_create1 failed");
     }
     epoll_event event{};
@@ -65,11 +72,15 @@ class EpollLoop final : public IoLoopBase {
     if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &event) != 0) {
       const int error = errno;
       ::close(epollFd_);
+      pool_->retire();
       throw std::system_error(error, std::generic_category(),
                               "weft: epoll_ctl cannot watch the loop's eventfd");
     }
   }
-  ~EpollLoop() override { ::close(epollFd_); }
+  ~EpollLoop() override {
+    ::close(epollFd_);
+    pool_->retire();
+  }
 
   IoBackend backend() const noexcept override { return IoBackend::kEpoll; }
 
@@ -133,8 +144,14 @@ class EpollLoop final : public IoLoopBase {
     return neverTookEffect;
   }
 
+  std::size_t lentBuffers() const noexcept override {
+    pool_->drainReturned();  // the pool is not part of the loop's const state
+    return pool_->lentCount();
+  }
+
   std::size_t run(int timeoutMs) noexcept override {
     drainRemoteCancels();
+    pool_->drainReturned();
     if (!ready_.empty()) timeoutMs = 0;
     if (!heap_.empty() && timeoutMs != 0) {
       // Wake for the earliest deadline (rounded up to the next millisecond).
@@ -226,8 +243,20 @@ class EpollLoop final : public IoLoopBase {
   }
 
   // The system call, non-blocking. -errno on failure.
-  static std::int64_t attempt(IoOperation& op) noexcept {
+  std::int64_t attempt(IoOperation& op) noexcept {
     switch (op.opcode) {
+      case IoOpcode::kReceiveLent: {
+        const std::uint32_t id = pool_->take();
+        if (id == BufferPool::kNone) return -ENOBUFS;
+        const ssize_t r =
+            ::recv(op.fd, pool_->address(id), pool_->bufferSize(), op.flags | MSG_DONTWAIT);
+        if (r > 0) {
+          op.lent = pool_->lend(id, static_cast<std::size_t>(r));
+          return r;
+        }
+        pool_->recycle(id);  // nothing received: the next attempt takes it again
+        return result(r);
+      }
       case IoOpcode::kReceive:
         return result(::recv(op.fd, op.buffer, op.length, op.flags | MSG_DONTWAIT));
       case IoOpcode::kSend:
@@ -419,6 +448,7 @@ class EpollLoop final : public IoLoopBase {
     }
   }
 
+  BufferPool* pool_;  // retired, not deleted: lent buffers may outlive the loop
   int epollFd_ = -1;
   std::vector<Fd> fds_;
   List ready_;  // complete (or cancelled, or failed), completion function not yet run

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string_view>
 
+#include "weft/executors/lent_buffer.h"
+
 namespace weft {
 
 // Which kernel interface an event loop drives.
@@ -43,6 +45,11 @@ enum class IoOpcode : std::uint8_t {
   kSync,            // fsync(fd), or fdatasync(fd) when flags == kSyncDataOnly
   kPollReadable,    // waits until fd is readable (or has an error); result 0
   kPollWritable,    // waits until fd is writable (or has an error); result 0
+  // recv(fd, a buffer the loop lends, its size, flags): result the bytes received (0 at the
+  // end of the stream), which `lent` then holds (empty for 0). `buffer` and `length` are
+  // not used. The loop picks the buffer only when data is there (io_uring: from its
+  // provided-buffer ring; epoll: from its pool, after readiness), so a wait holds none.
+  kReceiveLent,
 };
 
 struct IoOperation {
@@ -67,6 +74,9 @@ struct IoOperation {
   // Set by the loop: the system call's result (bytes, a new fd, 0), or -errno on failure,
   // -ECANCELED when IoLoop::cancel stopped it first.
   std::int64_t result = 0;
+  // kReceiveLent: the bytes received, set by the loop with the result; the awaitable
+  // takes it. One left here is given back when the operation is destroyed.
+  LentBuffer lent;
   // Set by the loop when it completed the operation because the loop is shutting down
   // (its executor is stopping): result is then -ECANCELED, and the awaitable should
   // report ExecutorShutDown rather than a cancellation.
@@ -86,6 +96,7 @@ struct IoOperation {
   std::int64_t loopTime[2] = {0, 0};    // io_uring: the linked timeout's timespec
   std::size_t loopHeapIndex = 0;        // epoll: position in the deadline heap, 0: none
   std::int64_t loopDeadline = 0;        // epoll: steady-clock ns
+  std::uint32_t loopBuffer = BufferPool::kNone;  // a pool buffer the loop holds for it
   bool loopCancelled = false;           // cancel() reached the loop for this operation
   // 0: not in flight or in flight; 1: a cancellation from another thread is queued;
   // 2: complete. See IoLoop::cancel.
@@ -204,6 +215,11 @@ class IoLoop {
 
   // True while operations are in flight (run() has something to wait for).
   virtual bool hasWork() const noexcept = 0;
+
+  // How many buffers this loop has lent (kReceiveLent) that have not come back (on any
+  // thread). For tests and metrics; on the loop's thread. A loop that lends nothing
+  // answers 0. noexcept: a counter (after taking in what other threads gave back).
+  virtual std::size_t lentBuffers() const noexcept { return 0; }
 
   // Cancels every operation in flight (each completes with -ECANCELED and loopShutDown
   // set) and refuses later ones the same way. Call run() until hasWork() is false.

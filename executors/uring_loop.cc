@@ -30,6 +30,17 @@
 // cancels it (reported as ETIMEDOUT). An operation that ends without reaching the kernel
 // (cancelled, timed out, or the loop shut down) waits on ready_ for run() to complete it.
 //
+// Lent buffers (kReceiveLent). A receive names a provided-buffer ring (registered with
+// IORING_REGISTER_PBUF_RING the first time the loop receives), and the kernel picks a
+// buffer only when data is there: a connection waiting to read holds none. The buffers
+// come from the loop's BufferPool; one given back goes into the ring again (if it has
+// room). The ring starts with 32 buffers and doubles when the kernel finds it empty
+// (ENOBUFS), up to kRingEntries; the receive is then submitted again, in its place at the
+// head of its lane, so no byte is skipped or reordered. Beyond that (every ring buffer
+// lent out and held) it receives into a buffer from the pool's free list with a plain
+// recv, and on kernels without buffer rings every receive does so (holding its buffer
+// while it waits).
+//
 // Ring set-up asks for COOP_TASKRUN (completion work runs when the worker enters the
 // kernel, not through an interrupting signal) with TASKRUN_FLAG, SINGLE_ISSUER (only the
 // worker submits) and SUBMIT_ALL, and falls back to fewer flags on kernels that lack
@@ -45,6 +56,7 @@
 
 #include <liburing.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,6 +78,14 @@ constexpr std::uint32_t kTimerBit = 0x80000000u;
 constexpr unsigned kEntries = 256;
 constexpr unsigned kCompletionEntries = 4096;
 constexpr std::size_t kMaxTransfer = 0x7ffff000;  // Linux's MAX_RW_COUNT on 4 KiB pages
+// The provided-buffer ring: its group id, its capacity (a power of two; 16 bytes each),
+// and how many buffers it starts with. A buffer id is 16 bits: pool buffers numbered
+// beyond kMaxRingId never enter the ring.
+constexpr std::uint16_t kBufferGroup = 0;
+constexpr unsigned kRingEntries = 4096;
+constexpr std::uint32_t kInitialRingBuffers = 32;
+constexpr std::uint32_t kMaxRingId = 0xffff;
+constexpr std::uint32_t kMaxLentBuffers = 1u << 20;  // as epoll's: effectively unbounded
 
 // Per opcode: 0 for those not ordered (files), 1 for reads, 2 for writes, as the epoll
 // loop's waiter lists (epoll_loop.cc's isWrite). A table of 256 so that any byte indexes it.
@@ -75,6 +95,7 @@ constexpr std::uint8_t direction(IoOpcode opcode) noexcept {
     case IoOpcode::kReceiveMessage:
     case IoOpcode::kAccept:
     case IoOpcode::kPollReadable:
+    case IoOpcode::kReceiveLent:
       return 1;
     case IoOpcode::kSend:
     case IoOpcode::kSendMessage:
@@ -117,13 +138,19 @@ int setUpRing(io_uring& ring, unsigned entries, unsigned completionEntries) noex
 
 class UringLoop final : public IoLoopBase {
  public:
-  UringLoop() {
+  UringLoop() : pool_(BufferPool::create(kLentBufferSize, kMaxLentBuffers)) {
     const int r = setUpRing(ring_, kEntries, kCompletionEntries);
     if (r < 0) {
+      pool_->retire();
       throw std::system_error(-r, std::generic_category(), "weft: io_uring set-up failed");
     }
+    pool_->setRecycle(&UringLoop::recycleIntoRing, this);
   }
-  ~UringLoop() override { io_uring_queue_exit(&ring_); }
+  ~UringLoop() override {
+    io_uring_queue_exit(&ring_);
+    if (bufferRing_ != nullptr) ::munmap(bufferRing_, kRingEntries * sizeof(io_uring_buf));
+    pool_->retire();
+  }
 
   IoBackend backend() const noexcept override { return IoBackend::kIoUring; }
 
@@ -134,11 +161,23 @@ class UringLoop final : public IoLoopBase {
       op.loopShutDown = true;
       return true;
     }
+    op.loopBuffer = BufferPool::kNone;
+    if (op.opcode == IoOpcode::kReceiveLent && !ringReady_) [[unlikely]] {
+      if (!setUpBufferRing()) {
+        // No buffer ring on this kernel: a plain recv into a buffer held while it waits.
+        op.loopBuffer = pool_->take();
+        if (op.loopBuffer == BufferPool::kNone) {
+          op.result = -ENOBUFS;
+          return true;
+        }
+      }
+    }
     std::uint32_t lane = kNoLane;
     if (const std::uint32_t direction = kDirections[static_cast<std::uint8_t>(op.opcode)];
         direction != 0 && op.fd >= 0) {
       lane = static_cast<std::uint32_t>(op.fd) * 2 + direction - 1;
       if (lane >= laneCount_ && !grow(lane)) [[unlikely]] {
+        releaseHeldBuffer(op);
         op.result = -ENOMEM;
         return true;
       }
@@ -149,6 +188,7 @@ class UringLoop final : public IoLoopBase {
     if (timed && io_uring_sq_space_left(&ring_) < 2) io_uring_submit(&ring_);
     io_uring_sqe* sqe = nextSqe();
     if (sqe == nullptr) {
+      releaseHeldBuffer(op);
       op.result = -EBUSY;
       return true;
     }
@@ -186,6 +226,7 @@ class UringLoop final : public IoLoopBase {
       const bool timer = slot.timer;
       remove(neverTookEffect ? lanes_[slot.lane] : ready_, op);
       retire(op, index);
+      releaseHeldBuffer(op);
       // The kernel may not have read its timer's entry yet, which points into `op`.
       if (timer) io_uring_submit(&ring_);
       settle(op);
@@ -205,12 +246,21 @@ class UringLoop final : public IoLoopBase {
     // connection, cannot be undone); -EALREADY: it was completing.
     if (r < 0 && r != -ENOENT && r != -EALREADY) fail("io_uring synchronous cancellation", -r);
     retire(op, index);  // its completion, if any, is dropped; the next in its lane goes
+    // The kernel is done with it now; a buffer it picked from the ring comes back with
+    // the dropped completion (reap).
+    releaseHeldBuffer(op);
     settle(op);
     return r == 0;
   }
 
+  std::size_t lentBuffers() const noexcept override {
+    pool_->drainReturned();  // the pool is not part of the loop's const state
+    return pool_->lentCount();
+  }
+
   std::size_t run(int timeoutMs) noexcept override {
     drainRemoteCancels();
+    pool_->drainReturned();
     if (!wakeArmed_) armWake();
     if (timeoutMs != 0 && io_uring_cq_ready(&ring_) == 0 && ready_.head == nullptr) {
       io_uring_cqe* cqe = nullptr;
@@ -416,7 +466,7 @@ class UringLoop final : public IoLoopBase {
   }
 
   // always_inline: in submit's common path, as it was before promote() called it too.
-  [[gnu::always_inline]] static void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept {
+  [[gnu::always_inline]] void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept {
     // The ring's length field is 32 bits; Linux transfers at most kMaxTransfer bytes per
     // call anyway (as read(2) does), so a longer buffer is a partial transfer, not a
     // length truncated to its low bits.
@@ -457,6 +507,16 @@ class UringLoop final : public IoLoopBase {
         return;
       case IoOpcode::kPollWritable:
         io_uring_prep_poll_add(sqe, op.fd, POLLOUT);
+        return;
+      case IoOpcode::kReceiveLent:
+        if (op.loopBuffer != BufferPool::kNone) [[unlikely]] {  // a plain recv (see the top)
+          io_uring_prep_recv(sqe, op.fd, pool_->address(op.loopBuffer), pool_->bufferSize(),
+                             op.flags);
+          return;
+        }
+        io_uring_prep_recv(sqe, op.fd, nullptr, pool_->bufferSize(), op.flags);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = kBufferGroup;
         return;
     }
     io_uring_prep_nop(sqe);
@@ -506,8 +566,11 @@ class UringLoop final : public IoLoopBase {
       struct Done {
         std::uint64_t key;
         int res;
+        std::uint32_t flags;
       } done[64];
-      for (unsigned i = 0; i < count; ++i) done[i] = {cqes[i]->user_data, cqes[i]->res};
+      for (unsigned i = 0; i < count; ++i) {
+        done[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
+      }
       // Consumed before any completion function runs (they may submit and reap).
       io_uring_cq_advance(&ring_, count);
       for (unsigned i = 0; i < count; ++i) {
@@ -523,12 +586,23 @@ class UringLoop final : public IoLoopBase {
         if (index >= slots_.size() ||
             slots_[index].generation != static_cast<std::uint32_t>(done[i].key >> 32) ||
             slots_[index].op == nullptr) {
-          continue;  // withdrawn
+          // Withdrawn. A buffer the kernel picked for it goes back to the ring.
+          if ((done[i].flags & IORING_CQE_F_BUFFER) != 0) [[unlikely]] {
+            ringBufferBack(done[i].flags, -1, nullptr);
+          }
+          continue;
         }
         // retire(), for an operation in the kernel: the next in its lane goes to the
         // kernel before `op` resumes.
         Slot& slot = slots_[index];
         IoOperation& op = *slot.op;
+        if (op.opcode == IoOpcode::kReceiveLent) {
+          if (done[i].res == -ENOBUFS && (done[i].flags & IORING_CQE_F_BUFFER) == 0 &&
+              resubmitWithoutRingBuffer(op, slot)) [[unlikely]] {
+            continue;  // in the kernel again, still at the head of its lane
+          }
+          takeReceived(op, done[i].res, done[i].flags);
+        }
         const std::uint32_t lane = slot.lane;
         if (slot.timer) [[unlikely]] removeTimer(op);
         releaseSlot(index);  // before `op` resumes: it may be submitted again
@@ -556,6 +630,7 @@ class UringLoop final : public IoLoopBase {
     const std::uint32_t index = indexOf(op.loopKey);
     const bool timer = slots_[index].timer;
     retire(op, index);
+    releaseHeldBuffer(op);
     // The kernel may not have read its timer's entry yet, which points into `op`, and the
     // completion may free `op`.
     if (timer) io_uring_submit(&ring_);
@@ -587,8 +662,132 @@ class UringLoop final : public IoLoopBase {
     }
   }
 
+  // --- lent buffers (kReceiveLent) ------------------------------------------------------
+
+  // Registers the provided-buffer ring and fills it with kInitialRingBuffers. False (once
+  // and for all) when the kernel has no buffer rings (before Linux 5.19) or memory is
+  // short: receives then use plain recvs into pool buffers.
+  [[gnu::noinline]] bool setUpBufferRing() noexcept {
+    if (ringFailed_) return false;
+    void* memory = ::mmap(nullptr, kRingEntries * sizeof(io_uring_buf), PROT_READ | PROT_WRITE,
+                          MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+    if (memory == MAP_FAILED) {
+      ringFailed_ = true;
+      return false;
+    }
+    bufferRing_ = static_cast<io_uring_buf_ring*>(memory);
+    io_uring_buf_ring_init(bufferRing_);
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<std::uint64_t>(bufferRing_);
+    reg.ring_entries = kRingEntries;
+    reg.bgid = kBufferGroup;
+    if (io_uring_register_buf_ring(&ring_, &reg, 0) != 0) {
+      ::munmap(bufferRing_, kRingEntries * sizeof(io_uring_buf));
+      bufferRing_ = nullptr;
+      ringFailed_ = true;
+      return false;
+    }
+    ringReady_ = true;
+    if (!growRing(kInitialRingBuffers)) {
+      // No memory for the first buffers: the ring stays empty and every receive falls
+      // back (ENOBUFS) to a plain recv, which then fails the same way if memory is short.
+    }
+    return true;
+  }
+
+  // Adds `n` new pool buffers to the ring (the pool's limit permitting). False when none
+  // could be added.
+  bool growRing(std::uint32_t n) noexcept {
+    const std::uint32_t first = pool_->grow(n);
+    if (first == BufferPool::kNone) return false;
+    for (std::uint32_t id = first; id < pool_->end(); ++id) pool_->recycle(id);
+    return true;
+  }
+
+  // BufferPool's recycle function: a buffer coming back goes into the ring if it can.
+  static bool recycleIntoRing(void* context, std::uint32_t id) noexcept {
+    auto* self = static_cast<UringLoop*>(context);
+    if (!self->ringReady_ || id > kMaxRingId || self->ringHeld_ >= kRingEntries) return false;
+    io_uring_buf_ring_add(self->bufferRing_, self->pool_->address(id), self->pool_->bufferSize(),
+                          static_cast<std::uint16_t>(id), io_uring_buf_ring_mask(kRingEntries), 0);
+    io_uring_buf_ring_advance(self->bufferRing_, 1);
+    ++self->ringHeld_;
+    return true;
+  }
+
+  // A completion that names a ring buffer (IORING_CQE_F_BUFFER): the buffer left the ring.
+  // With res > 0 bytes it is lent into *lent; otherwise it goes back.
+  void ringBufferBack(std::uint32_t flags, int res, LentBuffer* lent) noexcept {
+    const std::uint32_t id = flags >> IORING_CQE_BUFFER_SHIFT;
+    --ringHeld_;
+    if (res > 0 && lent != nullptr) {
+      *lent = pool_->lend(id, static_cast<std::size_t>(res));
+    } else {
+      pool_->recycle(id);
+    }
+  }
+
+  // A kReceiveLent's completion: the received bytes (in a ring buffer or the buffer it
+  // held) are lent into op.lent; a buffer with nothing in it goes back.
+  void takeReceived(IoOperation& op, int res, std::uint32_t flags) noexcept {
+    if ((flags & IORING_CQE_F_BUFFER) != 0) {
+      ringBufferBack(flags, res, &op.lent);
+    } else if (op.loopBuffer != BufferPool::kNone) {
+      if (res > 0) {
+        op.lent = pool_->lend(op.loopBuffer, static_cast<std::size_t>(res));
+        op.loopBuffer = BufferPool::kNone;
+      } else {
+        releaseHeldBuffer(op);
+      }
+    }
+  }
+
+  // Gives back the buffer `op` holds for a plain recv, if any.
+  void releaseHeldBuffer(IoOperation& op) noexcept {
+    if (op.loopBuffer != BufferPool::kNone) [[unlikely]] {
+      pool_->recycle(op.loopBuffer);
+      op.loopBuffer = BufferPool::kNone;
+    }
+  }
+
+  // The kernel found the ring empty (ENOBUFS) for `op`, which took no byte. Unless it is
+  // being cancelled (or the loop shuts down), it goes to the kernel again at once, before
+  // any later receive on its socket: with a grown ring, or (the ring at its capacity) as
+  // a plain recv into a pool buffer. Its time limit starts again. False when it cannot
+  // (it then completes with ENOBUFS).
+  bool resubmitWithoutRingBuffer(IoOperation& op, const Slot& slot) noexcept {
+    if (op.loopCancelled || shutDown_) return false;
+    pool_->drainReturned();  // buffers given back elsewhere refill the ring first
+    if (op.loopBuffer == BufferPool::kNone && ringHeld_ == 0 &&
+        (pool_->count() >= kRingEntries || !growRing(pool_->count()))) {
+      op.loopBuffer = pool_->take();
+      if (op.loopBuffer == BufferPool::kNone) return false;
+    }
+    const bool linked = op.timeoutNs >= 0 && !slot.timer;  // its linked timeout ended with it
+    if (linked && io_uring_sq_space_left(&ring_) < 2) io_uring_submit(&ring_);
+    io_uring_sqe* sqe = nextSqe();
+    if (sqe == nullptr) {  // cannot happen after nextSqe's submit
+      releaseHeldBuffer(op);
+      return false;
+    }
+    prepare(sqe, op);
+    io_uring_sqe_set_data64(sqe, op.loopKey);
+    if (linked) {
+      io_uring_sqe* timeout = io_uring_get_sqe(&ring_);  // room was made above
+      sqe->flags |= IOSQE_IO_LINK;
+      io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
+      io_uring_sqe_set_data64(timeout, kCancelKey);
+    }
+    return true;
+  }
+
   static constexpr std::uint32_t kNoFree = 0xffffffffu;
 
+  BufferPool* pool_;  // retired, not deleted: lent buffers may outlive the loop
+  io_uring_buf_ring* bufferRing_ = nullptr;
+  std::uint32_t ringHeld_ = 0;  // buffers in the ring (the kernel may pick them)
+  bool ringReady_ = false;      // registered
+  bool ringFailed_ = false;     // cannot be: plain recvs
   io_uring ring_{};
   std::vector<Slot> slots_;
   std::vector<List> lanes_;  // indexed by lane number (2 * fd + direction)

@@ -151,6 +151,24 @@ class TcpStream {
   detail::StreamTransferAwaitable read(void* data, std::size_t size) const noexcept {
     return read(std::span<std::byte>(static_cast<std::byte*>(data), size));
   }
+  // Receives what has arrived, into a buffer the event loop lends: the LentBuffer holds
+  // at least one byte (at most 16 KiB), or none at the end of the stream. The loop picks
+  // the buffer only once data is there, so a connection waiting here holds no buffer;
+  // the LentBuffer gives it back when destroyed (any thread, any time). The plain way to
+  // write a server:
+  //   for (;;) {
+  //     weft::LentBuffer data = co_await stream.receive();
+  //     if (data.empty()) break;
+  //     co_await stream.writeAll(data);
+  //   }
+  // It takes its place among the reads (issue order) and honours the read time limit,
+  // cancellation and close as read() does: a receive that got data returns it, even when
+  // a cancellation raced it. Errors: as read(); ENOBUFS (std::system_error) only when
+  // memory for buffers runs out.
+  detail::ReceiveLentAwaitable receive() const noexcept {
+    return {"receive from a TcpStream", fd_, readTimeoutNs_};
+  }
+
   // Reads until `buffer` is full. Errors: EndOfStream if the stream ends first.
   //   Any other failure after some bytes were read (cancellation, withTimeout, the read
   //   time limit's ETIMEDOUT, ECONNRESET, ExecutorShutDown...) throws IncompleteTransfer:

@@ -9,6 +9,10 @@
 
 namespace weft::detail {
 
+// The size of the buffers weft's loops lend for IoOpcode::kReceiveLent (both backends, so
+// that receive() returns as much on either).
+inline constexpr std::size_t kLentBufferSize = 16384;
+
 // The calling thread's current loop, without creating one. noexcept: a thread_local read.
 IoLoop* currentIoLoopIfAny() noexcept;
 

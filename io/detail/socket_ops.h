@@ -108,4 +108,31 @@ class IoOperationAwaitable {
   std::int64_t timeoutNs_ = -1;
 };
 
+// IoOpcode::kReceiveLent as an awaitable: resumes with the bytes received in a buffer the
+// loop lends (empty at the end of the stream). Failures as IoOperationAwaitable's.
+class ReceiveLentAwaitable {
+ public:
+  ReceiveLentAwaitable(const char* what, int fd, std::int64_t timeoutNs) noexcept
+      : operation_(IoOperationAwaitable(what, IoOpcode::kReceiveLent, fd).timeout(timeoutNs)) {}
+
+  class Awaiter : public IoOperationAwaitable::Awaiter {
+   public:
+    Awaiter(const ReceiveLentAwaitable& a, Executor* executor, const CancellationToken& token)
+        : IoOperationAwaitable::Awaiter(a.operation_, executor, token) {}
+
+    LentBuffer await_resume() {
+      IoOperationAwaitable::Awaiter::await_resume();
+      return std::move(operation().lent);
+    }
+  };
+
+  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
+    return Awaiter(*this, executor, token);
+  }
+  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
+
+ private:
+  IoOperationAwaitable operation_;
+};
+
 }  // namespace weft::detail

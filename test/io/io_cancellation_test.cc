@@ -11,6 +11,8 @@
 //    timeouts of 0 to 175 us. Each read ends exactly once, with bytes or with the
 //    cancellation's exception; at the end the bytes returned plus those still readable
 //    are exactly the stream the peer wrote.
+//    The same races with receive() (lent buffers): no byte lost, and every lent buffer
+//    given back (IoLoop::lentBuffers).
 //  - Cancellation before the await (nothing submitted: the data stays), during the wait
 //    (the data written afterwards stays), and together with the completion (whichever
 //    wins, nothing is lost).
@@ -46,6 +48,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,20 +166,28 @@ class IoCancellationTest : public test::IoBackendTest {
 
 enum class Race { kCancellationSource, kTaskToken, kTimeout };
 
+// How the race reads: read() into the caller's buffer, or receive() into a lent one
+// (copied out; at most 16 KiB, so the caller's buffer is that large).
+enum class ReadStyle { kRead, kReceive };
+
 // A counted read that announces its start (readStarts goes up, waiters are woken).
 Lazy<std::size_t> readAnnounced(TcpStream& stream, std::span<std::byte> buffer,
-                                std::atomic<int>& readStarts) {
+                                std::atomic<int>& readStarts, ReadStyle style) {
   Counted inFrame;
   readStarts.fetch_add(1);
   readStarts.notify_all();
-  co_return co_await stream.read(buffer);
+  if (style == ReadStyle::kRead) co_return co_await stream.read(buffer);
+  LentBuffer data = co_await stream.receive();
+  if (data.size() > buffer.size()) throw std::length_error("a receive returned too much");
+  std::memcpy(buffer.data(), data.data(), data.size());
+  co_return data.size();
 }
 
 // The moments are anchored to each read's start (not to wall time, which a loaded
 // machine stretches): the peer writes its chunk (3 reads in 4), and the cancellation is
 // requested, each after a spin of random length from that start; 1 cancellation in 8
 // comes before the read is even started.
-void raceReadsAgainstAWriter(ThreadPool& pool, Race race) {
+void raceReadsAgainstAWriter(ThreadPool& pool, Race race, ReadStyle style = ReadStyle::kRead) {
   test::StreamAndPeer pair = test::connectedPair(pool);
   const int iterations = raceIterations();
   std::atomic<int> readStarted{-1};  // the iteration whose read has started; -2: stop
@@ -206,14 +217,15 @@ void raceReadsAgainstAWriter(ThreadPool& pool, Race race) {
   int completed = 0;
   int wrongEnds = 0;
   std::string firstWrongEnd;
+  std::vector<std::byte> readBuffer(style == ReadStyle::kRead ? 48 : 16384);
   for (int i = 0; i < iterations; ++i) {
-    std::byte buffer[48];
+    const std::span<std::byte> buffer(readBuffer);
     Outcome<std::size_t> read;
     CancellationSource source;
     const unsigned when = random() % 8;
     if (race != Race::kTimeout && when == 0) source.requestCancellation();
     const int starts = readStarts.load();
-    auto readOne = [&] { return readAnnounced(pair.stream, buffer, readStarts); };
+    auto readOne = [&] { return readAnnounced(pair.stream, buffer, readStarts, style); };
     switch (race) {
       case Race::kCancellationSource:
         startOn(pool, withCancellation(source.token(), readOne()), read);
@@ -238,11 +250,11 @@ void raceReadsAgainstAWriter(ThreadPool& pool, Race race) {
     read.wait();
     if (read.result.hasValue()) {
       const std::size_t n = read.result.value();
-      if (n == 0 || n > sizeof buffer) {
+      if (n == 0 || n > buffer.size()) {
         ++wrongEnds;
         if (firstWrongEnd.empty()) firstWrongEnd = "a read returned " + std::to_string(n);
       }
-      received.insert(received.end(), buffer, buffer + std::min(n, sizeof buffer));
+      received.insert(received.end(), buffer.begin(), buffer.begin() + std::min(n, buffer.size()));
       ++completed;
     } else if (race == Race::kTimeout ? read.endedWith<TimeoutError>()
                                       : read.endedWith<OperationCancelled>()) {
@@ -271,6 +283,11 @@ void raceReadsAgainstAWriter(ThreadPool& pool, Race race) {
   }
   std::printf("  %d reads: %d returned bytes, %d ended by the cancellation; %zu bytes\n",
               iterations, completed, cancelled, sent);
+  // Every buffer a receive was lent came back (those of cancelled receives too).
+  std::size_t lent = 1;
+  quiesce(pool);
+  onWorker(pool, [&] { lent = IoLoop::current()->lentBuffers(); });
+  EXPECT_EQ(lent, 0u) << "lent buffers were not given back";
 }
 
 TEST_P(IoCancellationTest, ReadsCancelledFromAnotherThreadLoseNoBytes) {
@@ -289,6 +306,18 @@ TEST_P(IoCancellationTest, ReadsWithTinyTimeoutsLoseNoBytes) {
   test::Watchdog watchdog(120s, "ReadsWithTinyTimeouts");
   ThreadPool pool(options(1));
   raceReadsAgainstAWriter(pool, Race::kTimeout);
+}
+
+TEST_P(IoCancellationTest, ReceivesCancelledFromAnotherThreadLoseNoBytesAndNoBuffers) {
+  test::Watchdog watchdog(120s, "ReceivesCancelledFromAnotherThread");
+  ThreadPool pool(options(1));
+  raceReadsAgainstAWriter(pool, Race::kCancellationSource, ReadStyle::kReceive);
+}
+
+TEST_P(IoCancellationTest, ReceivesWithTinyTimeoutsLoseNoBytesAndNoBuffers) {
+  test::Watchdog watchdog(120s, "ReceivesWithTinyTimeouts");
+  ThreadPool pool(options(1));
+  raceReadsAgainstAWriter(pool, Race::kTimeout, ReadStyle::kReceive);
 }
 
 // ---------------------------------------------------------------------------------------
