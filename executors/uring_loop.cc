@@ -61,6 +61,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 namespace weft::detail {
@@ -119,14 +121,37 @@ constexpr auto kDirections = [] {
 // ordered (a file's, or one with fd < 0) has kNoLane.
 constexpr std::uint32_t kNoLane = 0xffffffffu;
 
+// Which set-up flags the ring gets: WEFT_IO_URING_SETUP=coop asks for the older set
+// (COOP_TASKRUN instead of DEFER_TASKRUN), for measuring one against the other.
+bool deferTaskRunWanted() noexcept {
+  static const bool wanted = [] {
+    const char* value = std::getenv("WEFT_IO_URING_SETUP");
+    return value == nullptr || std::string_view(value) != "coop";
+  }();
+  return wanted;
+}
+
 int setUpRing(io_uring& ring, unsigned entries, unsigned completionEntries) noexcept {
   io_uring_params params{};
-  // TASKRUN_FLAG: with COOP_TASKRUN, completions may wait as task work until the worker
-  // enters the kernel; the flag tells liburing's peek (run(0)) to enter for them.
-  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
-                 IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SINGLE_ISSUER;
-  params.cq_entries = completionEntries;
-  int r = io_uring_queue_init_params(entries, &ring, &params);
+  int r = -EINVAL;
+  if (deferTaskRunWanted()) {
+    // DEFER_TASKRUN (Linux 6.1): completion work runs only when the worker enters the
+    // kernel to reap, never interrupting it, in batches. TASKRUN_FLAG tells liburing's
+    // peek (run(0)) when there is such work to enter for.
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_DEFER_TASKRUN |
+                   IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SINGLE_ISSUER;
+    params.cq_entries = completionEntries;
+    r = io_uring_queue_init_params(entries, &ring, &params);
+  }
+  if (r == -EINVAL) {
+    // TASKRUN_FLAG: with COOP_TASKRUN, completions may wait as task work until the worker
+    // enters the kernel; the flag tells liburing's peek (run(0)) to enter for them.
+    params = {};
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
+                   IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SINGLE_ISSUER;
+    params.cq_entries = completionEntries;
+    r = io_uring_queue_init_params(entries, &ring, &params);
+  }
   if (r == -EINVAL) {
     params = {};
     params.flags = IORING_SETUP_CQSIZE;
