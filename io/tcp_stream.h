@@ -231,6 +231,7 @@ class TcpStream {
   //   std::vector<std::span<const std::byte>> parts = ...;  co_await stream.writeAll(parts);
   // (No std::initializer_list forms: g++ 12 cannot compile a braced list inside a co_await
   // expression, and a write's list would dangle once the full expression ends.)
+  // Thread safety: as write() and writeAll() of one buffer.
   //
   // write(buffers...): one sendmsg of what fits now; returns how many bytes were written,
   //   counted from the start of the first buffer (at least 1 when there are any; a partial
@@ -280,6 +281,8 @@ class TcpStream {
   // readExactly into a span of char (a char array, a std::string or std::vector<char>,
   // at its current size); write and tryWrite of text (a string literal is written
   // without its terminating NUL; writeAll(std::string_view) is with writeAll above).
+  // Text is a std::string_view: a char array given as text is taken as a C string (up to
+  // its first NUL), so pass chars that are not one as std::string_view(data, size).
   detail::StreamTransferAwaitable read(std::span<char> buffer) const noexcept {
     return read(std::as_writable_bytes(buffer));
   }

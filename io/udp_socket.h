@@ -133,6 +133,7 @@ class UdpSocket {
   // co_await and with nothing sent, for more than IOV_MAX (1024 on Linux) non-empty
   // buffers (a datagram cannot be split over several calls); std::bad_alloc for more
   // than 8.
+  // Thread safety: as sendTo(buffer) and send(buffer).
   detail::VectoredSendAwaitable<std::span<const std::span<const std::byte>>, SocketAddress>
   sendTo(std::span<const std::span<const std::byte>> buffers,
          const SocketAddress& to) const noexcept {
@@ -146,7 +147,8 @@ class UdpSocket {
   // Text and chars, as the byte forms (same results and errors): sendTo and send of text
   // (a string literal is sent without its terminating NUL), receiveFrom and receive into
   // a span of char (a char array, a std::string or std::vector<char>, at its size).
-  detail::SendMessageAwaitable sendTo(std::string_view text, const SocketAddress& to) const noexcept {
+  detail::SendMessageAwaitable sendTo(std::string_view text,
+                                      const SocketAddress& to) const noexcept {
     return sendTo(std::as_bytes(std::span<const char>(text.data(), text.size())), to);
   }
   detail::IoOperationAwaitable send(std::string_view text) const noexcept {

@@ -36,7 +36,8 @@ template <class T>
 concept WriteBuffer = std::convertible_to<const T&, std::span<const std::byte>> ||
                       std::convertible_to<const T&, std::string_view>;
 
-// The iovec of one buffer. noexcept: two conversions that only read sizes.
+// The iovec of one buffer. noexcept: the conversions of the types it takes (standard
+// containers, spans, strings) only read a pointer and a size.
 inline iovec toIovec(const iovec& buffer) noexcept { return buffer; }
 template <WriteBuffer T>
 iovec toIovec(const T& buffer) noexcept {

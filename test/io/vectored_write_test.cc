@@ -327,7 +327,8 @@ TEST_P(TcpStreamVectoredTest, WriteAllStoppedByCancellationSaysHowMuchItWrote) {
   const std::vector<std::byte> prefix = receiveExactly(pair.peer.get(), n);
   EXPECT_EQ(firstDifference(prefix, Bytes(data).first(n)), -1);
   waitUntil([&] { return notYetAcknowledged(pair.stream.nativeHandle()) == 0; });
-  EXPECT_EQ(queuedToRead(pair.peer.get()), 0) << "more than the " << n << " bytes reported were sent";
+  EXPECT_EQ(queuedToRead(pair.peer.get()), 0)
+      << "more than the " << n << " bytes reported were sent";
   // The rest of the list, from byte n on, completes the stream exactly.
   setSendBuffer(pair.stream, 1 << 20);
   std::vector<std::byte> rest;
@@ -452,8 +453,10 @@ template <class T>
 constexpr bool kIsStreamTransfer = std::is_same_v<T, detail::StreamTransferAwaitable>;
 static_assert(kIsStreamTransfer<decltype(std::declval<TcpStream&>().write("literal"))>);
 static_assert(kIsStreamTransfer<decltype(std::declval<TcpStream&>().write(std::string()))>);
-static_assert(kIsStreamTransfer<decltype(std::declval<TcpStream&>().read(std::declval<char (&)[8]>()))>);
-static_assert(kIsStreamTransfer<decltype(std::declval<TcpStream&>().read(std::declval<std::string&>()))>);
+static_assert(kIsStreamTransfer<decltype(std::declval<TcpStream&>().read(
+                  std::declval<char (&)[8]>()))>);
+static_assert(kIsStreamTransfer<decltype(std::declval<TcpStream&>().read(
+                  std::declval<std::string&>()))>);
 static_assert(kIsStreamTransfer<decltype(std::declval<TcpStream&>().read(
                   std::declval<std::vector<char>&>()))>);
 static_assert(kIsStreamTransfer<decltype(std::declval<TcpStream&>().read(
