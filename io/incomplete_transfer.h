@@ -17,11 +17,12 @@ namespace weft {
 //    any way (cancellation, withTimeout, the stream's time limit, an I/O error such as
 //    ECONNRESET, the executor's shutdown) throws IncompleteTransfer with
 //    bytesTransferred() == n. Those n bytes are buffer[0, n): read into it, or taken
-//    from it and written (sent to the peer, written to the file). Nothing else of the
-//    buffer was transferred, so a reader continues with buffer[n..] and a writer retries
-//    buffer[n..] only, without losing or duplicating a byte. When nothing was
-//    transferred, the failure propagates unchanged (OperationCancelled, std::system_error,
-//    ExecutorShutDown...).
+//    from it and written (sent to the peer, written to the file). For a vectored writeAll
+//    (several buffers) the buffer is their concatenation, and n may fall inside any one.
+//    Nothing else of the buffer was transferred, so a reader continues with buffer[n..]
+//    and a writer retries buffer[n..] only, without losing or duplicating a byte. When
+//    nothing was transferred, the failure propagates unchanged (OperationCancelled,
+//    std::system_error, ExecutorShutDown...).
 //  - It is neither OperationCancelled nor TimeoutError: withTimeout passes it through
 //    unchanged, so its TimeoutError keeps meaning "the work obtained nothing", and a
 //    caller that asked for a timeout and got IncompleteTransfer knows what it obtained.

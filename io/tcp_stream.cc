@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -79,6 +81,53 @@ Lazy<void> TcpStream::writeAll(std::span<const std::byte> buffer) {
 
 Lazy<void> TcpStream::writeAll(std::string_view text) {
   return writeAll(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+Lazy<void> TcpStream::writeAll(std::span<const std::span<const std::byte>> buffers) {
+  return writeAllBuffers(detail::IovecList(buffers));
+}
+
+
+
+Lazy<void> TcpStream::writeAll(std::span<const std::string_view> texts) {
+  return writeAllBuffers(detail::IovecList(texts));
+}
+
+Lazy<void> TcpStream::writeAllBuffers(detail::IovecList buffers) {
+  const std::size_t total = buffers.totalBytes();
+  msghdr message{};  // read by the kernel while each sendmsg is in flight
+  while (buffers.bytesSent() < total) {
+    message.msg_iov = buffers.pending();
+    message.msg_iovlen = std::min(buffers.pendingCount(), detail::kMaxIovecs);
+    std::size_t n;
+    try {
+      n = co_await detail::IoOperationAwaitable("write to a TcpStream", IoOpcode::kSendMessage, fd_)
+              .message(&message)
+              .timeout(writeTimeoutNs_);
+    } catch (...) {
+      // As writeAll of one buffer: the bytes already sent cannot be taken back.
+      if (buffers.bytesSent() == 0) throw;
+      throw IncompleteTransfer("writeAll to a TcpStream", buffers.bytesSent(), total);
+    }
+    buffers.consume(n);
+  }
+}
+
+Lazy<std::size_t> TcpStream::readSome(std::string& out, std::size_t max) {
+  const std::size_t before = out.size();
+  if (max > out.max_size() - before) {  // before + max would wrap around, or cannot be
+    throw std::length_error("weft: readSome from a TcpStream: the string cannot grow by max");
+  }
+  out.resize(before + max);
+  std::size_t n = 0;
+  try {
+    n = co_await read(std::span<char>(out).subspan(before));
+  } catch (...) {
+    out.resize(before);
+    throw;
+  }
+  out.resize(before + n);
+  co_return n;
 }
 
 namespace {

@@ -1,11 +1,15 @@
 #pragma once
 
+#include <sys/uio.h>
+
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "weft/coro/cancellation.h"
@@ -13,6 +17,7 @@
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/detail/socket_ops.h"
+#include "weft/io/detail/vectored_ops.h"
 #include "weft/io/incomplete_transfer.h"
 #include "weft/io/socket_address.h"
 
@@ -230,6 +235,100 @@ class TcpStream {
   // Errors: std::system_error (EPIPE, ECONNRESET...; never SIGPIPE), EBADF when closed.
   std::optional<std::size_t> tryWrite(std::span<const std::byte> buffer) const;
 
+  // ---- Vectored writes; char and text buffers -------------------------------------------
+  //
+  // A vectored write sends several buffers as one stream of bytes, their concatenation,
+  // with one sendmsg(2) per partial transfer: a header and a body go out without being
+  // copied together and without a system call (or, with TCP_NODELAY, a packet) each.
+  // Either name the buffers (two or more; each bytes or text, as detail::WriteBuffer
+  // says: a std::vector<std::byte>, a std::span<const std::byte>, a std::string, a string
+  // literal...), or pass a list of them made at run time (a span of byte spans, or of
+  // std::string_views). Empty buffers are skipped.
+  //   co_await stream.writeAll(header, body);
+  //   co_await stream.writeAll("HTTP/1.1 200 OK\r\nContent-Length: ", length, "\r\n\r\n", body);
+  //   std::vector<std::span<const std::byte>> parts = ...;  co_await stream.writeAll(parts);
+  // (No std::initializer_list forms: g++ 12 cannot compile a braced list inside a co_await
+  // expression, and a write's list would dangle once the full expression ends.)
+  // Thread safety: as write() and writeAll() of one buffer.
+  //
+  // write(buffers...): one sendmsg of what fits now; returns how many bytes were written,
+  //   counted from the start of the first buffer (at least 1 when there are any; a partial
+  //   write may end inside any buffer). An empty total returns 0 at once, as write() of an
+  //   empty buffer does (a closed stream is still EBADF, a cancelled coroutine still
+  //   OperationCancelled).
+  //   Preconditions: the bytes, and a list passed as a span, stay valid until the await
+  //   returns (the named buffers' addresses and sizes are taken when write() is called).
+  //   Errors: as write(); also std::invalid_argument, from the co_await and with nothing
+  //   sent, for more than IOV_MAX (1024 on Linux) non-empty buffers, which one sendmsg
+  //   does not take (writeAll takes any number); std::bad_alloc for more than 8.
+  template <detail::WriteBuffer... Buffers>
+    requires(sizeof...(Buffers) >= 2)
+  detail::VectoredSendAwaitable<std::array<iovec, sizeof...(Buffers)>> write(
+      const Buffers&... buffers) const noexcept {
+    return {"write to a TcpStream", fd_, {detail::toIovec(buffers)...}, true, writeTimeoutNs_};
+  }
+  detail::VectoredSendAwaitable<std::span<const std::span<const std::byte>>> write(
+      std::span<const std::span<const std::byte>> buffers) const noexcept {
+    return {"write to a TcpStream", fd_, buffers, true, writeTimeoutNs_};
+  }
+  detail::VectoredSendAwaitable<std::span<const std::string_view>> write(
+      std::span<const std::string_view> texts) const noexcept {
+    return {"write to a TcpStream", fd_, texts, true, writeTimeoutNs_};
+  }
+  // writeAll(buffers...): writes the whole concatenation, one sendmsg per partial
+  //   transfer, each going on from where the last stopped (inside a buffer if need be).
+  //   Any number of buffers: more than IOV_MAX go out IOV_MAX at a time. The list is
+  //   copied when writeAll is called, so a span passed may be a temporary even when the
+  //   Lazy is awaited later (spawned, or passed along); the bytes must stay valid until the
+  //   Lazy completes. An empty total completes at once, as writeAll of an empty buffer.
+  //   Errors: as writeAll(buffer), with bytesTransferred() counted in the concatenation:
+  //   a failure after n >= 1 bytes throws IncompleteTransfer(n), the first n bytes of the
+  //   concatenation were sent, and only the rest may be sent again. The call itself
+  //   throws std::bad_alloc when the list (more than 8 buffers) cannot be copied.
+  template <detail::WriteBuffer... Buffers>
+    requires(sizeof...(Buffers) >= 2)
+  Lazy<void> writeAll(const Buffers&... buffers) {
+    const std::array<iovec, sizeof...(Buffers)> list{detail::toIovec(buffers)...};
+    return writeAllBuffers(detail::IovecList(std::span<const iovec>(list)));
+  }
+  Lazy<void> writeAll(std::span<const std::span<const std::byte>> buffers);
+  Lazy<void> writeAll(std::span<const std::string_view> texts);
+
+  // Chars and text, as the byte forms above do it (same results, errors and thread
+  // safety), so that no caller spells std::as_writable_bytes: read, tryRead and
+  // readExactly into a span of char (a char array, a std::string or std::vector<char>,
+  // at its current size); write and tryWrite of text (a string literal is written
+  // without its terminating NUL; writeAll(std::string_view) is with writeAll above).
+  // Text is a std::string_view: a char array given as text is taken as a C string (up to
+  // its first NUL), so pass chars that are not one as std::string_view(data, size).
+  detail::StreamTransferAwaitable read(std::span<char> buffer) const noexcept {
+    return read(std::as_writable_bytes(buffer));
+  }
+  std::optional<std::size_t> tryRead(std::span<char> buffer) const {
+    return tryRead(std::as_writable_bytes(buffer));
+  }
+  Lazy<void> readExactly(std::span<char> buffer) {
+    return readExactly(std::as_writable_bytes(buffer));
+  }
+  detail::StreamTransferAwaitable write(std::string_view text) const noexcept {
+    return write(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  }
+  std::optional<std::size_t> tryWrite(std::string_view text) const {
+    return tryWrite(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  }
+
+  // Reads at most `max` bytes, as read() does, and appends them to `out`; returns how
+  // many (0 for max > 0: the end of the stream). A line or message reader's loop:
+  //   while (line.find('\n') == std::string::npos)
+  //     if (co_await stream.readSome(line, 4096) == 0) break;  // the end of the stream
+  // `out` grows by `max` during the read (zero-filled) and is cut back to what was read
+  // after; if the read fails, `out` is as it was. max == 0 returns 0 at once, as read()
+  // of an empty buffer does (not the end of the stream).
+  // Preconditions: `out` stays valid, and unused by others, until the Lazy completes.
+  // Errors: as read(); std::length_error or std::bad_alloc from growing `out`.
+  Lazy<std::size_t> readSome(std::string& out, std::size_t max);
+  // ---- end of vectored writes; char and text buffers ------------------------------------
+
   // Ends our direction of the stream (the peer reads end of stream); reads still work.
   // Errors: std::system_error (ENOTCONN), EBADF when closed.
   void shutdownWrite();
@@ -268,6 +367,9 @@ class TcpStream {
   SocketAddress peerAddress() const;
 
  private:
+  // writeAll of a list of buffers, copied (see writeAll(buffers)).
+  Lazy<void> writeAllBuffers(detail::IovecList buffers);
+
   int fd_ = -1;
   std::int64_t readTimeoutNs_ = -1;
   std::int64_t writeTimeoutNs_ = -1;

@@ -2,11 +2,13 @@
 
 #include <cstddef>
 #include <span>
+#include <string_view>
 
 #include "weft/executors/io_loop.h"
 #include "weft/io/datagram.h"
 #include "weft/io/detail/datagram_ops.h"
 #include "weft/io/detail/socket_ops.h"
+#include "weft/io/detail/vectored_ops.h"
 #include "weft/io/socket_address.h"
 
 namespace weft {
@@ -117,6 +119,48 @@ class UdpSocket {
   detail::ReceiveMessageAwaitable receive(std::span<std::byte> buffer) const noexcept {
     return detail::ReceiveMessageAwaitable("receive on a UdpSocket", fd_, buffer);
   }
+
+  // ---- Gathered datagrams; char and text buffers -----------------------------------------
+  //
+  // sendTo(buffers, to) and send(buffers) send ONE datagram made of the concatenation of
+  // a list of buffers (a header and a payload, without copying them together), with one
+  // sendmsg(2); they return its size. Empty buffers are skipped; an empty total sends an
+  // empty datagram, as an empty buffer does.
+  //   const std::span<const std::byte> parts[] = {header, payload};
+  //   co_await socket.sendTo(parts, peer);
+  // Preconditions: the list and the bytes stay valid until the await returns.
+  // Errors: as sendTo(buffer) and send(buffer); also std::invalid_argument, from the
+  // co_await and with nothing sent, for more than IOV_MAX (1024 on Linux) non-empty
+  // buffers (a datagram cannot be split over several calls); std::bad_alloc for more
+  // than 8.
+  // Thread safety: as sendTo(buffer) and send(buffer).
+  detail::VectoredSendAwaitable<std::span<const std::span<const std::byte>>, SocketAddress>
+  sendTo(std::span<const std::span<const std::byte>> buffers,
+         const SocketAddress& to) const noexcept {
+    return {"sendTo on a UdpSocket to", fd_, buffers, false, -1, to};
+  }
+  detail::VectoredSendAwaitable<std::span<const std::span<const std::byte>>> send(
+      std::span<const std::span<const std::byte>> buffers) const noexcept {
+    return {"send on a UdpSocket", fd_, buffers, false, -1};
+  }
+
+  // Text and chars, as the byte forms (same results and errors): sendTo and send of text
+  // (a string literal is sent without its terminating NUL), receiveFrom and receive into
+  // a span of char (a char array, a std::string or std::vector<char>, at its size).
+  detail::SendMessageAwaitable sendTo(std::string_view text,
+                                      const SocketAddress& to) const noexcept {
+    return sendTo(std::as_bytes(std::span<const char>(text.data(), text.size())), to);
+  }
+  detail::IoOperationAwaitable send(std::string_view text) const noexcept {
+    return send(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  }
+  detail::ReceiveMessageAwaitable receiveFrom(std::span<char> buffer) const noexcept {
+    return receiveFrom(std::as_writable_bytes(buffer));
+  }
+  detail::ReceiveMessageAwaitable receive(std::span<char> buffer) const noexcept {
+    return receive(std::as_writable_bytes(buffer));
+  }
+  // ---- end of gathered datagrams; char and text buffers ----------------------------------
 
   // SO_BROADCAST. Errors: std::system_error; EBADF when closed.
   void setBroadcast(bool on);
