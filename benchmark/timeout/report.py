@@ -6,10 +6,10 @@ is the run reported in full), each holding <side>.r<k>.json (Google Benchmark-st
 from one run of one side's program in round k; sides weft-io_uring, weft-epoll, tokio, go)
 and meta.json (date, load average, pinning, seconds per case).
 
-For each case and side: the median over the rounds of the time per operation with the
-limit and without it, and the cost of the limit: (with - without) taken within each round
-(the same process, seconds apart), its median over the rounds and the range of the
-rounds. Ratios: weft's median cost over tokio's and over Go's (the issue's target: <= 1.0
+For each case and side: the median over every repetition of every round of the time per
+operation with the limit and without it; the cost of the limit, the difference of those
+medians; and the range of that cost over the rounds (each round's cost from its own
+medians: the same process, the two measured within a second or two). Ratios: weft's median cost over tokio's and over Go's (the issue's target: <= 1.0
 x tokio). Prints a plain-text report; with --doc FILE, also writes the section
 "## withTimeout cost" of that markdown file (replacing it, or inserting it before
 "## Summary", else at the end).
@@ -62,7 +62,8 @@ def median(xs):
 
 
 def load_run(path):
-    """{side: {round: {benchmark name: real ns per op}}} and the run's meta.json."""
+    """{side: {round: {benchmark name: [real ns per op, one per repetition]}}} and the
+    run's meta.json."""
     scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
     data = {}
     for f in sorted(glob.glob(os.path.join(path, "*.r*.json"))):
@@ -82,7 +83,7 @@ def load_run(path):
             if backend and b.get("label") and b["label"] != backend:
                 sys.exit(f"{f}: {b['name']} ran on {b['label']}, not {backend}")
             name = b.get("run_name", b["name"]).split("/")[0]
-            times[name] = b["real_time"] * scale[b.get("time_unit", "ns")]
+            times.setdefault(name, []).append(b["real_time"] * scale[b.get("time_unit", "ns")])
         data.setdefault(side, {})[rnd] = times
     meta = {}
     if os.path.exists(os.path.join(path, "meta.json")):
@@ -101,18 +102,19 @@ def summarise(data):
         rows += [(extra, name, NAMES[fam][1].format(case=case))
                  for case, name, _ in EXTRAS.get(fam, []) for extra in [name]]
         for key, with_name, base_name in rows:
-            pairs = [(t[with_name], t[base_name]) for t in rounds.values()
-                     if with_name in t and base_name in t]
-            if not pairs:
+            both = [t for t in rounds.values() if with_name in t and base_name in t]
+            if not both:
                 continue
-            costs = [w - b for w, b in pairs]
+            with_all = [x for t in both for x in t[with_name]]
+            base_all = [x for t in both for x in t[base_name]]
+            costs = [median(t[with_name]) - median(t[base_name]) for t in both]
             out[(side, key)] = {
-                "with": median([w for w, _ in pairs]),
-                "without": median([b for _, b in pairs]),
-                "cost": median(costs),
+                "with": median(with_all),
+                "without": median(base_all),
+                "cost": median(with_all) - median(base_all),
                 "lo": min(costs),
                 "hi": max(costs),
-                "n": len(pairs),
+                "n": len(with_all),
             }
     return out
 
@@ -157,8 +159,9 @@ def cpu_model():
 
 def text_report(summary, sides, meta):
     lines = []
-    lines.append(f"withTimeout cost: {meta.get('rounds', '?')} rounds, {meta.get('min_time', '?')} s "
-                 f"per case, pinned: {meta.get('pin', '?')}, load at start: {meta.get('load', '?')}")
+    lines.append(f"withTimeout cost: {meta.get('rounds', '?')} rounds x {meta.get('repetitions', '?')} "
+                 f"repetitions x {meta.get('min_time', '?')} s per case, {meta.get('pin', '?')}, "
+                 f"load at start: {meta.get('load', '?')}")
     lines.append(f"{'case':<12} {'side':<48} {'with limit':>11} {'without':>11} {'cost':>11}   "
                  "cost range over rounds")
     for case in CASES:
@@ -177,7 +180,7 @@ def text_report(summary, sides, meta):
                                  f"{fmt_ns(s['with']):>11} {fmt_ns(s['without']):>11} "
                                  f"{fmt_ns(s['cost']):>11}   {fmt_ns(s['lo'])} .. {fmt_ns(s['hi'])}")
     lines.append("")
-    lines.append("ratios of the cost (median with - without), weft / other:")
+    lines.append("ratios of the cost (median with the limit - median without), weft / other:")
     for case in CASES:
         cells = []
         for side in [s for s in sides if s.startswith("weft-")]:
@@ -195,7 +198,7 @@ def markdown_section(runs, sides):
     w.append("## withTimeout cost")
     w.append("")
     w.append("Written by `WEFT_TIMEOUT_BENCH_DOC=1 benchmark/timeout/run.sh` (issue #29, item 3; "
-             "not by `benchmark/run.sh`, which keeps this section as it is). What a time limit "
+             "step 6b of `benchmark/run.sh`, whose report keeps this section as it is). What a time limit "
              "costs around one operation: `weft::withTimeout` "
              "(`benchmark/coro/with_timeout_benchmark.cc`, on a `ThreadPool(1)` worker), "
              "`tokio::time::timeout` (`benchmark/timeout/tokio`, current_thread runtime) and Go's "
@@ -207,14 +210,16 @@ def markdown_section(runs, sides):
              "`runtime.Gosched()`), so that the timer is armed and disarmed; (b) a 1-byte TCP "
              "ping-pong over 127.0.0.1 with an echo server in the same thread, the client's "
              "read under the limit (Go: `context.AfterFunc` + `SetReadDeadline`, how a "
-             "`net.Conn` read honours a context). The cost is (time with the limit − time "
-             "without it), taken within each round and then the median of the rounds.")
+             "`net.Conn` read honours a context). Times are medians over every repetition of "
+             "every round; the cost is (time with the limit − time without it), and its range "
+             "over the rounds (each round's cost from its own medians) shows the noise.")
     w.append("")
     w.append(f"- Date: {meta.get('date', '?')}; weft commit {meta.get('commit', '?')}")
     w.append(f"- CPU: {meta.get('cpu', cpu_model())}; every program pinned with "
              f"`{meta.get('pin', '?')}` (one CPU: weft's timer thread shares it)")
     w.append(f"- {meta.get('rounds', '?')} rounds, each side once per round in an order reversed "
-             f"every round, {meta.get('min_time', '?')} s per case and round; load average at "
+             f"every round, {meta.get('repetitions', '?')} repetitions of "
+             f"{meta.get('min_time', '?')} s per case and round; load average at "
              f"the start: {meta.get('load', '?')} (the machine is shared: well above 0 means "
              "other work ran)")
     for tool in ("tokio", "go"):

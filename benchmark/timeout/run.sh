@@ -14,14 +14,17 @@
 # Cases: Ready (the work returns without suspending), Yield (it suspends once, so the
 # timer is armed and disarmed), TcpPingPong (a 1-byte round trip over 127.0.0.1 with the
 # read under the limit). Each round runs every side once, in an order that reverses from
-# one round to the next (A B C D, D C B A, ...); each side measures all its cases in that
-# run, with-timeout and baseline right after each other. The cost of a case is taken per
-# round (with minus without, same process, seconds apart), and its median over the rounds
-# is reported, with the spread of the rounds.
+# one round to the next (A B C D, D C B A, ...); in that run each side measures every
+# case a few times (repetitions), with-timeout and baseline close together (weft: Google
+# Benchmark's random interleaving; tokio and Go: side by side, in alternating order).
+# Reported: the medians over every repetition of every round, the cost of the limit (the
+# median with it minus the median without it) and the range of that cost over the rounds
+# (each round's own medians): the noise of a shared machine.
 #
 # Environment:
-#   WEFT_TIMEOUT_BENCH_ROUNDS=n     rounds (default 7)
-#   WEFT_TIMEOUT_BENCH_MIN_TIME=s   seconds each case runs in each round (default 0.1)
+#   WEFT_TIMEOUT_BENCH_ROUNDS=n     rounds (default 9)
+#   WEFT_TIMEOUT_BENCH_REPETITIONS=n  repetitions of each case in each round (default 4)
+#   WEFT_TIMEOUT_BENCH_MIN_TIME=s   seconds of each repetition (default 0.05)
 #   WEFT_TIMEOUT_BENCH_CPU=n        the CPU every program is pinned to (taskset; default:
 #                                   the last one); "none": not pinned
 #   WEFT_TIMEOUT_BENCH_WEFT_BUILD=dir  a weft CMake build tree to build the benchmark in
@@ -29,8 +32,9 @@
 #                                   with g++ if missing)
 #   WEFT_TIMEOUT_BENCH_DOC=1        also write the section "withTimeout cost" of
 #                                   docs/performance.md (benchmark/timeout/report.py)
-#   WEFT_BENCH_SMOKE=1              quick check that everything builds and runs: 1 round
-#                                   of 0.01 s per case, no document written
+#   WEFT_BENCH_SMOKE=1              quick check that everything builds, runs and reports
+#                                   every case: 1 round, 1 repetition of 0.01 s, no
+#                                   document written, results in build/timeout-bench/smoke/
 # A side whose toolchain is missing (cargo, go) is skipped with a note. Raw results: one
 # directory per run, build/timeout-bench/runs/<UTC date and time>/<side>.r<k>.json (Google
 # Benchmark-style JSON) and meta.json; the report shows the latest run in full and the
@@ -42,12 +46,14 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${repo}"
 
-rounds="${WEFT_TIMEOUT_BENCH_ROUNDS:-7}"
-min_time="${WEFT_TIMEOUT_BENCH_MIN_TIME:-0.1}"
+rounds="${WEFT_TIMEOUT_BENCH_ROUNDS:-9}"
+repetitions="${WEFT_TIMEOUT_BENCH_REPETITIONS:-4}"
+min_time="${WEFT_TIMEOUT_BENCH_MIN_TIME:-0.05}"
 weft_build="${WEFT_TIMEOUT_BENCH_WEFT_BUILD:-build/timeout-bench/weft}"
 write_doc="${WEFT_TIMEOUT_BENCH_DOC:-0}"
 if [[ -n "${WEFT_BENCH_SMOKE:-}" ]]; then
   rounds=1
+  repetitions=1
   min_time=0.01
   write_doc=0
 fi
@@ -123,12 +129,14 @@ run_side() {
   local side="$1" round="$2" file="${results}/$1.r$2.json" rc=0
   case "${side}" in
     weft-*)
-      WEFT_IO_BACKEND="${side#weft-}" "${pin[@]}" "${weft_bin}" --benchmark_repetitions=1 \
+      WEFT_IO_BACKEND="${side#weft-}" "${pin[@]}" "${weft_bin}" \
+        --benchmark_repetitions="${repetitions}" --benchmark_enable_random_interleaving=true \
         --benchmark_min_time="${min_time}" --benchmark_out_format=json \
         --benchmark_out="${file}" >"${file%.json}.log" 2>&1 || rc=$?
       ;;
-    tokio) "${pin[@]}" "${tokio_bin}" 1 "${min_time}" >"${file}" 2>"${file%.json}.log" || rc=$? ;;
-    go) "${pin[@]}" "${go_bin}" -repetitions 1 -min-time "${min_time}" >"${file}" \
+    tokio) "${pin[@]}" "${tokio_bin}" "${repetitions}" "${min_time}" >"${file}" \
+      2>"${file%.json}.log" || rc=$? ;;
+    go) "${pin[@]}" "${go_bin}" -repetitions "${repetitions}" -min-time "${min_time}" >"${file}" \
       2>"${file%.json}.log" || rc=$? ;;
   esac
   if ((rc != 0)); then
@@ -138,7 +146,7 @@ run_side() {
   fi
 }
 
-banner "measuring: ${rounds} rounds of ${sides[*]}, ${min_time} s per case, ${pin[*]:-not pinned}"
+banner "measuring: ${rounds} rounds of ${sides[*]}, ${repetitions} x ${min_time} s per case, ${pin[*]:-not pinned}"
 load_at_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 start=${SECONDS}
 for round in $(seq 1 "${rounds}"); do
@@ -166,13 +174,14 @@ commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [[ -z "$(git status --porcelain 2>/dev/null)" ]] || commit+=" (with uncommitted changes)"
 META_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" META_COMMIT="${commit}" \
 META_CPU="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) CPUs" \
-META_PIN="${pin[*]:-not pinned}" META_ROUNDS="${rounds}" META_MIN_TIME="${min_time}" \
+META_PIN="${pin[*]:-not pinned}" META_ROUNDS="${rounds}" META_REPETITIONS="${repetitions}" \
+META_MIN_TIME="${min_time}" \
 META_LOAD="${load_at_start}" \
 META_TOKIO="$([[ " ${sides[*]} " == *" tokio "* ]] && tool_version tokio)" \
 META_GO="$([[ " ${sides[*]} " == *" go "* ]] && tool_version go)" \
 python3 - "${results}/meta.json" <<'PY'
 import json, os, sys
-keys = ["date", "commit", "cpu", "pin", "rounds", "min_time", "load", "tokio", "go"]
+keys = ["date", "commit", "cpu", "pin", "rounds", "repetitions", "min_time", "load", "tokio", "go"]
 json.dump({k: os.environ["META_" + k.upper()] for k in keys}, open(sys.argv[1], "w"), indent=2)
 PY
 trap - EXIT
