@@ -9,10 +9,10 @@ and meta.json (date, load average, pinning, seconds per case).
 For each case and side: the median over every repetition of every round of the time per
 operation with the limit and without it; the cost of the limit, the difference of those
 medians; and the range of that cost over the rounds (each round's cost from its own
-medians: the same process, the two measured within a second or two). Ratios: weft's median cost over tokio's and over Go's (the issue's target: <= 1.0
-x tokio). Prints a plain-text report; with --doc FILE, also writes the section
-"## withTimeout cost" of that markdown file (replacing it, or inserting it before
-"## Summary", else at the end).
+medians: the same process, the two measured within a second or two). Ratios: weft's cost
+over tokio's and over Go's (the issue's target: <= 1.0 x tokio). Prints a plain-text
+report; with --doc FILE, also writes the section "## withTimeout cost" of that markdown
+file (replacing it, or inserting it before "## Summary", else at the end).
 """
 
 import argparse
@@ -210,7 +210,10 @@ def markdown_section(runs, sides):
              "`runtime.Gosched()`), so that the timer is armed and disarmed; (b) a 1-byte TCP "
              "ping-pong over 127.0.0.1 with an echo server in the same thread, the client's "
              "read under the limit (Go: `context.AfterFunc` + `SetReadDeadline`, how a "
-             "`net.Conn` read honours a context). Times are medians over every repetition of "
+             "`net.Conn` read honours a context). In (a) weft arms no timer (work that "
+             "finishes before suspending decides withTimeout's race before the timer branch "
+             "starts) and tokio registers none (its timer is registered when the work is first "
+             "pending); Go arms one in every case. Times are medians over every repetition of "
              "every round; the cost is (time with the limit − time without it), and its range "
              "over the rounds (each round's cost from its own medians) shows the noise.")
     w.append("")
