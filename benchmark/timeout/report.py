@@ -7,9 +7,11 @@ from one run of one side's program in round k; sides weft-io_uring, weft-epoll, 
 and meta.json (date, load average, pinning, seconds per case).
 
 For each case and side: the median over every repetition of every round of the time per
-operation with the limit and without it; the cost of the limit, the difference of those
-medians; and the range of that cost over the rounds (each round's cost from its own
-medians: the same process, the two measured within a second or two). Ratios: weft's cost
+operation with the limit and without it; the cost of the limit, taken within each round
+(the round's median with it minus its median without it: the same process, measured
+within a second or two of each other), its median over the rounds and its range. The
+machine's load changes from round to round, so a cost is only ever a difference within
+one round (the difference of the overall medians can mix rounds). Ratios: weft's cost
 over tokio's and over Go's (the issue's target: <= 1.0 x tokio). Prints a plain-text
 report; with --doc FILE, also writes the section "## withTimeout cost" of that markdown
 file (replacing it, or inserting it before "## Summary", else at the end).
@@ -111,7 +113,7 @@ def summarise(data):
             out[(side, key)] = {
                 "with": median(with_all),
                 "without": median(base_all),
-                "cost": median(with_all) - median(base_all),
+                "cost": median(costs),
                 "lo": min(costs),
                 "hi": max(costs),
                 "n": len(with_all),
@@ -180,7 +182,7 @@ def text_report(summary, sides, meta):
                                  f"{fmt_ns(s['with']):>11} {fmt_ns(s['without']):>11} "
                                  f"{fmt_ns(s['cost']):>11}   {fmt_ns(s['lo'])} .. {fmt_ns(s['hi'])}")
     lines.append("")
-    lines.append("ratios of the cost (median with the limit - median without), weft / other:")
+    lines.append("ratios of the cost (median over the rounds of with the limit - without), weft / other:")
     for case in CASES:
         cells = []
         for side in [s for s in sides if s.startswith("weft-")]:
@@ -214,8 +216,9 @@ def markdown_section(runs, sides):
              "finishes before suspending decides withTimeout's race before the timer branch "
              "starts) and tokio registers none (its timer is registered when the work is first "
              "pending); Go arms one in every case. Times are medians over every repetition of "
-             "every round; the cost is (time with the limit − time without it), and its range "
-             "over the rounds (each round's cost from its own medians) shows the noise.")
+             "every round. The cost is (time with the limit − time without it) within each "
+             "round (each side's two medians of that round), then the median over the rounds; "
+             "its range over the rounds shows the noise of the shared machine.")
     w.append("")
     w.append(f"- Date: {meta.get('date', '?')}; weft commit {meta.get('commit', '?')}")
     w.append(f"- CPU: {meta.get('cpu', cpu_model())}; every program pinned with "

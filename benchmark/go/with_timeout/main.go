@@ -16,7 +16,8 @@
 //     (now + 10s) before each read, the net package's own time limit.
 //
 // Each repetition of each case runs for at least -min-time seconds (the count of
-// operations found as Google Benchmark does: grown from 100 until a run is long enough);
+// operations found once per case as Google Benchmark does: grown from 100 until a run is
+// long enough; later repetitions run that count);
 // the cases of a repetition run in turn, with-timeout and baseline side by side, their
 // order reversed every other repetition. Prints Google Benchmark-style JSON (one entry
 // per repetition and case, through internal/gbench): real_time is wall nanoseconds per
@@ -163,14 +164,32 @@ func loopback() (net.Conn, func()) {
 	}
 }
 
-// measure runs op(n) with n grown from 100 until one run lasts minTime; returns that run.
-func measure(op func(int64), minTime time.Duration) (int64, time.Duration, time.Duration) {
+// benchCase is one benchmark: its name, its operation (op(n) runs n of them) and, once
+// found, the count of operations a repetition runs.
+type benchCase struct {
+	name string
+	op   func(int64)
+	n    int64
+}
+
+// run times one repetition: op(n) with the count found by the first repetition (grown
+// from 100 until a run lasts minTime, as Google Benchmark does; that run is the first
+// repetition). Returns n and the wall and CPU time it took.
+func (c *benchCase) run(minTime time.Duration) (int64, time.Duration, time.Duration) {
+	timed := func(n int64) (time.Duration, time.Duration) {
+		start, startCPU := time.Now(), gbench.CPUTime()
+		c.op(n)
+		return time.Since(start), gbench.CPUTime() - startCPU
+	}
+	if c.n > 0 {
+		wall, cpu := timed(c.n)
+		return c.n, wall, cpu
+	}
 	n := int64(100)
 	for {
-		start, startCPU := time.Now(), gbench.CPUTime()
-		op(n)
-		wall, cpu := time.Since(start), gbench.CPUTime()-startCPU
+		wall, cpu := timed(n)
 		if wall >= minTime || n >= 1e9 {
+			c.n = n
 			return n, wall, cpu
 		}
 		// As Google Benchmark: aim 40 % past minTime, at most 10 x more at a time.
@@ -188,18 +207,14 @@ func main() {
 
 	conn, closeLoopback := loopback()
 	defer closeLoopback()
-	type benchCase struct {
-		name string
-		op   func(int64)
-	}
 	// Pairs: with a limit, then without (reversed every other repetition).
-	pairs := [][]benchCase{
-		{{"Go_WithTimeout_Ready", withTimeoutReady}, {"Go_NoTimeout_Ready", noTimeoutReady}},
-		{{"Go_WithTimeout_Yield", withTimeoutYield}, {"Go_NoTimeout_Yield", noTimeoutYield}},
+	pairs := [][]*benchCase{
+		{{name: "Go_WithTimeout_Ready", op: withTimeoutReady}, {name: "Go_NoTimeout_Ready", op: noTimeoutReady}},
+		{{name: "Go_WithTimeout_Yield", op: withTimeoutYield}, {name: "Go_NoTimeout_Yield", op: noTimeoutYield}},
 		{
-			{"Go_WithTimeout_TcpPingPong", func(n int64) { pingPong(conn, n, contextTimeout) }},
-			{"Go_NoTimeout_TcpPingPong", func(n int64) { pingPong(conn, n, noLimit) }},
-			{"Go_ReadDeadline_TcpPingPong", func(n int64) { pingPong(conn, n, readDeadline) }},
+			{name: "Go_WithTimeout_TcpPingPong", op: func(n int64) { pingPong(conn, n, contextTimeout) }},
+			{name: "Go_NoTimeout_TcpPingPong", op: func(n int64) { pingPong(conn, n, noLimit) }},
+			{name: "Go_ReadDeadline_TcpPingPong", op: func(n int64) { pingPong(conn, n, readDeadline) }},
 		},
 	}
 	var entries []gbench.Entry
@@ -210,7 +225,7 @@ func main() {
 				if r%2 == 1 {
 					c = pair[len(pair)-1-k]
 				}
-				n, wall, cpu := measure(c.op, minTime)
+				n, wall, cpu := c.run(minTime)
 				entries = append(entries, gbench.Iteration(c.name, r, *repetitions, n, wall, cpu))
 			}
 		}

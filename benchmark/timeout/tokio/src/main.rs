@@ -13,8 +13,8 @@
 //!    with `timeout(10s, stream.read(..))`. Baseline Tokio_NoTimeout_TcpPingPong.
 //!
 //! Usage: `tokio-timeout [repetitions] [min-seconds]` (defaults 5 and 0.1). Each repetition
-//! of each case runs for at least min-seconds (the count of operations grown from 100 as
-//! Google Benchmark does); the cases of a repetition run in turn, with-timeout and
+//! of each case runs for at least min-seconds (the count of operations found once per case
+//! as Google Benchmark does: grown from 100 until a run is long enough); the cases of a repetition run in turn, with-timeout and
 //! baseline side by side, their order reversed every other repetition. Prints Google
 //! Benchmark-style JSON: real_time is wall nanoseconds per operation, cpu_time the
 //! process's CPU nanoseconds per operation.
@@ -125,15 +125,22 @@ async fn echo(mut stream: TcpStream) {
 
 type Op<'a> = Box<dyn FnMut(u64) -> Pin<Box<dyn Future<Output = ()> + 'a>> + 'a>;
 
-/// Runs op(n) with n grown from 100 until one run lasts min_time; returns (n, wall, cpu).
-/// The boxed future is one allocation per run, not per operation.
-async fn measure(op: &mut Op<'_>, min_time: Duration) -> (u64, Duration, Duration) {
-    let mut n: u64 = 100;
+/// One repetition of one case: op(n) with the count the case's first repetition found
+/// (`*count`, 0 until then: grown from 100 until a run lasts min_time, as Google Benchmark
+/// does; that run is the first repetition). Returns (n, wall, cpu). The boxed future is
+/// one allocation per run, not per operation.
+async fn measure(
+    op: &mut Op<'_>,
+    count: &mut u64,
+    min_time: Duration,
+) -> (u64, Duration, Duration) {
+    let mut n: u64 = if *count > 0 { *count } else { 100 };
     loop {
         let (start, start_cpu) = (Instant::now(), cpu_time());
         op(n).await;
         let (wall, cpu) = (start.elapsed(), cpu_time() - start_cpu);
-        if wall >= min_time || n >= 1_000_000_000 {
+        if *count > 0 || wall >= min_time || n >= 1_000_000_000 {
+            *count = n;
             return (n, wall, cpu);
         }
         // As Google Benchmark: aim 40 % past min_time, at most 10 x more at a time.
@@ -166,14 +173,14 @@ fn main() {
         let client = &client;
 
         // Groups: with a limit, then without (reversed every other repetition).
-        let mut groups: Vec<Vec<(&str, Op<'_>)>> = vec![
+        let mut groups: Vec<Vec<(&str, Op<'_>, u64)>> = vec![
             vec![
-                ("Tokio_Timeout_Ready", Box::new(|n| Box::pin(timeout_ready(n)) as _)),
-                ("Tokio_NoTimeout_Ready", Box::new(|n| Box::pin(no_timeout_ready(n)) as _)),
+                ("Tokio_Timeout_Ready", Box::new(|n| Box::pin(timeout_ready(n)) as _), 0),
+                ("Tokio_NoTimeout_Ready", Box::new(|n| Box::pin(no_timeout_ready(n)) as _), 0),
             ],
             vec![
-                ("Tokio_Timeout_Yield", Box::new(|n| Box::pin(timeout_yield(n)) as _)),
-                ("Tokio_NoTimeout_Yield", Box::new(|n| Box::pin(no_timeout_yield(n)) as _)),
+                ("Tokio_Timeout_Yield", Box::new(|n| Box::pin(timeout_yield(n)) as _), 0),
+                ("Tokio_NoTimeout_Yield", Box::new(|n| Box::pin(no_timeout_yield(n)) as _), 0),
             ],
             vec![
                 (
@@ -182,6 +189,7 @@ fn main() {
                         Box::pin(async move { ping_pong(&mut client.borrow_mut(), n, true).await })
                             as _
                     }),
+                    0,
                 ),
                 (
                     "Tokio_NoTimeout_TcpPingPong",
@@ -189,6 +197,7 @@ fn main() {
                         Box::pin(async move { ping_pong(&mut client.borrow_mut(), n, false).await })
                             as _
                     }),
+                    0,
                 ),
             ],
         ];
@@ -198,8 +207,8 @@ fn main() {
                 let len = group.len();
                 for k in 0..len {
                     let index = if r % 2 == 1 { len - 1 - k } else { k };
-                    let (name, op) = &mut group[index];
-                    let (n, wall, cpu) = measure(op, min_time).await;
+                    let (name, op, count) = &mut group[index];
+                    let (n, wall, cpu) = measure(op, count, min_time).await;
                     entries.push(format!(
                         "    {{\"name\": \"{name}\", \"run_name\": \"{name}\", \"run_type\": \"iteration\", \
                          \"repetition_index\": {r}, \"repetitions\": {repetitions}, \"iterations\": {n}, \
