@@ -148,6 +148,7 @@ run_side() {
 
 banner "measuring: ${rounds} rounds of ${sides[*]}, ${repetitions} x ${min_time} s per case, ${pin[*]:-not pinned}"
 load_at_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+run_date="$(date -u '+%Y-%m-%d %H:%M UTC')"
 start=${SECONDS}
 for round in $(seq 1 "${rounds}"); do
   order=("${sides[@]}")
@@ -171,8 +172,10 @@ tool_version() {  # tool_version tokio|go: what built that side, for the report
   esac
 }
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-[[ -z "$(git status --porcelain 2>/dev/null)" ]] || commit+=" (with uncommitted changes)"
-META_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" META_COMMIT="${commit}" \
+# Changes to tracked files other than docs/ (which this script and others write).
+[[ -z "$(git status --porcelain --untracked-files=no -- . ':!docs' 2>/dev/null)" ]] ||
+  commit+=" (with uncommitted changes)"
+META_DATE="${run_date}" META_COMMIT="${commit}" \
 META_CPU="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) CPUs" \
 META_PIN="${pin[*]:-not pinned}" META_ROUNDS="${rounds}" META_REPETITIONS="${repetitions}" \
 META_MIN_TIME="${min_time}" \
