@@ -29,7 +29,7 @@
 #   6. docs/performance.md (benchmark/support/report.py)
 #   6b. benchmark/timeout/run.sh: what withTimeout costs beside tokio and Go, in the
 #      build/bench-gcc tree -> the section "withTimeout cost" of docs/performance.md
-#      (about 1.5 minutes; needs cargo and go for those sides)
+#      (about 1.5 minutes; a side whose toolchain, cargo or go, is missing is skipped)
 #   7. benchmark/io/run.sh: weft's servers against real peers -> docs/io-benchmarks.md
 #      (about 35 minutes more; see that script for its own settings)
 #

@@ -39,8 +39,9 @@
 # directory per run, build/timeout-bench/runs/<UTC date and time>/<side>.r<k>.json (Google
 # Benchmark-style JSON) and meta.json; the report shows the latest run in full and the
 # ratios of the last 5 runs kept there (the spread from run to run). With the defaults,
-# about a minute of measuring, plus the builds (the weft library: a few minutes the first
-# time on 2 cores; cargo fetches tokio from crates.io when it is not cached).
+# 75-85 s of measuring on a busy 2-CPU machine, plus the builds the first time (the weft
+# library and the benchmark: under a minute on 2 idle cores; cargo fetches tokio and libc
+# from crates.io when they are not cached), so under 3 minutes in all.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
