@@ -27,6 +27,9 @@
 #      baselines (repeatable where timings on a shared machine are not); skipped
 #      without valgrind
 #   6. docs/performance.md (benchmark/support/report.py)
+#   6b. benchmark/timeout/run.sh: what withTimeout costs beside tokio and Go, in the
+#      build/bench-gcc tree -> the section "withTimeout cost" of docs/performance.md
+#      (about 1.5 minutes; a side whose toolchain, cargo or go, is missing is skipped)
 #   7. benchmark/io/run.sh: weft's servers against real peers -> docs/io-benchmarks.md
 #      (about 35 minutes more; see that script for its own settings)
 #
@@ -38,6 +41,7 @@
 #   WEFT_BENCH_SKIP_ALT=1      no -O2/-O3 comparison
 #   WEFT_BENCH_SKIP_CALLGRIND=1  no instruction counts
 #   WEFT_BENCH_SKIP_PAIRED=1   no paired rounds (step 4c)
+#   WEFT_BENCH_SKIP_TIMEOUT=1  no withTimeout comparison (step 6b)
 #   WEFT_BENCH_SKIP_IO=1       no I/O benchmarks (step 7)
 #   JOBS=n                     build parallelism
 # About 12 minutes on 2 cores, half of it compiling the 1000-deep template chains. Run it
@@ -353,6 +357,13 @@ python3 benchmark/support/report.py \
   --alt-flags "${alt_flags}" \
   --min-time "${min_time}" --repetitions "${repetitions}" --load "${load_at_start}" \
   --steal "${steal_seconds}" --measure-seconds "${measure_seconds}"
+
+# --- 6b. withTimeout beside tokio and Go ---------------------------------------------
+if [[ "${WEFT_BENCH_SKIP_TIMEOUT:-0}" != 1 ]]; then
+  banner "benchmark/timeout/run.sh"
+  WEFT_TIMEOUT_BENCH_WEFT_BUILD=build/bench-gcc WEFT_TIMEOUT_BENCH_DOC=1 benchmark/timeout/run.sh ||
+    echo "benchmark/timeout/run.sh failed: the withTimeout section of docs/performance.md is unchanged" >&2
+fi
 
 # --- 7. I/O benchmarks ----------------------------------------------------------------
 if [[ "${WEFT_BENCH_SKIP_IO:-0}" != 1 ]]; then
