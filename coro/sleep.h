@@ -147,16 +147,27 @@ class SleepAwaiter {
   }
 
   void await_resume() {
+    if (!resumeWithoutThrowing()) throw OperationCancelled("weft: sleep cancelled");
+  }
+
+  // await_resume for sleeps whose cancellation is an ordinary outcome (withTimeout's
+  // timer, cancelled whenever the work finishes first): false when cancelled, true when
+  // the time has passed, without an exception for the cancellation.
+  // Errors: ExecutorShutDown as await_resume.
+  bool resumeWithoutThrowing() {
     // Waits if the callback still runs on another thread (it lost the race, or is
     // finishing its arrival); after this, nothing refers to this awaiter.
     onCancel_.reset();
     waiter_ = nullptr;  // resumed: nothing for the destructor to withdraw
-    if (cancelled_) throw OperationCancelled("weft: sleep cancelled");
+    if (cancelled_) return false;
     if (timer_.shutDown) {
       throw ExecutorShutDown(executor_ != nullptr ? std::string(executor_->name())
                                                   : std::string("weft-timer"));
     }
+    return true;
   }
+
+  const CancellationToken& token() const noexcept { return token_; }
 
   // For task dumps (coro/detail/wait_note.h): "sleep, due in 1.200 s".
   void describeWait(std::string& out) const {
@@ -264,6 +275,48 @@ class SleepAwaitable {
 
  private:
   Deadline deadline_;
+};
+
+// A sleep whose co_await returns true when its time has passed and false when it was
+// cancelled (before or during), instead of throwing OperationCancelled. For withTimeout's
+// timer, which is cancelled each time the work finishes first: a thrown and caught
+// exception would cost more than the rest of the timeout.
+template <class Rep, class Period>
+class SleepOrCancelAwaitable {
+ public:
+  explicit SleepOrCancelAwaitable(std::chrono::duration<Rep, Period> duration) noexcept
+      : duration_(duration) {}
+
+  class Awaiter : public SleepAwaiter {
+   public:
+    using SleepAwaiter::SleepAwaiter;
+    bool await_ready() const noexcept { return false; }  // cancellation is checked in suspend
+    bool await_suspend(std::coroutine_handle<> waiter) {
+      if (token().isCancellationRequested()) {
+        cancelledEarly_ = true;
+        return false;
+      }
+      if (SleepAwaiter::await_ready()) return false;  // the deadline has passed
+      return SleepAwaiter::await_suspend(waiter);
+    }
+    bool await_resume() {
+      if (cancelledEarly_) return false;
+      return resumeWithoutThrowing();
+    }
+
+   private:
+    bool cancelledEarly_ = false;
+  };
+
+  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
+    return Awaiter(deadlineAfter(duration_), executor, token);
+  }
+  Awaiter operator co_await() const {
+    return Awaiter(deadlineAfter(duration_), nullptr, kNoCancellationToken);
+  }
+
+ private:
+  std::chrono::duration<Rep, Period> duration_;
 };
 
 }  // namespace detail

@@ -25,9 +25,11 @@ class TimeoutError : public std::runtime_error {
 
 namespace detail {
 
+// True when the time ran out, false when the timer was cancelled (the work finished
+// first, or the awaiter was cancelled): no exception on the common path.
 template <class Rep, class Period>
-Lazy<void> timeoutTimer(std::chrono::duration<Rep, Period> timeout) {
-  co_await sleep(timeout);
+Lazy<bool> timeoutTimer(std::chrono::duration<Rep, Period> timeout) {
+  co_return co_await SleepOrCancelAwaitable<Rep, Period>(timeout);
 }
 
 // True if `result` holds an OperationCancelled (or a type derived from it).
@@ -51,9 +53,9 @@ Lazy<T> withTimeoutImpl(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout
   // ended with the OperationCancelled that this caused. A value (or another exception)
   // that arrived despite the cancellation is never discarded.
   if (outcome.index == 1 && endedByCancellation(work)) {
-    // The timer fired (a timeout), or was itself cancelled (the awaiter was: rethrown) or
-    // ended by its executor's shutdown (rethrown).
-    std::get<1>(outcome.results).value();
+    // The timer fired (a timeout), or was itself cancelled (the awaiter was) or ended by
+    // its executor's shutdown (ExecutorShutDown, rethrown by value()).
+    if (!std::get<1>(outcome.results).value()) throw OperationCancelled();
     throw TimeoutError();
   }
   co_return std::move(work).value();

@@ -86,8 +86,14 @@ bool TimerQueue::add(TimerEntry& entry) {
   entry.sequence = nextSequence_++;
   heap_.push_back(&entry);
   siftUp(heap_.size() - 1);
-  // A new earliest deadline: the thread may be waiting for a later one.
-  if (entry.heapIndex == 0) wake_.notify_one();
+  // Woken only for a deadline earlier than the one it waits for: a timer armed after one
+  // was cancelled (withTimeout around work that finished) is usually later, and the
+  // thread, waking for the cancelled one's deadline, finds it then. So a steady stream of
+  // armed-and-cancelled timers costs no thread switch per timer.
+  if (entry.deadline < waitingUntil_) {
+    waitingUntil_ = TimerEntry::Clock::time_point::min();  // one notification is enough
+    wake_.notify_one();
+  }
   return true;
 }
 
@@ -119,11 +125,14 @@ void TimerQueue::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopped_) {
     if (heap_.empty()) {
+      waitingUntil_ = TimerEntry::Clock::time_point::max();
       wake_.wait(lock);
+      waitingUntil_ = TimerEntry::Clock::time_point::min();
       continue;
     }
     const TimerEntry::Clock::time_point deadline = heap_.front()->deadline;
     if (deadline > TimerEntry::Clock::now()) {
+      waitingUntil_ = deadline;
       // time_point::max() is "never": wait without a timeout (libstdc++ would overflow
       // converting it to a timespec).
       if (deadline == TimerEntry::Clock::time_point::max()) {
@@ -131,6 +140,7 @@ void TimerQueue::run() {
       } else {
         wake_.wait_until(lock, deadline);
       }
+      waitingUntil_ = TimerEntry::Clock::time_point::min();
       continue;
     }
     TimerEntry* entry = heap_.front();

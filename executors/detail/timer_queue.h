@@ -90,6 +90,10 @@ class TimerQueue {
   std::condition_variable wake_;
   std::vector<TimerEntry*> heap_;   // guarded by mutex_
   std::uint64_t nextSequence_ = 0;  // guarded by mutex_
+  // The deadline the thread waits for (max(): none, it waits for a notification), or
+  // min() while it is not waiting (it looks at the heap before it waits again). add()
+  // notifies only for an earlier deadline. Guarded by mutex_.
+  TimerEntry::Clock::time_point waitingUntil_ = TimerEntry::Clock::time_point::min();
   bool stopped_ = false;            // guarded by mutex_
   std::thread thread_;              // started under mutex_; joined by stop()
   std::mutex stopMutex_;            // serialises stop() calls
