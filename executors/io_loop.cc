@@ -3,7 +3,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +30,17 @@ constinit thread_local void* tlFactoryContext = nullptr;
 // feature weft uses, io_uring_disabled=1 for unprivileged users on some kernels),
 // EOPNOTSUPP: io_uring is not available here; epoll is the answer. Anything else
 // (ENOMEM, EMFILE, ENFILE...) is a lack of resources that epoll would hit too: reported.
+// Descriptor generations (IoLoop::retireDescriptor, detail::descriptorGeneration): one
+// 64-bit counter per number modulo kGenerations, zero-initialised (pages are only paid for
+// where numbers are retired). A fixed table cannot fail to grow; two numbers that share a
+// counter only ever see it change too often, which is safe (a registration anew).
+constexpr std::size_t kGenerations = std::size_t{1} << 16;
+constinit std::atomic<std::uint64_t> gGenerations[kGenerations] = {};
+
+std::atomic<std::uint64_t>& generationOf(int fd) noexcept {
+  return gGenerations[static_cast<std::size_t>(fd) & (kGenerations - 1)];
+}
+
 bool meansUnavailable(int error) noexcept {
   return error == ENOSYS || error == EPERM || error == EACCES || error == EINVAL ||
          error == EOPNOTSUPP;
@@ -103,6 +117,15 @@ void IoLoop::setCurrentFactory(LoopFactory make, void* context) noexcept {
   if (make == nullptr) tlLoop = nullptr;
 }
 
+void IoLoop::retireDescriptor(int fd) noexcept {
+  if (fd < 0) return;
+  // Release: pairs with descriptorGeneration's acquire. What must be ordered is the bump
+  // before the close(2) that follows it in this thread, against a loop's load after the
+  // number's next owner got it from the kernel: the system calls in between order them in
+  // practice, and release/acquire states the intent (the load is free on x86).
+  generationOf(fd).fetch_add(1, std::memory_order_release);
+}
+
 IoLoop::CurrentScope::CurrentScope(IoLoop* loop) noexcept : previous_(tlLoop) { tlLoop = loop; }
 
 IoLoop::CurrentScope::~CurrentScope() { tlLoop = previous_; }
@@ -110,6 +133,11 @@ IoLoop::CurrentScope::~CurrentScope() { tlLoop = previous_; }
 namespace detail {
 
 IoLoop* currentIoLoopIfAny() noexcept { return tlLoop; }
+
+std::uint64_t descriptorGeneration(int fd) noexcept {
+  // Acquire: pairs with retireDescriptor's release.
+  return generationOf(fd).load(std::memory_order_acquire);
+}
 
 IoLoopBase::IoLoopBase() {
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

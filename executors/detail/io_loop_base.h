@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 
@@ -11,6 +12,13 @@ namespace weft::detail {
 
 // The calling thread's current loop, without creating one. noexcept: a thread_local read.
 IoLoop* currentIoLoopIfAny() noexcept;
+
+// The generation of descriptor number `fd` (>= 0): changed by every
+// IoLoop::retireDescriptor(fd), never back to a value it had. Numbers share a counter
+// when they are equal modulo a table size (65536): a retirement of one then also changes
+// the others' generation, which costs a registration anew but is never taken for "same
+// file". noexcept: an atomic load. Thread safety: any thread.
+std::uint64_t descriptorGeneration(int fd) noexcept;
 
 // What weft's two loops share: the eventfd that wake() writes, cancellation requests from
 // other threads, and the completion hand-off.
