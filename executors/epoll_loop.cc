@@ -129,12 +129,12 @@ class EpollLoop final : public IoLoopBase {
     const bool write = isWrite(op.opcode);
     const auto index = static_cast<std::size_t>(op.fd);
     Fd* known = index < fds_.size() ? &fds_[index] : nullptr;
-    if (known != nullptr && known->registered && known->idle() && !trusted(*known, op)) {
-      forget(*known);  // the number may name another file now
-    }
     // Tried at once unless an earlier operation in the same direction waits on the fd
     // (operations are served in order, so a later write never overtakes a waiting one), or
-    // the loop knows the direction is not ready (an event will say when it is).
+    // the loop knows the direction is not ready (an event will say when it is). What the
+    // loop knows is checked (validate) only where it matters: before trusting "not ready",
+    // and before trusting the registration of an fd it queues on; a send that completes
+    // at once checks nothing.
     bool notReady = false;
     if (known == nullptr || (write ? known->writers : known->readers).empty()) {
       if (isReadinessWait(op.opcode)) {
@@ -149,7 +149,7 @@ class EpollLoop final : public IoLoopBase {
           }
           notReady = true;
         }
-      } else if (known == nullptr || !known->registered || readiness(*known, write)) {
+      } else if (known == nullptr || mayBeReady(*known, op, write)) {
         const std::int64_t r = attempt(op);
         if (!wouldBlock(op, r)) {
           op.result = r;
@@ -169,6 +169,7 @@ class EpollLoop final : public IoLoopBase {
         return true;
       }
     }
+    validate(*fd, op);
     if (!fd->registered) {
       if (const int r = registerFd(op.fd, *fd, op); r != 0) {
         // Not pollable (EPERM: a regular file), closed (EBADF), or the kernel's limits
@@ -318,6 +319,21 @@ class EpollLoop final : public IoLoopBase {
   static void forget(Fd& fd) noexcept {
     fd.registered = false;
     fd.readable = fd.writable = true;
+  }
+
+  // Forgets what the loop knows of `fd` unless it still holds for `op`: while an
+  // operation waits on the fd (it is open: IoLoop's contract), or when trusted().
+  static void validate(Fd& fd, const IoOperation& op) noexcept {
+    if (fd.registered && fd.idle() && !trusted(fd, op)) forget(fd);
+  }
+
+  // Whether an operation in direction `write` may succeed now: the loop's last word on
+  // it is "ready", or the loop knows nothing (not registered, or no longer: a "not ready"
+  // is believed only while it is still about this file).
+  static bool mayBeReady(Fd& fd, const IoOperation& op, bool write) noexcept {
+    if (readiness(fd, write)) return true;
+    validate(fd, op);
+    return !fd.registered;
   }
 
   // Registers `number` with the loop's epoll for both directions, edge-triggered, in the

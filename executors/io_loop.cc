@@ -30,17 +30,6 @@ constinit thread_local void* tlFactoryContext = nullptr;
 // feature weft uses, io_uring_disabled=1 for unprivileged users on some kernels),
 // EOPNOTSUPP: io_uring is not available here; epoll is the answer. Anything else
 // (ENOMEM, EMFILE, ENFILE...) is a lack of resources that epoll would hit too: reported.
-// Descriptor generations (IoLoop::retireDescriptor, detail::descriptorGeneration): one
-// 64-bit counter per number modulo kGenerations, zero-initialised (pages are only paid for
-// where numbers are retired). A fixed table cannot fail to grow; two numbers that share a
-// counter only ever see it change too often, which is safe (a registration anew).
-constexpr std::size_t kGenerations = std::size_t{1} << 16;
-constinit std::atomic<std::uint64_t> gGenerations[kGenerations] = {};
-
-std::atomic<std::uint64_t>& generationOf(int fd) noexcept {
-  return gGenerations[static_cast<std::size_t>(fd) & (kGenerations - 1)];
-}
-
 bool meansUnavailable(int error) noexcept {
   return error == ENOSYS || error == EPERM || error == EACCES || error == EINVAL ||
          error == EOPNOTSUPP;
@@ -123,7 +112,9 @@ void IoLoop::retireDescriptor(int fd) noexcept {
   // before the close(2) that follows it in this thread, against a loop's load after the
   // number's next owner got it from the kernel: the system calls in between order them in
   // practice, and release/acquire states the intent (the load is free on x86).
-  generationOf(fd).fetch_add(1, std::memory_order_release);
+  detail::gDescriptorGenerations[static_cast<std::size_t>(fd) &
+                                 (detail::kDescriptorGenerations - 1)]
+      .fetch_add(1, std::memory_order_release);
 }
 
 IoLoop::CurrentScope::CurrentScope(IoLoop* loop) noexcept : previous_(tlLoop) { tlLoop = loop; }
@@ -134,10 +125,12 @@ namespace detail {
 
 IoLoop* currentIoLoopIfAny() noexcept { return tlLoop; }
 
-std::uint64_t descriptorGeneration(int fd) noexcept {
-  // Acquire: pairs with retireDescriptor's release.
-  return generationOf(fd).load(std::memory_order_acquire);
-}
+// Descriptor generations (IoLoop::retireDescriptor, descriptorGeneration): one 64-bit
+// counter per number modulo kDescriptorGenerations, zero-initialised (512 KiB of bss whose
+// pages are only paid for where numbers are retired). A fixed table cannot fail to grow;
+// two numbers that share a counter only ever see it change too often, which is safe (a
+// registration anew).
+constinit std::atomic<std::uint64_t> gDescriptorGenerations[kDescriptorGenerations] = {};
 
 IoLoopBase::IoLoopBase() {
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
