@@ -2,22 +2,48 @@
 //
 // Every operation is first tried at once (sockets are non-blocking; recv and send also
 // pass MSG_DONTWAIT), unless an earlier one in its direction waits on the fd (order is
-// kept): most sends and many receives complete there, with no wait at all.
-// One that would block (EAGAIN, or EINPROGRESS for connect) is queued on its fd: a list of
-// readers and one of writers, in arrival order, in a table indexed by fd. The fd is armed
-// EPOLLONESHOT for the directions that have waiters (EPOLL_CTL_MOD, or ADD when the
-// kernel has no registration: a new fd, or a number reused after close, which removed
-// the old registration). One-shot means an idle connection costs nothing and a stale
-// registration cannot fire. When the fd fires, the loop retries the waiters of the
-// ready directions in order until one would block again, then re-arms what is left.
+// kept) or the loop knows that the direction is not ready: most sends and many receives
+// complete there, with no wait at all. One that would block (EAGAIN, or EINPROGRESS for
+// connect) is queued on its fd: a list of readers and one of writers, in arrival order, in
+// a table indexed by fd. When an event reports the fd ready, the loop retries the waiters
+// of the ready directions in order until one would block again.
+//
+// Registration, once: the first time an operation on a descriptor has to wait, the loop
+// registers it with its epoll for both directions, edge-triggered (EPOLLIN | EPOLLOUT |
+// EPOLLRDHUP | EPOLLET), and leaves it registered: later waits make no epoll_ctl. What the
+// loop knows of the fd's readiness is kept per direction (Fd::readable, Fd::writable):
+// set by an event, cleared when a system call of this loop returns EAGAIN. Cleared means
+// "not ready since this loop's last try": data or room that comes after that try is an
+// edge, which the next epoll_wait reports (events wait in the kernel until harvested), so
+// an operation can queue without trying. Set means "may be ready": the operation is tried
+// (the bytes may have been taken by a tryRead outside the loop, or by another loop).
+//
+// Registration and reused numbers: the kernel drops a registration when the file is
+// closed, but the loop's entry for the number stays, and a new descriptor that gets the
+// number must not be taken for registered (it would never get an event: a hang). So a
+// registration is trusted only while an operation waits on the fd (IoLoop's contract
+// keeps the descriptor open then), or for an operation whose owner retires its descriptor
+// (IoOperation::ownerRetiresFd: weft's sockets) when the number's generation
+// (detail::descriptorGeneration, changed by IoLoop::retireDescriptor before every close
+// and release in weft) is still the one it was registered in. Otherwise the loop forgets
+// what it knew of the fd and registers it anew when an operation has to wait: EPOLL_CTL_ADD
+// (EEXIST: the same file, registered before; MOD then), or for a descriptor whose owner
+// does not retire it (a user's raw fd, closed and reused without the loop knowing) MOD,
+// then ADD on ENOENT, as the one-shot arming of earlier versions did on every wait. An
+// event carries its registration's generation and is ignored when that is not the
+// entry's: a stale registration (in this loop, of a file closed here but kept open by a
+// dup or a child process) only wakes the loop. Several loops may register one fd (a
+// stream whose coroutine moved between workers): each registration is that loop's own,
+// and an event for an fd without waiters only updates the readiness it knows.
 //
 // kReceiveLent takes a buffer from the loop's pool for each attempt and puts it back at
 // once when the socket has nothing (EAGAIN): a waiting receive holds no buffer.
 //
 // Files are always "ready" to epoll: their operations run at once, blocking this thread
-// (io/File uses weft::blocking on this backend instead).
+// (io/File uses weft::blocking on this backend instead). A wait on one fails with EPERM.
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,6 +72,15 @@ constexpr std::uint64_t kQueued = 1;     // on its fd's readers or writers
 constexpr std::uint64_t kReady = 2;      // on ready_: complete, its function not yet run
 constexpr std::uint64_t kConnecting = 4;  // a kConnect that returned EINPROGRESS (flag)
 
+// Fd::generation of a registration made for an operation whose owner does not retire its
+// descriptor: trusted by no later operation (a generation never reaches it).
+constexpr std::uint64_t kUntrusted = ~std::uint64_t{0};
+
+// epoll_event::data of a registration: the number, and the low half of its generation.
+std::uint64_t eventData(int fd, std::uint64_t generation) noexcept {
+  return (generation << 32) | static_cast<std::uint32_t>(fd);
+}
+
 bool isWrite(IoOpcode opcode) noexcept {
   return opcode == IoOpcode::kSend || opcode == IoOpcode::kSendMessage ||
          opcode == IoOpcode::kConnect || opcode == IoOpcode::kPollWritable;
@@ -57,6 +92,11 @@ bool isReadinessWait(IoOpcode opcode) noexcept {
 }
 
 std::int64_t result(ssize_t r) noexcept { return r < 0 ? -errno : r; }
+
+// The system call's result says the operation would block: it waits for an event.
+bool wouldBlock(const IoOperation& op, std::int64_t r) noexcept {
+  return r == -EAGAIN || (op.opcode == IoOpcode::kConnect && r == -EINPROGRESS);
+}
 
 class EpollLoop final : public IoLoopBase {
  public:
@@ -93,38 +133,80 @@ class EpollLoop final : public IoLoopBase {
       return true;
     }
     op.loopKey = 0;
-    // Tried at once unless an earlier operation in the same direction waits on the fd:
-    // operations are served in order, so a later write never overtakes a waiting one.
-    if (!isReadinessWait(op.opcode) && !hasWaiters(op)) {
-      const std::int64_t r = attempt(op);
-      if (r != -EAGAIN && !(op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) {
-        op.result = r;
-        return true;
-      }
-      if (op.opcode == IoOpcode::kConnect) op.loopKey = kConnecting;
-    }
     if (op.fd < 0) {
       op.result = -EBADF;
       return true;
     }
-    Fd& fd = entry(op.fd);
+    const bool write = isWrite(op.opcode);
+    const auto index = static_cast<std::size_t>(op.fd);
+    Fd* known = index < fds_.size() ? &fds_[index] : nullptr;
+    // Tried at once unless an earlier operation in the same direction waits on the fd
+    // (operations are served in order, so a later write never overtakes a waiting one), or
+    // the loop knows the direction is not ready (an event will say when it is). What the
+    // loop knows is checked (validate) only where it matters: before trusting "not ready",
+    // and before trusting the registration of an fd it queues on; a send that completes
+    // at once checks nothing.
+    bool notReady = false;
+    if (known == nullptr || (write ? known->writers : known->readers).empty()) {
+      if (isReadinessWait(op.opcode)) {
+        // Registered and maybe ready: ask the kernel now, as an edge may have come and
+        // gone (its bytes taken outside the loop). Not registered: the registration below
+        // reports the fd's state as an event.
+        if (known != nullptr && known->registered && readiness(*known, write)) {
+          const int r = readyNow(op.fd, write);
+          if (r != 0) {
+            op.result = r < 0 ? r : 0;
+            return true;
+          }
+          notReady = true;
+        }
+      } else if (known == nullptr || mayBeReady(*known, op, write)) {
+        const std::int64_t r = attempt(op);
+        if (!wouldBlock(op, r)) {
+          op.result = r;
+          return true;
+        }
+        if (op.opcode == IoOpcode::kConnect) op.loopKey = kConnecting;
+        notReady = true;
+      }
+    }
+    Fd* fd = known;
+    if (fd == nullptr) {
+      try {
+        fd = &entry(op.fd);
+      } catch (...) {  // std::bad_alloc growing the table: the operation fails instead
+        op.loopKey = 0;
+        op.result = -ENOMEM;
+        return true;
+      }
+    }
+    validate(*fd, op);
+    if (!fd->registered) {
+      if (const int r = registerFd(op.fd, *fd, op); r != 0) {
+        // Not pollable (EPERM: a regular file), closed (EBADF), or the kernel's limits
+        // (ENOMEM, ENOSPC: max_user_watches): the operation fails with it.
+        op.loopKey = 0;
+        op.result = r;
+        return true;
+      }
+    }
+    if (notReady) readiness(*fd, write) = false;
     op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
     op.loopKey |= kQueued;
-    append(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+    append(write ? fd->writers : fd->readers, op);
     ++inFlight_;
     if (op.timeoutNs >= 0) {
       op.loopDeadline = nowNs() + op.timeoutNs;
       try {
         heapPush(op);
       } catch (...) {  // std::bad_alloc growing the heap: the operation fails instead
-        remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+        remove(write ? fd->writers : fd->readers, op);
         --inFlight_;
         op.loopKey = 0;
         op.result = -ENOMEM;
         return true;
       }
     }
-    arm(op.fd, fd);
     return false;
   }
 
@@ -171,14 +253,15 @@ class EpollLoop final : public IoLoopBase {
         consumeWake();
         continue;
       }
-      const int fdNumber = static_cast<int>(data);
-      Fd& fd = fds_[static_cast<std::size_t>(fdNumber)];
-      fd.armed = 0;  // one-shot: the registration is disarmed now
+      Fd& fd = fds_[static_cast<std::uint32_t>(data)];
+      // From a registration that is not the entry's current one (forgotten, or of a file
+      // closed here but kept open elsewhere): it says nothing of the fd the number names.
+      if (!fd.registered || (data >> 32) != static_cast<std::uint32_t>(fd.generation)) continue;
       const std::uint32_t e = events[i].events;
-      if ((e & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) != 0) retry(fd.readers);
-      if ((e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) retry(fd.writers);
+      // An event marks a direction ready; it stays so unless a waiter would block again.
       // fds_ does not move here: nothing above submits (completions run below, after).
-      arm(fdNumber, fd);
+      if ((e & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) != 0) fd.readable = retry(fd.readers);
+      if ((e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) fd.writable = retry(fd.writers);
     }
     expireDeadlines();
     return runReady();
@@ -208,13 +291,24 @@ class EpollLoop final : public IoLoopBase {
     IoOperation* tail = nullptr;
     bool empty() const noexcept { return head == nullptr; }
   };
+  // What the loop knows of one descriptor number.
   struct Fd {
     List readers;
     List writers;
-    // The events the one-shot registration waits for, or 0. Trusted only while the fd
-    // has waiters: IoLoop's contract keeps a descriptor open while an operation waits on
-    // it, and unqueue() forgets `armed` when the last waiter leaves without an event.
-    std::uint32_t armed = 0;
+    // The descriptor's generation when it was registered (kUntrusted: for an operation
+    // whose owner does not retire it). Meaningful while `registered`.
+    std::uint64_t generation = 0;
+    // The loop's epoll has a registration for the file this number named when it was
+    // made; true from a registration until forget(), which trusted() decides.
+    bool registered = false;
+    // This number was registered once (a hint: MOD rather than ADD for a raw fd).
+    bool everRegistered = false;
+    // Readiness per direction while registered: false when the loop's last try would have
+    // blocked and no event came since; true when an operation may succeed.
+    bool readable = true;
+    bool writable = true;
+
+    bool idle() const noexcept { return readers.empty() && writers.empty(); }
   };
 
   static void append(List& list, IoOperation& op) noexcept {
@@ -229,11 +323,71 @@ class EpollLoop final : public IoLoopBase {
     op.loopNext = op.loopPrev = nullptr;
   }
 
-  bool hasWaiters(const IoOperation& op) const noexcept {
-    const auto index = static_cast<std::size_t>(op.fd);
-    if (op.fd < 0 || index >= fds_.size()) return false;
-    const Fd& fd = fds_[index];
-    return !(isWrite(op.opcode) ? fd.writers : fd.readers).empty();
+  static bool& readiness(Fd& fd, bool write) noexcept { return write ? fd.writable : fd.readable; }
+
+  // Whether the registration of `fd` (registered, no waiter on it) still names the file
+  // that op.fd names: only for an owner that retires its descriptor, and while no
+  // retirement came since (the generation is unchanged).
+  static bool trusted(const Fd& fd, const IoOperation& op) noexcept {
+    return op.ownerRetiresFd && fd.generation == descriptorGeneration(op.fd);
+  }
+
+  // The number may name another file: nothing known of its registration or readiness.
+  static void forget(Fd& fd) noexcept {
+    fd.registered = false;
+    fd.readable = fd.writable = true;
+  }
+
+  // Forgets what the loop knows of `fd` unless it still holds for `op`: while an
+  // operation waits on the fd (it is open: IoLoop's contract), or when trusted().
+  static void validate(Fd& fd, const IoOperation& op) noexcept {
+    if (fd.registered && fd.idle() && !trusted(fd, op)) forget(fd);
+  }
+
+  // Whether an operation in direction `write` may succeed now: the loop's last word on
+  // it is "ready", or the loop knows nothing (not registered, or no longer: a "not ready"
+  // is believed only while it is still about this file).
+  static bool mayBeReady(Fd& fd, const IoOperation& op, bool write) noexcept {
+    if (readiness(fd, write)) return true;
+    validate(fd, op);
+    return !fd.registered;
+  }
+
+  // Registers `number` with the loop's epoll for both directions, edge-triggered, in the
+  // generation `op` trusts. Returns 0, or -errno.
+  int registerFd(int number, Fd& fd, const IoOperation& op) noexcept {
+    const std::uint64_t generation = op.ownerRetiresFd ? descriptorGeneration(number) : kUntrusted;
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    event.data.u64 = eventData(number, generation);
+    // A retired number is most likely a new file: ADD, and MOD on EEXIST (the same file,
+    // released and adopted again). A raw fd is most likely the file registered last time:
+    // MOD, and ADD on ENOENT (closed and reused behind the loop's back).
+    const bool modifyFirst = !op.ownerRetiresFd && fd.everRegistered;
+    int r = ::epoll_ctl(epollFd_, modifyFirst ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, number, &event);
+    if (r != 0 && errno == (modifyFirst ? ENOENT : EEXIST)) {
+      r = ::epoll_ctl(epollFd_, modifyFirst ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, number, &event);
+    }
+    if (r != 0) return -errno;
+    fd.registered = fd.everRegistered = true;
+    fd.generation = generation;
+    fd.readable = fd.writable = true;  // the registration reports the state as an event
+    return 0;
+  }
+
+  // For a readiness wait on a registered fd that may be ready: 1 when `fd` is ready for
+  // the direction now (or has an error or a hang-up), 0 when not, -EBADF when closed.
+  static int readyNow(int fd, bool write) noexcept {
+    pollfd p{};
+    p.fd = fd;
+    p.events = static_cast<short>(write ? POLLOUT : (POLLIN | POLLRDHUP));
+    int r;
+    do {
+      r = ::poll(&p, 1, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return -errno;
+    if (r == 0) return 0;
+    return (p.revents & POLLNVAL) != 0 ? -EBADF : 1;
   }
 
   Fd& entry(int fd) {
@@ -305,17 +459,19 @@ class EpollLoop final : public IoLoopBase {
   // Completed ones move to ready_: their completion functions run after the pass over
   // the events, so that none can submit into fds_ while it is being walked. A readiness
   // wait (kPollReadable/kPollWritable) completes from the event itself, with no poll(2).
-  void retry(List& list) noexcept {
+  // Returns false when one would block (the direction is not ready any more).
+  bool retry(List& list) noexcept {
     while (!list.empty()) {
       IoOperation& op = *list.head;
       const std::int64_t r = isReadinessWait(op.opcode) ? 0 : attempt(op);
-      if (r == -EAGAIN || (op.opcode == IoOpcode::kConnect && r == -EINPROGRESS)) break;
+      if (wouldBlock(op, r)) return false;
       remove(list, op);
       untime(op);
       op.result = r;
       op.loopKey = kReady;
       append(ready_, op);
     }
+    return true;
   }
 
   static std::int64_t nowNs() noexcept {
@@ -382,35 +538,6 @@ class EpollLoop final : public IoLoopBase {
     }
   }
 
-  void arm(int fdNumber, Fd& fd) noexcept {
-    std::uint32_t events = 0;
-    if (!fd.readers.empty()) events |= EPOLLIN | EPOLLRDHUP;
-    if (!fd.writers.empty()) events |= EPOLLOUT;
-    if (events == 0 || events == fd.armed) return;
-    epoll_event event{};
-    event.events = events | EPOLLONESHOT;
-    event.data.u64 = static_cast<std::uint32_t>(fdNumber);
-    int r = ::epoll_ctl(epollFd_, EPOLL_CTL_MOD, fdNumber, &event);
-    if (r != 0 && errno == ENOENT) r = ::epoll_ctl(epollFd_, EPOLL_CTL_ADD, fdNumber, &event);
-    if (r != 0) {
-      // Not pollable (EPERM: a regular file), or a closed fd (EBADF): the waiters fail.
-      const int error = errno;
-      for (List* list : {&fd.readers, &fd.writers}) {
-        while (!list->empty()) {
-          IoOperation& op = *list->head;
-          remove(*list, op);
-          untime(op);
-          op.result = -error;
-          op.loopKey = kReady;
-          append(ready_, op);
-        }
-      }
-      fd.armed = 0;
-      return;
-    }
-    fd.armed = events;
-  }
-
   void cancelLocal(IoOperation& op) noexcept override {
     if ((op.loopKey & kQueued) == 0) return;  // completing already, or not in flight
     unqueue(op);
@@ -420,17 +547,14 @@ class EpollLoop final : public IoLoopBase {
   }
 
   // Takes a queued operation off its fd's waiters and the deadline heap, without an
-  // event (cancelled, timed out, withdrawn). The one-shot registration may stay armed for
-  // a direction nobody waits on: it fires once, finds no waiter and is not re-armed. When
-  // the fd has no waiter left, `armed` is forgotten: the descriptor may be closed now,
-  // which drops its registration in the kernel, and a socket that gets the same number
-  // must be registered anew (EPOLL_CTL_MOD finds nothing, ADD follows), not skipped as
-  // "armed already".
+  // event (cancelled, timed out, withdrawn). The registration and the readiness stay as
+  // they are: the next waiter, if any, waits for the same edge; once the fd has no waiter
+  // left, the descriptor may be closed, and trusted() decides at the next submit whether
+  // the registration still holds.
   void unqueue(IoOperation& op) noexcept {
     Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
     remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
     untime(op);
-    if (fd.readers.empty() && fd.writers.empty()) fd.armed = 0;
   }
 
   // Runs the completion functions of ready_, including those of operations that the

@@ -3,7 +3,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -103,6 +106,17 @@ void IoLoop::setCurrentFactory(LoopFactory make, void* context) noexcept {
   if (make == nullptr) tlLoop = nullptr;
 }
 
+void IoLoop::retireDescriptor(int fd) noexcept {
+  if (fd < 0) return;
+  // Release: pairs with descriptorGeneration's acquire. What must be ordered is the bump
+  // before the close(2) that follows it in this thread, against a loop's load after the
+  // number's next owner got it from the kernel: the system calls in between order them in
+  // practice, and release/acquire states the intent (the load is free on x86).
+  detail::gDescriptorGenerations[static_cast<std::size_t>(fd) &
+                                 (detail::kDescriptorGenerations - 1)]
+      .fetch_add(1, std::memory_order_release);
+}
+
 IoLoop::CurrentScope::CurrentScope(IoLoop* loop) noexcept : previous_(tlLoop) { tlLoop = loop; }
 
 IoLoop::CurrentScope::~CurrentScope() { tlLoop = previous_; }
@@ -110,6 +124,13 @@ IoLoop::CurrentScope::~CurrentScope() { tlLoop = previous_; }
 namespace detail {
 
 IoLoop* currentIoLoopIfAny() noexcept { return tlLoop; }
+
+// Descriptor generations (IoLoop::retireDescriptor, descriptorGeneration): one 64-bit
+// counter per number modulo kDescriptorGenerations, zero-initialised (512 KiB of bss whose
+// pages are only paid for where numbers are retired). A fixed table cannot fail to grow;
+// two numbers that share a counter only ever see it change too often, which is safe (a
+// registration anew).
+constinit std::atomic<std::uint64_t> gDescriptorGenerations[kDescriptorGenerations] = {};
 
 IoLoopBase::IoLoopBase() {
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

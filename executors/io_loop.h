@@ -33,6 +33,8 @@ std::string_view ioBackendName(IoBackend backend) noexcept;
 // number (epoll does), so closing it under a waiting operation would hand that state to
 // the next descriptor with the same number. To close while operations wait, cancel them
 // and close when the last has completed (weft's streams do this in close()).
+// Between operations the epoll loop keeps a descriptor registered with its epoll (see
+// ownerRetiresFd): a descriptor may be closed then, and its number reused.
 enum class IoOpcode : std::uint8_t {
   kReceive,         // recv(fd, buffer, length, flags)
   kSend,            // send(fd, buffer, length, flags | MSG_NOSIGNAL)
@@ -57,6 +59,15 @@ struct IoOperation {
 
   // Set by the awaitable before submit.
   IoOpcode opcode = IoOpcode::kReceive;
+  // True when whoever owns `fd` calls IoLoop::retireDescriptor(fd) before it closes fd or
+  // hands it to code that may close it (weft's sockets, listeners, files and signal sets
+  // do, in close() and release()). The epoll loop then trusts the registration it made
+  // for fd while no retirement came, and an operation that has to wait makes no
+  // epoll_ctl. False (the default, for descriptors the loop cannot know about): each wait
+  // that starts when none is pending on fd checks the registration with one epoll_ctl, so
+  // a descriptor closed behind the loop's back and a new one with the same number are
+  // still served. io_uring registers nothing and ignores it.
+  bool ownerRetiresFd = false;
   int fd = -1;
   int flags = 0;
   void* buffer = nullptr;
@@ -176,6 +187,17 @@ class IoLoop {
   // noexcept: thread_local stores.
   using LoopFactory = IoLoop* (*)(void* context);
   static void setCurrentFactory(LoopFactory make, void* context) noexcept;
+
+  // Tells every loop of the process that the number `fd` is about to stop naming the open
+  // file it names now: call it just before closing `fd`, or before handing it to code
+  // that may close it, if operations with IoOperation::ownerRetiresFd have used it. An
+  // epoll loop that registered the descriptor then registers the number anew the next
+  // time an operation waits on it, instead of trusting a registration that the kernel
+  // dropped with the old file (an operation of the number's next owner would wait forever).
+  // Does nothing for fd < 0. Calling it for a descriptor no loop has seen is harmless (at
+  // most one epoll_ctl more, later).
+  // noexcept: one atomic increment in a fixed table. Thread safety: any thread.
+  static void retireDescriptor(int fd) noexcept;
 
   virtual IoBackend backend() const noexcept = 0;
 

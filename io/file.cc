@@ -158,7 +158,7 @@ File::File(int fd, std::string path) noexcept
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     close();
-    fd_ = other.release();
+    fd_ = std::exchange(other.fd_, -1);
     path_ = std::move(other.path_);
     positional_ = other.positional_;
   }

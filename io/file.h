@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "weft/coro/lazy.h"
+#include "weft/executors/io_loop.h"
 #include "weft/io/incomplete_transfer.h"
 
 namespace weft {
@@ -125,7 +126,9 @@ class File {
   // kernel once whether `fd` takes offsets (lseek), for the rule on pipes above.
   File(int fd, std::string path) noexcept;
   File(File&& other) noexcept
-      : fd_(other.release()), path_(std::move(other.path_)), positional_(other.positional_) {}
+      : fd_(std::exchange(other.fd_, -1)),
+        path_(std::move(other.path_)),
+        positional_(other.positional_) {}
   File& operator=(File&& other) noexcept;
   ~File();
 
@@ -165,10 +168,12 @@ class File {
   int nativeHandle() const noexcept { return fd_; }
   // The path given to open() (or to the adopting constructor).
   const std::string& path() const noexcept { return path_; }
-  // Gives up ownership of the descriptor (the File is closed, the fd is not). noexcept.
+  // Gives up ownership of the descriptor (the File is closed, the fd is not): the caller
+  // closes it. The event loops forget what they knew of it (IoLoop::retireDescriptor).
+  // Precondition: no operation in flight. noexcept.
   int release() noexcept {
-    const int fd = fd_;
-    fd_ = -1;
+    const int fd = std::exchange(fd_, -1);
+    IoLoop::retireDescriptor(fd);
     return fd;
   }
 

@@ -20,7 +20,7 @@ namespace weft {
 TcpStream& TcpStream::operator=(TcpStream&& other) noexcept {
   if (this != &other) {
     close();
-    fd_ = other.release();
+    fd_ = std::exchange(other.fd_, -1);
     readTimeoutNs_ = other.readTimeoutNs_;
     writeTimeoutNs_ = other.writeTimeoutNs_;
   }

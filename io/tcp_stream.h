@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/lazy.h"
@@ -133,7 +134,7 @@ class TcpStream {
   // Adopts `fd`, a connected non-blocking stream socket (as accept returns).
   explicit TcpStream(int fd) noexcept : fd_(fd) {}
   TcpStream(TcpStream&& other) noexcept
-      : fd_(other.release()),
+      : fd_(std::exchange(other.fd_, -1)),
         readTimeoutNs_(other.readTimeoutNs_),
         writeTimeoutNs_(other.writeTimeoutNs_) {}
   TcpStream& operator=(TcpStream&& other) noexcept;
@@ -337,10 +338,13 @@ class TcpStream {
   void close() noexcept;
   bool isOpen() const noexcept { return fd_ >= 0; }
   int nativeHandle() const noexcept { return fd_; }
-  // Gives up ownership of the socket (the stream is closed, the fd is not). noexcept.
+  // Gives up ownership of the socket (the stream is closed, the fd is not): the caller
+  // closes it. The event loops forget what they knew of it (IoLoop::retireDescriptor), so
+  // the number may be closed and reused freely; adopting the fd again (TcpStream(fd)) is
+  // fine too. Precondition: no operation in flight. noexcept.
   int release() noexcept {
-    const int fd = fd_;
-    fd_ = -1;
+    const int fd = std::exchange(fd_, -1);
+    IoLoop::retireDescriptor(fd);
     return fd;
   }
 

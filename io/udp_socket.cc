@@ -17,7 +17,7 @@ namespace weft {
 UdpSocket& UdpSocket::operator=(UdpSocket&& other) noexcept {
   if (this != &other) {
     close();
-    fd_ = other.release();
+    fd_ = std::exchange(other.fd_, -1);
   }
   return *this;
 }

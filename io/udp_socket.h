@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include "weft/executors/io_loop.h"
 #include "weft/io/datagram.h"
@@ -81,7 +82,7 @@ class UdpSocket {
   UdpSocket() noexcept = default;
   // Adopts `fd`, a non-blocking datagram socket.
   explicit UdpSocket(int fd) noexcept : fd_(fd) {}
-  UdpSocket(UdpSocket&& other) noexcept : fd_(other.release()) {}
+  UdpSocket(UdpSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   UdpSocket& operator=(UdpSocket&& other) noexcept;
   ~UdpSocket();
 
@@ -173,10 +174,12 @@ class UdpSocket {
   void close() noexcept;
   bool isOpen() const noexcept { return fd_ >= 0; }
   int nativeHandle() const noexcept { return fd_; }
-  // Gives up ownership of the socket (this one is closed, the fd is not). noexcept.
+  // Gives up ownership of the socket (this one is closed, the fd is not): the caller
+  // closes it. The event loops forget what they knew of it (IoLoop::retireDescriptor).
+  // Precondition: no operation in flight. noexcept.
   int release() noexcept {
-    const int fd = fd_;
-    fd_ = -1;
+    const int fd = std::exchange(fd_, -1);
+    IoLoop::retireDescriptor(fd);
     return fd;
   }
 

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 
@@ -15,6 +16,21 @@ inline constexpr std::size_t kLentBufferSize = 16384;
 
 // The calling thread's current loop, without creating one. noexcept: a thread_local read.
 IoLoop* currentIoLoopIfAny() noexcept;
+
+// The table behind IoLoop::retireDescriptor and descriptorGeneration (io_loop.cc).
+inline constexpr std::size_t kDescriptorGenerations = std::size_t{1} << 16;
+extern std::atomic<std::uint64_t> gDescriptorGenerations[kDescriptorGenerations];
+
+// The generation of descriptor number `fd` (>= 0): changed by every
+// IoLoop::retireDescriptor(fd), never back to a value it had. Numbers share a counter
+// when they are equal modulo kDescriptorGenerations: a retirement of one then also
+// changes the others' generation, which costs a registration anew but is never taken for
+// "same file". noexcept: an atomic load. Thread safety: any thread.
+inline std::uint64_t descriptorGeneration(int fd) noexcept {
+  // Acquire: pairs with retireDescriptor's release (see there).
+  return gDescriptorGenerations[static_cast<std::size_t>(fd) & (kDescriptorGenerations - 1)]
+      .load(std::memory_order_acquire);
+}
 
 // What weft's two loops share: the eventfd that wake() writes, cancellation requests from
 // other threads, and the completion hand-off.

@@ -70,6 +70,13 @@ class EntryLock {
   Entry& entry_;
 };
 
+// Gives the number back to the kernel. Retired first: an epoll loop must not trust its
+// registration for the number once another file may get it (IoLoop::retireDescriptor).
+void retireAndClose(int fd) noexcept {
+  IoLoop::retireDescriptor(fd);
+  ::close(fd);
+}
+
 void cancelForClose(FdWait& wait) noexcept {
   wait.closed = true;
   wait.loop->cancel(*wait.op);
@@ -102,7 +109,7 @@ void untrackWait(FdWait& wait) noexcept {
     }
   }
   // After the lock: once closed, the number may be reused and tracked by another thread.
-  if (closeNow) ::close(fd);
+  if (closeNow) retireAndClose(fd);
 }
 
 void closeDescriptor(int fd) noexcept {
@@ -116,7 +123,7 @@ void closeDescriptor(int fd) noexcept {
       return;  // the last untrackWait closes it
     }
   }
-  ::close(fd);
+  retireAndClose(fd);
 }
 
 }  // namespace weft::detail

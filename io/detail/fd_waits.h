@@ -15,7 +15,9 @@ namespace weft::detail {
 // its bytes read into the dead waiter's buffer). So closeDescriptor() cancels every wait
 // on the descriptor, and the number is given back to the kernel (close(2)) only when the
 // last of them has ended: until then no other socket can get it. Go's poller has the same
-// rule (the fd is closed when its last reference is dropped).
+// rule (the fd is closed when its last reference is dropped). Every close here retires the
+// number first (IoLoop::retireDescriptor), so that no epoll loop keeps trusting the
+// registration it made for the closed file.
 struct FdWait {
   IoLoop* loop = nullptr;       // the loop the operation is in flight on
   IoOperation* op = nullptr;    // its operation (op->fd is the descriptor)

@@ -73,7 +73,12 @@ inline IoLoop& requireIoLoop(const char* what) {
 class IoAwaiter {
  public:
   IoAwaiter(const char* what, Executor* executor, const CancellationToken& token) noexcept
-      : what_(what), executor_(executor), token_(&token) {}
+      : what_(what), executor_(executor), token_(&token) {
+    // weft's descriptors are closed through closeDescriptor() and given away through the
+    // owners' release(), both of which retire them (IoLoop::retireDescriptor): the epoll
+    // loop may keep them registered between operations.
+    op_.ownerRetiresFd = true;
+  }
   IoAwaiter(const IoAwaiter&) = delete;
   IoAwaiter& operator=(const IoAwaiter&) = delete;
   ~IoAwaiter() {

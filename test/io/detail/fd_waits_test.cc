@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/lazy.h"
@@ -44,6 +45,8 @@ enum class End {
   kWithdrawn,            // the coroutine suspended in it is destroyed (on the worker)
   kClosedFromElsewhere,  // the stream is closed from the test thread while it waits
   kClosedOnTheWorker,    // the stream is closed on the loop's own thread while it waits
+  kReadinessCompleted,   // a readable() wait instead, which the peer's bytes complete
+  kWriteCompleted,       // a write instead, which waits for room until the peer reads
 };
 
 const char* endName(End end) {
@@ -54,12 +57,20 @@ const char* endName(End end) {
     case End::kWithdrawn: return "withdraw by destruction";
     case End::kClosedFromElsewhere: return "close from another thread";
     case End::kClosedOnTheWorker: return "close on the loop's thread";
+    case End::kReadinessCompleted: return "readiness wait completed";
+    case End::kWriteCompleted: return "write completed after waiting for room";
   }
   return "?";
 }
 
 Lazy<std::size_t> readInto(TcpStream& stream, std::span<std::byte> buffer) {
   co_return co_await stream.read(buffer);
+}
+
+Lazy<std::size_t> readableOf(TcpStream& stream) { co_return co_await stream.readable(); }
+
+Lazy<std::size_t> writeFrom(TcpStream& stream, std::span<const std::byte> buffer) {
+  co_return co_await stream.write(buffer);
 }
 
 bool isClosedWhileWaiting(const test::Outcome<std::size_t>& read) {
@@ -143,6 +154,30 @@ class FdWaitsTest : public test::IoBackendTest {
         EXPECT_TRUE(isClosedWhileWaiting(read)) << read.what();
         break;
       }
+      case End::kReadinessCompleted: {
+        test::startOn(pool, readableOf(stream), read);
+        test::quiesce(pool);
+        ASSERT_TRUE(test::sendAllBlocking(peer, "first", 5));
+        ASSERT_TRUE(read.waitFor(kHangLimit));
+        EXPECT_TRUE(read.result.hasValue()) << read.what();
+        break;
+      }
+      case End::kWriteCompleted: {
+        // Fill the socket's buffers; then a write waits for room (unless acknowledgements
+        // freed some meanwhile) and completes as the peer reads.
+        std::byte chunk[4096] = {};
+        while (stream.tryWrite(chunk)) {
+        }
+        test::startOn(pool, writeFrom(stream, chunk), read);
+        const auto deadline = std::chrono::steady_clock::now() + kHangLimit;
+        while (read.ends.load() == 0) {
+          ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the write never got room";
+          std::byte sink[65536];
+          if (::recv(peer, sink, sizeof sink, MSG_DONTWAIT) <= 0) std::this_thread::yield();
+        }
+        EXPECT_TRUE(read.result.hasValue()) << read.what();
+        break;
+      }
     }
     stream.close();
   }
@@ -158,7 +193,8 @@ TEST_P(FdWaitsTest, ASocketThatReusesTheNumberIsServedAfterEveryWayAWaitEnds) {
   ThreadPool pool(options(1));
   TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
   for (End end : {End::kCompleted, End::kCancelled, End::kTimedOut, End::kWithdrawn,
-                  End::kClosedFromElsewhere, End::kClosedOnTheWorker}) {
+                  End::kClosedFromElsewhere, End::kClosedOnTheWorker, End::kReadinessCompleted,
+                  End::kWriteCompleted}) {
     SCOPED_TRACE(endName(end));
     test::OwnedFd firstPeer = test::connectBlocking(listener.localAddress());
     ASSERT_TRUE(firstPeer);
@@ -189,6 +225,44 @@ TEST_P(FdWaitsTest, ASocketThatReusesTheNumberIsServedAfterEveryWayAWaitEnds) {
     ASSERT_EQ(read.result.value(), 6u);
     EXPECT_EQ(std::memcmp(buffer, "second", 6), 0);
   }
+}
+
+// A stream released and its descriptor closed with close(2) by the user, behind weft's
+// back: release() retired the number, so the socket that reuses it is served (on epoll, a
+// registration of the closed file must not be taken for the new socket's).
+TEST_P(FdWaitsTest, ANumberReleasedAndClosedBehindWeftsBackIsServedWhenReused) {
+  test::Watchdog watchdog(120s, "FdWaitsTest.ANumberReleasedAndClosedBehindWeftsBack");
+  ThreadPool pool(options(1));
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  test::OwnedFd firstPeer = test::connectBlocking(listener.localAddress());
+  ASSERT_TRUE(firstPeer);
+  TcpStream first = syncAwait(listener.accept().via(&pool));
+  const int number = first.nativeHandle();
+  test::OwnedFd secondPeer = test::connectBlocking(listener.localAddress());
+  ASSERT_TRUE(secondPeer);
+  for (const char* text : {"one", "two"}) {  // waits, so the loop registers the socket
+    std::byte buffer[16];
+    test::Outcome<std::size_t> read;
+    test::startOn(pool, readInto(first, buffer), read);
+    test::quiesce(pool);
+    ASSERT_TRUE(test::sendAllBlocking(firstPeer.get(), text, 3));
+    ASSERT_TRUE(read.waitFor(kHangLimit));
+    ASSERT_TRUE(read.result.hasValue()) << read.what();
+  }
+  ::close(first.release());
+
+  TcpStream second = syncAwait(listener.accept().via(&pool));
+  ASSERT_EQ(second.nativeHandle(), number) << "the test needs the number to be reused";
+  std::byte buffer[16];
+  test::Outcome<std::size_t> read;
+  test::startOn(pool, readInto(second, buffer), read);
+  test::quiesce(pool);
+  EXPECT_EQ(read.ends.load(), 0);
+  ASSERT_TRUE(test::sendAllBlocking(secondPeer.get(), "second", 6));
+  ASSERT_TRUE(read.waitFor(kHangLimit)) << "the socket that reused a released number hung";
+  ASSERT_TRUE(read.result.hasValue()) << read.what();
+  ASSERT_EQ(read.result.value(), 6u);
+  EXPECT_EQ(std::memcmp(buffer, "second", 6), 0);
 }
 
 // The number is not given back to the kernel while the read still waits (its loop has not
