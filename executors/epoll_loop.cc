@@ -163,6 +163,7 @@ class EpollLoop final : public IoLoopBase {
       } else if (known == nullptr || mayBeReady(*known, op, write)) {
         const std::int64_t r = attempt(op);
         if (!wouldBlock(op, r)) {
+          if (known != nullptr && drained(op, r)) known->readable = false;
           op.result = r;
           return true;
         }
@@ -470,8 +471,18 @@ class EpollLoop final : public IoLoopBase {
       op.result = r;
       op.loopKey = kReady;
       append(ready_, op);
+      if (drained(op, r)) return false;
     }
     return true;
+  }
+
+  // A receive into a lent buffer (a stream socket's: kReceiveLent's contract) that got
+  // less than the buffer holds has emptied the socket: the next one need not try (and
+  // fail with EAGAIN) before it waits. Data that comes after is a new edge, which an event
+  // reports. (Not for kReceive: a datagram socket's short read says nothing of the rest.)
+  bool drained(const IoOperation& op, std::int64_t r) const noexcept {
+    return op.opcode == IoOpcode::kReceiveLent && r > 0 &&
+           static_cast<std::size_t>(r) < pool_->bufferSize();
   }
 
   static std::int64_t nowNs() noexcept {

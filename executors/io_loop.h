@@ -47,9 +47,10 @@ enum class IoOpcode : std::uint8_t {
   kSync,            // fsync(fd), or fdatasync(fd) when flags == kSyncDataOnly
   kPollReadable,    // waits until fd is readable (or has an error); result 0
   kPollWritable,    // waits until fd is writable (or has an error); result 0
-  // recv(fd, a buffer the loop lends, its size, flags): result the bytes received (0 at the
-  // end of the stream), which `lent` then holds (empty for 0). `buffer` and `length` are
-  // not used. The loop picks the buffer only when data is there (io_uring: from its
+  // recv(fd, a buffer the loop lends, its size, flags) on a stream socket: result the bytes
+  // received (0 at the end of the stream), which `lent` then holds (empty for 0). `buffer`
+  // and `length` are not used. A receive that gets less than a buffer's size may be
+  // taken to have emptied the socket (the epoll loop then waits for the next edge). The loop picks the buffer only when data is there (io_uring: from its
   // provided-buffer ring; epoll: from its pool, after readiness), so a wait holds none.
   kReceiveLent,
 };
