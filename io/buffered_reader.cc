@@ -1,0 +1,236 @@
+#include "weft/io/buffered_reader.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace weft {
+
+namespace {
+
+constexpr std::size_t kNotFound = std::string_view::npos;
+
+// The end, as an offset in `next`, of the first match of `delimiter` that starts in
+// `before` and ends in `next`; kNotFound if there is none. `before` holds no whole match,
+// so such a match starts in its last delimiter.size() - 1 bytes: only those are looked at
+// (the search never goes back over what was searched before).
+std::size_t matchAcross(std::string_view before, std::string_view next,
+                        std::string_view delimiter) noexcept {
+  const std::size_t tail = std::min(before.size(), delimiter.size() - 1);
+  for (std::size_t start = before.size() - tail; start < before.size(); ++start) {
+    const std::string_view head = before.substr(start);  // shorter than the delimiter
+    if (delimiter.substr(0, head.size()) != head) continue;
+    const std::string_view rest = delimiter.substr(head.size());
+    if (next.substr(0, rest.size()) == rest) return rest.size();
+  }
+  return kNotFound;
+}
+
+}  // namespace
+
+FrameTooLarge::FrameTooLarge(std::size_t limit, std::size_t buffered)
+    : std::length_error("weft: BufferedReader: a frame is longer than maxFrame (" +
+                        std::to_string(limit) + " bytes)"),
+      limit_(limit),
+      buffered_(buffered) {}
+
+// Marks the reader busy for the duration of one call (a coroutine's body: destroying a
+// suspended call clears it too); a second call meanwhile is misuse.
+class BufferedReader::CallGuard {
+ public:
+  CallGuard(BufferedReader& reader, const char* verb) : reader_(reader) {
+    if (reader.busy_) {
+      throw std::logic_error(std::string("weft: BufferedReader::") + verb +
+                             " while another call on the same reader is in flight (one call "
+                             "at a time: await each before the next)");
+    }
+    reader.busy_ = true;
+  }
+  ~CallGuard() { reader_.busy_ = false; }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+ private:
+  BufferedReader& reader_;
+};
+
+BufferedReader::BufferedReader(TcpStream& stream, std::size_t maxFrame)
+    : stream_(&stream), maxFrame_(maxFrame) {
+  if (maxFrame == 0) throw std::invalid_argument("weft: BufferedReader: maxFrame is 0");
+}
+
+std::string_view BufferedReader::buffered() const noexcept {
+  return joinedSize() != 0 ? joinedView() : current_.text();
+}
+
+void BufferedReader::consume(std::size_t n) {
+  if (busy_) {
+    throw std::logic_error("weft: BufferedReader::consume while a call on the reader is in flight");
+  }
+  if (n > bufferedSize()) {
+    throw std::out_of_range("weft: BufferedReader::consume of " + std::to_string(n) +
+                            " bytes, more than the " + std::to_string(bufferedSize()) +
+                            " buffered");
+  }
+  const std::size_t fromJoined = std::min(n, joinedSize());
+  joinedStart_ += fromJoined;
+  current_.consume(n - fromJoined);
+}
+
+// The start of every call: the views of the previous call expire, so what they alone kept
+// goes: a joined frame's string (freed, not kept for the next one: an idle reader holds no
+// memory) and a lent buffer that was all consumed (given back to the loop).
+void BufferedReader::settle() noexcept {
+  if (joinedSize() == 0 && !joined_.empty()) {
+    std::string().swap(joined_);
+    joinedStart_ = 0;
+  }
+  if (current_.empty()) current_.reset();
+}
+
+void BufferedReader::appendJoined(std::string_view bytes) {
+  if (joinedStart_ != 0) {  // drop what was consumed (its views expired with settle())
+    joined_.erase(0, joinedStart_);
+    joinedStart_ = 0;
+  }
+  joined_.append(bytes);  // grows geometrically: each byte is copied once, amortised
+}
+
+void BufferedReader::joinCurrent() {
+  appendJoined(current_.text());
+  current_.reset();  // the lent buffer goes back to the loop at once
+}
+
+std::string_view BufferedReader::takeJoined(std::size_t n) noexcept {
+  const std::string_view frame = std::string_view(joined_).substr(joinedStart_, n);
+  joinedStart_ += n;
+  return frame;
+}
+
+std::string_view BufferedReader::takeCurrent(std::size_t n) noexcept {
+  const std::string_view frame = current_.text().substr(0, n);
+  current_.consume(n);  // moves a pointer: the view stays valid
+  return frame;
+}
+
+Lazy<std::optional<std::string_view>> BufferedReader::readUntil(std::string_view delimiter) {
+  return readUntilDelimiter(delimiter, "readUntil", false);
+}
+
+Lazy<std::optional<std::string_view>> BufferedReader::readLine() {
+  return readUntilDelimiter("\n", "readLine", true);
+}
+
+Lazy<std::optional<std::string_view>> BufferedReader::readUntilDelimiter(std::string_view delimiter,
+                                                                         const char* verb,
+                                                                         bool line) {
+  CallGuard guard(*this, verb);
+  if (delimiter.empty()) {
+    throw std::invalid_argument(std::string("weft: BufferedReader::") + verb +
+                                ": the delimiter is empty");
+  }
+  settle();
+  std::optional<std::string_view> frame;
+  // What is buffered first: one run of bytes, joined_'s or current_'s.
+  if (joinedSize() != 0) {  // left by a call that was cancelled or failed: searched once more
+    const std::string_view have = joinedView();
+    const std::size_t at = have.find(delimiter);
+    if (at != kNotFound) {
+      if (at + delimiter.size() > maxFrame_) throw FrameTooLarge(maxFrame_, bufferedSize());
+      frame = takeJoined(at + delimiter.size());
+    } else if (have.size() >= maxFrame_) {
+      throw FrameTooLarge(maxFrame_, bufferedSize());
+    }
+  } else if (!current_.empty()) {
+    const std::string_view have = current_.text();
+    const std::size_t at = have.find(delimiter);
+    if (at != kNotFound) {
+      if (at + delimiter.size() > maxFrame_) throw FrameTooLarge(maxFrame_, bufferedSize());
+      frame = takeCurrent(at + delimiter.size());  // the common case: no copy
+    } else if (have.size() >= maxFrame_) {
+      throw FrameTooLarge(maxFrame_, bufferedSize());
+    } else {
+      joinCurrent();
+    }
+  }
+  // Then receive until the delimiter arrives. Here current_ is empty and joined_ holds
+  // the frame's start, which contains no delimiter; each receive is searched once, with
+  // the few bytes where a delimiter may straddle joined_ and it.
+  while (!frame) {
+    current_ = co_await stream_->receive();  // on failure, what was joined stays
+    if (current_.empty()) {                  // the end of the stream
+      if (joinedSize() == 0) co_return std::nullopt;
+      throw EndOfStream(joinedSize());
+    }
+    const std::string_view before = joinedView();
+    const std::string_view next = current_.text();
+    std::size_t end = matchAcross(before, next, delimiter);
+    if (end == kNotFound) {
+      const std::size_t at = next.find(delimiter);
+      if (at != kNotFound) end = at + delimiter.size();
+    }
+    const std::size_t total = before.size() + (end != kNotFound ? end : next.size());
+    if (end == kNotFound ? total >= maxFrame_ : total > maxFrame_) {
+      const std::size_t held = bufferedSize();
+      joinCurrent();  // all of it stays buffered
+      throw FrameTooLarge(maxFrame_, held);
+    }
+    if (end == kNotFound) {
+      joinCurrent();
+    } else if (before.empty()) {
+      frame = takeCurrent(end);  // the frame lies in one receive: no copy
+    } else {
+      appendJoined(next.substr(0, end));
+      current_.consume(end);
+      frame = takeJoined(joinedSize());
+    }
+  }
+  if (line) {
+    frame->remove_suffix(1);  // "\n"
+    if (frame->ends_with('\r')) frame->remove_suffix(1);
+  }
+  co_return frame;
+}
+
+Lazy<std::optional<std::string_view>> BufferedReader::readExactly(std::size_t n) {
+  CallGuard guard(*this, "readExactly");
+  if (n > maxFrame_) throw FrameTooLarge(maxFrame_, bufferedSize());
+  settle();
+  if (n == 0) co_return std::string_view();
+  if (joinedSize() == 0) {
+    if (current_.size() >= n) co_return takeCurrent(n);  // no copy
+    joinCurrent();
+  }
+  while (joinedSize() < n) {
+    current_ = co_await stream_->receive();  // on failure, what was joined stays
+    if (current_.empty()) {                  // the end of the stream
+      if (joinedSize() == 0) co_return std::nullopt;
+      throw EndOfStream(joinedSize());
+    }
+    if (joinedSize() == 0 && current_.size() >= n) co_return takeCurrent(n);  // no copy
+    const std::size_t take = std::min(n - joinedSize(), current_.size());
+    appendJoined(current_.text().substr(0, take));
+    current_.consume(take);
+    if (current_.empty()) current_.reset();  // give it back before waiting again
+  }
+  co_return takeJoined(n);
+}
+
+Lazy<std::string_view> BufferedReader::peek(std::size_t atLeast) {
+  CallGuard guard(*this, "peek");
+  if (atLeast > maxFrame_) throw FrameTooLarge(maxFrame_, bufferedSize());
+  settle();
+  while (bufferedSize() < atLeast) {
+    LentBuffer received = co_await stream_->receive();
+    if (received.empty()) break;  // the end of the stream: what there is
+    if (bufferedSize() == 0) {
+      current_ = std::move(received);  // no copy
+    } else {
+      if (!current_.empty()) joinCurrent();
+      appendJoined(received.text());
+    }
+  }
+  co_return buffered();
+}
+
+}  // namespace weft
