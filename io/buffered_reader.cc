@@ -182,6 +182,7 @@ Lazy<std::optional<std::string_view>> BufferedReader::readUntilDelimiter(std::st
     } else {
       appendJoined(next.substr(0, end));
       current_.consume(end);
+      if (current_.empty()) current_.reset();  // the frame is all in joined_
       frame = takeJoined(joinedSize());
     }
   }
