@@ -60,10 +60,11 @@ class FrameTooLarge : public std::length_error {
 // the next call: no byte is lost, and the failure is not wrapped (contrast
 // TcpStream::readExactly's IncompleteTransfer: here nothing left the reader).
 //
-// Preconditions: the stream outlives the reader, and once a reader reads a stream, the
-// stream is read only through it (bytes the reader buffered are not in the socket any
-// more); writing the stream directly is fine. A delimiter stays valid until its call
-// completes (a string literal is the usual delimiter).
+// Preconditions: the stream outlives the reader, the reader outlives its calls (a call in
+// flight refers to it), and once a reader reads a stream, the stream is read only through
+// it (bytes the reader buffered are not in the socket any more); writing the stream
+// directly is fine. A delimiter stays valid until its call completes (a string literal is
+// the usual delimiter).
 //
 // Errors: as TcpStream::receive() (std::system_error ECONNRESET..., OperationCancelled,
 // ExecutorShutDown...); EndOfStream and FrameTooLarge as above; std::invalid_argument for
