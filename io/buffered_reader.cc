@@ -121,6 +121,10 @@ Lazy<std::optional<std::string_view>> BufferedReader::readLine() {
   return readUntilDelimiter("\n", "readLine", true);
 }
 
+// The coroutines below keep only what must live across their receive (g++ gives every
+// local of a coroutine a place in its frame, and a reader waiting in a call holds that
+// frame): their searches and copies are the plain functions that follow them.
+
 Lazy<std::optional<std::string_view>> BufferedReader::readUntilDelimiter(std::string_view delimiter,
                                                                          const char* verb,
                                                                          bool line) {
@@ -130,61 +134,11 @@ Lazy<std::optional<std::string_view>> BufferedReader::readUntilDelimiter(std::st
                                 ": the delimiter is empty");
   }
   settle();
-  std::optional<std::string_view> frame;
-  // What is buffered first: one run of bytes, joined_'s or current_'s.
-  if (joinedSize() != 0) {  // left by a call that was cancelled or failed: searched once more
-    const std::string_view have = joinedView();
-    const std::size_t at = have.find(delimiter);
-    if (at != kNotFound) {
-      if (at + delimiter.size() > maxFrame_) throw FrameTooLarge(maxFrame_, bufferedSize());
-      frame = takeJoined(at + delimiter.size());
-    } else if (have.size() >= maxFrame_) {
-      throw FrameTooLarge(maxFrame_, bufferedSize());
-    }
-  } else if (!current_.empty()) {
-    const std::string_view have = current_.text();
-    const std::size_t at = have.find(delimiter);
-    if (at != kNotFound) {
-      if (at + delimiter.size() > maxFrame_) throw FrameTooLarge(maxFrame_, bufferedSize());
-      frame = takeCurrent(at + delimiter.size());  // the common case: no copy
-    } else if (have.size() >= maxFrame_) {
-      throw FrameTooLarge(maxFrame_, bufferedSize());
-    } else {
-      joinCurrent();
-    }
-  }
-  // Then receive until the delimiter arrives. Here current_ is empty and joined_ holds
-  // the frame's start, which contains no delimiter; each receive is searched once, with
-  // the few bytes where a delimiter may straddle joined_ and it.
+  std::optional<std::string_view> frame = frameInBuffered(delimiter);
   while (!frame) {
     current_ = co_await stream_->receive();  // on failure, what was joined stays
-    if (current_.empty()) {                  // the end of the stream
-      if (joinedSize() == 0) co_return std::nullopt;
-      throw EndOfStream(joinedSize());
-    }
-    const std::string_view before = joinedView();
-    const std::string_view next = current_.text();
-    std::size_t end = matchAcross(before, next, delimiter);
-    if (end == kNotFound) {
-      const std::size_t at = next.find(delimiter);
-      if (at != kNotFound) end = at + delimiter.size();
-    }
-    const std::size_t total = before.size() + (end != kNotFound ? end : next.size());
-    if (end == kNotFound ? total >= maxFrame_ : total > maxFrame_) {
-      const std::size_t held = bufferedSize();
-      joinCurrent();  // all of it stays buffered
-      throw FrameTooLarge(maxFrame_, held);
-    }
-    if (end == kNotFound) {
-      joinCurrent();
-    } else if (before.empty()) {
-      frame = takeCurrent(end);  // the frame lies in one receive: no copy
-    } else {
-      appendJoined(next.substr(0, end));
-      current_.consume(end);
-      if (current_.empty()) current_.reset();  // the frame is all in joined_
-      frame = takeJoined(joinedSize());
-    }
+    if (current_.empty()) co_return endOfStream();
+    frame = frameWithReceived(delimiter);
   }
   if (line) {
     frame->remove_suffix(1);  // "\n"
@@ -193,28 +147,92 @@ Lazy<std::optional<std::string_view>> BufferedReader::readUntilDelimiter(std::st
   co_return frame;
 }
 
+// readUntil's search of what is buffered at the start of a call (one run of bytes,
+// joined_'s or current_'s): the frame, or std::nullopt with what there is left in joined_
+// (current_ empty) for the receives to extend.
+std::optional<std::string_view> BufferedReader::frameInBuffered(std::string_view delimiter) {
+  const bool joined = joinedSize() != 0;  // left by a call that failed: searched once more
+  const std::string_view have = joined ? joinedView() : current_.text();
+  const std::size_t at = have.find(delimiter);
+  if (at != kNotFound ? at + delimiter.size() > maxFrame_ : have.size() >= maxFrame_) {
+    throw FrameTooLarge(maxFrame_, bufferedSize());  // all of it stays buffered
+  }
+  if (at != kNotFound) {
+    return joined ? takeJoined(at + delimiter.size())
+                  : takeCurrent(at + delimiter.size());  // the common case: no copy
+  }
+  if (!joined) joinCurrent();
+  return std::nullopt;
+}
+
+// readUntil's search after a receive into current_, joined_ holding the frame's start
+// (which contains no delimiter): only the new bytes are searched, with the few where a
+// delimiter may straddle joined_ and them. The frame, or std::nullopt with all of it
+// joined for the next receive.
+std::optional<std::string_view> BufferedReader::frameWithReceived(std::string_view delimiter) {
+  const std::string_view before = joinedView();
+  const std::string_view next = current_.text();
+  std::size_t end = matchAcross(before, next, delimiter);
+  if (end == kNotFound) {
+    const std::size_t at = next.find(delimiter);
+    if (at != kNotFound) end = at + delimiter.size();
+  }
+  const std::size_t total = before.size() + (end != kNotFound ? end : next.size());
+  if (end != kNotFound ? total > maxFrame_ : total >= maxFrame_) {
+    const std::size_t held = bufferedSize();
+    joinCurrent();  // all of it stays buffered
+    throw FrameTooLarge(maxFrame_, held);
+  }
+  if (end == kNotFound) {
+    joinCurrent();
+    return std::nullopt;
+  }
+  if (before.empty()) return takeCurrent(end);  // the frame lies in one receive: no copy
+  appendJoined(next.substr(0, end));
+  current_.consume(end);
+  if (current_.empty()) current_.reset();  // the frame is all in joined_
+  return takeJoined(joinedSize());
+}
+
+// After a receive that found the end of the stream: std::nullopt between frames, else
+// EndOfStream with the bytes of the frame that arrived (they stay in joined_).
+std::optional<std::string_view> BufferedReader::endOfStream() const {
+  if (joinedSize() != 0) throw EndOfStream(joinedSize());
+  return std::nullopt;
+}
+
 Lazy<std::optional<std::string_view>> BufferedReader::readExactly(std::size_t n) {
   CallGuard guard(*this, "readExactly");
   if (n > maxFrame_) throw FrameTooLarge(maxFrame_, bufferedSize());
   settle();
-  if (n == 0) co_return std::string_view();
-  if (joinedSize() == 0) {
-    if (current_.size() >= n) co_return takeCurrent(n);  // no copy
-    joinCurrent();
-  }
-  while (joinedSize() < n) {
+  std::optional<std::string_view> frame = exactlyInBuffered(n);
+  while (!frame) {
     current_ = co_await stream_->receive();  // on failure, what was joined stays
-    if (current_.empty()) {                  // the end of the stream
-      if (joinedSize() == 0) co_return std::nullopt;
-      throw EndOfStream(joinedSize());
-    }
-    if (joinedSize() == 0 && current_.size() >= n) co_return takeCurrent(n);  // no copy
-    const std::size_t take = std::min(n - joinedSize(), current_.size());
-    appendJoined(current_.text().substr(0, take));
-    current_.consume(take);
-    if (current_.empty()) current_.reset();  // give it back before waiting again
+    if (current_.empty()) co_return endOfStream();
+    frame = exactlyWithReceived(n);
   }
-  co_return takeJoined(n);
+  co_return frame;
+}
+
+// readExactly's part of what is buffered at the start of a call: the n bytes, or
+// std::nullopt with what there is left in joined_ (current_ empty).
+std::optional<std::string_view> BufferedReader::exactlyInBuffered(std::size_t n) {
+  if (joinedSize() >= n) return takeJoined(n);
+  if (joinedSize() == 0 && current_.size() >= n) return takeCurrent(n);  // no copy
+  if (!current_.empty()) joinCurrent();
+  return std::nullopt;
+}
+
+// readExactly after a receive into current_: the n bytes, or std::nullopt with all of
+// them joined for the next receive.
+std::optional<std::string_view> BufferedReader::exactlyWithReceived(std::size_t n) {
+  if (joinedSize() == 0 && current_.size() >= n) return takeCurrent(n);  // no copy
+  const std::size_t take = std::min(n - joinedSize(), current_.size());
+  appendJoined(current_.text().substr(0, take));
+  current_.consume(take);
+  if (current_.empty()) current_.reset();  // given back before waiting again
+  if (joinedSize() < n) return std::nullopt;
+  return takeJoined(n);
 }
 
 Lazy<std::string_view> BufferedReader::peek(std::size_t atLeast) {
@@ -222,14 +240,10 @@ Lazy<std::string_view> BufferedReader::peek(std::size_t atLeast) {
   if (atLeast > maxFrame_) throw FrameTooLarge(maxFrame_, bufferedSize());
   settle();
   while (bufferedSize() < atLeast) {
-    LentBuffer received = co_await stream_->receive();
-    if (received.empty()) break;  // the end of the stream: what there is
-    if (bufferedSize() == 0) {
-      current_ = std::move(received);  // no copy
-    } else {
-      if (!current_.empty()) joinCurrent();
-      appendJoined(received.text());
-    }
+    if (!current_.empty()) joinCurrent();    // the next receive goes after it
+    current_ = co_await stream_->receive();  // on failure, what was joined stays
+    if (current_.empty()) break;             // the end of the stream: what there is
+    if (joinedSize() != 0) joinCurrent();    // a first receive stays where it is (no copy)
   }
   co_return buffered();
 }

@@ -130,6 +130,11 @@ class BufferedReader {
 
   Lazy<std::optional<std::string_view>> readUntilDelimiter(std::string_view delimiter,
                                                            const char* verb, bool line);
+  std::optional<std::string_view> frameInBuffered(std::string_view delimiter);
+  std::optional<std::string_view> frameWithReceived(std::string_view delimiter);
+  std::optional<std::string_view> exactlyInBuffered(std::size_t n);
+  std::optional<std::string_view> exactlyWithReceived(std::size_t n);
+  std::optional<std::string_view> endOfStream() const;
   void settle() noexcept;
   std::size_t joinedSize() const noexcept { return joined_.size() - joinedStart_; }
   std::string_view joinedView() const noexcept {
