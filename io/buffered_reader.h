@@ -36,9 +36,11 @@ class FrameTooLarge : public std::length_error {
 // it as views into it, without a copy: pipelined frames that came in one receive are all
 // served from that receive. A frame that spans several receives is joined in a string
 // that grows geometrically (each byte copied once; the search for the delimiter goes on
-// from where it stopped, never from the start); that string is freed once the frame has
-// been consumed. So a reader waiting for the next frame, everything before it consumed,
-// holds neither a lent buffer nor memory: an idle connection costs nothing here.
+// from where it stopped, never from the start, except that a call after a cancelled one
+// searches what that one left once more); that string is freed once the frame has been
+// consumed. So a reader waiting for the next frame, everything before it consumed, holds
+// no lent buffer and no heap memory: an idle connection costs the reader (about 100
+// bytes) and the waiting call's coroutine frame, not a read buffer.
 //
 // Frames and lifetimes: readUntil, readLine, readExactly and peek return a
 // std::string_view into the reader, valid until the next of these calls on the reader,
