@@ -1,5 +1,6 @@
 // A minimal HTTP/1.1 server answering every request with "hello", keeping connections
-// alive (pipelined requests are answered in order, with one write per batch).
+// alive (pipelined requests are answered in order, with one write per batch), written
+// on weft::BufferedReader.
 //   http_hello PORT           serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
 //                             accepting, lets connections finish (5 s at most), then
 //                             shuts the pool down, which cancels the rest, and exits 0.
@@ -16,8 +17,8 @@
 #include <weft/coro/current_executor.h>
 #include <weft/coro/sync_await.h>
 #include <weft/coro/with_cancellation.h>
-#include <weft/executors/lent_buffer.h>
 #include <weft/executors/thread_pool.h>
+#include <weft/io/buffered_reader.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
 
@@ -27,29 +28,28 @@ std::atomic<int> openConnections{0};
 constexpr std::string_view kResponse =
     "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
 
-// Each receive brings what arrived in a buffer the event loop lends (a connection waiting
-// for a request holds none); every whole request in it is answered, all with one write.
-// Only a request cut in two by the network is kept (`partial`) until the rest arrives.
+// A BufferedReader hands out each request's header (up to its "\r\n\r\n") as a view into
+// the buffer the event loop lent for the receive that brought it: no copy unless a request
+// is cut in two by the network, and no buffer held while a connection waits. Pipelined
+// requests that arrived together are answered together, with one write.
 weft::Lazy<void> serve(weft::TcpStream stream) {
-  std::string partial, response;
+  weft::BufferedReader reader(stream, 65536);  // a longer header is an error: we close
   try {
-    for (;;) {
-      const weft::LentBuffer received = co_await stream.receive();
-      if (received.empty()) break;  // the peer closed the connection
-      std::string_view data = received.text();
-      if (!partial.empty()) data = partial.append(data);
-      std::size_t end;
-      while ((end = data.find("\r\n\r\n")) != std::string_view::npos) {  // a whole request
-        data.remove_prefix(end + 4);
-        response += kResponse;
+    std::size_t unanswered = 0;
+    while (co_await reader.readUntil("\r\n\r\n")) {  // a whole request; std::nullopt: closed
+      ++unanswered;
+      if (reader.buffered().find("\r\n\r\n") != std::string_view::npos) continue;  // another
+      if (unanswered == 1) {
+        co_await stream.writeAll(kResponse);
+      } else {
+        std::string responses;
+        responses.reserve(unanswered * kResponse.size());
+        for (std::size_t i = 0; i < unanswered; ++i) responses += kResponse;
+        co_await stream.writeAll(responses);
       }
-      partial = std::string(data);  // usually empty (no allocation)
-      if (partial.size() > 65536) break;  // a header that never ends
-      if (response.empty()) continue;
-      co_await stream.writeAll(response);
-      response.clear();
+      unanswered = 0;
     }
-  } catch (const std::exception&) {  // reset by the peer, or cancelled at shutdown
+  } catch (const std::exception&) {  // reset, a header too long, or cancelled at shutdown
   }
   openConnections.fetch_sub(1);
 }

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs one of weft's server examples (examples/echo_server.cc, fiber_echo_server.cc,
-# http_hello.cc) as a test: once per I/O backend, it starts the server on port 0 (the
-# kernel picks one; the server prints it), talks to it over 127.0.0.1 with python3 (echo:
-# 200 messages of growing size, every byte checked, on 3 connections at once, and 8 MiB
-# sent before any is read back on a fourth; http: 100 keep-alive requests, some
-# pipelined, and requests split across reads), leaves one connection open, sends SIGTERM
-# and requires exit status 0 (within a minute: a hang guard).
+# http_hello.cc, kv_server.cc) as a test: once per I/O backend, it starts the server on
+# port 0 (the kernel picks one; the server prints it), talks to it over 127.0.0.1 with
+# python3 (echo: 200 messages of growing size, every byte checked, on 3 connections at
+# once, and 8 MiB sent before any is read back on a fourth; http: 100 keep-alive requests,
+# some pipelined, and requests split across reads; kv: every command and reply, "\n" and
+# "\r\n" lines, 300 pipelined commands, commands cut across sends and byte by byte, a
+# line too long, 4 clients at once sharing the store), leaves one connection open, sends
+# SIGTERM and requires exit status 0 (within a minute: a hang guard).
 #
-#   test/examples/server_example_test.sh BINARY echo|http
+#   test/examples/server_example_test.sh BINARY echo|http|kv
 set -euo pipefail
 binary="$1"
 protocol="$2"
@@ -101,6 +103,87 @@ def http():
             got += chunk
         if got != response * 2:
             raise RuntimeError("unexpected response to split requests: %r" % got[:200])
+def kv():
+    def connect():
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        return s, s.makefile("rb")
+    def replies(f, n):
+        got = []
+        for _ in range(n):
+            line = f.readline()
+            if not line.endswith(b"\n"):
+                raise RuntimeError("connection closed early, after %r" % got[-3:])
+            got.append(line[:-1].decode())
+        return got
+    def expect(s, f, commands, want):
+        s.sendall(commands)
+        got = replies(f, len(want))
+        if got != want:
+            raise RuntimeError("sent %r: got %r, want %r" % (commands[:200], got[:5], want[:5]))
+    s, f = connect()
+    expect(s, f, b"GET a\n", ["NOT_FOUND"])
+    expect(s, f, b"SET a 1\n", ["OK"])
+    expect(s, f, b"GET a\n", ["VALUE 1"])
+    expect(s, f, b"SET a 2\r\nGET a\r\n", ["OK", "VALUE 2"])  # "\r\n" lines, two at once
+    expect(s, f, b"DEL a\nDEL a\nGET a\n", ["DELETED", "NOT_FOUND", "NOT_FOUND"])
+    expect(s, f, b"SET greeting hello  world \nGET greeting\n", ["OK", "VALUE hello  world "])
+    expect(s, f, b"SET empty \nGET empty\n", ["OK", "VALUE "])
+    for bad in (b"\n", b"FOO x\n", b"GET\n", b"GET a b\n", b"SET\n", b"get a\n"):
+        s.sendall(bad)
+        reply = replies(f, 1)[0]
+        if not reply.startswith("ERROR"):
+            raise RuntimeError("%r answered %r" % (bad, reply))
+    # Another connection sees the same store.
+    s2, f2 = connect()
+    expect(s2, f2, b"GET greeting\n", ["VALUE hello  world "])
+    # 300 commands in one send (pipelined), answered in order.
+    commands, want = b"", []
+    for i in range(100):
+        commands += b"SET k%d v%d\nGET k%d\nDEL k%d\n" % (i, i * i, i, i)
+        want += ["OK", "VALUE v%d" % (i * i), "DELETED"]
+    expect(s, f, commands, want)
+    # Commands cut across sends, the cuts inside words and between "\r" and "\n", then
+    # one byte per send; the pauses let the server read each piece on its own.
+    stream = b"SET cut across\r\nGET cut\r\nSET long " + b"x" * 3000 + b"\nGET long\n"
+    for i in range(0, len(stream), 7):
+        s.sendall(stream[i:i + 7])
+        if i % 70 == 0:
+            threading.Event().wait(0.005)
+    if replies(f, 4) != ["OK", "VALUE across", "OK", "VALUE " + "x" * 3000]:
+        raise RuntimeError("commands cut across sends were answered wrong")
+    for byte in b"GET cut\n":
+        s.sendall(bytes([byte]))
+        threading.Event().wait(0.002)
+    if replies(f, 1) != ["VALUE across"]:
+        raise RuntimeError("a command sent byte by byte was answered wrong")
+    # Clients at once, each on its own keys.
+    errors = []
+    def client(c):
+        try:
+            cs, cf = connect()
+            for i in range(100):
+                expect(cs, cf, b"SET c%d-%d %d\nGET c%d-%d\n" % (c, i, i, c, i), ["OK", "VALUE %d" % i])
+            cs.close()
+        except Exception as e:
+            errors.append(repr(e))
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    # A line longer than the server's limit (4 KiB): an error, then the server closes (with
+    # a reset if it closed before reading the whole line: both are an end).
+    s.sendall(b"SET big " + b"y" * 5000 + b"\n")
+    if replies(f, 1) != ["ERROR line too long"]:
+        raise RuntimeError("a line too long was not refused")
+    try:
+        rest = f.read()
+    except ConnectionResetError:
+        rest = b""
+    if rest != b"":
+        raise RuntimeError("the server went on after a line too long: %r" % rest[:100])
+    s.close()
+    s2.close()
 if protocol == "echo":
     threads = [threading.Thread(target=echo, args=(i,)) for i in range(3)]
     threads.append(threading.Thread(target=flood))
@@ -108,6 +191,8 @@ if protocol == "echo":
     for t in threads: t.join()
     if errors:
         sys.exit("FAIL: " + "; ".join(errors))
+elif protocol == "kv":
+    kv()
 else:
     http()
 PY
