@@ -132,8 +132,8 @@ class BufferPool {
   // buffers no longer reach a recycle function). noexcept: frees memory.
   void retire() noexcept;
 
-  void setRecycle(RecycleFunction recycle, void* context) noexcept {
-    recycle_ = recycle;
+  void setRecycle(RecycleFunction function, void* context) noexcept {
+    recycle_ = function;
     recycleContext_ = context;
   }
 
