@@ -163,7 +163,7 @@ class EpollLoop final : public IoLoopBase {
       } else if (known == nullptr || mayBeReady(*known, op, write)) {
         const std::int64_t r = attempt(op);
         if (!wouldBlock(op, r)) {
-          if (known != nullptr && drained(op, r)) known->readable = false;
+          if (known != nullptr && !known->hungUp && drained(op, r)) known->readable = false;
           op.result = r;
           return true;
         }
@@ -261,7 +261,10 @@ class EpollLoop final : public IoLoopBase {
       const std::uint32_t e = events[i].events;
       // An event marks a direction ready; it stays so unless a waiter would block again.
       // fds_ does not move here: nothing above submits (completions run below, after).
-      if ((e & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) != 0) fd.readable = retry(fd.readers);
+      if ((e & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) != 0) fd.hungUp = true;
+      if ((e & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) != 0) {
+        fd.readable = retry(fd.readers, /*mayDrain=*/!fd.hungUp);
+      }
       if ((e & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) fd.writable = retry(fd.writers);
     }
     expireDeadlines();
@@ -308,6 +311,10 @@ class EpollLoop final : public IoLoopBase {
     // blocked and no event came since; true when an operation may succeed.
     bool readable = true;
     bool writable = true;
+    // An event reported EPOLLRDHUP, EPOLLHUP or EPOLLERR: the end of the stream or an error
+    // is pending, and no edge will come for it, so a short receive does not mean that
+    // nothing is left to report (drained() is not trusted).
+    bool hungUp = false;
 
     bool idle() const noexcept { return readers.empty() && writers.empty(); }
   };
@@ -337,6 +344,7 @@ class EpollLoop final : public IoLoopBase {
   static void forget(Fd& fd) noexcept {
     fd.registered = false;
     fd.readable = fd.writable = true;
+    fd.hungUp = false;
   }
 
   // Forgets what the loop knows of `fd` unless it still holds for `op`: while an
@@ -373,6 +381,7 @@ class EpollLoop final : public IoLoopBase {
     fd.registered = fd.everRegistered = true;
     fd.generation = generation;
     fd.readable = fd.writable = true;  // the registration reports the state as an event
+    fd.hungUp = false;
     return 0;
   }
 
@@ -461,7 +470,8 @@ class EpollLoop final : public IoLoopBase {
   // the events, so that none can submit into fds_ while it is being walked. A readiness
   // wait (kPollReadable/kPollWritable) completes from the event itself, with no poll(2).
   // Returns false when one would block (the direction is not ready any more).
-  bool retry(List& list) noexcept {
+  // mayDrain: a short lent receive may end the pass (see drained()).
+  bool retry(List& list, bool mayDrain = false) noexcept {
     while (!list.empty()) {
       IoOperation& op = *list.head;
       const std::int64_t r = isReadinessWait(op.opcode) ? 0 : attempt(op);
@@ -471,7 +481,7 @@ class EpollLoop final : public IoLoopBase {
       op.result = r;
       op.loopKey = kReady;
       append(ready_, op);
-      if (drained(op, r)) return false;
+      if (mayDrain && drained(op, r)) return false;
     }
     return true;
   }
@@ -479,7 +489,8 @@ class EpollLoop final : public IoLoopBase {
   // A receive into a lent buffer (a stream socket's: kReceiveLent's contract) that got
   // less than the buffer holds has emptied the socket: the next one need not try (and
   // fail with EAGAIN) before it waits. Data that comes after is a new edge, which an event
-  // reports. (Not for kReceive: a datagram socket's short read says nothing of the rest.)
+  // reports. (Not for kReceive: a datagram socket's short read says nothing of the rest.
+  // Nor after a hang-up: the end of the stream that follows gets no edge of its own.)
   bool drained(const IoOperation& op, std::int64_t r) const noexcept {
     return op.opcode == IoOpcode::kReceiveLent && r > 0 &&
            static_cast<std::size_t>(r) < pool_->bufferSize();

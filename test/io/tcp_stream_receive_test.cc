@@ -324,6 +324,58 @@ TEST_P(TcpStreamReceiveTest, ReceiveOnAClosedStreamFailsWithEbadf) {
   EXPECT_EQ(errnoOf([&] { (void)syncAwait(receiveOnce(closed).via(&pool)); }), EBADF);
 }
 
+// The data and the end of the stream arrive together, while a receive waits: the receive
+// gets the data (less than a buffer), and the next one must still see the end of the
+// stream, for which no further event comes (epoll: a short receive marks the socket
+// drained, except after a hang-up).
+TEST_P(TcpStreamReceiveTest, TheEndOfTheStreamThatCameWithTheLastDataIsSeen) {
+  test::Watchdog watchdog(60s, "EndOfStreamWithTheLastData");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  test::Outcome<LentBuffer> first;
+  test::startOn(pool, receiveOnce(pair.stream), first);
+  test::quiesce(pool);  // the receive waits
+  {
+    test::WorkerHold hold(pool);  // both arrive before the loop's next turn
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "abc", 3));
+    ::shutdown(pair.peer.get(), SHUT_WR);
+    hold.release([] {});
+  }
+  first.wait();
+  EXPECT_EQ(text(first.result.value()), "abc");
+  const LentBuffer end = syncAwait(receiveOnce(pair.stream).via(&pool));
+  EXPECT_TRUE(end.empty());
+}
+
+// The same when the loop saw the hang-up while nobody waited on this socket (another
+// operation kept the loop waiting): the data is then received at once, and the end of
+// the stream after it too.
+TEST_P(TcpStreamReceiveTest, TheEndOfTheStreamSeenWhileNobodyWaitedIsSeenAfterTheData) {
+  test::Watchdog watchdog(60s, "EndOfStreamSeenWhileNobodyWaited");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  test::StreamAndPeer other = test::connectedPair(pool);
+  // A first wait registers the socket with the loop.
+  test::Outcome<LentBuffer> registered;
+  test::startOn(pool, receiveOnce(pair.stream), registered);
+  test::quiesce(pool);
+  ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "x", 1));
+  registered.wait();
+  EXPECT_EQ(text(registered.result.value()), "x");
+  // Another socket's receive keeps the loop waiting, and its events are seen meanwhile.
+  test::Outcome<LentBuffer> keeper;
+  test::startOn(pool, receiveOnce(other.stream), keeper);
+  test::quiesce(pool);
+  ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "abc", 3));
+  ::shutdown(pair.peer.get(), SHUT_WR);
+  test::quiesce(pool);  // the loop has turned (its wake-up) and seen the events
+  EXPECT_EQ(text(syncAwait(receiveOnce(pair.stream).via(&pool))), "abc");
+  EXPECT_TRUE(syncAwait(receiveOnce(pair.stream).via(&pool)).empty());
+  ASSERT_TRUE(test::sendAllBlocking(other.peer.get(), "k", 1));
+  keeper.wait();
+  EXPECT_EQ(text(keeper.result.value()), "k");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TcpStreamReceiveTest, test::kIoBackends, test::ioBackendName);
 
 }  // namespace
