@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -183,10 +184,17 @@ TEST(IoLoopSetupDeathTest, AnUnknownWordInWeftIoUringSetupIsReported) {
   // anything reads it (it is read once per process).
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   if (!IoLoop::available(IoBackend::kIoUring)) GTEST_SKIP() << "no io_uring here";
+  const char* before = std::getenv("WEFT_IO_URING_SETUP");
+  const std::optional<std::string> saved =
+      before != nullptr ? std::optional<std::string>(before) : std::nullopt;
   ASSERT_EQ(::setenv("WEFT_IO_URING_SETUP", "coop,bogus", 1), 0);
   EXPECT_DEATH((void)IoLoop::create(IoBackendChoice::kIoUring),
                "weft: WEFT_IO_URING_SETUP: unknown word 'bogus'");
-  ::unsetenv("WEFT_IO_URING_SETUP");
+  if (saved) {
+    ::setenv("WEFT_IO_URING_SETUP", saved->c_str(), 1);
+  } else {
+    ::unsetenv("WEFT_IO_URING_SETUP");
+  }
 }
 
 TEST(IoLoopRefusalTest, ExecutorWithoutLoopRefusesIoWithAClearError) {
