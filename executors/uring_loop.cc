@@ -41,10 +41,21 @@
 // recv, and on kernels without buffer rings every receive does so (holding its buffer
 // while it waits).
 //
-// Ring set-up asks for COOP_TASKRUN (completion work runs when the worker enters the
-// kernel, not through an interrupting signal) with TASKRUN_FLAG, SINGLE_ISSUER (only the
-// worker submits) and SUBMIT_ALL, and falls back to fewer flags on kernels that lack
-// them.
+// Ring set-up asks for DEFER_TASKRUN (Linux 6.1: completion work runs only when the worker
+// enters the kernel to wait or reap, in batches, never interrupting it) with SINGLE_ISSUER
+// (only the worker submits), TASKRUN_FLAG and SUBMIT_ALL; a kernel that refuses (EINVAL)
+// gets COOP_TASKRUN instead, then plain flags. The ring's descriptor is then registered
+// (io_uring_register_ring_fd, Linux 5.18), so that liburing enters it by its index in the
+// worker's table rather than by descriptor; a kernel without it is entered by descriptor.
+// Each was kept on a measurement (docs/io.md, "The io_uring ring"): DEFER_TASKRUN against
+// COOP_TASKRUN on the echo benchmark, the registered descriptor on the cost of one
+// io_uring_enter. WEFT_IO_URING_SETUP leaves them out, to measure them again.
+//
+// Measured and left out: a multishot accept (IORING_ACCEPT_MULTISHOT) kept armed for a
+// listener made short connections no cheaper (0.85x requests per server CPU-second with one
+// client connecting again and again, 1.00x with 10 and 100), and waiting for more than one
+// completion per io_uring_enter would only delay the one client of a ping-pong, while 100
+// and 1,000 connections already reap 3 and 18 requests' completions per enter.
 
 #include <cerrno>
 #include <memory>
@@ -56,11 +67,13 @@
 
 #include <liburing.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 #include <vector>
@@ -88,6 +101,11 @@ constexpr unsigned kRingEntries = 4096;
 constexpr std::uint32_t kInitialRingBuffers = 32;
 constexpr std::uint32_t kMaxRingId = 0xffff;
 constexpr std::uint32_t kMaxLentBuffers = 1u << 20;  // as epoll's: effectively unbounded
+// liburing's registered-ring index when the loop is destroyed on a thread other than the
+// one that registered it: beyond the kernel's table (16 entries per thread), so that
+// liburing's unregister fails there (EINVAL) instead of dropping that thread's own
+// registration at the same index.
+constexpr int kForeignRingIndex = 1 << 20;
 
 // Per opcode: 0 for those not ordered (files), 1 for reads, 2 for writes, as the epoll
 // loop's waiter lists (epoll_loop.cc's isWrite). A table of 256 so that any byte indexes it.
@@ -121,15 +139,40 @@ constexpr auto kDirections = [] {
 // ordered (a file's, or one with fd < 0) has kNoLane.
 constexpr std::uint32_t kNoLane = 0xffffffffu;
 
-// Which set-up flags the ring gets: WEFT_IO_URING_SETUP=coop asks for the older set
-// (COOP_TASKRUN instead of DEFER_TASKRUN), for measuring one against the other.
-bool deferTaskRunWanted() noexcept {
-  static const bool wanted = [] {
-    const char* value = std::getenv("WEFT_IO_URING_SETUP");
-    return value == nullptr || std::string_view(value) != "coop";
+// Which of the ring's features to leave out, for measuring each against the older way:
+// WEFT_IO_URING_SETUP is a comma-separated list of `coop` (COOP_TASKRUN instead of
+// DEFER_TASKRUN) and `unregistered` (the ring entered by its descriptor, not registered).
+// Another word is a misuse: weft says so and aborts.
+struct LeftOut {
+  bool deferTaskRun = false;
+  bool registeredRing = false;
+};
+const LeftOut& leftOut() noexcept {
+  static const LeftOut value = [] {
+    LeftOut out;
+    const char* env = std::getenv("WEFT_IO_URING_SETUP");
+    std::string_view rest = env != nullptr ? env : "";
+    while (!rest.empty()) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view word = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (word == "coop") {
+        out.deferTaskRun = true;
+      } else if (word == "unregistered") {
+        out.registeredRing = true;
+      } else if (!word.empty()) {
+        std::fprintf(stderr,
+                     "weft: WEFT_IO_URING_SETUP: unknown word '%.*s' (expected a comma-separated "
+                     "list of: coop, unregistered)\n",
+                     static_cast<int>(word.size()), word.data());
+        std::abort();
+      }
+    }
+    return out;
   }();
-  return wanted;
+  return value;
 }
+bool deferTaskRunWanted() noexcept { return !leftOut().deferTaskRun; }
 
 int setUpRing(io_uring& ring, unsigned entries, unsigned completionEntries) noexcept {
   io_uring_params params{};
@@ -170,8 +213,24 @@ class UringLoop final : public IoLoopBase {
       throw std::system_error(-r, std::generic_category(), "weft: io_uring set-up failed");
     }
     pool_->setRecycle(&UringLoop::recycleIntoRing, this);
+    // A registered ring descriptor (Linux 5.18): liburing's io_uring_enter then names the
+    // ring by its index in this thread's table, which spares the kernel a descriptor
+    // lookup (an atomic get and put, the process being threaded) per system call: 36 ns of
+    // 286 per enter, measured. Only this thread may use the index; SINGLE_ISSUER already
+    // binds the ring to it. A kernel without it (EINVAL), or a thread whose table is full
+    // (16 rings), enters by descriptor, as before.
+    ringRegistered_ = !leftOut().registeredRing && io_uring_register_ring_fd(&ring_) == 1;
+    owner_ = ::pthread_self();
   }
   ~UringLoop() override {
+    if (ringRegistered_ && ::pthread_equal(owner_, ::pthread_self()) == 0) {
+      // The registration lives in the creating thread's table and goes when that thread
+      // exits (the ring's memory with it). Unregistering from here cannot reach it, and
+      // would drop what this thread registered at the same index: the kernel refuses a
+      // SINGLE_ISSUER ring's register calls from another thread (EEXIST), but a ring set up
+      // without it (the last fallback) would not be protected.
+      ring_.enter_ring_fd = kForeignRingIndex;
+    }
     io_uring_queue_exit(&ring_);
     if (bufferRing_ != nullptr) ::munmap(bufferRing_, kRingEntries * sizeof(io_uring_buf));
     pool_->retire();
@@ -821,6 +880,8 @@ class UringLoop final : public IoLoopBase {
   std::uint32_t freeHead_ = kNoFree;
   std::uint64_t wakeValue_ = 0;
   bool wakeArmed_ = false;
+  bool ringRegistered_ = false;  // io_uring_register_ring_fd succeeded, on owner_
+  pthread_t owner_{};            // the thread that created the loop (and the ring)
 };
 
 }  // namespace

@@ -46,7 +46,7 @@ struct TcpListenerOptions {
 class TcpListener {
  public:
   TcpListener() noexcept = default;
-  TcpListener(TcpListener&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  TcpListener(TcpListener&& other) noexcept : fd_(other.fd_), tcp_(other.tcp_) { other.fd_ = -1; }
   TcpListener& operator=(TcpListener&& other) noexcept;
   ~TcpListener();
 

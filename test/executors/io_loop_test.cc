@@ -7,8 +7,11 @@
 #include <array>
 #include <atomic>
 #include <coroutine>
+#include <cstdlib>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -148,6 +151,50 @@ TEST_P(IoLoopTest, ReportsItsBackend) {
   EXPECT_EQ(loop->run(0), 0u);
   loop->wake();
   EXPECT_EQ(loop->run(-1), 0u);  // returns for the wake, with nothing completed
+}
+
+// A loop may be destroyed on another thread than the one that created it, here after that
+// thread has ended: this thread's own loop keeps working. On io_uring each ring is
+// registered in its creating thread's table (io_uring_register_ring_fd) and entered by its
+// index there; letting go of the other ring here must not drop the registration this
+// thread made at the same index (its next io_uring_enter would fail with EBADF, and weft
+// abort: so it did, for rings set up without SINGLE_ISSUER, before the loop's destructor
+// kept liburing from unregistering on the wrong thread).
+TEST_P(IoLoopTest, DestroyingAnotherThreadsLoopLeavesThisThreadsLoopWorking) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
+  auto mine = IoLoop::create(GetParam());
+  for (int round = 0; round < 3; ++round) {
+    std::unique_ptr<IoLoop> theirs;
+    std::thread([&] {
+      theirs = IoLoop::create(GetParam());
+      theirs->wake();
+      EXPECT_EQ(theirs->run(-1), 0u);  // entered on its own thread
+    }).join();
+    theirs.reset();  // on this thread
+    mine->wake();
+    EXPECT_EQ(mine->run(-1), 0u);  // enters this thread's ring
+  }
+}
+
+// WEFT_IO_URING_SETUP (a comma-separated list of features to leave out, for measuring
+// them) names only `coop` and `unregistered`: another word is reported when the first ring
+// is set up, never ignored.
+TEST(IoLoopSetupDeathTest, AnUnknownWordInWeftIoUringSetupIsReported) {
+  // The child re-executes this program (threadsafe style), with the variable set before
+  // anything reads it (it is read once per process).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  if (!IoLoop::available(IoBackend::kIoUring)) GTEST_SKIP() << "no io_uring here";
+  const char* before = std::getenv("WEFT_IO_URING_SETUP");
+  const std::optional<std::string> saved =
+      before != nullptr ? std::optional<std::string>(before) : std::nullopt;
+  ASSERT_EQ(::setenv("WEFT_IO_URING_SETUP", "coop,bogus", 1), 0);
+  EXPECT_DEATH((void)IoLoop::create(IoBackendChoice::kIoUring),
+               "weft: WEFT_IO_URING_SETUP: unknown word 'bogus'");
+  if (saved) {
+    ::setenv("WEFT_IO_URING_SETUP", saved->c_str(), 1);
+  } else {
+    ::unsetenv("WEFT_IO_URING_SETUP");
+  }
 }
 
 TEST(IoLoopRefusalTest, ExecutorWithoutLoopRefusesIoWithAClearError) {

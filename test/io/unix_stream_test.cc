@@ -181,6 +181,27 @@ TEST_P(UnixStreamTest, ServesConcurrentConnections) {
   EXPECT_TRUE(c3.value());
 }
 
+// A listener stays what it is when moved: a Unix one, move-constructed or move-assigned,
+// accepts Unix streams (it used to take the moved-to listener for TCP and fail each accept
+// setting TCP_NODELAY on the accepted stream, EOPNOTSUPP, closing the connection).
+TEST_P(UnixStreamTest, AMovedListenerStillAcceptsUnixStreams) {
+  ThreadPool& p = pool();
+  const SocketAddress address = addresses("moved.sock")[1];
+  TcpListener original = TcpListener::bind(address);
+  TcpListener constructed(std::move(original));
+  EXPECT_FALSE(original.isOpen());
+  auto [served, received] =
+      syncAwait(collectAll(echoOnce(constructed), client(address, 3)).via(&p));
+  served.value();
+  EXPECT_EQ(received.value(), expected(3));
+  TcpListener assigned;
+  assigned = std::move(constructed);
+  auto [servedAgain, receivedAgain] =
+      syncAwait(collectAll(echoOnce(assigned), client(address, 3)).via(&p));
+  servedAgain.value();
+  EXPECT_EQ(receivedAgain.value(), expected(3));
+}
+
 TEST_P(UnixStreamTest, ConnectingToNobodyNamesTheAddress) {
   ThreadPool& p = pool();
   const SocketAddress address = addresses("nobody.sock")[0];

@@ -12,6 +12,10 @@
 //	loadgen -mode idle -conns 10000 -duration 5s ...
 //	    opens the connections, sends -size bytes on each and reads the echo, then keeps
 //	    them idle for -duration; reports how many the server kept open
+//	loadgen -mode connect -conns 50 -size 64 ...
+//	    short connections: each of -conns clients connects, sends -size bytes, waits for
+//	    the whole echo and closes, again and again; requests are connections served, and
+//	    their latency runs from the dial to the echo's last byte
 //
 // -pids 12,34: the server's processes. Their CPU time (utime+stime from /proc/<pid>/stat)
 // is read at the start and the end of the measured window, and their VmRSS (idle mode:
@@ -282,6 +286,49 @@ func stream(conns []net.Conn, warmup, duration time.Duration, pids []int, r *res
 	r.MBps = float64(r.Bytes) / r.Seconds / 1e6
 }
 
+func connect(addr string, clients, size int, warmup, duration time.Duration, pids []int, r *result) {
+	var h histogram
+	var total atomic.Uint64
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]byte, size)
+			in := make([]byte, size)
+			var n uint64
+			for !stopped.Load() {
+				t := time.Now()
+				c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+				if err == nil {
+					c.SetDeadline(time.Now().Add(5 * time.Second))
+					if _, err = c.Write(out); err == nil {
+						_, err = io.ReadFull(c, in)
+					}
+					c.Close()
+				}
+				if err != nil {
+					if !stopped.Load() {
+						fail(err)
+					}
+					continue // a full backlog or a reset: the next connection tries again
+				}
+				if measuring.Load() {
+					h.record(time.Since(t))
+					n++
+				}
+			}
+			total.Add(n)
+		}()
+	}
+	window(warmup, duration, pids, r)
+	wg.Wait()
+	r.Requests = total.Load()
+	r.RPS = float64(r.Requests) / r.Seconds
+	r.P50us = h.quantile(0.50) / 1e3
+	r.P99us = h.quantile(0.99) / 1e3
+}
+
 func idle(addr string, n, size int, duration time.Duration, pids []int, r *result) {
 	r.RSSBeforeKiB = rssKiB(pids)
 	conns, err := dialAll(addr, n)
@@ -329,10 +376,10 @@ func idle(addr string, n, size int, duration time.Duration, pids []int, r *resul
 }
 
 func main() {
-	mode := flag.String("mode", "pingpong", "pingpong, stream or idle")
+	mode := flag.String("mode", "pingpong", "pingpong, stream, idle or connect")
 	addr := flag.String("addr", "127.0.0.1:9000", "server address")
 	nconns := flag.Int("conns", 1, "connections")
-	size := flag.Int("size", 64, "message size in bytes (pingpong, idle)")
+	size := flag.Int("size", 64, "message size in bytes (pingpong, idle, connect)")
 	duration := flag.Duration("duration", 5*time.Second, "measured window (idle: idle time)")
 	warmup := flag.Duration("warmup", time.Second, "warm-up before the measured window")
 	pidList := flag.String("pids", "", "comma-separated pids of the server's processes")
@@ -361,6 +408,8 @@ func main() {
 			c.Close()
 		}
 		r.StillOpen = len(conns) - int(errCount.Load())
+	case "connect":
+		connect(*addr, *nconns, *size, *warmup, *duration, pids, &r)
 	case "idle":
 		idle(*addr, *nconns, *size, *duration, pids, &r)
 	default:
