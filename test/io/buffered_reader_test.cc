@@ -48,13 +48,7 @@ using test::Counted;
 using test::Outcome;
 using test::startOn;
 
-// The buffers the worker's loop has lent and not had back (run on the pool's worker).
-std::size_t lentBuffers(ThreadPool& pool) {
-  std::size_t lent = 0;
-  test::quiesce(pool);  // a run() of the loop has drained buffers given back elsewhere
-  test::onWorker(pool, [&] { lent = IoLoop::current()->lentBuffers(); });
-  return lent;
-}
+using test::lentBuffers;
 
 // Waits until the bytes sent to `stream` have left its socket (a receive took them):
 // what is sent next arrives in another receive. Loopback delivers within the send, so
@@ -121,20 +115,7 @@ bool throws(F f) {
   return false;
 }
 
-class BufferedReaderTest : public test::IoBackendTest {
- protected:
-  void SetUp() override {
-    test::IoBackendTest::SetUp();
-    Counted::reset();
-    fdsBefore_ = test::openFdCount();
-  }
-  void TearDown() override {
-    if (IsSkipped()) return;
-    EXPECT_EQ(Counted::alive(), 0) << "a frame was not freed";
-    EXPECT_EQ(test::openFdCount(), fdsBefore_) << "a descriptor leaked";
-  }
-  int fdsBefore_ = 0;
-};
+class BufferedReaderTest : public test::IoLeakCheckedTest {};
 
 TEST_P(BufferedReaderTest, PipelinedFramesInOneReceiveAreViewsIntoIt) {
   test::Watchdog watchdog(60s, "PipelinedFrames");

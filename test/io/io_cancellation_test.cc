@@ -129,18 +129,8 @@ bool waitForPendingConnection(int fd) {
   return false;
 }
 
-class IoCancellationTest : public test::IoBackendTest {
+class IoCancellationTest : public test::IoLeakCheckedTest {
  protected:
-  void SetUp() override {
-    test::IoBackendTest::SetUp();
-    Counted::reset();
-    fdsBefore_ = test::openFdCount();
-  }
-  void TearDown() override {
-    if (IsSkipped()) return;
-    EXPECT_EQ(Counted::alive(), 0) << "a frame was not freed";
-    EXPECT_EQ(test::openFdCount(), fdsBefore_) << "a descriptor leaked";
-  }
 
   // Reads, without weft, the `size` bytes the peer wrote before (loopback delivers them
   // within its send), or what is there of them: poll() waits up to 10 s for each part (a
@@ -158,7 +148,6 @@ class IoCancellationTest : public test::IoBackendTest {
     return out;
   }
 
-  int fdsBefore_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -284,10 +273,7 @@ void raceReadsAgainstAWriter(ThreadPool& pool, Race race, ReadStyle style = Read
   std::printf("  %d reads: %d returned bytes, %d ended by the cancellation; %zu bytes\n",
               iterations, completed, cancelled, sent);
   // Every buffer a receive was lent came back (those of cancelled receives too).
-  std::size_t lent = 1;
-  quiesce(pool);
-  onWorker(pool, [&] { lent = IoLoop::current()->lentBuffers(); });
-  EXPECT_EQ(lent, 0u) << "lent buffers were not given back";
+  EXPECT_EQ(test::lentBuffers(pool), 0u) << "lent buffers were not given back";
 }
 
 TEST_P(IoCancellationTest, ReadsCancelledFromAnotherThreadLoseNoBytes) {

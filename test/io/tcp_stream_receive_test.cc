@@ -41,13 +41,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::Counted;
 
-// The buffers the worker's loop has lent and not had back (run on the pool's worker).
-std::size_t lentBuffers(ThreadPool& pool) {
-  std::size_t lent = 0;
-  test::quiesce(pool);  // a run() of the loop has drained buffers given back elsewhere
-  test::onWorker(pool, [&] { lent = IoLoop::current()->lentBuffers(); });
-  return lent;
-}
+using test::lentBuffers;
 
 std::string text(const LentBuffer& buffer) { return std::string(buffer.text()); }
 
@@ -64,20 +58,7 @@ int errnoOf(F f) {
   return 0;
 }
 
-class TcpStreamReceiveTest : public test::IoBackendTest {
- protected:
-  void SetUp() override {
-    test::IoBackendTest::SetUp();
-    Counted::reset();
-    fdsBefore_ = test::openFdCount();
-  }
-  void TearDown() override {
-    if (IsSkipped()) return;
-    EXPECT_EQ(Counted::alive(), 0) << "a frame was not freed";
-    EXPECT_EQ(test::openFdCount(), fdsBefore_) << "a descriptor leaked";
-  }
-  int fdsBefore_ = 0;
-};
+class TcpStreamReceiveTest : public test::IoLeakCheckedTest {};
 
 TEST_P(TcpStreamReceiveTest, ReturnsWhatArrivedThenEmptyAtTheEndOfTheStream) {
   test::Watchdog watchdog(60s, "ReturnsWhatArrived");

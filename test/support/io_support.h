@@ -30,6 +30,7 @@
 #include "weft/io/socket_address.h"
 #include "weft/io/tcp_listener.h"
 #include "weft/io/tcp_stream.h"
+#include "test/support/counted.h"
 #include "test/support/io_backends.h"
 
 namespace weft::test {
@@ -79,6 +80,23 @@ inline int openFdCount() {
   ::closedir(dir);
   return count - 1;  // the directory's own fd
 }
+
+// An IoBackendTest that checks after each test that no test::Counted object (a coroutine
+// frame under test) is alive and that no descriptor leaked.
+class IoLeakCheckedTest : public IoBackendTest {
+ protected:
+  void SetUp() override {
+    IoBackendTest::SetUp();
+    Counted::reset();
+    fdsBefore_ = openFdCount();
+  }
+  void TearDown() override {
+    if (IsSkipped()) return;
+    EXPECT_EQ(Counted::alive(), 0) << "a frame was not freed";
+    EXPECT_EQ(openFdCount(), fdsBefore_) << "a descriptor leaked";
+  }
+  int fdsBefore_ = 0;
+};
 
 // Raises the soft RLIMIT_NOFILE to at least `wanted` (at most the hard limit). Returns
 // the soft limit in force afterwards.

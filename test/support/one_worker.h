@@ -17,6 +17,7 @@
 
 #include "weft/coro/lazy.h"
 #include "weft/coro/try.h"
+#include "weft/executors/io_loop.h"
 #include "weft/executors/thread_pool.h"
 
 namespace weft::test {
@@ -142,6 +143,15 @@ bool startSuspended(ThreadPool& pool, Lazy<T>& lazy) {
   handle.promise().setContinuation(std::noop_coroutine());
   handle.resume();
   return !handle.done();
+}
+
+// The buffers the pool's one worker's event loop has lent (receive()) and not had back,
+// after a loop turn that took in those given back on other threads.
+inline std::size_t lentBuffers(ThreadPool& pool) {
+  std::size_t lent = 0;
+  quiesce(pool);
+  onWorker(pool, [&] { lent = IoLoop::current()->lentBuffers(); });
+  return lent;
 }
 
 }  // namespace weft::test
