@@ -17,7 +17,10 @@ out="$(mktemp)"
 trap 'rm -f "${out}"; [[ -n "${pid:-}" ]] && kill -9 "${pid}" 2>/dev/null || true' EXIT
 
 for backend in io_uring epoll; do
-  WEFT_IO_BACKEND="${backend}" "${binary}" 0 >"${out}" 2>&1 &
+  # Emptied here, not by the server's redirection: that one happens in the child after the
+  # fork, and the loop below could meanwhile read the previous server's port.
+  : >"${out}"
+  WEFT_IO_BACKEND="${backend}" "${binary}" 0 >>"${out}" 2>&1 &
   pid=$!
   port=""
   for _ in $(seq 1200); do  # up to a minute: a loaded machine may start it slowly
