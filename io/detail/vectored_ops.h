@@ -179,6 +179,12 @@ class VectoredSendAwaitable {
       completesAtOnce_ = a.emptyCompletesAtOnce_ && buffers_.totalBytes() == 0;
       message_.msg_iov = buffers_.pending();
       message_.msg_iovlen = buffers_.size();
+      if (message_.msg_iovlen == 0) {
+        // An empty datagram as one empty buffer: the same to Linux, and qemu-user's
+        // sendmsg returns 0 without sending anything for a message with no iovec at all.
+        message_.msg_iov = &empty_;
+        message_.msg_iovlen = 1;
+      }
       if constexpr (std::is_same_v<Destination, SocketAddress>) {
         message_.msg_name = const_cast<sockaddr*>(to_.native());
         message_.msg_namelen = to_.nativeLength();
@@ -227,6 +233,7 @@ class VectoredSendAwaitable {
     [[no_unique_address]] Destination to_;
     IovecList buffers_;
     msghdr message_{};
+    iovec empty_{&empty_, 0};  // a valid address, no bytes
     bool completesAtOnce_ = false;
   };
 
