@@ -84,24 +84,9 @@ using test::Outcome;
 using test::quiesce;
 using test::startOn;
 
-template <class Predicate>
-void waitUntil(Predicate predicate) {
-  while (!predicate()) std::this_thread::yield();
-}
-
-// Bytes waiting in `fd`'s receive queue.
-int queuedToRead(int fd) {
-  int n = -1;
-  EXPECT_EQ(::ioctl(fd, FIONREAD, &n), 0);
-  return n;
-}
-
-// Bytes of `fd`'s send queue not yet acknowledged by the peer.
-int notYetAcknowledged(int fd) {
-  int n = -1;
-  EXPECT_EQ(::ioctl(fd, SIOCOUTQ, &n), 0);
-  return n;
-}
+using test::notYetAcknowledged;
+using test::queuedToRead;
+using test::waitUntil;
 
 // Runs `body` expecting it to throw IncompleteTransfer; returns a copy (or nullopt after
 // reporting what it did instead).

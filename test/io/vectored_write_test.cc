@@ -65,24 +65,9 @@ using test::startOn;
 
 using Bytes = std::span<const std::byte>;
 
-template <class Predicate>
-void waitUntil(Predicate predicate) {
-  while (!predicate()) std::this_thread::yield();
-}
-
-// Bytes waiting in `fd`'s receive queue.
-int queuedToRead(int fd) {
-  int n = -1;
-  EXPECT_EQ(::ioctl(fd, FIONREAD, &n), 0);
-  return n;
-}
-
-// Bytes of `fd`'s send queue not yet acknowledged by the peer.
-int notYetAcknowledged(int fd) {
-  int n = -1;
-  EXPECT_EQ(::ioctl(fd, SIOCOUTQ, &n), 0);
-  return n;
-}
+using test::notYetAcknowledged;
+using test::queuedToRead;
+using test::waitUntil;
 
 void setSendBuffer(TcpStream& stream, int size) {
   ASSERT_EQ(::setsockopt(stream.nativeHandle(), SOL_SOCKET, SO_SNDBUF, &size, sizeof size), 0);

@@ -6,6 +6,8 @@
 
 #include <dirent.h>
 #include <netinet/in.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -21,6 +23,7 @@
 #include <cstring>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "weft/coro/sync_await.h"
@@ -97,6 +100,27 @@ class IoLeakCheckedTest : public IoBackendTest {
   }
   int fdsBefore_ = 0;
 };
+
+// Spins (yielding) until `predicate()` holds: a hand-shake with another thread or the
+// kernel, never a timing.
+template <class Predicate>
+void waitUntil(Predicate predicate) {
+  while (!predicate()) std::this_thread::yield();
+}
+
+// Bytes waiting in `fd`'s receive queue (FIONREAD).
+inline int queuedToRead(int fd) {
+  int n = -1;
+  EXPECT_EQ(::ioctl(fd, FIONREAD, &n), 0);
+  return n;
+}
+
+// Bytes of `fd`'s send queue not yet acknowledged by the peer (SIOCOUTQ).
+inline int notYetAcknowledged(int fd) {
+  int n = -1;
+  EXPECT_EQ(::ioctl(fd, SIOCOUTQ, &n), 0);
+  return n;
+}
 
 // Raises the soft RLIMIT_NOFILE to at least `wanted` (at most the hard limit). Returns
 // the soft limit in force afterwards.
