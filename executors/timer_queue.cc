@@ -65,7 +65,7 @@ void TimerQueue::pollBy(Clock::time_point when) {
   startThreadLocked();  // may throw: nothing changed
   if (when >= nextPoll_) return;
   nextPoll_ = when;
-  // While poll runs, pollAt_ stays min() (every caller comes here) and run() reads
+  // While poll runs, pollAt_ stays max() (every caller comes here) and run() reads
   // nextPoll_ when poll returns.
   if (!polling_) pollAt_.store(when.time_since_epoch().count(), std::memory_order_seq_cst);
   if (when < waitingUntil_) {
@@ -85,13 +85,14 @@ bool TimerQueue::threadStarted() const {
 }
 
 // Polling and pollBy, without a lost request. pollBy's caller C stores X (seq_cst), then
-// loads pollAt_ (seq_cst) and skips the lock when the poll planned is early enough. The
-// thread, before each poll, stores min() to pollAt_ (seq_cst), then poll loads X (seq_cst).
-// If C's load read a planned time T (not the min() of the poll P that follows T), it
-// precedes P's store in the single total order of seq_cst operations, and C's store
-// precedes its load: P's load of X comes after C's store and sees it, and P runs no later
-// than T. If C read min(), it took the lock and lowered nextPoll_, which the thread reads
-// under the lock once P returns.
+// loads pollAt_ (seq_cst) and skips the lock only when it reads a planned time T no later
+// than it asks for. The thread, before each poll, stores max() to pollAt_ (seq_cst), then
+// poll loads X (seq_cst). If C read T, its load precedes the store of max() by the poll P
+// that T planned (it would read that max() otherwise) in the single total order of seq_cst
+// operations, and C's store precedes its load: P's load of X comes after C's store and
+// sees it, and P runs no later than T. If C read max() (a poll running, none planned, or
+// the thread not started), it took the lock and lowered nextPoll_, which the thread reads
+// under the lock before it waits again.
 void TimerQueue::run() {
 #if defined(__linux__)
   // Linux lets a sleeping thread wake up to 50 us late ("timer slack") to batch wake-ups.
@@ -104,7 +105,7 @@ void TimerQueue::run() {
     if (nextPoll_ <= now) {
       polling_ = true;
       nextPoll_ = Clock::time_point::max();
-      pollAt_.store(std::numeric_limits<Clock::rep>::min(), std::memory_order_seq_cst);
+      pollAt_.store(std::numeric_limits<Clock::rep>::max(), std::memory_order_seq_cst);
       lock.unlock();
       const Clock::time_point next = poll_(context_, now);
       lock.lock();

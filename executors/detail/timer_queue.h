@@ -120,9 +120,9 @@ class TimerQueue {
   Clock::time_point nextPoll_ = Clock::time_point::max();
   // True while poll runs (without the lock). Guarded by mutex_.
   bool polling_ = false;
-  // nextPoll_, readable without the lock (pollBy's fast path): min() while poll runs and
-  // before the thread has started (every pollBy then takes the lock).
-  std::atomic<Clock::rep> pollAt_{std::numeric_limits<Clock::rep>::min()};
+  // nextPoll_, readable without the lock (pollBy's fast path): max() while poll runs, while
+  // none is planned and before the thread has started (every pollBy then takes the lock).
+  std::atomic<Clock::rep> pollAt_{std::numeric_limits<Clock::rep>::max()};
   bool stopped_ = false;            // guarded by mutex_
   std::thread thread_;              // started under mutex_; joined by stop()
   std::mutex stopMutex_;            // serialises stop() calls
