@@ -796,7 +796,12 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
       // With I/O in flight, waiting in the event loop beats spinning: a completion or a
       // waker's eventfd write ends the wait at once.
       if (self.loop != nullptr && self.loop->hasWork()) break;
-      std::this_thread::yield();
+      // Not with a timer of its own: Linux (EEVDF) charges a thread for sched_yield, and
+      // one that yielded just before it parked is then slow to get a CPU back when its
+      // timeout expires on a busy machine (measured with 1 ms sleeps while other
+      // processes kept both CPUs busy: about half the timers 1-3 ms late, against a p99
+      // of about 60 us without the yields; docs/executors.md, "Timers").
+      if (!self.hasTimers) std::this_thread::yield();
     }
 
     // Rule 2: announce, stop searching, sweep once more, then wait.
