@@ -48,9 +48,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <ctime>
 #include <limits>
@@ -268,7 +268,8 @@ class EpollLoop final : public IoLoopBase {
     if (!ready_.empty()) timeoutNs = 0;
     if (!heap_.empty() && timeoutNs != 0) {
       // Wake for the earliest deadline.
-      const std::int64_t untilDeadline = std::max<std::int64_t>(heap_.top()->loopDeadline - nowNs(), 0);
+      const std::int64_t untilDeadline =
+          std::max<std::int64_t>(heap_.top()->loopDeadline - nowNs(), 0);
       timeoutNs = timeoutNs < 0 ? untilDeadline : std::min(timeoutNs, untilDeadline);
     }
     epoll_event events[kMaxEvents];

@@ -1,8 +1,17 @@
 #include "weft/executors/thread_pool.h"
 
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -11,16 +20,6 @@
 #include "weft/executors/detail/timer_heap.h"
 #include "weft/executors/detail/work_stealing_queue.h"
 #include "weft/executors/io_loop.h"
-
-#include <linux/futex.h>
-#include <pthread.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <ctime>
-#include <limits>
 
 // How the pool works
 // ==================
@@ -185,7 +184,8 @@ struct alignas(64) ThreadPoolWorker {
   bool timersStopped = false;  // guarded by timerMutex: shutdown() flushed the heap
   // The earliest deadline in `timers` (steady_clock ticks), kNoTimer when it is empty.
   // Written under timerMutex; read without it by the owner and by the timer thread.
-  std::atomic<TimerEntry::Clock::rep> earliestTimer{std::numeric_limits<TimerEntry::Clock::rep>::max()};
+  std::atomic<TimerEntry::Clock::rep> earliestTimer{
+      std::numeric_limits<TimerEntry::Clock::rep>::max()};
   // Owner only: it armed a timer since it last saw its heap empty (only the owner adds
   // to it, so a false here means the heap is empty).
   bool hasTimers = false;
@@ -232,11 +232,14 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
 // Waits while `word` holds `expected`, until `deadline` (steady_clock ticks, absolute;
 // kNoTimer: no limit). Returns on a wake, a timeout, a signal or a changed word: the
 // caller checks. noexcept: a system call whose failures are all "returned".
-void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected, TimerRep deadline) noexcept {
+void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+               TimerRep deadline) noexcept {
   timespec at{};
   const timespec* timeout = nullptr;
   if (deadline != kNoTimer) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(TimerClock::duration(deadline)).count();
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(TimerClock::duration(deadline))
+            .count();
     at.tv_sec = static_cast<time_t>(ns / 1000000000);
     at.tv_nsec = static_cast<long>(ns % 1000000000);
     timeout = &at;
@@ -339,8 +342,9 @@ namespace {
 // late only makes the owner or the timer thread look at the heap for nothing.
 void publishEarliestLocked(detail::ThreadPoolWorker& worker) noexcept {
   const detail::TimerEntry* first = worker.timers.top();
-  worker.earliestTimer.store(first != nullptr ? first->deadline.time_since_epoch().count() : kNoTimer,
-                             std::memory_order_relaxed);
+  worker.earliestTimer.store(
+      first != nullptr ? first->deadline.time_since_epoch().count() : kNoTimer,
+      std::memory_order_relaxed);
 }
 
 }  // namespace

@@ -296,8 +296,8 @@ class UringLoop final : public IoLoopBase {
       __kernel_timespec ts{};
       ts.tv_sec = timeoutNs / 1000000000;
       ts.tv_nsec = timeoutNs % 1000000000;
-      const int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeoutNs > 0 ? &ts : nullptr,
-                                                     nullptr);
+      const int r =
+          io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeoutNs > 0 ? &ts : nullptr, nullptr);
       if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY) fail("io_uring_enter", -r);
     } else if (io_uring_sq_ready(&ring_) != 0) {
       const int r = io_uring_submit(&ring_);

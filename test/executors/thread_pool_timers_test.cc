@@ -6,9 +6,8 @@
 // waiting, under a watchdog's generous bound, for what the timer does.
 
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,13 +22,13 @@
 #include <thread>
 #include <vector>
 
+#include "test/support/io_backends.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/try.h"
 #include "weft/executors/io_loop.h"
 #include "weft/executors/thread_pool.h"
-#include "test/support/io_backends.h"
 
 namespace weft {
 namespace {
@@ -267,7 +266,8 @@ TEST(ThreadPoolTimersTest, ASleepWhoseWorkerIsBusyStillEnds) {
   std::atomic<bool> slept{false};
   Flag spun;
   Flag done;
-  []( ThreadPool& pool, std::atomic<bool>& slept, Flag& spun) -> Lazy<void> {
+  [](ThreadPool& pool, std::atomic<bool>& slept,
+     Flag& spun) -> Lazy<void> {
     pool.schedule([&slept, &spun] {  // on this worker's queue
       const auto giveUp = Clock::now() + kTimeout;
       while (!slept.load() && Clock::now() < giveUp) std::this_thread::yield();
@@ -276,11 +276,11 @@ TEST(ThreadPoolTimersTest, ASleepWhoseWorkerIsBusyStillEnds) {
     co_await sleep(1ms);
     slept = true;
   }(pool, slept, spun)
-      .via(&pool)
-      .start([&done](Try<void>&& result) {
-        EXPECT_TRUE(result.hasValue());
-        done.set();
-      });
+                        .via(&pool)
+                        .start([&done](Try<void>&& result) {
+                          EXPECT_TRUE(result.hasValue());
+                          done.set();
+                        });
   ASSERT_TRUE(done.waitFor());
   ASSERT_TRUE(spun.waitFor());
   EXPECT_TRUE(slept.load());
@@ -293,7 +293,8 @@ TEST(ThreadPoolTimersTest, ShutdownEndsArmedWorkerSleepsWithExecutorShutDownAndR
   std::atomic<int> refusedAfter{0};
   std::atomic<int> finished{0};
   for (int i = 0; i < kSleepers; ++i) {
-    [](std::atomic<int>& ended, std::atomic<int>& refused) -> Lazy<void> {
+    [](std::atomic<int>& ended,
+       std::atomic<int>& refused) -> Lazy<void> {
       try {
         co_await sleep(1h);
       } catch (const ExecutorShutDown&) {
