@@ -331,7 +331,7 @@ class SleepOrCancelAwaitable {
 // a ThreadPool, the worker running the coroutine keeps the timer in its own heap and, at
 // the deadline, resumes the coroutine itself, ahead of its queued work, with no other
 // thread involved (if that worker is stuck in a long item, the pool's timer thread hands
-// the timer to another worker about 1 ms after the deadline). On another executor, the shared
+// the timer to another worker within about 1 ms of the deadline). On another executor, the shared
 // "weft-timer" thread schedules the coroutine on its executor (an InlineExecutor thus
 // resumes it on the timer thread). In a coroutine without an executor, it resumes ON THE
 // "weft-timer" THREAD: keep what follows short, or bind the coroutine to an executor, or

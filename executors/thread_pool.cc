@@ -212,11 +212,13 @@ constexpr TimerRep kNoTimer = std::numeric_limits<TimerRep>::max();
 
 // The backstop for busy workers (see "Busy workers" above): the timer thread takes a
 // worker's timer once it is this overdue, and looks at the workers at most this often.
-// Together they bound how late a busy worker's timer fires; a shorter grace would take
-// more timers from workers that are merely slow to wake (each taken timer costs a thread
-// hop). Measured in docs/executors.md ("Timers").
-constexpr std::chrono::milliseconds kTimerGrace{1};
-constexpr std::chrono::milliseconds kTimerPollInterval{1};
+// Together they bound how late a busy worker's timer fires (about 1 ms); a shorter grace
+// would take more timers from workers that are merely slow to wake (each taken timer costs
+// a thread hop), a shorter interval would wake the timer thread more often (at most 2,000
+// times a second here, and only while worker timers keep coming due). Measured in
+// docs/executors.md ("Timers").
+constexpr std::chrono::microseconds kTimerGrace{500};
+constexpr std::chrono::microseconds kTimerPollInterval{500};
 
 // `t + d` for a non-negative d, saturating at time_point::max().
 TimerClock::time_point addSaturating(TimerClock::time_point t, TimerClock::duration d) noexcept {

@@ -61,11 +61,12 @@ struct ThreadPoolOptions {
 //    that never expire, deadline time_point::max()) go to the pool's timer thread, which
 //    puts them on the pool's due list when they expire; workers take due timers before
 //    anything in their own queues. The same thread is the backstop for a worker stuck in
-//    a long item: a worker's timer that is still armed 1 ms after its deadline is moved
+//    a long item: a worker's timer that is still armed 0.5 ms after its deadline is moved
 //    to the due list, where any other worker takes it, so a busy worker delays its timers
-//    by about 1-2 ms, not by the length of its item (docs/executors.md, "Timers", has the
-//    measurements). The timer thread starts with the pool's first timer (a pool that
-//    never sleeps has none), and sleeps while no timer can be overdue.
+//    by about 1 ms (plus the time another worker needs to get there), not by the length
+//    of its item (docs/executors.md, "Timers", has the measurements). The timer thread
+//    starts with the pool's first timer (a pool that never sleeps has none), and sleeps
+//    while no timer can be overdue.
 //  - shutdown() (also run by the destructor) first stops the pool's timers: every timer
 //    still pending fires at once with `shutDown` set (a weft::sleep then throws
 //    ExecutorShutDown instead of waiting; nothing hangs on a long sleep), and later
@@ -140,7 +141,7 @@ class ThreadPool final : public Executor {
     // entries that never expire).
     std::size_t onTimerThread = 0;
     // Since the pool was made: worker timers that the timer thread took to the due list
-    // because their worker had not fired them 1 ms after their deadline (it was busy in a
+    // because their worker had not fired them 0.5 ms after their deadline (it was busy in a
     // long item, or not given a CPU). Many of these say a worker blocks or computes for
     // long stretches.
     std::size_t takenFromBusyWorkers = 0;

@@ -9,7 +9,7 @@
 //    computes for M ms at a stretch, then yields, over and over: whichever worker runs it
 //    is stuck in one long item, and the sleepers whose timers that worker holds wait for
 //    someone else to fire them (the pool's timer thread: before issue #29, every timer
-//    was there; since, it takes a busy worker's timers once they are 1 ms overdue).
+//    was there; since, it takes a busy worker's timers once they are 0.5 ms overdue).
 //  - BM_Baseline_SleepFor_Accuracy/load:N: the baseline: a plain std::thread calling
 //    std::this_thread::sleep_for(1 ms) with the same load on the pool (what the OS gives
 //    a thread that owns a core's attention).
