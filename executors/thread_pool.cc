@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <limits>
+#include <ratio>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -220,6 +222,27 @@ constexpr TimerRep kNoTimer = std::numeric_limits<TimerRep>::max();
 constexpr std::chrono::microseconds kTimerGrace{500};
 constexpr std::chrono::microseconds kTimerPollInterval{500};
 
+// A time no earlier than steady_clock::now(), read cheaply: CLOCK_MONOTONIC_COARSE (the
+// same clock as steady_clock's CLOCK_MONOTONIC, as of the last scheduler tick: a few ns to
+// read, against some 25 ns for the precise clock on the machines of docs/performance.md)
+// plus its resolution (the tick). A worker with a timer far ahead (withTimeout's limit)
+// then reads the precise clock only when the timer may be due. If the coarse clock ever
+// lagged by more than its resolution, a due timer would wait for the worker's next park
+// (precise) or for the backstop, never longer. noexcept: a vDSO read.
+TimerRep coarseNowUpperBound() noexcept {
+  static const TimerRep resolution = [] {
+    timespec r{};
+    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &r) != 0) return kNoTimer;
+    return static_cast<TimerRep>(r.tv_sec) * 1000000000 + r.tv_nsec;
+  }();
+  timespec t{};
+  if (resolution == kNoTimer || ::clock_gettime(CLOCK_MONOTONIC_COARSE, &t) != 0) {
+    return kNoTimer;  // unknown: the caller reads the precise clock
+  }
+  return static_cast<TimerRep>(t.tv_sec) * 1000000000 + t.tv_nsec + resolution;
+}
+static_assert(std::is_same_v<TimerClock::period, std::nano>);
+
 // `t + d` for a non-negative d, saturating at time_point::max().
 TimerClock::time_point addSaturating(TimerClock::time_point t, TimerClock::duration d) noexcept {
   return t > TimerClock::time_point::max() - d ? TimerClock::time_point::max() : t + d;
@@ -383,11 +406,12 @@ void ThreadPool::armOnWorker(Worker& self, detail::TimerEntry& timer) {
   }
   if (!self.hasTimers) {
     // From now on the worker looks at its heap before each item (see workerMain).
+    // (ThreadPool(1)'s fibers that switch straight to the next fiber through the
+    // ThreadRunQueue do not look at the heap: a chain of such switches that never comes
+    // back to this loop is a long item like any other, and the backstop takes the timers
+    // that come due meanwhile to the due list, which stops those switches.)
     self.hasTimers = true;
     self.attention = &self.alwaysAttend;
-    // ThreadPool(1): fibers switching straight to the next fiber (ThreadRunQueue) would
-    // not look at the heap: while the worker has timers, they go through the loop.
-    if (solo_) ThreadRunQueue::unbind();
   }
   if (!first) return;  // the backstop already looks at this heap by an earlier deadline
   try {
@@ -517,9 +541,9 @@ detail::WorkItem ThreadPool::takeOwnTimer(Worker& self) noexcept {
     // Empty, and only this thread adds to it: stop looking before each item.
     self.hasTimers = false;
     if (self.loop == nullptr) self.attention = &timerDueSize_;
-    if (solo_) soloRun_.bind();
     return {};
   }
+  if (earliest > coarseNowUpperBound()) return {};  // not due: no precise clock read
   const TimerRep now = TimerClock::now().time_since_epoch().count();
   if (earliest > now) return {};
   std::lock_guard<std::mutex> lock(self.timerMutex);
