@@ -225,21 +225,23 @@ constexpr std::chrono::microseconds kTimerPollInterval{500};
 // A time no earlier than steady_clock::now(), read cheaply: CLOCK_MONOTONIC_COARSE (the
 // same clock as steady_clock's CLOCK_MONOTONIC, as of the last scheduler tick: a few ns to
 // read, against some 25 ns for the precise clock on the machines of docs/performance.md)
-// plus its resolution (the tick). A worker with a timer far ahead (withTimeout's limit)
-// then reads the precise clock only when the timer may be due. If the coarse clock ever
-// lagged by more than its resolution, a due timer would wait for the worker's next park
-// (precise) or for the backstop, never longer. noexcept: a vDSO read.
+// plus four times its resolution (the tick): a tick may come late (measured on a VM: the
+// coarse clock up to 4.7 ms behind with a 4 ms tick). A running worker with a timer far
+// ahead (withTimeout's limit) then reads the precise clock only when the timer may be due.
+// If the coarse clock lagged by more than the margin, a due timer would wait for the
+// worker's next idle moment (which reads the precise clock) or for the backstop, never
+// longer. noexcept: a vDSO read.
 TimerRep coarseNowUpperBound() noexcept {
-  static const TimerRep resolution = [] {
+  static const TimerRep margin = [] {
     timespec r{};
     if (::clock_getres(CLOCK_MONOTONIC_COARSE, &r) != 0) return kNoTimer;
-    return static_cast<TimerRep>(r.tv_sec) * 1000000000 + r.tv_nsec;
+    return 4 * (static_cast<TimerRep>(r.tv_sec) * 1000000000 + r.tv_nsec);
   }();
   timespec t{};
-  if (resolution == kNoTimer || ::clock_gettime(CLOCK_MONOTONIC_COARSE, &t) != 0) {
+  if (margin == kNoTimer || ::clock_gettime(CLOCK_MONOTONIC_COARSE, &t) != 0) {
     return kNoTimer;  // unknown: the caller reads the precise clock
   }
-  return static_cast<TimerRep>(t.tv_sec) * 1000000000 + t.tv_nsec + resolution;
+  return static_cast<TimerRep>(t.tv_sec) * 1000000000 + t.tv_nsec + margin;
 }
 static_assert(std::is_same_v<TimerClock::period, std::nano>);
 
@@ -533,7 +535,7 @@ detail::TimerEntry::Clock::time_point ThreadPool::pollWorkerTimers(
                   now + kTimerPollInterval);
 }
 
-detail::WorkItem ThreadPool::takeOwnTimer(Worker& self) noexcept {
+detail::WorkItem ThreadPool::takeOwnTimer(Worker& self, bool cheapClock) noexcept {
   // Relaxed: only this thread adds to its heap, so it sees every deadline it armed; a
   // removal by another thread read late only costs a look at the heap.
   const TimerRep earliest = self.earliestTimer.load(std::memory_order_relaxed);
@@ -543,10 +545,17 @@ detail::WorkItem ThreadPool::takeOwnTimer(Worker& self) noexcept {
     if (self.loop == nullptr) self.attention = &timerDueSize_;
     return {};
   }
-  if (earliest > coarseNowUpperBound()) return {};  // not due: no precise clock read
+  if (cheapClock && earliest > coarseNowUpperBound()) return {};  // not due yet
   const TimerRep now = TimerClock::now().time_since_epoch().count();
   if (earliest > now) return {};
-  std::lock_guard<std::mutex> lock(self.timerMutex);
+  std::unique_lock<std::mutex> lock(self.timerMutex);
+  // The backstop may have moved earlier timers of this heap to the due list since the
+  // caller looked at it (it moves them under this lock, so this relaxed load sees them):
+  // they go first, so that one worker's timers fire in deadline order.
+  if (timerDueSize_.load(std::memory_order_relaxed) != 0) {
+    lock.unlock();
+    return takeDueTimer();
+  }
   detail::TimerEntry* first = self.timers.top();
   if (first == nullptr || first->deadline.time_since_epoch().count() > now) return {};
   self.timers.pop();  // one at a time (see "Timers")
@@ -725,7 +734,7 @@ void ThreadPool::workerMain(Worker& self) {
     // then alwaysAttend).
     if (self.attention->load(std::memory_order_relaxed) != 0) [[unlikely]] {
       if (timerDueSize_.load(std::memory_order_relaxed) != 0) item = takeDueTimer();
-      if (item.empty() && self.hasTimers) item = takeOwnTimer(self);
+      if (item.empty() && self.hasTimers) item = takeOwnTimer(self, /*cheapClock=*/true);
       if (item.empty()) item = popLocal(self);
       // I/O: out of queued work, or every kItemsPerIoPoll items, hand the queued
       // submissions to the kernel and run the completions that are there (no waiting).
@@ -818,7 +827,8 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
     // Searching: we hold one count in searching_.
     for (int round = 0; round < kSearchRounds; ++round) {
       detail::WorkItem item = searchOnce(self);
-      if (item.empty() && self.hasTimers) item = takeOwnTimer(self);
+      // The precise clock here: a worker about to sleep must not miss a due timer.
+      if (item.empty() && self.hasTimers) item = takeOwnTimer(self, /*cheapClock=*/false);
       if (!item.empty()) {
         stopSearching();
         return item;

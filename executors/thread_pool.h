@@ -223,9 +223,12 @@ class ThreadPool final : public Executor {
       void* pool, detail::TimerEntry::Clock::time_point now) noexcept;
   // scheduleTimer on the calling worker `self`: its own heap.
   void armOnWorker(Worker& self, detail::TimerEntry& timer);
-  // The calling worker's earliest timer if it is due (removed from its heap), or an empty
-  // item. noexcept: a clock read and a heap pop under the worker's timer mutex.
-  detail::WorkItem takeOwnTimer(Worker& self) noexcept;
+  // The calling worker's earliest timer if it is due (removed from its heap), or the due
+  // list's first timer if the backstop moved some meanwhile, or an empty item. With
+  // `cheapClock`, a coarse clock read first rules out timers that are not due yet (before
+  // each item); without, the precise clock decides (before the worker sleeps). noexcept: a
+  // clock read and a heap pop under the worker's timer mutex.
+  detail::WorkItem takeOwnTimer(Worker& self, bool cheapClock) noexcept;
   // shutdown(): every worker's timers go to the due list with shutDown set, and the
   // workers refuse later ones. noexcept: as the other shutdown steps.
   void stopWorkerTimers() noexcept;
