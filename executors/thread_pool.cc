@@ -88,9 +88,10 @@
 // owner adds to its heap, so nobody needs to wake it for a new timer: with nothing to run
 // it parks with a timeout, its earliest deadline (IoLoop::runFor in its event loop, or a
 // futex wait on its wake token with an absolute CLOCK_MONOTONIC deadline), and a worker
-// woken by that timeout leaves idle_ exactly as one whose final sweep found work
-// (leaveIdle: rule (2)'s announcement undone, or rule (3)'s count given back), then fires
-// the timer from its loop. No other thread takes part.
+// woken by that timeout leaves idle_ as one whose final sweep found work does (leaveIdle:
+// rule (2)'s announcement undone, or rule (3)'s count given back; rule (1) is not re-run,
+// as it took no work: see leaveIdle), then fires the timer from its loop. No other thread
+// takes part. A worker that holds timers does not yield while it searches (see findWork).
 //
 // Timers armed outside the pool, and entries that never expire (deadline max(): the
 // shutdown guards of io/), go to the pool's TimerQueue thread, which delivers an expired
@@ -788,7 +789,7 @@ void ThreadPool::stopSearching() noexcept {
   if (searching_.fetch_sub(1, std::memory_order_seq_cst) == 1) wakeWorkerIfNeeded();
 }
 
-bool ThreadPool::leaveIdle(Worker& self) noexcept {
+bool ThreadPool::leaveIdle(Worker& self, bool tookWork) noexcept {
   bool handedSearchCount = false;
   {
     std::lock_guard<std::mutex> lock(idleMutex_);
@@ -812,11 +813,17 @@ bool ThreadPool::leaveIdle(Worker& self) noexcept {
     }
   }
   if (handedSearchCount) {
-    stopSearching();
-  } else {
+    stopSearching();  // rule (3)
+  } else if (tookWork) {
     // We may have taken the work that a pusher, seeing us searching, left to us.
     wakeWorkerIfNeeded();
   }
+  // A worker that took no work (its timer or its event loop woke it) has nothing to hand
+  // on: a pusher that counted it in sleeping_ either popped it (the count it handed is
+  // given back above) or found it gone from idle_, and then woke another sleeper or found
+  // none (every other worker running; the work is seen by the next final sweep of rule
+  // (2), or by a running worker). Waking a sleeper here would wake one for nothing on
+  // every timer.
   return true;
 }
 
@@ -858,7 +865,8 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
 
     detail::WorkItem item = searchOnce(self);
     if (!item.empty()) {
-      (void)leaveIdle(self);  // true: the pool cannot close while this worker is not parked
+      // true: the pool cannot close while this worker is not parked.
+      (void)leaveIdle(self, /*tookWork=*/true);
       return item;
     }
 
@@ -869,7 +877,7 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
     if (self.hasTimers) {
       wakeAt = self.earliestTimer.load(std::memory_order_relaxed);  // as in takeOwnTimer
       if (wakeAt != kNoTimer && wakeAt <= TimerClock::now().time_since_epoch().count()) {
-        (void)leaveIdle(self);  // true, as above
+        (void)leaveIdle(self, /*tookWork=*/false);  // true, as above
         return kLookAgain;
       }
     }
@@ -905,7 +913,8 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
         timeoutNs = std::max<std::int64_t>(left.count(), 0);
       }
       self.loop->runFor(timeoutNs);
-      (void)leaveIdle(self);  // true: not parked, so the pool cannot have closed
+      // true: not parked, so the pool cannot have closed.
+      (void)leaveIdle(self, /*tookWork=*/false);
       return kLookAgain;
     }
     // Acquire: pairs with the waker's release store, so what it published (work, or
@@ -923,7 +932,7 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
       // Our earliest timer is due: we leave idle_ by ourselves, as when the final sweep
       // finds work (a waker may have popped us meanwhile, or the pool closed), and fire it
       // from the loop.
-      if (!leaveIdle(self)) return {};
+      if (!leaveIdle(self, /*tookWork=*/false)) return {};
       return kLookAgain;
     }
     // Relaxed: only this thread reads the token; the next waker sets it under idleMutex_

@@ -234,9 +234,9 @@ class ThreadPool final : public Executor {
   void stopWorkerTimers() noexcept;
   // Called by a worker leaving idle_ by itself (its final sweep found work, or a timer or
   // its event loop woke it): undoes its announcement, or gives back the searching count a
-  // waker handed it meanwhile, and re-runs rule (1) as rule (3) says. False when the pool
-  // closed meanwhile (the worker must exit). noexcept: see below.
-  bool leaveIdle(Worker& self) noexcept;
+  // waker handed it meanwhile (rule (3)); re-runs rule (1) when it `tookWork`. False when
+  // the pool closed meanwhile (the worker must exit). noexcept: see below.
+  bool leaveIdle(Worker& self, bool tookWork) noexcept;
   // Moves a share of the injection queue into `self`'s queue; returns the first item
   // when `returnFirst` (otherwise queues everything).
   detail::WorkItem takeFromInjection(Worker& self, bool returnFirst);
