@@ -328,8 +328,10 @@ class SleepOrCancelAwaitable {
 // forever: only a cancellation or the executor's shutdown ends it.
 //
 // Semantics: the timer is armed on the coroutine's executor (Executor::scheduleTimer). On
-// a ThreadPool, the pool's timer thread hands the expired timer to a worker ahead of its
-// queued work, and the coroutine resumes on that worker. On another executor, the shared
+// a ThreadPool, the worker running the coroutine keeps the timer in its own heap and, at
+// the deadline, resumes the coroutine itself, ahead of its queued work, with no other
+// thread involved (if that worker is stuck in a long item, the pool's timer thread hands
+// the timer to another worker within about 1 ms of the deadline). On another executor, the shared
 // "weft-timer" thread schedules the coroutine on its executor (an InlineExecutor thus
 // resumes it on the timer thread). In a coroutine without an executor, it resumes ON THE
 // "weft-timer" THREAD: keep what follows short, or bind the coroutine to an executor, or

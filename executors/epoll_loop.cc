@@ -48,14 +48,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <ctime>
+#include <limits>
 #include <memory>
 #include <system_error>
 #include <vector>
 
 #include "weft/executors/detail/io_loop_base.h"
+#include "weft/executors/detail/timer_heap.h"
 
 namespace weft::detail {
 
@@ -80,6 +84,28 @@ constexpr std::uint64_t kUntrusted = ~std::uint64_t{0};
 std::uint64_t eventData(int fd, std::uint64_t generation) noexcept {
   return (generation << 32) | static_cast<std::uint32_t>(fd);
 }
+
+// The deadline heap's view of an operation: by loopDeadline; loopHeapIndex is the
+// position + 1 (0: not in the heap, what submit sets).
+struct DeadlineOrder {
+  static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+  static bool before(const IoOperation& a, const IoOperation& b) noexcept {
+    return a.loopDeadline < b.loopDeadline;
+  }
+  static void setPosition(IoOperation& op, std::size_t i) noexcept {
+    op.loopHeapIndex = i == kNone ? 0 : i + 1;
+  }
+  static std::size_t position(const IoOperation& op) noexcept {
+    return op.loopHeapIndex == 0 ? kNone : op.loopHeapIndex - 1;
+  }
+};
+using DeadlineHeap = IntrusiveHeap<IoOperation, DeadlineOrder>;
+static_assert(DeadlineHeap::kNotInHeap == DeadlineOrder::kNone);
+
+// Whether epoll_pwait2 (Linux 5.11: a timeout in nanoseconds) works here; cleared by the
+// first ENOSYS (an older kernel, or an emulator without it). Relaxed: every loop finds
+// the same answer; a stale true costs one more ENOSYS.
+std::atomic<bool> gPwait2Works{true};
 
 bool isWrite(IoOpcode opcode) noexcept {
   return opcode == IoOpcode::kSend || opcode == IoOpcode::kSendMessage ||
@@ -233,17 +259,21 @@ class EpollLoop final : public IoLoopBase {
   }
 
   std::size_t run(int timeoutMs) noexcept override {
+    return runFor(timeoutMs < 0 ? -1 : std::int64_t{timeoutMs} * 1000000);
+  }
+
+  std::size_t runFor(std::int64_t timeoutNs) noexcept override {
     drainRemoteCancels();
     pool_->drainReturned();
-    if (!ready_.empty()) timeoutMs = 0;
-    if (!heap_.empty() && timeoutMs != 0) {
-      // Wake for the earliest deadline (rounded up to the next millisecond).
-      const std::int64_t wait = (heap_.front()->loopDeadline - nowNs() + 999999) / 1000000;
-      const int untilDeadline = static_cast<int>(std::clamp<std::int64_t>(wait, 0, 1 << 30));
-      timeoutMs = timeoutMs < 0 ? untilDeadline : std::min(timeoutMs, untilDeadline);
+    if (!ready_.empty()) timeoutNs = 0;
+    if (!heap_.empty() && timeoutNs != 0) {
+      // Wake for the earliest deadline.
+      const std::int64_t untilDeadline =
+          std::max<std::int64_t>(heap_.top()->loopDeadline - nowNs(), 0);
+      timeoutNs = timeoutNs < 0 ? untilDeadline : std::min(timeoutNs, untilDeadline);
     }
     epoll_event events[kMaxEvents];
-    int n = ::epoll_wait(epollFd_, events, kMaxEvents, timeoutMs);
+    int n = wait(events, timeoutNs);
     if (n < 0) {
       if (errno != EINTR) fail("epoll_wait", errno);
       n = 0;
@@ -496,63 +526,46 @@ class EpollLoop final : public IoLoopBase {
            static_cast<std::size_t>(r) < pool_->bufferSize();
   }
 
+  // epoll_wait for up to `timeoutNs` (0: no wait; negative: no limit): epoll_pwait2 with
+  // the nanoseconds where the kernel has it, else whole milliseconds rounded up (a wait
+  // never ends before the time asked for). Returns epoll_wait's result (errno set).
+  int wait(epoll_event* events, std::int64_t timeoutNs) noexcept {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+    if (timeoutNs > 0 && gPwait2Works.load(std::memory_order_relaxed)) {
+      timespec ts{};
+      ts.tv_sec = static_cast<time_t>(timeoutNs / 1000000000);
+      ts.tv_nsec = static_cast<long>(timeoutNs % 1000000000);
+      const int n = ::epoll_pwait2(epollFd_, events, kMaxEvents, &ts, nullptr);
+      if (n >= 0 || errno != ENOSYS) return n;
+      gPwait2Works.store(false, std::memory_order_relaxed);
+    }
+#endif
+    int timeoutMs = -1;
+    if (timeoutNs >= 0) {
+      const std::int64_t ms = timeoutNs / 1000000 + (timeoutNs % 1000000 != 0 ? 1 : 0);
+      timeoutMs = static_cast<int>(std::min<std::int64_t>(ms, 1 << 30));
+    }
+    return ::epoll_wait(epollFd_, events, kMaxEvents, timeoutMs);
+  }
+
   static std::int64_t nowNs() noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
 
-  // The deadline heap: a binary min-heap on loopDeadline; each operation knows its
-  // position (loopHeapIndex, 1-based; 0 when not in the heap), so one that completes
-  // first leaves it in O(log n).
-  bool earlier(std::size_t a, std::size_t b) const noexcept {
-    return heap_[a]->loopDeadline < heap_[b]->loopDeadline;
-  }
-  void place(std::size_t i) noexcept { heap_[i]->loopHeapIndex = i + 1; }
-  void siftUp(std::size_t i) noexcept {
-    while (i > 0 && earlier(i, (i - 1) / 2)) {
-      std::swap(heap_[i], heap_[(i - 1) / 2]);
-      place(i);
-      i = (i - 1) / 2;
-    }
-    place(i);
-  }
-  void siftDown(std::size_t i) noexcept {
-    for (;;) {
-      std::size_t least = i;
-      for (std::size_t child : {2 * i + 1, 2 * i + 2}) {
-        if (child < heap_.size() && earlier(child, least)) least = child;
-      }
-      if (least == i) break;
-      std::swap(heap_[i], heap_[least]);
-      place(i);
-      i = least;
-    }
-    place(i);
-  }
-  void heapPush(IoOperation& op) {
-    heap_.push_back(&op);
-    siftUp(heap_.size() - 1);
-  }
+  // Operations with a time limit, by deadline (executors/detail/timer_heap.h: the heap
+  // weft's timers use too); one that completes first leaves it in O(log n).
+  void heapPush(IoOperation& op) { heap_.push(op); }
   void untime(IoOperation& op) noexcept {
-    if (op.loopHeapIndex == 0) return;
-    const std::size_t i = op.loopHeapIndex - 1;
-    op.loopHeapIndex = 0;
-    if (i + 1 != heap_.size()) {
-      heap_[i] = heap_.back();
-      heap_.pop_back();
-      siftDown(i);
-      siftUp(heap_[i]->loopHeapIndex - 1);
-    } else {
-      heap_.pop_back();
-    }
+    if (DeadlineHeap::contains(op)) heap_.remove(op);
   }
   // Operations whose deadline passed leave their fd's waiters with -ETIMEDOUT.
   void expireDeadlines() noexcept {
     if (heap_.empty()) return;
     const std::int64_t now = nowNs();
-    while (!heap_.empty() && heap_.front()->loopDeadline <= now) {
-      IoOperation& op = *heap_.front();
+    while (!heap_.empty() && heap_.top()->loopDeadline <= now) {
+      IoOperation& op = *heap_.top();
       unqueue(op);
       op.result = -ETIMEDOUT;
       op.loopKey = kReady;
@@ -598,7 +611,7 @@ class EpollLoop final : public IoLoopBase {
   int epollFd_ = -1;
   std::vector<Fd> fds_;
   List ready_;  // complete (or cancelled, or failed), completion function not yet run
-  std::vector<IoOperation*> heap_;  // queued operations with a deadline
+  DeadlineHeap heap_;  // queued operations with a deadline
 };
 
 }  // namespace

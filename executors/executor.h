@@ -44,9 +44,10 @@ class ExecutorShutDown : public std::runtime_error {
 // weft::sleep uses). The default implementation shares one process-wide timer thread,
 // started by the first timer, which runs each expired entry's fire function there; the
 // fire function brings its coroutine to the executor with schedule(). So timers work on
-// every executor, InlineExecutor and user executors included. ThreadPool overrides them
-// with a timer thread of its own whose expired timers its workers run before their
-// queued work (see thread_pool.h).
+// every executor, InlineExecutor and user executors included. ThreadPool overrides them:
+// a timer armed on one of its workers lives in that worker's event loop, which fires it
+// before its queued work; one armed from outside goes to a timer thread of the pool's own
+// (see thread_pool.h).
 //
 // Implementing one (everything needed is public and included by this header: Job,
 // WorkItem, reportEscapedException in executors/work_item.h, TimerEntry in

@@ -233,6 +233,20 @@ class IoLoop {
   // noexcept: completion functions are noexcept; kernel errors abort with a message.
   virtual std::size_t run(int timeoutMs) noexcept = 0;
 
+  // run() with a timeout in nanoseconds (0: do not wait; negative: until something
+  // happens), for an executor that wakes its thread for its own timers (ThreadPool's
+  // workers park here until their earliest timer). weft's loops wait with the kernel's
+  // nanosecond timeouts (io_uring's timespec; epoll_pwait2, or epoll_wait in whole
+  // milliseconds on kernels without it); this default rounds up to the next millisecond
+  // and calls run(), so a loop of one's own may keep only run().
+  // noexcept: as run().
+  virtual std::size_t runFor(std::int64_t timeoutNs) noexcept {
+    if (timeoutNs < 0) return run(-1);
+    constexpr std::int64_t kMaxMs = 1 << 30;  // about 12 days; a caller waits again after
+    const std::int64_t ms = timeoutNs / 1000000 + (timeoutNs % 1000000 != 0 ? 1 : 0);
+    return run(static_cast<int>(ms < kMaxMs ? ms : kMaxMs));
+  }
+
   // Interrupts a run() that waits (now or next). Any thread. noexcept: one write(2).
   virtual void wake() noexcept = 0;
 

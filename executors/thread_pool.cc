@@ -1,19 +1,27 @@
 #include "weft/executors/thread_pool.h"
 
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <limits>
+#include <ratio>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "weft/executors/detail/timer_heap.h"
 #include "weft/executors/detail/work_stealing_queue.h"
 #include "weft/executors/io_loop.h"
-
-#if defined(__linux__)
-#include <pthread.h>
-#endif
 
 // How the pool works
 // ==================
@@ -67,14 +75,50 @@
 // awake and will reach the item itself. ThreadPool(1) has nobody to help, so its local
 // pushes skip it.
 //
-// Timers. The pool's TimerQueue thread delivers an expired timer (a TimerEntry, which is
-// a Job) to the due list (under injectionMutex_), publishes timerDueSize_ with a seq_cst
+// Timers. A timer armed on one of the pool's workers goes into that worker's own heap
+// (a TimerHeap under a small mutex of its own: cancelTimer may come from any thread;
+// TimerEntry::holder names the worker, so cancelTimer finds the heap). The worker fires it
+// itself: while its heap is not empty (an owner-only flag, set when it arms one; the
+// worker's `attention` word then makes the per-item branch below run, so a pool that never
+// arms a timer pays nothing), it reads its earliest deadline (one relaxed load) and the
+// clock before each item, and when a timer is due it pops that ONE timer under the lock
+// and runs its fire function outside the lock, as an item. One at a time: a fire function
+// may cancel another timer of the same heap, and select's disarm waits for a timer that
+// cancelTimer reports fired, so no timer is ever held popped-but-not-started. Only the
+// owner adds to its heap, so nobody needs to wake it for a new timer: with nothing to run
+// it parks with a timeout, its earliest deadline (IoLoop::runFor in its event loop, or a
+// futex wait on its wake token with an absolute CLOCK_MONOTONIC deadline), and a worker
+// woken by that timeout leaves idle_ as one whose final sweep found work does (leaveIdle:
+// rule (2)'s announcement undone, or rule (3)'s count given back; rule (1) is not re-run,
+// as it took no work: see leaveIdle), then fires the timer from its loop. No other thread
+// takes part. A worker that holds timers does not yield while it searches (see findWork).
+//
+// Timers armed outside the pool, and entries that never expire (deadline max(): the
+// shutdown guards of io/), go to the pool's TimerQueue thread, which delivers an expired
+// timer to the due list (under injectionMutex_), publishes timerDueSize_ with a seq_cst
 // store, and applies rule (1), exactly like an outside push; sweeps check the due list
 // first, with a seq_cst load, so the final sweep of rule (2) sees it too. Running workers
-// check timerDueSize_ (relaxed) before each item and run due timers first: that is what
-// keeps sleeps accurate when queues are long. Timers never reach a closed pool:
-// shutdown() stops the timer queue (flushing its timers to the due list) before it sets
-// closing_, and the quiescence check requires the due list to be empty.
+// check timerDueSize_ (relaxed) before each item and run due timers first.
+//
+// Busy workers. A worker stuck in a long item cannot fire its timers. The TimerQueue
+// thread is the backstop: its poll (pollWorkerTimers) moves every worker timer that is
+// overdue by more than kTimerGrace to the due list (under the worker's timer mutex, then
+// injectionMutex_, so that cancelTimer, which looks in the heap and then in the due list,
+// never misses one in between), where any other worker takes it. It polls only when a
+// worker timer could be overdue: at the earliest deadline of all the workers' heaps plus
+// kTimerGrace, at most once per kTimerPollInterval, and not at all while no worker has a
+// timer. A worker that arms a timer earlier than every timer of its heap publishes the
+// deadline (a seq_cst store of earliestTimer) and asks for a poll by then
+// (TimerQueue::pollBy: one seq_cst load when the poll planned is early enough, as it is
+// for a withTimeout re-armed after each operation, whose deadline only moves later; see
+// the ordering argument in timer_queue.cc). A busy worker's timers are thus late by
+// about kTimerGrace plus kTimerPollInterval at most (plus the time another worker needs
+// to get to the due list), instead of the length of the item.
+//
+// Timers never reach a closed pool: shutdown() stops the timer queue (flushing its timers
+// to the due list) and flushes every worker's heap the same way (refusing later timers
+// under each worker's lock) before it sets closing_, and the quiescence check requires
+// the due list to be empty.
 //
 // Shutdown. shutdown() sets closing_. The pool is quiescent when every worker is parked
 // (past its final sweep, so none is running or holding stolen work) and the injection
@@ -135,6 +179,19 @@ struct alignas(64) ThreadPoolWorker {
   const std::atomic<std::size_t>* attention = nullptr;
   const std::atomic<std::size_t> alwaysAttend{1};
   std::thread thread;
+
+  // The worker's timers (see "Timers" above). On a cache line of their own: cancellers
+  // and the timer thread's poll lock the mutex from other threads.
+  alignas(64) std::mutex timerMutex;
+  TimerHeap timers;            // guarded by timerMutex
+  bool timersStopped = false;  // guarded by timerMutex: shutdown() flushed the heap
+  // The earliest deadline in `timers` (steady_clock ticks), kNoTimer when it is empty.
+  // Written under timerMutex; read without it by the owner and by the timer thread.
+  std::atomic<TimerEntry::Clock::rep> earliestTimer{
+      std::numeric_limits<TimerEntry::Clock::rep>::max()};
+  // Owner only: it armed a timer since it last saw its heap empty (only the owner adds
+  // to it, so a false here means the heap is empty).
+  bool hasTimers = false;
 };
 
 }  // namespace detail
@@ -144,10 +201,88 @@ namespace {
 // The worker running on this thread, if any.
 thread_local detail::ThreadPoolWorker* tlWorker = nullptr;
 
-// What findWork returns after it ran I/O completions while parked in the worker's loop:
-// no item, but the worker is not out of work (the completions may have queued some).
+// What findWork returns after it ran I/O completions while parked in the worker's loop,
+// or when one of the worker's own timers is due: no item, but the worker is not out of
+// work (the completions may have queued some; the loop fires the timer).
 // 2 is no frame address and not a job (bit 0 clear).
-const detail::WorkItem kRanCompletions = detail::WorkItem::fromBits(2);
+const detail::WorkItem kLookAgain = detail::WorkItem::fromBits(2);
+
+using TimerClock = detail::TimerEntry::Clock;
+using TimerRep = TimerClock::rep;
+
+// Worker::earliestTimer of an empty heap (time_point::max(), which no worker timer has).
+constexpr TimerRep kNoTimer = std::numeric_limits<TimerRep>::max();
+
+// The backstop for busy workers (see "Busy workers" above): the timer thread takes a
+// worker's timer once it is this overdue, and looks at the workers at most this often.
+// Together they bound how late a busy worker's timer fires (about 1 ms); a shorter grace
+// would take more timers from workers that are merely slow to wake (each taken timer costs
+// a thread hop), a shorter interval would wake the timer thread more often (at most 2,000
+// times a second here, and only while worker timers keep coming due). Measured in
+// docs/executors.md ("Timers").
+constexpr std::chrono::microseconds kTimerGrace{500};
+constexpr std::chrono::microseconds kTimerPollInterval{500};
+
+// A time no earlier than steady_clock::now(), read cheaply: CLOCK_MONOTONIC_COARSE (the
+// same clock as steady_clock's CLOCK_MONOTONIC, as of the last scheduler tick: a few ns to
+// read, against some 25 ns for the precise clock on the machines of docs/performance.md)
+// plus four times its resolution (the tick): a tick may come late (measured on a VM: the
+// coarse clock up to 4.7 ms behind with a 4 ms tick). A running worker with a timer far
+// ahead (withTimeout's limit) then reads the precise clock only when the timer may be due.
+// If the coarse clock lagged by more than the margin, a due timer would wait for the
+// worker's next idle moment (which reads the precise clock) or for the backstop, never
+// longer. noexcept: a vDSO read.
+TimerRep coarseNowUpperBound() noexcept {
+  static const TimerRep margin = [] {
+    timespec r{};
+    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &r) != 0) return kNoTimer;
+    return 4 * (static_cast<TimerRep>(r.tv_sec) * 1000000000 + r.tv_nsec);
+  }();
+  timespec t{};
+  if (margin == kNoTimer || ::clock_gettime(CLOCK_MONOTONIC_COARSE, &t) != 0) {
+    return kNoTimer;  // unknown: the caller reads the precise clock
+  }
+  return static_cast<TimerRep>(t.tv_sec) * 1000000000 + t.tv_nsec + margin;
+}
+static_assert(std::is_same_v<TimerClock::period, std::nano>);
+
+// `t + d` for a non-negative d, saturating at time_point::max().
+TimerClock::time_point addSaturating(TimerClock::time_point t, TimerClock::duration d) noexcept {
+  return t > TimerClock::time_point::max() - d ? TimerClock::time_point::max() : t + d;
+}
+
+// The wake token's futex. std::atomic::wait has no timeout, and libstdc++'s notify makes
+// no system call unless a waiter registered through std::atomic::wait: a worker that waits
+// with a raw futex must be woken by one too, so every wait and wake of a token is here.
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
+              std::atomic<std::uint32_t>::is_always_lock_free);
+
+// Waits while `word` holds `expected`, until `deadline` (steady_clock ticks, absolute;
+// kNoTimer: no limit). Returns on a wake, a timeout, a signal or a changed word: the
+// caller checks. noexcept: a system call whose failures are all "returned".
+void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+               TimerRep deadline) noexcept {
+  timespec at{};
+  const timespec* timeout = nullptr;
+  if (deadline != kNoTimer) {
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(TimerClock::duration(deadline))
+            .count();
+    at.tv_sec = static_cast<time_t>(ns / 1000000000);
+    at.tv_nsec = static_cast<long>(ns % 1000000000);
+    timeout = &at;
+  }
+  // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time (steady_clock's clock), so a
+  // retry waits for the same deadline.
+  (void)::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_BITSET_PRIVATE,
+                  expected, timeout, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+// Wakes the thread waiting on `word` (one at most waits: its worker). noexcept: as above.
+void futexWake(std::atomic<std::uint32_t>& word) noexcept {
+  (void)::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1,
+                  nullptr, nullptr, 0);
+}
 
 std::size_t effectiveThreads(std::size_t threads) noexcept {
   return threads == 0 ? ThreadPool::defaultThreadCount() : threads;
@@ -181,7 +316,8 @@ ThreadPool::ThreadPool(ThreadPoolOptions options)
     : Executor(checkedName(std::move(options.name))),
       solo_(effectiveThreads(options.threads) == 1),
       ioBackend_(IoLoop::resolveBackend(options.ioBackend)),
-      timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this) {
+      timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this,
+              &ThreadPool::pollWorkerTimers) {
   const std::size_t threads = effectiveThreads(options.threads);
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
@@ -226,12 +362,89 @@ IoLoop* ThreadPool::makeWorkerLoop(void* worker) {
   return self->loop.get();
 }
 
+namespace {
+
+// Publishes the earliest deadline of `worker`'s heap after a removal (it can only have
+// moved later). Requires worker.timerMutex held. Relaxed: the readers that need to see a
+// deadline on time see the seq_cst store that armed it (armOnWorker); a later one read
+// late only makes the owner or the timer thread look at the heap for nothing.
+void publishEarliestLocked(detail::ThreadPoolWorker& worker) noexcept {
+  const detail::TimerEntry* first = worker.timers.top();
+  worker.earliestTimer.store(
+      first != nullptr ? first->deadline.time_since_epoch().count() : kNoTimer,
+      std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void ThreadPool::scheduleTimer(detail::TimerEntry& timer) {
+  Worker* self = tlWorker;
+  if (self != nullptr && self->pool == this &&
+      timer.deadline != detail::TimerEntry::Clock::time_point::max()) {
+    armOnWorker(*self, timer);
+    return;
+  }
+  timer.holder = nullptr;  // before it can fire: cancelTimer reads it
   if (!timers_.add(timer)) throw ExecutorShutDown(name());
 }
 
+void ThreadPool::armOnWorker(Worker& self, detail::TimerEntry& timer) {
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(self.timerMutex);
+    // Set under the lock that shutdown() takes to flush the heap: a timer is either
+    // flushed or refused.
+    if (self.timersStopped) throw ExecutorShutDown(name());
+    timer.holder = &self;  // before it can fire (or be cancelled): cancelTimer reads it
+    timer.shutDown = false;
+    timer.dropped = false;
+    self.timers.push(timer);  // may throw std::bad_alloc: nothing armed
+    first = self.timers.top() == &timer;
+    // seq_cst: the store that pollBy's ordering rule asks for (the timer thread's poll
+    // must see this deadline when it runs by the time asked for below).
+    if (first) {
+      self.earliestTimer.store(timer.deadline.time_since_epoch().count(),
+                               std::memory_order_seq_cst);
+    }
+  }
+  if (!self.hasTimers) {
+    // From now on the worker looks at its heap before each item (see workerMain).
+    // (ThreadPool(1)'s fibers that switch straight to the next fiber through the
+    // ThreadRunQueue do not look at the heap: a chain of such switches that never comes
+    // back to this loop is a long item like any other, and the backstop takes the timers
+    // that come due meanwhile to the due list, which stops those switches.)
+    self.hasTimers = true;
+    self.attention = &self.alwaysAttend;
+  }
+  if (!first) return;  // the backstop already looks at this heap by an earlier deadline
+  try {
+    timers_.pollBy(addSaturating(timer.deadline, kTimerGrace));
+  } catch (...) {  // std::system_error: the timer thread cannot start; nothing armed
+    std::lock_guard<std::mutex> lock(self.timerMutex);
+    if (detail::TimerHeap::contains(timer)) {
+      self.timers.remove(timer);
+      publishEarliestLocked(self);
+    }
+    throw;
+  }
+}
+
 bool ThreadPool::cancelTimer(detail::TimerEntry& timer) noexcept {
-  if (timers_.cancel(timer)) return true;
+  if (timer.holder != nullptr) {
+    Worker& worker = *static_cast<Worker*>(timer.holder);
+    std::lock_guard<std::mutex> lock(worker.timerMutex);
+    if (detail::TimerHeap::contains(timer)) {
+      const bool first = worker.timers.top() == &timer;
+      worker.timers.remove(timer);
+      if (first) publishEarliestLocked(worker);
+      return true;
+    }
+    // Not in the heap: its worker popped it (it runs, or is about to, on that worker), or
+    // the timer thread or shutdown() moved it to the due list -- under this lock, so it is
+    // there now, and the search below finds it.
+  } else if (timers_.cancel(timer)) {
+    return true;
+  }
   // Fired, but its fire function may still wait on the due list for a worker: take it
   // off. Then a canceller that must wait for a fire function (select's disarm) only ever
   // waits for one already running on another thread -- never for a worker, which it may
@@ -250,23 +463,124 @@ bool ThreadPool::cancelTimer(detail::TimerEntry& timer) noexcept {
   return false;
 }
 
+ThreadPool::TimerCounts ThreadPool::timerCounts() const noexcept {
+  TimerCounts counts;
+  for (const auto& worker : workers_) {
+    std::lock_guard<std::mutex> lock(worker->timerMutex);
+    counts.onWorkers += worker->timers.size();
+  }
+  counts.onTimerThread = timers_.size();
+  counts.takenFromBusyWorkers = timersTakenFromWorkers_.load(std::memory_order_relaxed);
+  return counts;
+}
+
+void ThreadPool::appendDueLocked(detail::TimerEntry& timer) noexcept {
+  timer.next = nullptr;
+  if (timerDueTail_ == nullptr) {
+    timerDueHead_ = &timer;
+  } else {
+    timerDueTail_->next = &timer;
+  }
+  timerDueTail_ = &timer;
+  // seq_cst: this store publishes the work for the wake-up protocol (rule 1).
+  timerDueSize_.store(++timerDueCount_, std::memory_order_seq_cst);
+}
+
 void ThreadPool::deliverTimer(void* context, detail::TimerEntry& timer) noexcept {
   auto* pool = static_cast<ThreadPool*>(context);
   {
     std::lock_guard<std::mutex> lock(pool->injectionMutex_);
     // Never closed here: shutdown() stops the timer queue (the only caller) before the
     // pool can close.
-    timer.next = nullptr;
-    if (pool->timerDueTail_ == nullptr) {
-      pool->timerDueHead_ = &timer;
-    } else {
-      pool->timerDueTail_->next = &timer;
-    }
-    pool->timerDueTail_ = &timer;
-    // seq_cst: this store publishes the work for the wake-up protocol (rule 1).
-    pool->timerDueSize_.store(++pool->timerDueCount_, std::memory_order_seq_cst);
+    pool->appendDueLocked(timer);
   }
   pool->wakeWorkerIfNeeded();
+}
+
+detail::TimerEntry::Clock::time_point ThreadPool::pollWorkerTimers(
+    void* context, detail::TimerEntry::Clock::time_point now) noexcept {
+  auto* pool = static_cast<ThreadPool*>(context);
+  const TimerRep overdue = (now - kTimerGrace).time_since_epoch().count();
+  TimerRep next = kNoTimer;
+  bool delivered = false;
+  for (auto& worker : pool->workers_) {
+    // seq_cst: pairs with armOnWorker's store through TimerQueue::pollBy's ordering rule.
+    TimerRep earliest = worker->earliestTimer.load(std::memory_order_seq_cst);
+    if (earliest != kNoTimer && earliest <= overdue) {
+      // The worker has not fired it kTimerGrace after its deadline: it is busy (or has no
+      // CPU). Its due timers go where any worker takes them.
+      std::size_t taken = 0;
+      {
+        std::lock_guard<std::mutex> lock(worker->timerMutex);
+        {
+          std::lock_guard<std::mutex> due(pool->injectionMutex_);
+          while (!worker->timers.empty() &&
+                 worker->timers.top()->deadline.time_since_epoch().count() <= overdue) {
+            pool->appendDueLocked(*worker->timers.pop());
+            ++taken;
+          }
+        }
+        publishEarliestLocked(*worker);
+        earliest = worker->earliestTimer.load(std::memory_order_relaxed);
+      }
+      if (taken != 0) {
+        delivered = true;
+        pool->timersTakenFromWorkers_.fetch_add(taken, std::memory_order_relaxed);
+      }
+    }
+    next = std::min(next, earliest);
+  }
+  if (delivered) pool->wakeWorkerIfNeeded();
+  if (next == kNoTimer) return TimerClock::time_point::max();  // until a worker asks
+  return std::max(addSaturating(TimerClock::time_point(TimerClock::duration(next)), kTimerGrace),
+                  now + kTimerPollInterval);
+}
+
+detail::WorkItem ThreadPool::takeOwnTimer(Worker& self, bool cheapClock) noexcept {
+  // Relaxed: only this thread adds to its heap, so it sees every deadline it armed; a
+  // removal by another thread read late only costs a look at the heap.
+  const TimerRep earliest = self.earliestTimer.load(std::memory_order_relaxed);
+  if (earliest == kNoTimer) {
+    // Empty, and only this thread adds to it: stop looking before each item.
+    self.hasTimers = false;
+    if (self.loop == nullptr) self.attention = &timerDueSize_;
+    return {};
+  }
+  if (cheapClock && earliest > coarseNowUpperBound()) return {};  // not due yet
+  const TimerRep now = TimerClock::now().time_since_epoch().count();
+  if (earliest > now) return {};
+  std::unique_lock<std::mutex> lock(self.timerMutex);
+  // The backstop may have moved earlier timers of this heap to the due list since the
+  // caller looked at it (it moves them under this lock, so this relaxed load sees them):
+  // they go first, so that one worker's timers fire in deadline order.
+  if (timerDueSize_.load(std::memory_order_relaxed) != 0) {
+    lock.unlock();
+    return takeDueTimer();
+  }
+  detail::TimerEntry* first = self.timers.top();
+  if (first == nullptr || first->deadline.time_since_epoch().count() > now) return {};
+  self.timers.pop();  // one at a time (see "Timers")
+  publishEarliestLocked(self);
+  return detail::WorkItem::fromJob(first);
+}
+
+void ThreadPool::stopWorkerTimers() noexcept {
+  bool delivered = false;
+  for (auto& worker : workers_) {
+    std::lock_guard<std::mutex> lock(worker->timerMutex);
+    worker->timersStopped = true;
+    // In deadline order, as TimerQueue::stop flushes.
+    std::vector<detail::TimerEntry*> pending = worker->timers.takeAll();
+    worker->earliestTimer.store(kNoTimer, std::memory_order_relaxed);
+    if (pending.empty()) continue;
+    std::lock_guard<std::mutex> due(injectionMutex_);
+    for (detail::TimerEntry* timer : pending) {
+      timer->shutDown = true;
+      appendDueLocked(*timer);
+    }
+    delivered = true;
+  }
+  if (delivered) wakeWorkerIfNeeded();
 }
 
 detail::WorkItem ThreadPool::takeDueTimer() noexcept {
@@ -407,15 +721,21 @@ void ThreadPool::workerMain(Worker& self) {
     pthread_setname_np(pthread_self(), threadName.c_str());
   }
 #endif
+  // Linux lets a sleeping thread wake up to 50 us late ("timer slack") to batch wake-ups;
+  // a worker parked until its earliest timer exists to wake on time, so it asks for 1 ns
+  // (as the timer thread does). Only timed waits are affected. Failure costs accuracy.
+  (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   IoLoop::setCurrentFactory(&ThreadPool::makeWorkerLoop, &self);
   self.attention = &timerDueSize_;
   for (;;) {
     detail::WorkItem item;
     // Relaxed: a stale zero only lets one more queued item run before a due timer; the
     // delivery's wake-up (rule 1) covers the workers that are not running. A worker with
-    // an event loop always takes this branch (attention is then alwaysAttend).
+    // an event loop, or with timers of its own, always takes this branch (attention is
+    // then alwaysAttend).
     if (self.attention->load(std::memory_order_relaxed) != 0) [[unlikely]] {
       if (timerDueSize_.load(std::memory_order_relaxed) != 0) item = takeDueTimer();
+      if (item.empty() && self.hasTimers) item = takeOwnTimer(self, /*cheapClock=*/true);
       if (item.empty()) item = popLocal(self);
       // I/O: out of queued work, or every kItemsPerIoPoll items, hand the queued
       // submissions to the kernel and run the completions that are there (no waiting).
@@ -431,7 +751,7 @@ void ThreadPool::workerMain(Worker& self) {
     if (item.empty()) {
       item = findWork(self);
       if (item.empty()) break;  // the pool is closed
-      if (item.bits() == kRanCompletions.bits()) continue;
+      if (item.bits() == kLookAgain.bits()) continue;
     }
     try {
       item.run();
@@ -469,6 +789,44 @@ void ThreadPool::stopSearching() noexcept {
   if (searching_.fetch_sub(1, std::memory_order_seq_cst) == 1) wakeWorkerIfNeeded();
 }
 
+bool ThreadPool::leaveIdle(Worker& self, bool tookWork) noexcept {
+  bool handedSearchCount = false;
+  {
+    std::lock_guard<std::mutex> lock(idleMutex_);
+    // Relaxed: closed_ is written under idleMutex_, which we hold. Only a worker that was
+    // parked (its timer woke it) can find the pool closed: the close wakes it too.
+    if (closed_.load(std::memory_order_relaxed)) return false;
+    self.parkedInLoop = false;  // back from its loop, if it waited there (wakers read it)
+    if (self.inIdle) {
+      idle_.erase(std::find(idle_.begin(), idle_.end(), &self));
+      self.inIdle = false;
+      if (self.parked) {
+        self.parked = false;
+        --parked_;
+      }
+      sleeping_.fetch_sub(1, std::memory_order_seq_cst);
+    } else {
+      // A waker popped us meanwhile, counted us in searching_ and set our token.
+      handedSearchCount = true;
+      // Relaxed: the token is only read by this thread and written under this lock.
+      self.wakeToken.store(0, std::memory_order_relaxed);
+    }
+  }
+  if (handedSearchCount) {
+    stopSearching();  // rule (3)
+  } else if (tookWork) {
+    // We may have taken the work that a pusher, seeing us searching, left to us.
+    wakeWorkerIfNeeded();
+  }
+  // A worker that took no work (its timer or its event loop woke it) has nothing to hand
+  // on: a pusher that counted it in sleeping_ either popped it (the count it handed is
+  // given back above) or found it gone from idle_, and then woke another sleeper or found
+  // none (every other worker running; the work is seen by the next final sweep of rule
+  // (2), or by a running worker). Waking a sleeper here would wake one for nothing on
+  // every timer.
+  return true;
+}
+
 detail::WorkItem ThreadPool::findWork(Worker& self) {
   // seq_cst: ordered before this worker's sweeps (rule 1 relies on it).
   searching_.fetch_add(1, std::memory_order_seq_cst);
@@ -476,6 +834,8 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
     // Searching: we hold one count in searching_.
     for (int round = 0; round < kSearchRounds; ++round) {
       detail::WorkItem item = searchOnce(self);
+      // The precise clock here: a worker about to sleep must not miss a due timer.
+      if (item.empty() && self.hasTimers) item = takeOwnTimer(self, /*cheapClock=*/false);
       if (!item.empty()) {
         stopSearching();
         return item;
@@ -483,7 +843,12 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
       // With I/O in flight, waiting in the event loop beats spinning: a completion or a
       // waker's eventfd write ends the wait at once.
       if (self.loop != nullptr && self.loop->hasWork()) break;
-      std::this_thread::yield();
+      // Not with a timer of its own: Linux (EEVDF) charges a thread for sched_yield, and
+      // one that yielded just before it parked is then slow to get a CPU back when its
+      // timeout expires on a busy machine (measured with 1 ms sleeps while other
+      // processes kept both CPUs busy: about half the timers 1-3 ms late, against a p99
+      // of about 60 us without the yields; docs/executors.md, "Timers").
+      if (!self.hasTimers) std::this_thread::yield();
     }
 
     // Rule 2: announce, stop searching, sweep once more, then wait.
@@ -500,35 +865,29 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
 
     detail::WorkItem item = searchOnce(self);
     if (!item.empty()) {
-      bool handedSearchCount = false;
-      {
-        std::lock_guard<std::mutex> lock(idleMutex_);
-        if (self.inIdle) {
-          idle_.erase(std::find(idle_.begin(), idle_.end(), &self));
-          self.inIdle = false;
-          sleeping_.fetch_sub(1, std::memory_order_seq_cst);
-        } else {
-          // A waker popped us meanwhile, counted us in searching_ and set our token.
-          handedSearchCount = true;
-          // Relaxed: the token is only read by this thread and written under this lock.
-          self.wakeToken.store(0, std::memory_order_relaxed);
-        }
-      }
-      if (handedSearchCount) {
-        stopSearching();
-      } else {
-        // We may have taken the work that a pusher, seeing us searching, left to us.
-        wakeWorkerIfNeeded();
-      }
+      // true: the pool cannot close while this worker is not parked.
+      (void)leaveIdle(self, /*tookWork=*/true);
       return item;
     }
 
+    // The worker's own timers: it wakes for the earliest by itself (nobody else adds to
+    // its heap, so nobody needs to wake it for a new one). One due already: it leaves
+    // idle_ as above and fires it from its loop.
+    TimerRep wakeAt = kNoTimer;
+    if (self.hasTimers) {
+      wakeAt = self.earliestTimer.load(std::memory_order_relaxed);  // as in takeOwnTimer
+      if (wakeAt != kNoTimer && wakeAt <= TimerClock::now().time_since_epoch().count()) {
+        (void)leaveIdle(self, /*tookWork=*/false);  // true, as above
+        return kLookAgain;
+      }
+    }
+
     // A worker with I/O in flight sleeps in its event loop, so that a completion wakes it
-    // as well as a waker (wakeSleeper writes the loop's eventfd). It does not count as
-    // parked: the pool cannot close while it has I/O in flight. Once shutdown() has
-    // begun, it first cancels that I/O (each operation completes with loopShutDown set,
-    // and its awaiter throws ExecutorShutDown), so that the coroutines unwind and close
-    // their sockets, and the pool can drain.
+    // as well as a waker (wakeSleeper writes the loop's eventfd) or its earliest timer.
+    // It does not count as parked: the pool cannot close while it has I/O in flight. Once
+    // shutdown() has begun, it first cancels that I/O (each operation completes with
+    // loopShutDown set, and its awaiter throws ExecutorShutDown), so that the coroutines
+    // unwind and close their sockets, and the pool can drain.
     bool parkInLoop = false;
     bool stopIo = false;
     {
@@ -547,28 +906,34 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
     }
     if (parkInLoop) {
       if (stopIo) self.loop->shutdown();
-      self.loop->run(-1);
-      bool handedSearchCount = false;
-      {
-        std::lock_guard<std::mutex> lock(idleMutex_);
-        self.parkedInLoop = false;
-        if (self.inIdle) {
-          idle_.erase(std::find(idle_.begin(), idle_.end(), &self));
-          self.inIdle = false;
-          sleeping_.fetch_sub(1, std::memory_order_seq_cst);
-        } else {
-          handedSearchCount = true;  // a waker popped us and counted us in searching_
-          // Relaxed: the token is only read by this thread and written under this lock.
-          self.wakeToken.store(0, std::memory_order_relaxed);
-        }
+      std::int64_t timeoutNs = -1;  // no timer: until a completion or a waker
+      if (wakeAt != kNoTimer) {
+        const auto left = std::chrono::ceil<std::chrono::nanoseconds>(
+            TimerClock::time_point(TimerClock::duration(wakeAt)) - TimerClock::now());
+        timeoutNs = std::max<std::int64_t>(left.count(), 0);
       }
-      if (handedSearchCount) stopSearching();
-      return kRanCompletions;
+      self.loop->runFor(timeoutNs);
+      // true: not parked, so the pool cannot have closed.
+      (void)leaveIdle(self, /*tookWork=*/false);
+      return kLookAgain;
     }
     // Acquire: pairs with the waker's release store, so what it published (work, or
-    // closed_) is visible once we see the token.
+    // closed_) is visible once we see the token. With a timer, the wait ends at its
+    // deadline too.
+    bool timedOut = false;
     while (self.wakeToken.load(std::memory_order_acquire) == 0) {
-      self.wakeToken.wait(0, std::memory_order_acquire);
+      if (wakeAt != kNoTimer && TimerClock::now().time_since_epoch().count() >= wakeAt) {
+        timedOut = true;
+        break;
+      }
+      futexWait(self.wakeToken, 0, wakeAt);
+    }
+    if (timedOut) {
+      // Our earliest timer is due: we leave idle_ by ourselves, as when the final sweep
+      // finds work (a waker may have popped us meanwhile, or the pool closed), and fire it
+      // from the loop.
+      if (!leaveIdle(self, /*tookWork=*/false)) return {};
+      return kLookAgain;
     }
     // Relaxed: only this thread reads the token; the next waker sets it under idleMutex_
     // after popping us, which cannot happen before we re-announce.
@@ -608,7 +973,7 @@ void ThreadPool::wakeSleeper() noexcept {
   }
   // Outside the lock so the woken worker does not immediately block on it. `worker`
   // outlives this call: workers are destroyed only with the pool.
-  worker->wakeToken.notify_one();
+  futexWake(worker->wakeToken);
 }
 
 void ThreadPool::closeIfQuiescentLocked() noexcept {
@@ -624,7 +989,7 @@ void ThreadPool::closeIfQuiescentLocked() noexcept {
     worker->parked = false;
     // Release: makes closed_ visible to the woken worker.
     worker->wakeToken.store(1, std::memory_order_release);
-    worker->wakeToken.notify_one();
+    futexWake(worker->wakeToken);
   }
   idle_.clear();
   parked_ = 0;
@@ -645,6 +1010,7 @@ void ThreadPool::shutdown() {
   // Pending timers fire now, with shutDown set, onto the due list: the pool still accepts
   // them and runs them while it drains. Later timers are refused.
   timers_.stop(/*deliverPending=*/true);
+  stopWorkerTimers();
   {
     std::lock_guard<std::mutex> lock(idleMutex_);
     closing_ = true;
@@ -707,7 +1073,7 @@ void ThreadPool::abandonStart() noexcept {
       worker->parked = false;
       // Release: makes closed_ visible to the woken worker.
       worker->wakeToken.store(1, std::memory_order_release);
-      worker->wakeToken.notify_one();
+      futexWake(worker->wakeToken);
     }
     idle_.clear();
     parked_ = 0;

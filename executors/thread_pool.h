@@ -52,13 +52,21 @@ struct ThreadPoolOptions {
 //  - ThreadPool(1) is a single-threaded event loop: everything runs on its one thread, in
 //    the order it was scheduled (when one schedule call happens before another, its work
 //    runs first).
-//  - Timers (scheduleTimer, what weft::sleep uses): the pool has a timer thread of its
-//    own, started by its first timer with a deadline (a pool that never sleeps has none;
-//    an entry that never expires, deadline time_point::max(), starts none). When a timer
-//    expires, the timer thread puts it on the pool's due list and wakes a worker if none
-//    is awake; workers take due timers before anything in their own queues, so a sleep
-//    ends on time even when the queues are long (timers jump the queue; FIFO order holds
-//    among scheduled work, not between it and timers).
+//  - Timers (scheduleTimer, what weft::sleep uses) live in the event loop of the worker
+//    that arms them: each worker has a deadline heap of its own, fires its due timers
+//    itself before its next item (timers jump the queue; FIFO order holds among scheduled
+//    work, not between it and timers), and when it has nothing to run it sleeps until its
+//    earliest deadline (in its event loop, or on its futex). A timer armed and fired on
+//    one worker involves no other thread. Timers armed from outside the pool (and entries
+//    that never expire, deadline time_point::max()) go to the pool's timer thread, which
+//    puts them on the pool's due list when they expire; workers take due timers before
+//    anything in their own queues. The same thread is the backstop for a worker stuck in
+//    a long item: a worker's timer that is still armed 0.5 ms after its deadline is moved
+//    to the due list, where any other worker takes it, so a busy worker delays its timers
+//    by about 1 ms (plus the time another worker needs to get there), not by the length
+//    of its item (docs/executors.md, "Timers", has the measurements). The timer thread
+//    starts with the pool's first timer (a pool that never sleeps has none), and sleeps
+//    while no timer can be overdue.
 //  - shutdown() (also run by the destructor) first stops the pool's timers: every timer
 //    still pending fires at once with `shutDown` set (a weft::sleep then throws
 //    ExecutorShutDown instead of waiting; nothing hangs on a long sleep), and later
@@ -114,13 +122,32 @@ class ThreadPool final : public Executor {
   // True on this pool's worker threads. noexcept: reads a thread_local.
   bool currentThreadInExecutor() const noexcept override;
 
-  // Arms `timer` on the pool's own timer thread (see the class comment): at its
-  // deadline, a worker runs it before its queued work. Throws ExecutorShutDown once
+  // Arms `timer`: called on one of the pool's workers, in that worker's own heap (it
+  // fires the timer itself, before its queued work); from anywhere else, or for a
+  // deadline of time_point::max(), on the pool's timer thread (at its deadline, a worker
+  // runs it before its queued work). See the class comment. Throws ExecutorShutDown once
   // shutdown() has begun; std::bad_alloc; std::system_error if the timer thread cannot
   // start.
   void scheduleTimer(detail::TimerEntry& timer) override;
-  // noexcept: a heap removal.
+  // noexcept: a heap removal under the heap's mutex (or a search of the due list).
   bool cancelTimer(detail::TimerEntry& timer) noexcept override;
+
+  // Where the pool's timers are: a snapshot for diagnostics and tests (each count is read
+  // under its own lock, so they need not add up at any one instant).
+  struct TimerCounts {
+    // Armed in the workers' own heaps (scheduleTimer called on a worker).
+    std::size_t onWorkers = 0;
+    // Armed on the pool's timer thread (scheduleTimer called outside the pool, and the
+    // entries that never expire).
+    std::size_t onTimerThread = 0;
+    // Since the pool was made: worker timers that the timer thread took to the due list
+    // because their worker had not fired them 0.5 ms after their deadline (it was busy in a
+    // long item, or not given a CPU). Many of these say a worker blocks or computes for
+    // long stretches.
+    std::size_t takenFromBusyWorkers = 0;
+  };
+  // noexcept: reads counters under their mutexes. Thread safety: any thread.
+  TimerCounts timerCounts() const noexcept;
 
   // Stops accepting outside work once everything accepted has run, then joins the
   // workers. Idempotent. See the class comment for the precise semantics.
@@ -187,6 +214,29 @@ class ThreadPool final : public Executor {
   // The timer queue's delivery: appends an expired (or flushed) timer to the due list and
   // wakes a worker. noexcept: runs on the timer thread; allocates nothing.
   static void deliverTimer(void* pool, detail::TimerEntry& timer) noexcept;
+  // Appends `timer` to the due list. Requires injectionMutex_ held. noexcept: links.
+  void appendDueLocked(detail::TimerEntry& timer) noexcept;
+  // The timer thread's backstop for busy workers (TimerQueue's poll): moves every worker
+  // timer overdue by more than the grace period to the due list; returns when to look
+  // again. noexcept: locks and links.
+  static detail::TimerEntry::Clock::time_point pollWorkerTimers(
+      void* pool, detail::TimerEntry::Clock::time_point now) noexcept;
+  // scheduleTimer on the calling worker `self`: its own heap.
+  void armOnWorker(Worker& self, detail::TimerEntry& timer);
+  // The calling worker's earliest timer if it is due (removed from its heap), or the due
+  // list's first timer if the backstop moved some meanwhile, or an empty item. With
+  // `cheapClock`, a coarse clock read first rules out timers that are not due yet (before
+  // each item); without, the precise clock decides (before the worker sleeps). noexcept: a
+  // clock read and a heap pop under the worker's timer mutex.
+  detail::WorkItem takeOwnTimer(Worker& self, bool cheapClock) noexcept;
+  // shutdown(): every worker's timers go to the due list with shutDown set, and the
+  // workers refuse later ones. noexcept: as the other shutdown steps.
+  void stopWorkerTimers() noexcept;
+  // Called by a worker leaving idle_ by itself (its final sweep found work, or a timer or
+  // its event loop woke it): undoes its announcement, or gives back the searching count a
+  // waker handed it meanwhile (rule (3)); re-runs rule (1) when it `tookWork`. False when
+  // the pool closed meanwhile (the worker must exit). noexcept: see below.
+  bool leaveIdle(Worker& self, bool tookWork) noexcept;
   // Moves a share of the injection queue into `self`'s queue; returns the first item
   // when `returnFirst` (otherwise queues everything).
   detail::WorkItem takeFromInjection(Worker& self, bool returnFirst);
@@ -260,8 +310,12 @@ class ThreadPool final : public Executor {
   std::mutex shutdownMutex_;
   bool joined_ = false;  // guarded by shutdownMutex_
 
-  // Last: its thread calls deliverTimer, which uses the members above. (It is stopped by
-  // shutdown(), before any of them is destroyed.)
+  // Worker timers the backstop took (TimerCounts::takenFromBusyWorkers). Relaxed: a
+  // statistic.
+  std::atomic<std::size_t> timersTakenFromWorkers_{0};
+
+  // Last: its thread calls deliverTimer and pollWorkerTimers, which use the members above.
+  // (It is stopped by shutdown(), before any of them is destroyed.)
   detail::TimerQueue timers_;
 };
 

@@ -30,9 +30,14 @@ struct TimerEntry : Job {
   // exit, say) may read it once cancel() has returned false, to tell "dropped" from
   // "fired".
   bool dropped = false;
-  // Owned by the TimerQueue, guarded by its mutex.
+  // Owned by the heap that holds the entry (TimerQueue's, or a ThreadPool worker's),
+  // guarded by that heap's mutex.
   std::size_t heapIndex = kNotQueued;
   std::uint64_t sequence = 0;
+  // The executor's note of which of its heaps the entry was armed in (ThreadPool: the
+  // worker whose heap holds it, or nullptr for its timer thread's), so that cancelTimer
+  // finds it. Written by scheduleTimer before the entry can fire; not for the owner.
+  void* holder = nullptr;
 };
 
 }  // namespace weft

@@ -11,87 +11,37 @@
 
 namespace weft::detail {
 
-TimerQueue::TimerQueue(std::string threadName, Deliver deliver, void* context)
-    : threadName_(std::move(threadName)), deliver_(deliver), context_(context) {}
+TimerQueue::TimerQueue(std::string threadName, Deliver deliver, void* context, Poll poll)
+    : threadName_(std::move(threadName)), deliver_(deliver), context_(context), poll_(poll) {}
 
 TimerQueue::~TimerQueue() { stop(/*deliverPending=*/false); }
 
-bool TimerQueue::earlier(const TimerEntry* a, const TimerEntry* b) const noexcept {
-  if (a->deadline != b->deadline) return a->deadline < b->deadline;
-  return a->sequence < b->sequence;
-}
-
-void TimerQueue::place(std::size_t index, TimerEntry* entry) noexcept {
-  heap_[index] = entry;
-  entry->heapIndex = index;
-}
-
-void TimerQueue::siftUp(std::size_t index) noexcept {
-  TimerEntry* entry = heap_[index];
-  while (index > 0) {
-    const std::size_t parent = (index - 1) / 2;
-    if (!earlier(entry, heap_[parent])) break;
-    place(index, heap_[parent]);
-    index = parent;
-  }
-  place(index, entry);
-}
-
-void TimerQueue::siftDown(std::size_t index) noexcept {
-  TimerEntry* entry = heap_[index];
-  const std::size_t n = heap_.size();
-  for (;;) {
-    std::size_t child = 2 * index + 1;
-    if (child >= n) break;
-    if (child + 1 < n && earlier(heap_[child + 1], heap_[child])) ++child;
-    if (!earlier(heap_[child], entry)) break;
-    place(index, heap_[child]);
-    index = child;
-  }
-  place(index, entry);
-}
-
-void TimerQueue::removeAt(std::size_t index) noexcept {
-  TimerEntry* removed = heap_[index];
-  TimerEntry* last = heap_.back();
-  heap_.pop_back();
-  removed->heapIndex = TimerEntry::kNotQueued;
-  if (removed == last) return;
-  place(index, last);
-  // The moved entry may belong above or below its new slot.
-  if (index > 0 && earlier(last, heap_[(index - 1) / 2])) {
-    siftUp(index);
-  } else {
-    siftDown(index);
-  }
+void TimerQueue::startThreadLocked() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { run(); });  // may throw: nothing changed then
+#if defined(__linux__)
+  // Named from here rather than by the thread itself, so the name is visible as soon as
+  // add() returns (a debugger or /proc never sees an unnamed timer thread).
+  pthread_setname_np(thread_.native_handle(), threadName_.substr(0, 15).c_str());
+#endif
 }
 
 bool TimerQueue::add(TimerEntry& entry) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopped_) return false;
-  heap_.reserve(heap_.size() + 1);  // may throw: nothing changed yet
   // An entry that never expires (deadline time_point::max(): a guard that only waits for
   // stop() or cancel(), as blocking() and signal() arm) needs no thread: the first entry
   // with a deadline starts it.
-  if (!thread_.joinable() && entry.deadline != TimerEntry::Clock::time_point::max()) {
-    thread_ = std::thread([this] { run(); });  // may throw likewise
-#if defined(__linux__)
-    // Named from here rather than by the thread itself, so the name is visible as soon as
-    // add() returns (a debugger or /proc never sees an unnamed timer thread).
-    pthread_setname_np(thread_.native_handle(), threadName_.substr(0, 15).c_str());
-#endif
-  }
+  if (entry.deadline != Clock::time_point::max()) startThreadLocked();  // may throw
   entry.shutDown = false;
   entry.dropped = false;
-  entry.sequence = nextSequence_++;
-  heap_.push_back(&entry);
-  siftUp(heap_.size() - 1);
+  heap_.push(entry);  // may throw: nothing armed (a started thread just waits)
   // Woken only for a deadline earlier than the one it waits for: a timer armed after one
   // was cancelled (withTimeout around work that finished) is usually later, and the
   // thread, waking for the cancelled one's deadline, finds it then. So a steady stream of
   // armed-and-cancelled timers costs no thread switch per timer.
   if (entry.deadline < waitingUntil_) {
-    waitingUntil_ = TimerEntry::Clock::time_point::min();  // one notification is enough
+    waitingUntil_ = Clock::time_point::min();  // one notification is enough
     wake_.notify_one();
   }
   return true;
@@ -99,11 +49,29 @@ bool TimerQueue::add(TimerEntry& entry) {
 
 bool TimerQueue::cancel(TimerEntry& entry) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (entry.heapIndex == TimerEntry::kNotQueued) return false;
+  if (!TimerHeap::contains(entry)) return false;
   // No wake-up: if it was the earliest, the thread wakes at its deadline, finds a later
   // one and waits again.
-  removeAt(entry.heapIndex);
+  heap_.remove(entry);
   return true;
+}
+
+void TimerQueue::pollBy(Clock::time_point when) {
+  // seq_cst: the load that pairs with run()'s seq_cst stores of pollAt_ (see there). A
+  // poll is planned at `when` or earlier: nothing to do.
+  if (when.time_since_epoch().count() >= pollAt_.load(std::memory_order_seq_cst)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopped_) return;
+  startThreadLocked();  // may throw: nothing changed
+  if (when >= nextPoll_) return;
+  nextPoll_ = when;
+  // While poll runs, pollAt_ stays max() (every caller comes here) and run() reads
+  // nextPoll_ when poll returns.
+  if (!polling_) pollAt_.store(when.time_since_epoch().count(), std::memory_order_seq_cst);
+  if (when < waitingUntil_) {
+    waitingUntil_ = Clock::time_point::min();
+    wake_.notify_one();
+  }
 }
 
 std::size_t TimerQueue::size() const {
@@ -116,6 +84,15 @@ bool TimerQueue::threadStarted() const {
   return thread_.joinable();
 }
 
+// Polling and pollBy, without a lost request. pollBy's caller C stores X (seq_cst), then
+// loads pollAt_ (seq_cst) and skips the lock only when it reads a planned time T no later
+// than it asks for. The thread, before each poll, stores max() to pollAt_ (seq_cst), then
+// poll loads X (seq_cst). If C read T, its load precedes the store of max() by the poll P
+// that T planned (it would read that max() otherwise) in the single total order of seq_cst
+// operations, and C's store precedes its load: P's load of X comes after C's store and
+// sees it, and P runs no later than T. If C read max() (a poll running, none planned, or
+// the thread not started), it took the lock and lowered nextPoll_, which the thread reads
+// under the lock before it waits again.
 void TimerQueue::run() {
 #if defined(__linux__)
   // Linux lets a sleeping thread wake up to 50 us late ("timer slack") to batch wake-ups.
@@ -124,32 +101,40 @@ void TimerQueue::run() {
 #endif
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopped_) {
-    if (heap_.empty()) {
-      waitingUntil_ = TimerEntry::Clock::time_point::max();
+    const Clock::time_point now = Clock::now();
+    if (nextPoll_ <= now) {
+      polling_ = true;
+      nextPoll_ = Clock::time_point::max();
+      pollAt_.store(std::numeric_limits<Clock::rep>::max(), std::memory_order_seq_cst);
+      lock.unlock();
+      const Clock::time_point next = poll_(context_, now);
+      lock.lock();
+      polling_ = false;
+      nextPoll_ = std::min(nextPoll_, next);  // pollBy calls during the poll lowered it
+      pollAt_.store(nextPoll_.time_since_epoch().count(), std::memory_order_seq_cst);
+      continue;
+    }
+    TimerEntry* first = heap_.top();
+    if (first != nullptr && first->deadline <= now) {
+      heap_.pop();
+      // Delivered without the lock: `deliver` may resume a coroutine that arms or cancels
+      // timers. Once out of the heap, cancel() returns false, so this is the only delivery.
+      lock.unlock();
+      deliver_(context_, *first);
+      lock.lock();
+      continue;
+    }
+    const Clock::time_point until =
+        std::min(first != nullptr ? first->deadline : Clock::time_point::max(), nextPoll_);
+    waitingUntil_ = until;
+    // time_point::max() is "never": wait without a timeout (libstdc++ would overflow
+    // converting it to a timespec).
+    if (until == Clock::time_point::max()) {
       wake_.wait(lock);
-      waitingUntil_ = TimerEntry::Clock::time_point::min();
-      continue;
+    } else {
+      wake_.wait_until(lock, until);
     }
-    const TimerEntry::Clock::time_point deadline = heap_.front()->deadline;
-    if (deadline > TimerEntry::Clock::now()) {
-      waitingUntil_ = deadline;
-      // time_point::max() is "never": wait without a timeout (libstdc++ would overflow
-      // converting it to a timespec).
-      if (deadline == TimerEntry::Clock::time_point::max()) {
-        wake_.wait(lock);
-      } else {
-        wake_.wait_until(lock, deadline);
-      }
-      waitingUntil_ = TimerEntry::Clock::time_point::min();
-      continue;
-    }
-    TimerEntry* entry = heap_.front();
-    removeAt(0);
-    // Delivered without the lock: `deliver` may resume a coroutine that arms or cancels
-    // timers. Once out of the heap, cancel() returns false, so this is the only delivery.
-    lock.unlock();
-    deliver_(context_, *entry);
-    lock.lock();
+    waitingUntil_ = Clock::time_point::min();
   }
 }
 
@@ -160,14 +145,12 @@ void TimerQueue::stop(bool deliverPending) noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopped_ = true;
-    pending.swap(heap_);
-    // Under the lock, which cancel() takes: an owner whose cancel() returns false from
-    // now on sees whether its entry was dropped. heapIndex likewise, so that cancel()
-    // (which reads it under the lock) returns false for every entry taken here.
-    for (TimerEntry* entry : pending) {
-      entry->heapIndex = TimerEntry::kNotQueued;
-      entry->dropped = !deliverPending;
-    }
+    // In deadline order, so the flushed timers are seen in the order they would have
+    // fired. Under the lock, which cancel() takes: an owner whose cancel() returns false
+    // from now on sees whether its entry was dropped (takeAll marks every entry out of
+    // the heap, so cancel() returns false for each).
+    pending = heap_.takeAll();
+    for (TimerEntry* entry : pending) entry->dropped = !deliverPending;
     wake_.notify_one();
   }
   if (thread_.joinable()) {
@@ -180,9 +163,6 @@ void TimerQueue::stop(bool deliverPending) noexcept {
     }
   }
   joined_ = true;
-  // Deadline order, so the flushed timers are seen in the order they would have fired.
-  std::sort(pending.begin(), pending.end(),
-            [this](const TimerEntry* a, const TimerEntry* b) { return earlier(a, b); });
   if (deliverPending) {
     for (TimerEntry* entry : pending) {
       entry->shutDown = true;

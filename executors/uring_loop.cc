@@ -343,16 +343,20 @@ class UringLoop final : public IoLoopBase {
   }
 
   std::size_t run(int timeoutMs) noexcept override {
+    return runFor(timeoutMs < 0 ? -1 : std::int64_t{timeoutMs} * 1000000);
+  }
+
+  std::size_t runFor(std::int64_t timeoutNs) noexcept override {
     drainRemoteCancels();
     pool_->drainReturned();
     if (!wakeArmed_) armWake();
-    if (timeoutMs != 0 && io_uring_cq_ready(&ring_) == 0 && ready_.head == nullptr) {
+    if (timeoutNs != 0 && io_uring_cq_ready(&ring_) == 0 && ready_.head == nullptr) {
       io_uring_cqe* cqe = nullptr;
       __kernel_timespec ts{};
-      ts.tv_sec = timeoutMs / 1000;
-      ts.tv_nsec = static_cast<long long>(timeoutMs % 1000) * 1000000;
-      const int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeoutMs > 0 ? &ts : nullptr,
-                                                     nullptr);
+      ts.tv_sec = timeoutNs / 1000000000;
+      ts.tv_nsec = timeoutNs % 1000000000;
+      const int r =
+          io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeoutNs > 0 ? &ts : nullptr, nullptr);
       if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY) fail("io_uring_enter", -r);
     } else if (io_uring_sq_ready(&ring_) != 0) {
       const int r = io_uring_submit(&ring_);

@@ -52,6 +52,14 @@ namespace {
 using namespace std::chrono_literals;
 using weft::Lazy;
 
+// WEFT_BENCH_ITERATIONS=n fixes every benchmark's iteration count (no calibration runs),
+// so that `valgrind --tool=callgrind` gives repeatable instruction counts: a run of 2n
+// minus a run of n, over n, is one iteration (as for coro/lazy_benchmark).
+void fixIterations(benchmark::internal::Benchmark* b) {
+  const char* fixed = std::getenv("WEFT_BENCH_ITERATIONS");
+  if (fixed != nullptr && std::atol(fixed) > 0) b->Iterations(std::atol(fixed));
+}
+
 // Generous: never reached, so every timer armed here is disarmed before it fires.
 constexpr auto kLimit = 10s;
 
@@ -93,7 +101,7 @@ void BM_WithTimeout_Ready(benchmark::State& state) {
     }
   });
 }
-BENCHMARK(BM_WithTimeout_Ready)->UseRealTime();
+BENCHMARK(BM_WithTimeout_Ready)->UseRealTime()->Apply(fixIterations);
 
 void BM_Baseline_NoTimeout_Ready(benchmark::State& state) {
   runOnPool(state, [](benchmark::State& s) -> Lazy<void> {
@@ -104,7 +112,7 @@ void BM_Baseline_NoTimeout_Ready(benchmark::State& state) {
     }
   });
 }
-BENCHMARK(BM_Baseline_NoTimeout_Ready)->UseRealTime();
+BENCHMARK(BM_Baseline_NoTimeout_Ready)->UseRealTime()->Apply(fixIterations);
 
 void BM_WithTimeout_Yield(benchmark::State& state) {
   runOnPool(state, [](benchmark::State& s) -> Lazy<void> {
@@ -115,7 +123,7 @@ void BM_WithTimeout_Yield(benchmark::State& state) {
     }
   });
 }
-BENCHMARK(BM_WithTimeout_Yield)->UseRealTime();
+BENCHMARK(BM_WithTimeout_Yield)->UseRealTime()->Apply(fixIterations);
 
 void BM_Baseline_NoTimeout_Yield(benchmark::State& state) {
   runOnPool(state, [](benchmark::State& s) -> Lazy<void> {
@@ -126,7 +134,7 @@ void BM_Baseline_NoTimeout_Yield(benchmark::State& state) {
     }
   });
 }
-BENCHMARK(BM_Baseline_NoTimeout_Yield)->UseRealTime();
+BENCHMARK(BM_Baseline_NoTimeout_Yield)->UseRealTime()->Apply(fixIterations);
 
 // ---------------------------------------------------------------------------------------
 // (b) A 1-byte TCP ping-pong over 127.0.0.1, client and echo server on the same worker.
@@ -173,17 +181,17 @@ void runPingPong(benchmark::State& state, ReadLimit limit) {
 void BM_WithTimeout_TcpPingPong(benchmark::State& state) {
   runPingPong(state, ReadLimit::kWithTimeout);
 }
-BENCHMARK(BM_WithTimeout_TcpPingPong)->UseRealTime();
+BENCHMARK(BM_WithTimeout_TcpPingPong)->UseRealTime()->Apply(fixIterations);
 
 void BM_Baseline_NoTimeout_TcpPingPong(benchmark::State& state) {
   runPingPong(state, ReadLimit::kNone);
 }
-BENCHMARK(BM_Baseline_NoTimeout_TcpPingPong)->UseRealTime();
+BENCHMARK(BM_Baseline_NoTimeout_TcpPingPong)->UseRealTime()->Apply(fixIterations);
 
 void BM_StreamReadTimeout_TcpPingPong(benchmark::State& state) {
   runPingPong(state, ReadLimit::kStreamReadTimeout);
 }
-BENCHMARK(BM_StreamReadTimeout_TcpPingPong)->UseRealTime();
+BENCHMARK(BM_StreamReadTimeout_TcpPingPong)->UseRealTime()->Apply(fixIterations);
 
 }  // namespace
 

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <coroutine>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,14 @@
 
 namespace weft::bench {
 namespace {
+
+// WEFT_BENCH_ITERATIONS=n fixes every benchmark's iteration count (no calibration runs),
+// so that `valgrind --tool=callgrind` gives repeatable instruction counts: a run of 2n
+// minus a run of n, over n, is one iteration (as for coro/lazy_benchmark).
+void fixIterations(benchmark::internal::Benchmark* b) {
+  const char* fixed = std::getenv("WEFT_BENCH_ITERATIONS");
+  if (fixed != nullptr && std::atol(fixed) > 0) b->Iterations(std::atol(fixed));
+}
 
 // Baseline: one lock, one queue, one condition variable.
 class MutexQueuePool final : public Executor {
@@ -134,8 +143,20 @@ void scheduleRun(benchmark::State& state) {
 
 void BM_ThreadPool_ScheduleRun(benchmark::State& state) { scheduleRun<ThreadPool>(state); }
 void BM_MutexQueuePool_ScheduleRun(benchmark::State& state) { scheduleRun<MutexQueuePool>(state); }
-BENCHMARK(BM_ThreadPool_ScheduleRun)->ArgName("threads")->Arg(1)->Arg(2)->Arg(4)->UseRealTime();
-BENCHMARK(BM_MutexQueuePool_ScheduleRun)->ArgName("threads")->Arg(1)->Arg(2)->Arg(4)->UseRealTime();
+BENCHMARK(BM_ThreadPool_ScheduleRun)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->UseRealTime()
+    ->Apply(fixIterations);
+BENCHMARK(BM_MutexQueuePool_ScheduleRun)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->UseRealTime()
+    ->Apply(fixIterations);
 
 // ---------------------------------------------------------------------------------------
 constexpr std::int64_t kHops = 100'000;
@@ -163,8 +184,8 @@ void pingPong(benchmark::State& state) {
 
 void BM_ThreadPool_PingPong(benchmark::State& state) { pingPong<ThreadPool>(state); }
 void BM_MutexQueuePool_PingPong(benchmark::State& state) { pingPong<MutexQueuePool>(state); }
-BENCHMARK(BM_ThreadPool_PingPong)->UseRealTime();
-BENCHMARK(BM_MutexQueuePool_PingPong)->UseRealTime();
+BENCHMARK(BM_ThreadPool_PingPong)->UseRealTime()->Apply(fixIterations);
+BENCHMARK(BM_MutexQueuePool_PingPong)->UseRealTime()->Apply(fixIterations);
 
 // Baseline: the same number of hand-offs between two threads.
 void BM_ThreadHandOff_PingPong(benchmark::State& state) {
@@ -199,7 +220,7 @@ void BM_ThreadHandOff_PingPong(benchmark::State& state) {
   partner.join();
   state.SetItemsProcessed(state.iterations() * kHops);
 }
-BENCHMARK(BM_ThreadHandOff_PingPong)->UseRealTime();
+BENCHMARK(BM_ThreadHandOff_PingPong)->UseRealTime()->Apply(fixIterations);
 
 // ---------------------------------------------------------------------------------------
 constexpr int kTreeDepth = 15;  // 2^16 - 1 jobs
@@ -234,8 +255,20 @@ void spawnTree(benchmark::State& state) {
 
 void BM_ThreadPool_SpawnTree(benchmark::State& state) { spawnTree<ThreadPool>(state); }
 void BM_MutexQueuePool_SpawnTree(benchmark::State& state) { spawnTree<MutexQueuePool>(state); }
-BENCHMARK(BM_ThreadPool_SpawnTree)->ArgName("threads")->Arg(1)->Arg(2)->Arg(4)->UseRealTime();
-BENCHMARK(BM_MutexQueuePool_SpawnTree)->ArgName("threads")->Arg(1)->Arg(2)->Arg(4)->UseRealTime();
+BENCHMARK(BM_ThreadPool_SpawnTree)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->UseRealTime()
+    ->Apply(fixIterations);
+BENCHMARK(BM_MutexQueuePool_SpawnTree)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->UseRealTime()
+    ->Apply(fixIterations);
 
 // ---------------------------------------------------------------------------------------
 constexpr std::int64_t kFanOut = 50;
@@ -263,13 +296,20 @@ void BM_ThreadPool_CoroutineFanOut(benchmark::State& state) { coroutineFanOut<Th
 void BM_MutexQueuePool_CoroutineFanOut(benchmark::State& state) {
   coroutineFanOut<MutexQueuePool>(state);
 }
-BENCHMARK(BM_ThreadPool_CoroutineFanOut)->ArgName("threads")->Arg(1)->Arg(2)->Arg(4)->UseRealTime();
+BENCHMARK(BM_ThreadPool_CoroutineFanOut)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->UseRealTime()
+    ->Apply(fixIterations);
 BENCHMARK(BM_MutexQueuePool_CoroutineFanOut)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)
     ->Arg(4)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->Apply(fixIterations);
 
 }  // namespace
 }  // namespace weft::bench

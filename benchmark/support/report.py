@@ -66,17 +66,20 @@ TIMEOUT_GO_PREFIXES = ("Go_WithTimeout_", "Go_NoTimeout_", "Go_ReadDeadline_")
 # The section benchmark/timeout/run.sh writes (WEFT_TIMEOUT_BENCH_DOC=1): kept as it is
 # when this report is rewritten.
 KEPT_SECTION = "## withTimeout cost"
+# A section written by hand from interleaved old/new runs (issue #29's timer change): kept
+# as it is too.
+KEPT_TIMERS_SECTION = "## Timers in the workers (issue #29)"
 
 
-def kept_section(path):
-    """The lines of KEPT_SECTION in the existing report at `path` (up to the next "## "
-    heading), or [] when there is none."""
+def kept_section(path, heading=KEPT_SECTION):
+    """The lines of the section `heading` in the existing report at `path` (up to the next
+    "## " heading), or [] when there is none."""
     try:
         with open(path) as f:
             lines = f.read().split("\n")
     except OSError:
         return []
-    start = next((i for i, l in enumerate(lines) if l.strip() == KEPT_SECTION), None)
+    start = next((i for i, l in enumerate(lines) if l.strip() == heading), None)
     if start is None:
         return []
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
@@ -773,6 +776,8 @@ def main():
     w("")
     timeout_section = kept_section(args.out)
     for line in timeout_section:
+        w(line)
+    for line in kept_section(args.out, KEPT_TIMERS_SECTION):
         w(line)
     w("## Summary")
     w("")

@@ -342,5 +342,70 @@ TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
   EXPECT_FALSE(queue.add(late));
 }
 
+// The poll (ThreadPool's backstop for busy workers): pollBy starts the thread and runs
+// the poll by the time asked; the poll runs again when its result asks; nothing after
+// stop().
+struct Poller {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int polls = 0;
+  int again = 0;  // how many more times the poll asks to run again at once
+
+  static Clock::time_point poll(void* context, Clock::time_point now) noexcept {
+    auto* self = static_cast<Poller*>(context);
+    std::lock_guard lock(self->mutex);
+    ++self->polls;
+    self->changed.notify_all();
+    if (self->again > 0) {
+      --self->again;
+      return now;
+    }
+    return Clock::time_point::max();
+  }
+  static void deliverNothing(void*, TimerEntry&) noexcept {}  // no timer is armed
+  bool waitFor(int count) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, 60s, [&] { return polls >= count; });
+  }
+  int count() {
+    std::lock_guard lock(mutex);
+    return polls;
+  }
+};
+
+TEST(TimerQueueTest, PollByStartsTheThreadAndThePollRunsAgainWhenItAsks) {
+  Poller poller;
+  poller.again = 2;
+  TimerQueue queue("test-timer", &Poller::deliverNothing, &poller, &Poller::poll);
+  EXPECT_FALSE(queue.threadStarted());
+  queue.pollBy(Clock::now());
+  EXPECT_TRUE(queue.threadStarted());
+  ASSERT_TRUE(poller.waitFor(3));  // once asked, twice more on its own request
+  queue.pollBy(Clock::now());      // asked again: it had planned nothing
+  ASSERT_TRUE(poller.waitFor(4));
+  queue.stop(/*deliverPending=*/false);
+  const int polls = poller.count();
+  queue.pollBy(Clock::now());  // stopped: nothing
+  EXPECT_EQ(poller.count(), polls);
+}
+
+// Timers and polls share the thread: a far poll does not delay a near timer.
+TEST(TimerQueueTest, APlannedPollDoesNotDelayTimers) {
+  Recorder recorder;
+  struct NeverAgain {
+    static Clock::time_point poll(void*, Clock::time_point) noexcept {
+      return Clock::time_point::max();
+    }
+  };
+  TimerQueue queue("test-timer", &Recorder::deliver, &recorder, &NeverAgain::poll);
+  queue.pollBy(Clock::now() + 1h);
+  TaggedEntry soon;
+  soon.tag = 7;
+  soon.deadline = Clock::now() + 1ms;
+  ASSERT_TRUE(queue.add(soon));
+  ASSERT_TRUE(recorder.waitFor(1));
+  queue.stop(/*deliverPending=*/false);
+}
+
 }  // namespace
 }  // namespace weft::detail
