@@ -24,6 +24,9 @@ import statistics
 
 PEERS = ("go", "asio", "asio-uring", "tokio")
 FLOORS = ("epoll", "uring")
+# Each floor runs twice under two names; the second run is not a floor of the ratios, it
+# shows how far two runs of one program differ (the noise of the gaps the ratios report).
+FLOOR_AGAIN = {"epoll-again": "epoll", "uring-again": "uring"}
 
 
 # ---- record ------------------------------------------------------------------------------
@@ -165,7 +168,7 @@ def best(servers, names, metric, lower=False):
 
 
 def server_order(names):
-    rank = {n: i for i, n in enumerate(FLOORS + PEERS + ("nginx",))}
+    rank = {n: i for i, n in enumerate(FLOORS + tuple(FLOOR_AGAIN) + PEERS + ("nginx",))}
     return sorted(names, key=lambda n: (rank.get(n, 100), n))
 
 
@@ -230,7 +233,7 @@ def charts(table, images, out_dir):
             m = metric or ("mb_per_cpu_s" if w.startswith("stream") else "rss_per_conn_kib")
             names = [s for s in server_order(table[w]) if table[w][s][m] is not None]
             values = [table[w][s][m] for s in names]
-            colors = ["#888888" if s in FLOORS else "#d95f02" if s.startswith("weft") else
+            colors = ["#888888" if s in FLOORS or s in FLOOR_AGAIN else "#d95f02" if s.startswith("weft") else
                       "#1b9e77" if s == "nginx" else "#7570b3" for s in names]
             ax.barh(range(len(names)), values, color=colors)
             ax.set_yticks(range(len(names)))
@@ -250,6 +253,60 @@ def charts(table, images, out_dir):
         plt.close(fig)
         written.append(os.path.relpath(path, out_dir))
     return written
+
+
+def floor_spread(servers, metric):
+    """[(floor, second run's median, first run's median)] for the floors run twice."""
+    out = []
+    for again, floor in FLOOR_AGAIN.items():
+        if again in servers and floor in servers and servers[again][metric] \
+                and servers[floor][metric]:
+            out.append((floor, servers[again][metric], servers[floor][metric]))
+    return out
+
+
+def targets(table, w):
+    """The issue's yardsticks, one row per throughput workload: weft's default-backend
+    servers against the best peer, the better floor, nginx, and the fibers against the
+    Lazys, per server CPU-second, beside the floors' own run-to-run spread."""
+    rows = [wl for wl in workload_order(table) if wl.startswith(("echo", "http"))]
+    if not rows:
+        return
+    w("## Targets")
+    w("")
+    w("Per server CPU-second (medians). *weft* is `examples/echo_server` (echo) or "
+      "`examples/http_hello` (HTTP) on io_uring (the default backend) and on epoll; "
+      "*best peer* is the best of Go, Asio (either build) and tokio; *floor* the better of "
+      "the raw epoll and io_uring loops; *fiber/Lazy* compares `fiber_echo_server` with "
+      "`echo_server` on the same backend; *floor spread* is the larger gap between the two "
+      "runs of one floor (how much a ratio can move by noise alone); *p99 vs best peer* "
+      "divides weft's p99 latency by the lowest p99 among the peers (below 1 is better).")
+    w("")
+    w("| workload | weft io_uring vs best peer | vs floor | weft epoll vs best peer "
+      "| vs floor | fiber/Lazy io_uring | fiber/Lazy epoll | vs nginx (HTTP) "
+      "| p99 vs best peer (io_uring) | floor spread |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
+    m = "req_per_cpu_s"
+    for wl in rows:
+        servers = table[wl]
+        http = wl.startswith("http")
+        lazy = {b: servers.get("weft-%s-%s" % ("http" if http else "lazy", b))
+                for b in ("uring", "epoll")}
+        fiber = {b: servers.get("weft-fiber-%s" % b) for b in ("uring", "epoll")}
+        value = lambda c, key=m: c[key] if c else None
+        pc = best(servers, PEERS, m)
+        fc = best(servers, FLOORS, m)
+        p99 = best(servers, PEERS, "p99_us", lower=True)
+        spread = [abs(a / b - 1) for _, a, b in floor_spread(servers, m)]
+        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            wl, ratio(value(lazy["uring"]), pc), ratio(value(lazy["uring"]), fc),
+            ratio(value(lazy["epoll"]), pc), ratio(value(lazy["epoll"]), fc),
+            "" if http else ratio(value(fiber["uring"]), value(lazy["uring"])),
+            "" if http else ratio(value(fiber["epoll"]), value(lazy["epoll"])),
+            ratio(value(lazy["uring"]), value(servers.get("nginx"))) if http else "",
+            ratio(value(lazy["uring"], "p99_us"), p99),
+            ("%.0f %%" % (100 * max(spread))) if spread else ""))
+    w("")
 
 
 def report(a):
@@ -287,8 +344,9 @@ def report(a):
         w("| load average at the end | %s |" % a.load_end)
     if a.steal:
         w("| CPU time stolen by the hypervisor during the runs | %s s |" % a.steal)
-    w("| runs | %d repetitions, %s s warm-up + %s s measured each (idle: %s s idle), "
-      "%d runs in %d min |" % (a.repetitions, a.warmup, a.duration, a.duration, len(runs),
+    w("| runs | %d repetitions (idle: %d), %s s warm-up + %s s measured each (idle: %s s idle), "
+      "%d runs in %d min |" % (a.repetitions, a.idle_repetitions or a.repetitions, a.warmup,
+                              a.duration, a.duration, len(runs),
                               int(a.measure_seconds) // 60))
     w("| weft build | `%s` |" % a.weft_build)
     w("")
@@ -337,8 +395,12 @@ def report(a):
     w("")
     w("Ratio columns: the server's median divided by the best median among Go, Asio "
       "(either build) and tokio (*vs peers*), and by the better of the two raw floors "
-      "(*vs floor*); above 1 is better than them for throughput.")
+      "(*vs floor*); above 1 is better than them for throughput. **epoll-again** and "
+      "**uring-again** are the floors run a second time (interleaved like every server): "
+      "the gap between a floor and its second run is the noise of this run, quoted under "
+      "each table.")
     w("")
+    targets(table, w)
     if images:
         w("## Charts")
         w("")
@@ -395,6 +457,13 @@ def report(a):
                     fmt(c["p50_us"], 1), fmt(c["p99_us"], 1),
                     ratio(c["rps"], pb), ratio(c["rps"], fb),
                     ratio(c["req_per_cpu_s"], pc), ratio(c["req_per_cpu_s"], fc)))
+        spread = floor_spread(servers, "mb_per_cpu_s" if wl.startswith("stream")
+                              else "req_per_cpu_s")
+        if spread:
+            w("")
+            w("Noise: each floor run twice, per server CPU-second: " + "; ".join(
+                "%s %s" % (f, ratio(a, b)) for f, a, b in spread) +
+              " (second run / first).")
         w("")
 
     w("## Failures, skipped servers and notes")
@@ -436,6 +505,7 @@ def main():
     g.add_argument("--load-end", default="")
     g.add_argument("--steal", default="")
     g.add_argument("--repetitions", type=int, default=0)
+    g.add_argument("--idle-repetitions", type=int, default=0)
     g.add_argument("--duration", default="?")
     g.add_argument("--warmup", default="?")
     g.add_argument("--weft-build", default="?")

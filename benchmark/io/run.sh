@@ -14,15 +14,16 @@
 #      not start, dies, or does not exit 0 is recorded as such
 #   3. benchmark/io/report.py: medians, ratios and charts
 #
-# Servers (the table `servers` below): raw epoll and raw io_uring floors (plain C++), Go
+# Servers (the table `servers` below): raw epoll and raw io_uring floors (plain C++; each
+# twice, as epoll-again and uring-again, so that the report can show the noise), Go
 # net, standalone Asio (epoll, and io_uring when it builds), tokio, nginx (HTTP only), and
 # weft's examples/echo_server (Lazy), examples/fiber_echo_server and examples/http_hello
 # from ${WEFT_BUILD}, each with WEFT_IO_BACKEND=io_uring and =epoll. A missing binary is a
 # note in the report. Every server takes its port as only argument; WEFT_THREADS sets its
 # threads, BENCH_PROTOCOL=echo|http its protocol (see benchmark/io/peers/*).
 #
-# Workloads: echo ping-pong (benchmark/io/loadgen) 64 B and 512 B at 1, 100 and 1000
-# connections; streaming echo on 4 connections; HTTP hello with wrk -t1 at 10, 100, 400
+# Workloads: echo ping-pong (benchmark/io/loadgen) 64 B and 512 B at 1, 100, 1000 and
+# 10,000 connections; streaming echo on 4 connections; HTTP hello with wrk -t1 at 10, 100, 400
 # connections; 10,000 idle connections (server READ_TIMEOUT_MS=120000): RSS per connection
 # and CPU while idle; and with WEFT_THREADS=2: echo ping-pong 512 B at 1000 connections
 # and HTTP at 400 connections.
@@ -34,7 +35,9 @@
 #
 # Environment:
 #   WEFT_BUILD=dir                 where weft's examples are (default build/gcc-release)
-#   WEFT_IO_BENCH_REPETITIONS=n    repetitions of each run (default 3); medians reported
+#   WEFT_IO_BENCH_REPETITIONS=n    repetitions of each run (default 5); medians reported
+#   WEFT_IO_BENCH_IDLE_REPETITIONS=n  of the idle workload (default 3: its RSS per
+#                                  connection varies little and each run takes ~15 s)
 #   WEFT_IO_BENCH_DURATION=s       measured seconds of each run (default 5; idle: idle time)
 #   WEFT_IO_BENCH_WARMUP=s         warm-up seconds before each measured window (default 1)
 #   WEFT_IO_BENCH_IDLE_CONNS=n     connections of the idle workload (default 10000)
@@ -44,14 +47,15 @@
 #                                  its charts go to images/ beside it
 #   WEFT_NO_INSTALL=1              install no package
 # Raw results: build/io-bench-results/ (one JSON file per run, server logs, build logs).
-# With the defaults: about 35 minutes for the peers alone, 50 with weft's six rows.
+# With the defaults: about 70 minutes (14 servers, 15 workloads).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${repo}"
 
 weft_build="${WEFT_BUILD:-build/gcc-release}"
-repetitions="${WEFT_IO_BENCH_REPETITIONS:-3}"
+repetitions="${WEFT_IO_BENCH_REPETITIONS:-5}"
+idle_repetitions="${WEFT_IO_BENCH_IDLE_REPETITIONS:-3}"
 duration="${WEFT_IO_BENCH_DURATION:-5}"
 warmup="${WEFT_IO_BENCH_WARMUP:-1}"
 idle_conns="${WEFT_IO_BENCH_IDLE_CONNS:-10000}"
@@ -194,6 +198,8 @@ command -v wrk >/dev/null || note - "wrk is not installed (Debian wrk): HTTP wor
 servers=(
   "epoll|echo,http||${peers}/epoll_peer"
   "uring|echo,http||${peers}/uring_peer"
+  "epoll-again|echo,http||${peers}/epoll_peer"
+  "uring-again|echo,http||${peers}/uring_peer"
   "go|echo,http||${peers}/go-peer"
   "asio|echo,http||${peers}/asio_peer"
   "asio-uring|echo,http||${peers}/asio_uring_peer"
@@ -237,6 +243,8 @@ workloads=(
   "echo-512B-c1|echo|1|loadgen|-mode pingpong -size 512 -conns 1|"
   "echo-512B-c100|echo|1|loadgen|-mode pingpong -size 512 -conns 100|"
   "echo-512B-c1000|echo|1|loadgen|-mode pingpong -size 512 -conns 1000|"
+  "echo-64B-c10000|echo|1|loadgen|-mode pingpong -size 64 -conns 10000|"
+  "echo-512B-c10000|echo|1|loadgen|-mode pingpong -size 512 -conns 10000|"
   "stream-c4|echo|1|loadgen|-mode stream -conns 4|"
   "http-c10|http|1|wrk|10|"
   "http-c100|http|1|wrk|100|"
@@ -373,9 +381,11 @@ for wl in "${workloads[@]}"; do
   for srv in "${present[@]}"; do
     [[ ",$(server_field "${srv}" 2)," == *",${protocol},"* ]] && eligible+=("${srv}")
   done
-  banner "${wname} (${#eligible[@]} servers x ${repetitions})"
+  reps="${repetitions}"
+  [[ "${wname}" == idle-* ]] && reps="${idle_repetitions}"
+  banner "${wname} (${#eligible[@]} servers x ${reps})"
   n=${#eligible[@]}
-  for ((rep = 1; rep <= repetitions; rep++)); do
+  for ((rep = 1; rep <= reps; rep++)); do
     # Rotate the order by one each repetition and reverse every other one, so that no
     # server always runs first or right after the same neighbour.
     order=()
@@ -397,6 +407,7 @@ done
 banner "${out_md}"
 "${python}" benchmark/io/report.py report --results "${results}" --out "${out_md}" \
   --images "$(dirname "${out_md}")/images" --load "${load_at_start}" --repetitions "${repetitions}" \
+  --idle-repetitions "${idle_repetitions}" \
   --load-end "$(cut -d' ' -f1-3 /proc/loadavg)" \
   --steal "$(awk -v a="${steal_before}" -v b="$(steal_ticks)" -v hz="$(getconf CLK_TCK)" \
     'BEGIN { printf "%.1f", (b - a) / hz }')" \
