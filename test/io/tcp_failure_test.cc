@@ -40,7 +40,6 @@
 #include <vector>
 
 #include "weft/coro/lazy.h"
-#include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
@@ -389,10 +388,25 @@ TEST_P(TcpFailureTest, AcceptOutOfDescriptorsKeepsServingAndResumesWithoutSpinni
     };
     if (!roundTrip(clientA.get(), '0')) return 21;
 
-    // The pool's timer thread (the accept's backoff sleeps) starts before the limit
-    // drops: UBSan's vptr check of the new thread's state makes a pipe to probe memory,
-    // which EMFILE would turn into a false report.
-    syncAwait([]() -> Lazy<void> { co_await sleep(std::chrono::milliseconds(1)); }().via(&pool));
+    // The pool's timer thread (the backstop of the accept's backoff sleeps) has started
+    // and run before the limit drops: UBSan's vptr check of the new thread's state, in
+    // its first instructions, makes a pipe to probe memory, which EMFILE would turn into
+    // a false report. A timer armed outside the pool is fired by that thread.
+    struct FiredByTimerThread : TimerEntry {
+      FiredByTimerThread() {
+        complete = [](detail::Job* job, bool) noexcept {
+          static_cast<FiredByTimerThread*>(job)->fired.store(true, std::memory_order_release);
+        };
+      }
+      std::atomic<bool> fired{false};
+    } started;
+    started.deadline = TimerEntry::Clock::now();
+    pool.scheduleTimer(started);
+    test::waitUntil([&] { return started.fired.load(std::memory_order_acquire); });
+    // The same holds for the first virtual call on an error category (the accept's EMFILE
+    // becomes a std::system_error): make it here, while a pipe can still be made.
+    (void)std::system_error(EMFILE, std::system_category()).code().message();
+    (void)std::system_error(EMFILE, std::generic_category()).code().message();
 
     // The second client's socket exists before the limit drops; the spare descriptor is
     // what will be freed.
