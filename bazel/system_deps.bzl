@@ -11,7 +11,8 @@ def weft_system_deps():
 
     Repositories: @system_googletest (//:gtest, //:gtest_main, //:gmock),
     @system_benchmark (//:benchmark, //:benchmark_main), @system_boost (//:context:
-    Boost.Context, for the Boost fiber backend and the switch benchmarks).
+    Boost.Context, for the Boost fiber backend and the switch benchmarks),
+    @system_openssl (//:ssl: OpenSSL 3's libssl and libcrypto, for weft's //:tls).
     """
     native.new_local_repository(
         name = "system_googletest",
@@ -22,6 +23,11 @@ def weft_system_deps():
         name = "system_benchmark",
         path = "/usr/include",
         build_file = "@weft//bazel:benchmark.BUILD",
+    )
+    native.new_local_repository(
+        name = "system_openssl",
+        path = "/usr/include",
+        build_file = "@weft//bazel:openssl.BUILD",
     )
     native.new_local_repository(
         name = "system_boost",

@@ -50,8 +50,8 @@ done
 
 packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
           libboost-context-dev clang-16 libclang-rt-16-dev libc++-16-dev libc++abi-16-dev
-          bazel-bootstrap valgrind g++-aarch64-linux-gnu qemu-user liburing-dev gdb binutils
-          pkgconf python3-venv)
+          bazel-bootstrap valgrind g++-aarch64-linux-gnu qemu-user liburing-dev libssl-dev gdb
+          binutils pkgconf python3-venv)
 CLANGXX=clang++-16
 jobs=()
 [[ -n "${JOBS:-}" ]] && jobs=(--parallel "${JOBS}")
@@ -228,9 +228,10 @@ step_docs() {
 # ways already; all of them here would add ten minutes of compiling the same code with the
 # same compiler (`bazel test //...` still runs them all).
 step_bazel() {
-  local config=() targets=(//:weft) f
+  local config=() targets=(//:weft //:tls) f
   [[ -n "${CI:-}" ]] && config=(--config=ci)
   for f in examples/*.cc test/io/tcp_stream_test.cc test/io/io_backend_test.cc test/io/file_test.cc \
+      test/io/tls_stream_test.cc \
       test/io/signal_test.cc test/coro/lazy_test.cc test/coro/sync_await_test.cc \
       test/coro/async_backtrace_test.cc test/coro/task_dump_test.cc \
       test/executors/thread_pool_test.cc test/executors/io_loop_test.cc \

@@ -1,0 +1,574 @@
+#include "weft/io/tls_stream.h"
+
+#include <arpa/inet.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "weft/coro/mutex.h"
+#include "weft/executors/lent_buffer.h"
+#include "weft/io/detail/tls_shared.h"
+#include "weft/io/incomplete_transfer.h"
+
+namespace weft {
+
+namespace {
+
+// One write() encrypts at most this much: its records are queued whole before they are
+// sent, so this bounds the ciphertext a connection holds.
+constexpr std::size_t kMaxWrite = 64 * 1024;
+// A send buffer grown beyond this by a large write is freed once sent.
+constexpr std::size_t kKeptSendCapacity = 2 * kMaxWrite;
+
+}  // namespace
+
+// The connection's state. OpenSSL reads ciphertext from `input` and writes it to
+// `output` through a BIO of ours (bio* below), always under `mutex`, which no one holds
+// across an await; the awaits (receive into `input`, send `output`) happen between
+// OpenSSL calls.
+struct TlsStream::State {
+  TcpStream tcp;
+  TlsContext context;
+  SSL* ssl = nullptr;
+  std::string sessionKey;  // a client's session-cache key (SSL ex_data points to it)
+
+  std::mutex mutex;          // OpenSSL calls, input, inputEnded, output, queued, failure
+  LentBuffer input;          // ciphertext received, not yet taken by OpenSSL
+  bool inputEnded = false;   // the TCP stream ended
+  std::string output;        // ciphertext OpenSSL wrote, not yet taken to be sent
+  std::uint64_t queued = 0;  // bytes ever appended to output
+  std::string failure;       // why the stream is unusable ("" while it is usable)
+  std::atomic<bool> unusable{false};
+
+  Mutex sendMutex;                   // one sender at a time, in the order of `output`
+  std::string sending;               // the bytes being sent (under sendMutex)
+  std::atomic<std::uint64_t> sent{0};  // bytes of output sent (written under sendMutex)
+
+  std::atomic<bool> reading{false};
+  std::atomic<bool> writing{false};
+  bool shutDown = false;  // shutdown() sent close_notify (under the writer's turn)
+
+  State(TcpStream stream, TlsContext ctx) : tcp(std::move(stream)), context(std::move(ctx)) {}
+  ~State() {
+    if (ssl == nullptr) return;
+    // OpenSSL forgets the session (no resumption) of a connection freed without
+    // close_notify, an old rule (RFC 2246) that TLS 1.3 dropped. weft keeps it unless
+    // the connection failed: a stream closed while idle is not a bad session.
+    if (!unusable.load(std::memory_order_relaxed) && SSL_is_init_finished(ssl)) {
+      SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+    }
+    SSL_free(ssl);  // frees our BIO too
+  }
+
+  void markUnusable(std::string reason) {
+    std::lock_guard lock(mutex);
+    if (failure.empty()) failure = std::move(reason);
+    unusable.store(true, std::memory_order_release);
+  }
+};
+
+namespace {
+
+using State = TlsStream::State;
+
+// ---- the BIO between OpenSSL and State ------------------------------------------------
+
+int bioWrite(BIO* bio, const char* data, std::size_t length, std::size_t* written) {
+  auto* s = static_cast<State*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  try {
+    s->output.append(data, length);
+  } catch (const std::bad_alloc&) {
+    return 0;  // OpenSSL reports a write failure
+  }
+  s->queued += length;
+  *written = length;
+  return 1;
+}
+
+int bioRead(BIO* bio, char* data, std::size_t length, std::size_t* read) {
+  auto* s = static_cast<State*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  *read = 0;
+  if (s->input.empty()) {
+    // Nothing yet: "try again" (SSL_ERROR_WANT_READ) unless the stream ended (EOF).
+    if (!s->inputEnded) BIO_set_retry_read(bio);
+    return 0;
+  }
+  const std::size_t n = std::min(length, s->input.size());
+  std::memcpy(data, s->input.data(), n);
+  s->input.consume(n);
+  if (s->input.empty()) s->input.reset();  // give the buffer back: an idle stream holds none
+  *read = n;
+  return 1;
+}
+
+long bioControl(BIO* bio, int command, long, void*) {
+  auto* s = static_cast<State*>(BIO_get_data(bio));
+  switch (command) {
+    case BIO_CTRL_FLUSH:
+      return 1;  // sent by the awaits after each call
+    case BIO_CTRL_PENDING:
+      return static_cast<long>(s->input.size());
+    case BIO_CTRL_WPENDING:
+      return static_cast<long>(s->output.size());
+    case BIO_CTRL_EOF:
+      return s->inputEnded && s->input.empty() ? 1 : 0;
+    default:
+      return 0;
+  }
+}
+
+int bioCreate(BIO* bio) {
+  BIO_set_init(bio, 1);
+  return 1;
+}
+
+int bioDestroy(BIO*) { return 1; }
+
+BIO_METHOD* bioMethod() {
+  static BIO_METHOD* const method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "weft TlsStream");
+    if (m == nullptr || BIO_meth_set_write_ex(m, bioWrite) != 1 ||
+        BIO_meth_set_read_ex(m, bioRead) != 1 || BIO_meth_set_ctrl(m, bioControl) != 1 ||
+        BIO_meth_set_create(m, bioCreate) != 1 || BIO_meth_set_destroy(m, bioDestroy) != 1) {
+      throw std::bad_alloc();
+    }
+    return m;
+  }();
+  return method;
+}
+
+// ---- one OpenSSL call and what came of it ---------------------------------------------
+
+struct Outcome {
+  int error = SSL_ERROR_NONE;  // SSL_get_error's answer
+  unsigned long code = 0;      // OpenSSL's error (SSL_ERROR_SSL, SSL_ERROR_SYSCALL)
+  long verify = X509_V_OK;     // the peer's verification result
+  bool inputEnded = false;
+  bool inputLeft = false;    // OpenSSL stopped with ciphertext still to take
+  bool queuedByCall = false;  // the call queued ciphertext
+  std::uint64_t queued = 0;  // send everything up to here before going on
+};
+
+template <class Call>
+Outcome callOpenSsl(State& s, Call call) {
+  std::lock_guard lock(s.mutex);
+  ERR_clear_error();
+  const std::uint64_t before = s.queued;
+  const int result = call(s.ssl);
+  Outcome o;
+  o.error = result > 0 ? SSL_ERROR_NONE : SSL_get_error(s.ssl, result);
+  if (o.error == SSL_ERROR_SSL || o.error == SSL_ERROR_SYSCALL) {
+    o.code = ERR_peek_last_error();
+    o.verify = SSL_get_verify_result(s.ssl);
+    ERR_clear_error();
+  }
+  o.inputEnded = s.inputEnded;
+  o.inputLeft = !s.input.empty();
+  o.queued = s.queued;
+  o.queuedByCall = s.queued != before;
+  return o;
+}
+
+// The TlsError for a failed call; marks the stream unusable (OpenSSL's state is then
+// fatal anyway).
+TlsError failure(State& s, const char* operation, const Outcome& o) {
+  const std::string prefix = std::string("weft: TLS ") + operation + ": ";
+  const int reason = ERR_GET_REASON(o.code);
+  TlsError::Kind kind = TlsError::Kind::kProtocol;
+  std::string text;
+  std::string verifyText;
+  if (reason == SSL_R_CERTIFICATE_VERIFY_FAILED ||
+      reason == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
+    kind = TlsError::Kind::kVerification;
+    verifyText = o.verify != X509_V_OK ? X509_verify_cert_error_string(o.verify)
+                                       : "the peer sent no certificate";
+    text = "the peer's certificate did not verify: " + verifyText;
+  } else if (o.inputEnded && (o.error == SSL_ERROR_SYSCALL || reason == SSL_R_UNEXPECTED_EOF_WHILE_READING)) {
+    kind = TlsError::Kind::kTruncated;
+    text = "the peer ended the connection without close_notify (truncated)";
+  } else {
+    const char* r = o.code != 0 ? ERR_reason_error_string(o.code) : nullptr;
+    text = r != nullptr ? r : "TLS failure (SSL_get_error " + std::to_string(o.error) + ")";
+  }
+  s.markUnusable(prefix + text);
+  return TlsError(kind, prefix + text, kind == TlsError::Kind::kVerification ? o.verify : 0,
+                  std::move(verifyText));
+}
+
+// Sends everything OpenSSL has queued, holding `turn` (the send lock), then releases it
+// and looks again: bytes queued meanwhile by a reader that found the lock taken (see
+// sendIfIdle) are sent by the holder that releases it, so none is left behind.
+// A failure or cancellation part-way marks the stream unusable (a record may have been
+// cut) and propagates; a transfer's IncompleteTransfer counts ciphertext, so its cause is
+// thrown instead.
+Lazy<void> sendAll(State& s, ScopedLock<Mutex> turn) {
+  try {
+    for (;;) {
+      for (;;) {
+        {
+          std::lock_guard lock(s.mutex);
+          s.sending.swap(s.output);  // output gets the spare (empty) buffer back
+        }
+        if (s.sending.empty()) break;
+        co_await s.tcp.writeAll(std::span<const std::byte>(
+            reinterpret_cast<const std::byte*>(s.sending.data()), s.sending.size()));
+        s.sent.fetch_add(s.sending.size(), std::memory_order_release);
+        s.sending.clear();
+        if (s.sending.capacity() > kKeptSendCapacity) s.sending.shrink_to_fit();
+      }
+      turn.unlock();
+      {
+        std::lock_guard lock(s.mutex);
+        if (s.output.empty()) co_return;
+      }
+      turn = s.sendMutex.tryScopedLock();
+      if (!turn) co_return;  // its holder sends them
+    }
+  } catch (const IncompleteTransfer& e) {
+    s.markUnusable("a send was interrupted part-way");
+    std::rethrow_exception(e.cause());
+  } catch (...) {
+    s.markUnusable("a send was interrupted");
+    throw;
+  }
+}
+
+// Sends the ciphertext queued up to `target` (and whatever else is queued), in order,
+// whoever queued it; returns once it was handed to the kernel (writes, handshakes,
+// shutdown).
+Lazy<void> sendQueued(State& s, std::uint64_t target) {
+  if (s.sent.load(std::memory_order_acquire) >= target) co_return;
+  ScopedLock<Mutex> turn;
+  try {
+    turn = co_await s.sendMutex.scopedLock();
+  } catch (...) {
+    s.markUnusable("a send was interrupted");
+    throw;
+  }
+  co_await sendAll(s, std::move(turn));
+}
+
+// Sends what a read queued (a key update's answer, an alert) if no send is in progress;
+// else the sender in progress sends it when it finishes. A reader never waits for a
+// writer's records to drain: a writer may wait for the peer to read, and the peer's
+// writer for us to read. A failure to send marks the stream unusable (the next operation
+// reports it) and is not thrown: the read's data is returned.
+Lazy<void> sendIfIdle(State& s) {
+  ScopedLock<Mutex> turn = s.sendMutex.tryScopedLock();
+  if (!turn) co_return;
+  try {
+    co_await sendAll(s, std::move(turn));
+  } catch (...) {
+  }
+}
+
+bool pending(const State& s, const Outcome& o) {
+  return o.queued > s.sent.load(std::memory_order_acquire);
+}
+
+// Takes what receive() returned: ciphertext, or the end of the TCP stream.
+void takeInput(State& s, LentBuffer data) {
+  std::lock_guard lock(s.mutex);
+  if (data.empty()) {
+    s.inputEnded = true;
+  } else {
+    s.input = std::move(data);
+  }
+}
+
+// Runs SSL_do_handshake to its end.
+Lazy<void> handshake(State& s, const char* operation) {
+  for (;;) {
+    const Outcome o = callOpenSsl(s, [](SSL* ssl) { return SSL_do_handshake(ssl); });
+    if (o.error == SSL_ERROR_NONE || o.error == SSL_ERROR_WANT_READ) {
+      if (pending(s, o)) co_await sendQueued(s, o.queued);
+    } else {
+      TlsError error = failure(s, operation, o);
+      if (o.queuedByCall) co_await sendIfIdle(s);
+      throw error;
+    }
+    if (o.error == SSL_ERROR_NONE) co_return;
+    if (!o.inputLeft) takeInput(s, co_await s.tcp.receive());
+  }
+}
+
+// One operation of a kind at a time (one reader, one writer).
+class Turn {
+ public:
+  Turn(std::atomic<bool>& flag, const char* what) : flag_(flag) {
+    if (flag_.exchange(true, std::memory_order_acquire)) {
+      throw std::logic_error(std::string("weft: TlsStream: two ") + what +
+                             " at the same time (one read and one write may overlap)");
+    }
+  }
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+  ~Turn() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
+bool isIpAddress(const std::string& name) {
+  unsigned char address[16];
+  return inet_pton(AF_INET, name.c_str(), address) == 1 ||
+         inet_pton(AF_INET6, name.c_str(), address) == 1;
+}
+
+std::unique_ptr<State> newState(TcpStream stream, TlsContext context, bool server) {
+  auto state = std::make_unique<State>(std::move(stream), std::move(context));
+  state->ssl = SSL_new(state->context.nativeHandle());
+  if (state->ssl == nullptr) throw std::bad_alloc();
+  BIO* bio = BIO_new(bioMethod());
+  if (bio == nullptr) throw std::bad_alloc();
+  BIO_set_data(bio, state.get());
+  SSL_set_bio(state->ssl, bio, bio);  // one reference, owned by the SSL
+  if (server) {
+    SSL_set_accept_state(state->ssl);
+  } else {
+    SSL_set_connect_state(state->ssl);
+  }
+  return state;
+}
+
+}  // namespace
+
+TlsStream::TlsStream() noexcept = default;
+TlsStream::TlsStream(std::unique_ptr<State> state) noexcept : state_(std::move(state)) {}
+TlsStream::TlsStream(TlsStream&& other) noexcept = default;
+TlsStream& TlsStream::operator=(TlsStream&& other) noexcept = default;
+TlsStream::~TlsStream() = default;
+
+Lazy<TlsStream> TlsStream::connect(TcpStream stream, TlsContext context, std::string serverName) {
+  if (!stream.isOpen()) throw std::logic_error("weft: TlsStream::connect on a closed TcpStream");
+  if (context.isServer()) {
+    throw std::invalid_argument("weft: TlsStream::connect with a server TlsContext");
+  }
+  const TlsContext::Shared& shared = *context.shared_;
+  if (shared.verifyPeer && serverName.empty()) {
+    throw std::invalid_argument(
+        "weft: TlsStream::connect: an empty server name cannot be verified (give the name "
+        "or address the certificate is for)");
+  }
+  std::unique_ptr<State> state = newState(std::move(stream), std::move(context), false);
+  SSL* ssl = state->ssl;
+  const bool address = isIpAddress(serverName);
+  if (shared.verifyPeer) {
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    const int ok = address ? X509_VERIFY_PARAM_set1_ip_asc(param, serverName.c_str())
+                           : (X509_VERIFY_PARAM_set_hostflags(
+                                  param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS),
+                              SSL_set1_host(ssl, serverName.c_str()));
+    if (ok != 1) throw std::invalid_argument("weft: TlsStream::connect: bad server name");
+  }
+  if (!address && !serverName.empty() &&
+      SSL_set_tlsext_host_name(ssl, serverName.c_str()) != 1) {
+    throw std::invalid_argument("weft: TlsStream::connect: the server name is not a valid SNI");
+  }
+  if (shared.resumeSessions) {
+    state->sessionKey = serverName + "|" + state->tcp.peerAddress().toString();
+    SSL_set_ex_data(ssl, tlsSessionKeyIndex(), state->sessionKey.data());
+    if (SSL_SESSION* session = state->context.shared_->takeSession(state->sessionKey)) {
+      SSL_set_session(ssl, session);  // takes a reference of its own
+      SSL_SESSION_free(session);
+    }
+  }
+  co_await handshake(*state, "connect");
+  co_return TlsStream(std::move(state));
+}
+
+Lazy<TlsStream> TlsStream::accept(TcpStream stream, TlsContext context) {
+  if (!stream.isOpen()) throw std::logic_error("weft: TlsStream::accept on a closed TcpStream");
+  if (!context.isServer()) {
+    throw std::invalid_argument("weft: TlsStream::accept with a client TlsContext");
+  }
+  std::unique_ptr<State> state = newState(std::move(stream), std::move(context), true);
+  co_await handshake(*state, "accept");
+  co_return TlsStream(std::move(state));
+}
+
+TlsStream::State& TlsStream::usable(const char* operation) const {
+  if (!state_) {
+    throw std::logic_error(std::string("weft: TlsStream::") + operation + " on an empty stream");
+  }
+  if (state_->unusable.load(std::memory_order_acquire)) {
+    std::lock_guard lock(state_->mutex);
+    throw TlsError(TlsError::Kind::kUnusable, std::string("weft: TLS ") + operation +
+                                                  ": the stream is unusable: " + state_->failure);
+  }
+  return *state_;
+}
+
+Lazy<std::size_t> TlsStream::read(std::span<std::byte> buffer) {
+  State& s = usable("read");
+  Turn turn(s.reading, "reads");
+  if (buffer.empty()) co_return 0;
+  for (;;) {
+    std::size_t n = 0;
+    const Outcome o = callOpenSsl(
+        s, [&](SSL* ssl) { return SSL_read_ex(ssl, buffer.data(), buffer.size(), &n); });
+    switch (o.error) {
+      case SSL_ERROR_NONE:
+      case SSL_ERROR_ZERO_RETURN:  // the peer's close_notify: n == 0
+      case SSL_ERROR_WANT_READ:
+        // A key update's answer may be queued.
+        if (o.queuedByCall) co_await sendIfIdle(s);
+        break;
+      default: {
+        TlsError error = failure(s, "read", o);
+        if (o.queuedByCall) co_await sendIfIdle(s);
+        throw error;
+      }
+    }
+    if (o.error != SSL_ERROR_WANT_READ) co_return n;
+    // OpenSSL may stop after a record that carried no data (a session ticket, a key
+    // update) with more to take: then it is called again at once.
+    if (o.inputLeft) continue;
+    // Cancelled here, the stream stays usable: OpenSSL keeps a partial record for the
+    // next read, and receive() loses nothing.
+    takeInput(s, co_await s.tcp.receive());
+  }
+}
+
+Lazy<void> TlsStream::readExactly(std::span<std::byte> buffer) {
+  std::size_t done = 0;
+  while (done < buffer.size()) {
+    std::size_t n;
+    try {
+      n = co_await read(buffer.subspan(done));
+    } catch (...) {
+      if (done == 0) throw;
+      throw IncompleteTransfer("readExactly from a TlsStream", done, buffer.size());
+    }
+    if (n == 0) throw EndOfStream(done);
+    done += n;
+  }
+}
+
+Lazy<std::size_t> TlsStream::write(std::span<const std::byte> buffer) {
+  State& s = usable("write");
+  Turn turn(s.writing, "writes");
+  if (buffer.empty()) co_return 0;
+  if (s.shutDown) {
+    throw TlsError(TlsError::Kind::kProtocol,
+                   "weft: TLS write: the stream was shut down (shutdown() sent close_notify)");
+  }
+  const std::size_t size = std::min(buffer.size(), kMaxWrite);
+  std::size_t written = 0;
+  const Outcome o = callOpenSsl(
+      s, [&](SSL* ssl) { return SSL_write_ex(ssl, buffer.data(), size, &written); });
+  if (o.error != SSL_ERROR_NONE) {
+    // Our BIO takes every byte, and renegotiation is refused: a write never has to wait
+    // for the peer, so anything but success is a failure.
+    TlsError error = failure(s, "write", o);
+    if (o.queuedByCall) co_await sendIfIdle(s);
+    throw error;
+  }
+  co_await sendQueued(s, o.queued);
+  co_return written;
+}
+
+Lazy<void> TlsStream::writeAll(std::span<const std::byte> buffer) {
+  std::size_t done = 0;
+  while (done < buffer.size()) {
+    try {
+      done += co_await write(buffer.subspan(done));
+    } catch (...) {
+      if (done == 0) throw;
+      throw IncompleteTransfer("writeAll to a TlsStream", done, buffer.size());
+    }
+  }
+}
+
+Lazy<void> TlsStream::shutdown() {
+  State& s = usable("shutdown");
+  Turn turn(s.writing, "writes");
+  if (s.shutDown) co_return;
+  const Outcome o = callOpenSsl(s, [](SSL* ssl) {
+    const int r = SSL_shutdown(ssl);
+    return r >= 0 ? 1 : r;  // 0: close_notify sent, the peer's not read yet: fine
+  });
+  if (o.error != SSL_ERROR_NONE) throw failure(s, "shutdown", o);
+  co_await sendQueued(s, o.queued);
+  s.shutDown = true;
+  try {
+    s.tcp.shutdownWrite();
+  } catch (const std::system_error& e) {
+    // The peer is gone (it reset the connection after our close_notify): nothing is
+    // left to end.
+    if (e.code() != std::errc::not_connected) throw;
+  }
+}
+
+void TlsStream::close() noexcept {
+  if (state_) state_->tcp.close();
+}
+
+bool TlsStream::isOpen() const noexcept { return state_ && state_->tcp.isOpen(); }
+
+namespace {
+const TlsStream::State& established(const std::unique_ptr<TlsStream::State>& state,
+                                    const char* what) {
+  if (!state) throw std::logic_error(std::string("weft: TlsStream::") + what + " on an empty stream");
+  return *state;
+}
+}  // namespace
+
+std::string_view TlsStream::protocolVersion() const {
+  return SSL_get_version(established(state_, "protocolVersion").ssl);
+}
+
+std::string_view TlsStream::alpnProtocol() const {
+  const unsigned char* data = nullptr;
+  unsigned int length = 0;
+  SSL_get0_alpn_selected(established(state_, "alpnProtocol").ssl, &data, &length);
+  return {reinterpret_cast<const char*>(data), data != nullptr ? length : 0};
+}
+
+std::string TlsStream::peerSubject() const {
+  X509* certificate = SSL_get0_peer_certificate(established(state_, "peerSubject").ssl);
+  if (certificate == nullptr) return {};
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (bio == nullptr) throw std::bad_alloc();
+  X509_NAME_print_ex(bio, X509_get_subject_name(certificate), 0, XN_FLAG_RFC2253);
+  char* text = nullptr;
+  const long length = BIO_get_mem_data(bio, &text);
+  std::string subject(text != nullptr ? text : "", length > 0 ? static_cast<std::size_t>(length) : 0);
+  BIO_free(bio);
+  return subject;
+}
+
+bool TlsStream::sessionReused() const {
+  return SSL_session_reused(established(state_, "sessionReused").ssl) == 1;
+}
+
+std::string_view TlsStream::serverName() const {
+  const char* name =
+      SSL_get_servername(established(state_, "serverName").ssl, TLSEXT_NAMETYPE_host_name);
+  return name != nullptr ? name : "";
+}
+
+TcpStream& TlsStream::transport() {
+  if (!state_) throw std::logic_error("weft: TlsStream::transport on an empty stream");
+  return state_->tcp;
+}
+
+ssl_st* TlsStream::nativeHandle() const noexcept { return state_ ? state_->ssl : nullptr; }
+
+}  // namespace weft
