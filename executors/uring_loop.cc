@@ -774,7 +774,7 @@ class UringLoop final : public IoLoopBase {
     }
   }
 
-  // --- lent buffers (kReceiveLent, kReceiveMessageLent) ------------------------------------------------------
+  // --- lent buffers (kReceiveLent, kReceiveMessageLent) --------------------------------
 
   // Registers the provided-buffer ring and fills it with kInitialRingBuffers. False (once
   // and for all) when the kernel has no buffer rings (before Linux 5.19) or memory is

@@ -7,10 +7,10 @@
 
 #include "weft/executors/io_loop.h"
 #include "weft/io/datagram.h"
-#include "weft/io/lent_datagram.h"
 #include "weft/io/detail/datagram_ops.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/detail/vectored_ops.h"
+#include "weft/io/lent_datagram.h"
 #include "weft/io/socket_address.h"
 
 namespace weft {

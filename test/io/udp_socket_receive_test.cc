@@ -277,7 +277,9 @@ TEST_P(UdpSocketReceiveTest, ADatagramLongerThanALentBufferIsCutAndReportedTrunc
   const SocketAddress to = receiver.localAddress();
   auto pattern = [](std::size_t size) {
     std::vector<std::byte> data(size);
-    for (std::size_t i = 0; i < size; ++i) data[i] = static_cast<std::byte>((i * 7 + i / 251) & 0xff);
+    for (std::size_t i = 0; i < size; ++i) {
+      data[i] = static_cast<std::byte>((i * 7 + i / 251) & 0xff);
+    }
     return data;
   };
   for (bool waitFirst : {false, true}) {
@@ -394,9 +396,8 @@ TEST_P(UdpSocketReceiveTest, AConnectedSocketReceivesItsPeersDatagrams) {
   receiver.connect(peer.localAddress());
   ASSERT_TRUE(sendRaw(stranger, "not for you", receiver.localAddress()));  // filtered out
   ASSERT_TRUE(sendRaw(peer, "for you", receiver.localAddress()));
-  const LentDatagram d = syncAwait([&]() -> Lazy<LentDatagram> {
-    co_return co_await receiver.receive();
-  }().via(&pool));
+  const LentDatagram d = syncAwait(
+      [&]() -> Lazy<LentDatagram> { co_return co_await receiver.receive(); }().via(&pool));
   EXPECT_EQ(text(d.data), "for you");
   EXPECT_EQ(d.from, peer.localAddress());
 }
@@ -482,12 +483,12 @@ TEST_P(UdpSocketReceiveTest, CloseEndsAWaitingReceiveAndAClosedSocketFailsWithEb
   waiting.wait();
   EXPECT_EQ(errnoOf([&] { waiting.result.value(); }), ECANCELED) << waiting.what();
   EXPECT_EQ(errnoOf([&] { (void)syncAwait(receiveOnce(receiver).via(&pool)); }), EBADF);
-  EXPECT_EQ(errnoOf([&] {
-              (void)syncAwait([&]() -> Lazy<LentDatagram> {
-                co_return co_await receiver.receive();
-              }().via(&pool));
-            }),
-            EBADF);
+  EXPECT_EQ(
+      errnoOf([&] {
+        (void)syncAwait(
+            [&]() -> Lazy<LentDatagram> { co_return co_await receiver.receive(); }().via(&pool));
+      }),
+      EBADF);
   EXPECT_EQ(lentBuffers(pool), 0u);
 }
 
