@@ -36,8 +36,9 @@
 // stream whose coroutine moved between workers): each registration is that loop's own,
 // and an event for an fd without waiters only updates the readiness it knows.
 //
-// kReceiveLent takes a buffer from the loop's pool for each attempt and puts it back at
-// once when the socket has nothing (EAGAIN): a waiting receive holds no buffer.
+// kReceiveLent and kReceiveMessageLent take a buffer from the loop's pool for each attempt
+// and put it back at once when the socket has nothing (EAGAIN): a waiting receive holds no
+// buffer.
 //
 // Files are always "ready" to epoll: their operations run at once, blocking this thread
 // (io/File uses weft::blocking on this backend instead). A wait on one fails with EPERM.
@@ -449,6 +450,19 @@ class EpollLoop final : public IoLoopBase {
           return r;
         }
         pool_->recycle(id);  // nothing received: the next attempt takes it again
+        return result(r);
+      }
+      case IoOpcode::kReceiveMessageLent: {
+        const std::uint32_t id = pool_->take();
+        if (id == BufferPool::kNone) return -ENOBUFS;
+        op.message->msg_iov[0].iov_base = pool_->address(id);
+        op.message->msg_iov[0].iov_len = pool_->bufferSize();
+        const ssize_t r = ::recvmsg(op.fd, op.message, op.flags | MSG_DONTWAIT);
+        if (r > 0) {
+          op.lent = pool_->lend(id, static_cast<std::size_t>(r));
+          return r;
+        }
+        pool_->recycle(id);  // an empty datagram, or none yet: the buffer goes back
         return result(r);
       }
       case IoOpcode::kReceive:

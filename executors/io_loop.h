@@ -53,6 +53,16 @@ enum class IoOpcode : std::uint8_t {
   // taken to have emptied the socket (the epoll loop then waits for the next edge). The loop picks the buffer only when data is there (io_uring: from its
   // provided-buffer ring; epoll: from its pool, after readiness), so a wait holds none.
   kReceiveLent,
+  // recvmsg(fd, message, flags) of ONE datagram into a buffer the loop lends, on a datagram
+  // socket. `message` is as for kReceiveMessage (msg_name and msg_namelen receive the
+  // sender; msg_flags comes back with MSG_TRUNC when the datagram was longer than the
+  // buffer, whose size it was then cut to), except that msg_iov points to exactly one
+  // iovec (msg_iovlen 1) which the loop fills in with the buffer it picks for each attempt
+  // (what the awaitable put there is not used). Result: the bytes of the datagram stored,
+  // which `lent` then holds; 0 is an empty datagram (not an end: datagram sockets have
+  // none) and leaves `lent` empty. As for kReceiveLent, the loop picks the buffer only when
+  // a datagram is there, so a wait holds none.
+  kReceiveMessageLent,
 };
 
 struct IoOperation {
@@ -86,8 +96,9 @@ struct IoOperation {
   // Set by the loop: the system call's result (bytes, a new fd, 0), or -errno on failure,
   // -ECANCELED when IoLoop::cancel stopped it first.
   std::int64_t result = 0;
-  // kReceiveLent: the bytes received, set by the loop with the result; the awaitable
-  // takes it. One left here is given back when the operation is destroyed.
+  // kReceiveLent, kReceiveMessageLent: the bytes received, set by the loop with the
+  // result; the awaitable takes it. One left here is given back when the operation is
+  // destroyed.
   LentBuffer lent;
   // Set by the loop when it completed the operation because the loop is shutting down
   // (its executor is stopping): result is then -ECANCELED, and the awaitable should
@@ -253,9 +264,9 @@ class IoLoop {
   // True while operations are in flight (run() has something to wait for).
   virtual bool hasWork() const noexcept = 0;
 
-  // How many buffers this loop has lent (kReceiveLent) that have not come back (on any
-  // thread). For tests and metrics; on the loop's thread. A loop that lends nothing
-  // answers 0. noexcept: a counter (after taking in what other threads gave back).
+  // How many buffers this loop has lent (kReceiveLent, kReceiveMessageLent) that have not
+  // come back (on any thread). For tests and metrics; on the loop's thread. A loop that
+  // lends nothing answers 0. noexcept: a counter (after taking in what other threads gave back).
   virtual std::size_t lentBuffers() const noexcept { return 0; }
 
   // Cancels every operation in flight (each completes with -ECANCELED and loopShutDown

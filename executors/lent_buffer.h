@@ -100,7 +100,8 @@ class LentBuffer {
 };
 
 // BufferPool: the buffers one event loop lends (LentBuffer), for executor implementers
-// whose own IoLoop serves IoOpcode::kReceiveLent; weft's loops each own one.
+// whose own IoLoop serves IoOpcode::kReceiveLent (or kReceiveMessageLent); weft's loops
+// each own one.
 //
 // Buffers are bufferSize() bytes each, numbered from 0, allocated in chunks when the pool
 // grows and never moved. The loop's thread (the owner: the thread that created the pool)

@@ -39,7 +39,10 @@
 // head of its lane, so no byte is skipped or reordered. Beyond that (every ring buffer
 // lent out and held) it receives into a buffer from the pool's free list with a plain
 // recv, and on kernels without buffer rings every receive does so (holding its buffer
-// while it waits).
+// while it waits). A datagram socket's receive (kReceiveMessageLent) is the same with a
+// single-shot recvmsg: the kernel picks a buffer from the same ring and writes the sender
+// and MSG_TRUNC into the caller's msghdr, as a plain recvmsg does (the multishot form
+// would put them at the start of the buffer instead, in io_uring_recvmsg_out's layout).
 //
 // Ring set-up asks for DEFER_TASKRUN (Linux 6.1: completion work runs only when the worker
 // enters the kernel to wait or reap, in batches, never interrupting it) with SINGLE_ISSUER
@@ -116,6 +119,7 @@ constexpr std::uint8_t direction(IoOpcode opcode) noexcept {
     case IoOpcode::kAccept:
     case IoOpcode::kPollReadable:
     case IoOpcode::kReceiveLent:
+    case IoOpcode::kReceiveMessageLent:
       return 1;
     case IoOpcode::kSend:
     case IoOpcode::kSendMessage:
@@ -134,6 +138,11 @@ constexpr auto kDirections = [] {
   for (unsigned i = 0; i < table.size(); ++i) table[i] = direction(static_cast<IoOpcode>(i));
   return table;
 }();
+
+// The receives into lent buffers: a stream's recv and a datagram's recvmsg.
+constexpr bool receivesLent(IoOpcode opcode) noexcept {
+  return opcode == IoOpcode::kReceiveLent || opcode == IoOpcode::kReceiveMessageLent;
+}
 
 // Lanes are numbered 2 * fd for reads and 2 * fd + 1 for writes; an operation that is not
 // ordered (a file's, or one with fd < 0) has kNoLane.
@@ -246,7 +255,7 @@ class UringLoop final : public IoLoopBase {
       return true;
     }
     op.loopBuffer = BufferPool::kNone;
-    if (op.opcode == IoOpcode::kReceiveLent && !ringReady_) [[unlikely]] {
+    if (receivesLent(op.opcode) && !ringReady_) [[unlikely]] {
       if (!setUpBufferRing()) {
         // No buffer ring on this kernel: a plain recv into a buffer held while it waits.
         op.loopBuffer = pool_->take();
@@ -606,6 +615,21 @@ class UringLoop final : public IoLoopBase {
         sqe->flags |= IOSQE_BUFFER_SELECT;
         sqe->buf_group = kBufferGroup;
         return;
+      case IoOpcode::kReceiveMessageLent:
+        // A single-shot recvmsg: the kernel writes the sender, its length and msg_flags
+        // (MSG_TRUNC) into the caller's msghdr, as for kReceiveMessage. With a ring
+        // buffer, the one iovec only gives the length (the kernel picks the address);
+        // the kernel reads the msghdr and the iovec when it issues the request.
+        op.message->msg_iov[0].iov_len = pool_->bufferSize();
+        io_uring_prep_recvmsg(sqe, op.fd, op.message, static_cast<unsigned>(op.flags));
+        if (op.loopBuffer != BufferPool::kNone) [[unlikely]] {  // a plain recvmsg
+          op.message->msg_iov[0].iov_base = pool_->address(op.loopBuffer);
+          return;
+        }
+        op.message->msg_iov[0].iov_base = nullptr;
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = kBufferGroup;
+        return;
     }
     io_uring_prep_nop(sqe);
   }
@@ -684,7 +708,7 @@ class UringLoop final : public IoLoopBase {
         // kernel before `op` resumes.
         Slot& slot = slots_[index];
         IoOperation& op = *slot.op;
-        if (op.opcode == IoOpcode::kReceiveLent) {
+        if (receivesLent(op.opcode)) {
           if (done[i].res == -ENOBUFS && (done[i].flags & IORING_CQE_F_BUFFER) == 0 &&
               resubmitWithoutRingBuffer(op, slot)) [[unlikely]] {
             continue;  // in the kernel again, still at the head of its lane
@@ -750,7 +774,7 @@ class UringLoop final : public IoLoopBase {
     }
   }
 
-  // --- lent buffers (kReceiveLent) ------------------------------------------------------
+  // --- lent buffers (kReceiveLent, kReceiveMessageLent) --------------------------------
 
   // Registers the provided-buffer ring and fills it with kInitialRingBuffers. False (once
   // and for all) when the kernel has no buffer rings (before Linux 5.19) or memory is
@@ -815,8 +839,9 @@ class UringLoop final : public IoLoopBase {
     }
   }
 
-  // A kReceiveLent's completion: the received bytes (in a ring buffer or the buffer it
-  // held) are lent into op.lent; a buffer with nothing in it goes back.
+  // A kReceiveLent's or kReceiveMessageLent's completion: the received bytes (in a ring
+  // buffer or the buffer it held) are lent into op.lent; a buffer with nothing in it (the
+  // end of a stream, an empty datagram, a failure) goes back.
   void takeReceived(IoOperation& op, int res, std::uint32_t flags) noexcept {
     if ((flags & IORING_CQE_F_BUFFER) != 0) {
       ringBufferBack(flags, res, &op.lent);

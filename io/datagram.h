@@ -6,7 +6,8 @@
 
 namespace weft {
 
-// Datagram: what UdpSocket::receiveFrom (and receive) report about one datagram.
+// Datagram: what UdpSocket::receiveFrom(buffer) (and receive(buffer)) report about one
+// datagram. (receiveFrom() without a buffer returns a LentDatagram: io/lent_datagram.h.)
 //
 // Semantics: `size` bytes of the datagram were stored at the start of the buffer (0 is a
 // valid, empty datagram, not an end of stream: datagram sockets have none). `truncated`

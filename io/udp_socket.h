@@ -10,6 +10,7 @@
 #include "weft/io/detail/datagram_ops.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/detail/vectored_ops.h"
+#include "weft/io/lent_datagram.h"
 #include "weft/io/socket_address.h"
 
 namespace weft {
@@ -40,6 +41,15 @@ struct UdpSocketOptions {
 //    datagram was empty (a way to skip one, or to wait for an empty one); a send of an
 //    empty buffer sends an empty datagram. Unlike TcpStream::read of an empty buffer,
 //    which returns 0 at once.
+//  - `co_await socket.receiveFrom()` (no buffer) receives one datagram into a buffer the
+//    event loop lends and returns a LentDatagram: the bytes in a LentBuffer (given back to
+//    the loop when destroyed, on any thread), the sender, and `truncated`. A socket waiting
+//    there holds no buffer (io_uring: the kernel picks one from the loop's provided-buffer
+//    ring when a datagram arrives; epoll: the loop takes one from its pool once the socket
+//    is readable). The buffers are 16 KiB: a longer datagram is cut to 16 KiB with
+//    `truncated` set, its rest lost, as receiveFrom(buffer) does with a 16 KiB buffer
+//    (never silently). An empty datagram is an empty LentBuffer, `truncated` false.
+//    receive() is the same for a connected socket.
 //  - connect(address) sets the default peer (a synchronous connect(2): nothing goes on
 //    the wire) and filters what is received to datagrams from it. send(buffer) and
 //    receive(buffer) then need no address; receive() returns a Datagram like
@@ -51,7 +61,8 @@ struct UdpSocketOptions {
 //  - Cancellation: every await honours the coroutine's token (a Task's, withCancellation,
 //    withTimeout). An operation already in the kernel is cancelled there; the await then
 //    throws OperationCancelled once the kernel let go of the buffer, unless the operation
-//    completed first: a datagram received is returned, nothing is lost.
+//    completed first: a datagram received is returned, nothing is lost (nor is a lent
+//    buffer: one that a cancelled or failed receive was lent goes back to the loop).
 //  - Destroying the socket closes it. A Unix socket's path is not unlinked (by bind() or
 //    the destructor), as for TcpListener.
 //
@@ -76,6 +87,8 @@ struct UdpSocketOptions {
 //   auto socket = weft::UdpSocket::bind(weft::SocketAddress::parse("127.0.0.1:5353"));
 //   weft::Datagram d = co_await socket.receiveFrom(buffer);
 //   co_await socket.sendTo(std::span(buffer).first(d.size), d.from);  // echo it back
+//   weft::LentDatagram lent = co_await socket.receiveFrom();           // no buffer of ours
+//   co_await socket.sendTo(lent.data, lent.from);
 class UdpSocket {
  public:
   // Not open: isOpen() is false.
@@ -112,6 +125,18 @@ class UdpSocket {
     return detail::ReceiveMessageAwaitable("receiveFrom on a UdpSocket", fd_, buffer);
   }
 
+  // Waits for the next datagram; returns it in a buffer the loop lends (see above: at most
+  // 16 KiB kept, `truncated` for a longer one; an empty datagram is an empty `data`).
+  // Errors: as receiveFrom(buffer); ENOBUFS (std::system_error) only when memory for
+  // buffers runs out.
+  //   for (;;) {
+  //     weft::LentDatagram d = co_await socket.receiveFrom();
+  //     co_await socket.sendTo(d.data, d.from);  // echo
+  //   }
+  detail::ReceiveMessageLentAwaitable receiveFrom() const noexcept {
+    return {"receiveFrom on a UdpSocket", fd_};
+  }
+
   // Connected sockets: send to the peer (EDESTADDRREQ when not connected), receive from it.
   detail::IoOperationAwaitable send(std::span<const std::byte> buffer) const noexcept {
     return detail::IoOperationAwaitable("send on a UdpSocket", IoOpcode::kSend, fd_)
@@ -119,6 +144,10 @@ class UdpSocket {
   }
   detail::ReceiveMessageAwaitable receive(std::span<std::byte> buffer) const noexcept {
     return detail::ReceiveMessageAwaitable("receive on a UdpSocket", fd_, buffer);
+  }
+  // receiveFrom() for a connected socket (`from` is the peer). Errors: as receiveFrom().
+  detail::ReceiveMessageLentAwaitable receive() const noexcept {
+    return {"receive on a UdpSocket", fd_};
   }
 
   // ---- Gathered datagrams; char and text buffers -----------------------------------------

@@ -10,8 +10,9 @@
 
 namespace weft::detail {
 
-// The size of the buffers weft's loops lend for IoOpcode::kReceiveLent (both backends, so
-// that receive() returns as much on either).
+// The size of the buffers weft's loops lend for IoOpcode::kReceiveLent and
+// kReceiveMessageLent (both backends, so that a stream's receive() returns as much on
+// either, and a datagram is truncated at the same size: UdpSocket's contract says 16 KiB).
 inline constexpr std::size_t kLentBufferSize = 16384;
 
 // The calling thread's current loop, without creating one. noexcept: a thread_local read.

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "weft/coro/cancellation.h"
 #include "weft/executors/executor.h"
@@ -15,6 +16,7 @@
 #include "weft/io/detail/io_awaiter.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/datagram.h"
+#include "weft/io/lent_datagram.h"
 #include "weft/io/socket_address.h"
 
 namespace weft {
@@ -134,6 +136,61 @@ class ReceiveMessageAwaitable {
   const char* what_;
   int fd_;
   std::span<std::byte> buffer_;
+};
+
+// recvmsg(fd, {sender, one iovec}) of one datagram into a buffer the loop lends
+// (IoOpcode::kReceiveMessageLent), as an awaitable returning a LentDatagram. The msghdr,
+// the iovec (which the loop points at the buffer it picks) and the sender's storage live
+// in the awaiter, as for ReceiveMessageAwaitable.
+class ReceiveMessageLentAwaitable {
+ public:
+  ReceiveMessageLentAwaitable(const char* what, int fd) noexcept : what_(what), fd_(fd) {}
+
+  class Awaiter : public IoAwaiter {
+   public:
+    // Errors: std::system_error EBADF when the socket is closed (nothing is submitted).
+    Awaiter(const ReceiveMessageLentAwaitable& a, Executor* executor,
+            const CancellationToken& token)
+        : IoAwaiter(a.what_, executor, token), what_(a.what_) {
+      if (a.fd_ < 0) throwClosed(a.what_);
+      message_.msg_name = from_.nativeBuffer();
+      message_.msg_namelen = SocketAddress::kNativeCapacity;
+      message_.msg_iov = &iovec_;
+      message_.msg_iovlen = 1;
+      IoOperation& op = operation();
+      op.opcode = IoOpcode::kReceiveMessageLent;
+      op.fd = a.fd_;
+      op.message = &message_;
+    }
+
+    // Errors: std::system_error naming the operation (ENOBUFS only when memory for
+    // buffers runs out); cancellation as IoAwaiter says. A failed receive holds no buffer.
+    LentDatagram await_resume() {
+      const std::int64_t r = IoAwaiter::await_resume();
+      if (r < 0) [[unlikely]] throwIoError(r, what_);
+      LentDatagram datagram;
+      datagram.data = std::move(operation().lent);
+      datagram.truncated = (message_.msg_flags & MSG_TRUNC) != 0;
+      from_.setNativeLength(message_.msg_namelen);
+      datagram.from = from_;
+      return datagram;
+    }
+
+   private:
+    const char* what_;
+    SocketAddress from_;
+    iovec iovec_{};
+    msghdr message_{};
+  };
+
+  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
+    return Awaiter(*this, executor, token);
+  }
+  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
+
+ private:
+  const char* what_;
+  int fd_;
 };
 
 }  // namespace detail
