@@ -85,6 +85,45 @@ SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
   }
 }
 
+// Arms `timer` (its deadline and fire function set) on `executor`'s timers, or on the
+// process-wide timer queue when there is no executor: what a sleep and withTimeout's
+// timer do. Errors: as Executor::scheduleTimer (ExecutorShutDown once the queue is
+// stopped); nothing is armed then.
+inline void armTimer(Executor* executor, TimerEntry& timer) {
+  if (executor != nullptr) {
+    executor->scheduleTimer(timer);
+  } else if (!globalTimerQueue().add(timer)) {
+    throw ExecutorShutDown("weft-timer");
+  }
+}
+
+// Disarms a timer armed by armTimer: true if its fire function will never run.
+// noexcept: a heap removal.
+inline bool disarmTimer(Executor* executor, TimerEntry& timer) noexcept {
+  return executor != nullptr ? executor->cancelTimer(timer) : globalTimerQueue().cancel(timer);
+}
+
+// Resumes `waiter`, whose wait a timer's fire function or a cancellation has just ended,
+// on its executor: inline when there is none, or when `inlineOnExecutor` (a fire
+// function, never a cancellation callback, which runs on the canceller's stack) and this
+// thread is one of its own; otherwise through schedule(). If the executor refuses (it
+// shut down under the waiter), `*refused` is set (when not null) and the waiter resumes
+// inline here rather than being lost. noexcept: resuming a weft coroutine does not throw
+// (its promise catches).
+inline void resumeAfterTimer(std::coroutine_handle<> waiter, Executor* executor,
+                             bool inlineOnExecutor, bool* refused) noexcept {
+  if (executor == nullptr || (inlineOnExecutor && executor->currentThreadInExecutor())) {
+    waiter.resume();
+    return;
+  }
+  try {
+    executor->schedule(waiter);
+  } catch (...) {
+    if (refused != nullptr) *refused = true;
+    waiter.resume();
+  }
+}
+
 // The awaiter of a sleep. Lives in the sleeping coroutine's frame, and so does its timer
 // entry and its cancellation registration: arming allocates nothing.
 //
@@ -181,18 +220,8 @@ class SleepAwaiter {
   }
 
  private:
-  void arm() {
-    if (executor_ != nullptr) {
-      executor_->scheduleTimer(timer_);
-    } else if (!globalTimerQueue().add(timer_)) {
-      throw ExecutorShutDown("weft-timer");
-    }
-  }
-  // noexcept: a heap removal.
-  bool disarm() noexcept {
-    return executor_ != nullptr ? executor_->cancelTimer(timer_)
-                                : globalTimerQueue().cancel(timer_);
-  }
+  void arm() { armTimer(executor_, timer_); }
+  bool disarm() noexcept { return disarmTimer(executor_, timer_); }
 
   // The destructor's path for a coroutine destroyed while suspended here. Cold: only
   // destruction of a suspended coroutine comes here.
@@ -232,18 +261,8 @@ class SleepAwaiter {
   void arrive(bool byCancellation) noexcept {
     // acq_rel: see await_suspend.
     if (arrivals_.fetch_add(1, std::memory_order_acq_rel) == 0) return;
-    std::coroutine_handle<> waiter = waiter_;
-    Executor* executor = executor_;
-    if (executor == nullptr || (!byCancellation && executor->currentThreadInExecutor())) {
-      waiter.resume();
-      return;
-    }
-    try {
-      executor->schedule(waiter);
-    } catch (...) {
-      if (!cancelled_) timer_.shutDown = true;
-      waiter.resume();
-    }
+    resumeAfterTimer(waiter_, executor_, /*inlineOnExecutor=*/!byCancellation,
+                     cancelled_ ? nullptr : &timer_.shutDown);
   }
 
   struct Timer : TimerEntry {
