@@ -189,10 +189,8 @@ class SleepAwaiter {
     if (!resumeWithoutThrowing()) throw OperationCancelled("weft: sleep cancelled");
   }
 
-  // await_resume for sleeps whose cancellation is an ordinary outcome (withTimeout's
-  // timer, cancelled whenever the work finishes first): false when cancelled, true when
-  // the time has passed, without an exception for the cancellation.
-  // Errors: ExecutorShutDown as await_resume.
+  // await_resume without the exception: false when cancelled, true when the time has
+  // passed. Errors: ExecutorShutDown as await_resume.
   bool resumeWithoutThrowing() {
     // Waits if the callback still runs on another thread (it lost the race, or is
     // finishing its arrival); after this, nothing refers to this awaiter.
@@ -296,48 +294,6 @@ class SleepAwaitable {
   Deadline deadline_;
 };
 
-// A sleep whose co_await returns true when its time has passed and false when it was
-// cancelled (before or during), instead of throwing OperationCancelled. For withTimeout's
-// timer, which is cancelled each time the work finishes first: a thrown and caught
-// exception would cost more than the rest of the timeout.
-template <class Rep, class Period>
-class SleepOrCancelAwaitable {
- public:
-  explicit SleepOrCancelAwaitable(std::chrono::duration<Rep, Period> duration) noexcept
-      : duration_(duration) {}
-
-  class Awaiter : public SleepAwaiter {
-   public:
-    using SleepAwaiter::SleepAwaiter;
-    bool await_ready() const noexcept { return false; }  // cancellation is checked in suspend
-    bool await_suspend(std::coroutine_handle<> waiter) {
-      if (token().isCancellationRequested()) {
-        cancelledEarly_ = true;
-        return false;
-      }
-      if (SleepAwaiter::await_ready()) return false;  // the deadline has passed
-      return SleepAwaiter::await_suspend(waiter);
-    }
-    bool await_resume() {
-      if (cancelledEarly_) return false;
-      return resumeWithoutThrowing();
-    }
-
-   private:
-    bool cancelledEarly_ = false;
-  };
-
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(deadlineAfter(duration_), executor, token);
-  }
-  Awaiter operator co_await() const {
-    return Awaiter(deadlineAfter(duration_), nullptr, kNoCancellationToken);
-  }
-
- private:
-  std::chrono::duration<Rep, Period> duration_;
-};
-
 }  // namespace detail
 
 // `co_await sleep(duration)`: suspends the current Lazy/Task (or fiber, with
@@ -361,8 +317,8 @@ class SleepOrCancelAwaitable {
 // sleep throws OperationCancelled promptly (through the executor) and its timer entry is
 // removed at once. A sleep that already ended completes normally.
 //
-// Destruction: destroying a coroutine suspended in a sleep (its Lazy, or a collectAny or
-// withTimeout it is a branch of) withdraws the sleep: its timer leaves the timer heap and
+// Destruction: destroying a coroutine suspended in a sleep (its Lazy, a collectAny it is
+// a branch of, or a withTimeout it is the work of) withdraws the sleep: its timer leaves the timer heap and
 // its cancellation callback is deregistered. Destroying it after its timer fired or its
 // cancellation was delivered (its resumption is then on its way: queued on its executor
 // or running) is a use error: weft prints a "weft: ..." message naming it and aborts.
