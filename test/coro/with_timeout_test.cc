@@ -7,6 +7,7 @@
 #include <cmath>
 #include <coroutine>
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -189,6 +190,33 @@ TEST(WithTimeoutTest, ATimerThatCannotBeArmedCancelsTheWorkAndReportsWhy) {
   };
   Watchdog watchdog(60s, "WithTimeoutTest.ATimerThatCannotBeArmed");
   syncAwait(body().via(&executor));
+}
+
+// ThreadPool::shutdown ends the timer early (its fire function runs with shutDown set, or
+// arming it is refused if the shutdown came first): the work is cancelled, and its
+// OperationCancelled becomes ExecutorShutDown.
+TEST(WithTimeoutTest, PoolShutdownEndsAWaitingWithTimeoutWithExecutorShutDown) {
+  Watchdog watchdog(60s, "WithTimeoutTest.PoolShutdownEndsAWaitingWithTimeout");
+  Channel<int> never;
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  {
+    ThreadPool pool(1);
+    Channel<int> started(1);
+    auto waiter = [&]() -> Lazy<void> {
+      co_await started.send(0);
+      (void)co_await withTimeout(never.receive(), 1h);
+    };
+    waiter().via(&pool).start([&](Try<void> r) {
+      if (r.hasException()) error = r.exception();
+      done = true;
+    });
+    syncAwait(started.receive());
+    pool.shutdown();
+  }
+  EXPECT_TRUE(done.load());
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), ExecutorShutDown);
 }
 
 // An awaiter cancelled before withTimeout starts: the work starts with its token
