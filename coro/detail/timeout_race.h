@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
-#include <string>
 #include <utility>
 
 #include "weft/coro/cancellation.h"
