@@ -59,7 +59,8 @@ class TimeoutRace : public CompletionSink {
  public:
   // The deadline of the timer given the clock's reading `now` (deadlineAfter of the
   // caller's duration: it saturates; std::invalid_argument for a NaN duration).
-  using DeadlineOf = SleepClock::time_point (*)(const TimeoutRace& self, SleepClock::time_point now);
+  using DeadlineOf = SleepClock::time_point (*)(const TimeoutRace& self,
+                                                SleepClock::time_point now);
 
   // `work`: the work's frame, owned from here on (freed with this object); `parent`: the
   // awaiting coroutine's token (outlives the await). Errors: std::bad_alloc (the token).
@@ -191,8 +192,7 @@ class TimeoutRace : public CompletionSink {
   static std::coroutine_handle<> workFinished(CompletionSink* sink) noexcept {
     auto* self = static_cast<TimeoutRace*>(sink);
     // acq_rel: release publishes the work's result; acquire sees the starter's timer.
-    const std::uint8_t seen =
-        self->arrivals_.fetch_or(kWork, std::memory_order_acq_rel) | kWork;
+    const std::uint8_t seen = self->arrivals_.fetch_or(kWork, std::memory_order_acq_rel) | kWork;
     if ((seen & kStarter) == 0) return std::noop_coroutine();  // await_suspend goes on
     // Read before timerGone: if it fails, another party may resume the coroutine.
     const std::coroutine_handle<> waiter = self->waiter_;

@@ -109,7 +109,9 @@ class FinishWhileArmingExecutor final : public Executor {
       : Executor("finish-while-arming"), probe_(pool), parking_(parking) {}
   using Executor::schedule;
   void schedule(std::coroutine_handle<> h) override { probe_.schedule(h); }
-  bool currentThreadInExecutor() const noexcept override { return probe_.currentThreadInExecutor(); }
+  bool currentThreadInExecutor() const noexcept override {
+    return probe_.currentThreadInExecutor();
+  }
   void scheduleTimer(TimerEntry& timer) override {
     probe_.scheduleTimer(timer);
     parking_.resume();
