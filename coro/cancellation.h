@@ -1,9 +1,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/detail/frame_allocator.h"
+#include "weft/coro/detail/spin_lock.h"
 #include "weft/executors/executor.h"
 
 // Cooperative cancellation: a CancellationSource requests, CancellationTokens observe,
@@ -53,39 +55,65 @@ namespace detail {
 // The shared state behind one CancellationSource, its copies, its tokens and the
 // callbacks registered on them. Reference counted; freed with the last handle.
 //
+// Cheap to make and to drop, because every collectAny, withTimeout, TaskGroup and spawn
+// makes one: it comes from the thread-local frame allocator (coro/detail/frame_allocator.h,
+// no malloc; it may be freed on any thread), it holds no mutex or condition variable to
+// construct and destroy (a one-byte SpinLock, and a futex wait on a counter for the rare
+// destructor that must wait for a callback running on another thread), and the last
+// holder frees it without an atomic read-modify-write when it sees it is the only one.
+//
 // Registration protocol (why the callback runs exactly once or never, and why a
 // destructor never returns while its callback runs on another thread):
-//  - A small mutex guards the intrusive list of registered callbacks, `running_` and
-//    `signaller_`. It is held only to link, unlink and hand over one callback, never
-//    while a callback runs.
-//  - requestCancellation() sets `requested_` under the mutex, then repeatedly unlinks the
+//  - A spin lock guards the intrusive list of registered callbacks, `running_`,
+//    `signaller_` and `waiters_`. It is held only to link, unlink and hand over one
+//    callback, never while a callback runs.
+//  - requestCancellation() sets `requested_` under the lock, then repeatedly unlinks the
 //    first callback, records it in `running_`, unlocks, runs it, relocks and clears
 //    `running_`. A callback is therefore run by whoever unlinks it, and only once.
-//  - A registration that finds `requested_` already set (under the mutex) is not linked;
+//  - A registration that finds `requested_` already set (under the lock) is not linked;
 //    its constructor runs the callback itself.
 //  - ~CancellationCallback locks: if still linked it unlinks itself (its callback will
 //    never run). Otherwise its callback has run or is running; if it is `running_` on
-//    another thread, it waits on `callbackFinished_` until `running_` changes. If it is
+//    another thread, it waits (on `callbackDone_`, which the signaller bumps and notifies
+//    when a callback returns while someone waits) until `running_` changes. If it is
 //    `running_` on this very thread, the destructor was called from inside the callback
 //    (or from something the callback called): it returns at once, and the signaller never
 //    touches a callback after running it, so that is safe.
 class CancellationState {
  public:
-  // A new state held by one source.
-  static CancellationState* create() { return new CancellationState(); }
+  // A new state held by one source (and one reference).
+  // Errors: std::bad_alloc.
+  static CancellationState* create() {
+    return ::new (allocateFrame(sizeof(CancellationState))) CancellationState();
+  }
 
   // Relaxed: the caller already holds a reference, so the count cannot reach zero
   // concurrently; nothing is published by taking one more.
   void addRef() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   // acq_rel: release publishes this holder's uses of the state; the last holder acquires
-  // all of them before deleting it.
+  // all of them before freeing it. The acquire load first: a holder that reads 1 is the
+  // only one (only a holder can take another reference), so it frees the state without a
+  // read-modify-write; it synchronises with every earlier release (their fetch_subs).
   void release() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (refs_.load(std::memory_order_acquire) == 1 ||
+        refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      destroy();
+    }
   }
   // Relaxed: as addRef (the caller holds a source).
   void addSource() noexcept { sources_.fetch_add(1, std::memory_order_relaxed); }
   // Release: pairs with the acquire in canBeCancelled().
   void releaseSource() noexcept { sources_.fetch_sub(1, std::memory_order_release); }
+  // A source's end: releaseSource() then release(), or, when this is the only reference
+  // left (acquire, as in release()), nobody can ask canBeCancelled() any more: freed at once.
+  void releaseSourceAndRef() noexcept {
+    if (refs_.load(std::memory_order_acquire) == 1) {
+      destroy();
+      return;
+    }
+    releaseSource();
+    release();
+  }
 
   // Acquire: pairs with the release store in requestCancellation(), so what the
   // requester wrote before requesting is visible to whoever sees the request.
@@ -98,8 +126,7 @@ class CancellationState {
   }
 
   // noexcept: callbacks must not throw (a throwing one aborts the process with a message
-  // naming the misuse), and the mutex and condition variable only fail on a corrupted
-  // state, where terminating is the honest answer.
+  // naming the misuse); the lock and the futex wake cannot fail.
   bool requestCancellation() noexcept;
 
   // Links `callback` unless cancellation was already requested (then returns false and
@@ -112,18 +139,27 @@ class CancellationState {
   CancellationState() = default;
   ~CancellationState() = default;
 
+  void destroy() noexcept {
+    this->~CancellationState();
+    deallocateFrame(this, sizeof(CancellationState));
+  }
+
   void unlink(CancellationCallback* callback) noexcept;
 
-  std::atomic<bool> requested_{false};
   std::atomic<std::size_t> refs_{1};
   std::atomic<std::size_t> sources_{1};
-  std::mutex mutex_;
-  std::condition_variable callbackFinished_;
-  CancellationCallback* head_ = nullptr;     // guarded by mutex_
-  CancellationCallback* running_ = nullptr;  // guarded by mutex_
-  std::thread::id signaller_;                // guarded by mutex_
-  std::size_t waiters_ = 0;                  // guarded by mutex_
+  std::atomic<bool> requested_{false};
+  SpinLock lock_;
+  // Bumped (under lock_) each time a callback returns while a destructor waits for one;
+  // what those destructors wait on (std::atomic::wait: a futex, nothing to construct).
+  std::atomic<std::uint32_t> callbackDone_{0};
+  std::uint32_t waiters_ = 0;                // guarded by lock_
+  CancellationCallback* head_ = nullptr;     // guarded by lock_
+  CancellationCallback* running_ = nullptr;  // guarded by lock_
+  std::thread::id signaller_;                // guarded by lock_
 };
+
+class OwnedCancellationSource;
 
 // noexcept: reports the misuse and aborts (a callback has nobody to throw to).
 [[noreturn]] inline void abortThrowingCancellationCallback() noexcept {
@@ -187,6 +223,7 @@ class CancellationToken {
  private:
   friend class CancellationSource;
   friend class CancellationCallback;
+  friend class detail::OwnedCancellationSource;
 
   // Adopts one reference the caller already took.
   explicit CancellationToken(detail::CancellationState* state) noexcept : state_(state) {}
@@ -226,10 +263,7 @@ class CancellationSource {
     return *this;
   }
   ~CancellationSource() {
-    if (state_ != nullptr) {
-      state_->releaseSource();
-      state_->release();
-    }
+    if (state_ != nullptr) state_->releaseSourceAndRef();
   }
 
   // A token observing this source.
@@ -382,8 +416,8 @@ inline void CancellationState::unlink(CancellationCallback* callback) noexcept {
 }
 
 inline bool CancellationState::tryAdd(CancellationCallback* callback) noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  // Relaxed: requested_ is written under mutex_, which we hold.
+  std::lock_guard<SpinLock> lock(lock_);
+  // Relaxed: requested_ is written under lock_, which we hold.
   if (requested_.load(std::memory_order_relaxed)) return false;
   callback->next_ = head_;
   callback->prevNext_ = &head_;
@@ -394,7 +428,7 @@ inline bool CancellationState::tryAdd(CancellationCallback* callback) noexcept {
 }
 
 inline void CancellationState::remove(CancellationCallback* callback) noexcept {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<SpinLock> lock(lock_);
   if (callback->prevNext_ != nullptr) {
     unlink(callback);  // never ran, never will
     return;
@@ -403,13 +437,20 @@ inline void CancellationState::remove(CancellationCallback* callback) noexcept {
   if (running_ != callback) return;
   if (signaller_ == std::this_thread::get_id()) return;  // destroyed from inside onCancel
   ++waiters_;
-  callbackFinished_.wait(lock, [&] { return running_ != callback; });
+  while (running_ == callback) {
+    // Relaxed: read under the lock, which orders it with the signaller's bump; the wait
+    // returns at once if the counter has moved since.
+    const std::uint32_t seen = callbackDone_.load(std::memory_order_relaxed);
+    lock.unlock();
+    callbackDone_.wait(seen, std::memory_order_relaxed);
+    lock.lock();  // acquires what the signaller did before it released the lock
+  }
   --waiters_;
 }
 
 inline bool CancellationState::requestCancellation() noexcept {
-  std::unique_lock<std::mutex> lock(mutex_);
-  // Relaxed: requested_ is written only under mutex_, which we hold.
+  std::unique_lock<SpinLock> lock(lock_);
+  // Relaxed: requested_ is written only under lock_, which we hold.
   if (requested_.load(std::memory_order_relaxed)) return false;
   // Release: pairs with the acquire in requested(), publishing what the requester did
   // before requesting.
@@ -424,10 +465,39 @@ inline bool CancellationState::requestCancellation() noexcept {
     callback->invoke_(callback);
     lock.lock();
     running_ = nullptr;
-    if (waiters_ != 0) callbackFinished_.notify_all();
+    if (waiters_ != 0) {
+      // Relaxed: the waiters read it under the lock. Woken outside the lock, so that they
+      // do not spin on it; the state stays alive (whoever requests holds a reference).
+      callbackDone_.fetch_add(1, std::memory_order_relaxed);
+      lock.unlock();
+      callbackDone_.notify_all();
+      lock.lock();
+    }
   }
   return true;
 }
+
+// A CancellationSource and the token its owner hands to the coroutines it runs (by
+// address), in one object holding one reference: a CancellationSource plus a copy of its
+// token() would take two, one of them an atomic increment. For weft's own algorithms
+// (collectAny, collectAllFailFast, withTimeout), whose frame outlives every coroutine
+// that points at the token. Tokens copied from it hold references of their own, as usual.
+// Errors: the constructor throws std::bad_alloc. Thread safety: as CancellationSource.
+class OwnedCancellationSource {
+ public:
+  OwnedCancellationSource() : token_(CancellationState::create()) {}
+  OwnedCancellationSource(const OwnedCancellationSource&) = delete;
+  OwnedCancellationSource& operator=(const OwnedCancellationSource&) = delete;
+  ~OwnedCancellationSource() { std::exchange(token_.state_, nullptr)->releaseSourceAndRef(); }
+
+  const CancellationToken& token() const noexcept { return token_; }
+  // As CancellationSource::requestCancellation: true for the first request only.
+  bool requestCancellation() noexcept { return token_.state_->requestCancellation(); }
+  bool isCancellationRequested() const noexcept { return token_.state_->requested(); }
+
+ private:
+  CancellationToken token_;
+};
 
 // The token of a Lazy that nobody gave one: never cancelled. Every promise points here
 // until a token is bound or inherited (constinit: no initialisation guard on access).

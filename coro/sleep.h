@@ -85,6 +85,45 @@ SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
   }
 }
 
+// Arms `timer` (its deadline and fire function set) on `executor`'s timers, or on the
+// process-wide timer queue when there is no executor: what a sleep and withTimeout's
+// timer do. Errors: as Executor::scheduleTimer (ExecutorShutDown once the queue is
+// stopped); nothing is armed then.
+inline void armTimer(Executor* executor, TimerEntry& timer) {
+  if (executor != nullptr) {
+    executor->scheduleTimer(timer);
+  } else if (!globalTimerQueue().add(timer)) {
+    throw ExecutorShutDown("weft-timer");
+  }
+}
+
+// Disarms a timer armed by armTimer: true if its fire function will never run.
+// noexcept: a heap removal.
+inline bool disarmTimer(Executor* executor, TimerEntry& timer) noexcept {
+  return executor != nullptr ? executor->cancelTimer(timer) : globalTimerQueue().cancel(timer);
+}
+
+// Resumes `waiter`, whose wait a timer's fire function or a cancellation has just ended,
+// on its executor: inline when there is none, or when `inlineOnExecutor` (a fire
+// function, never a cancellation callback, which runs on the canceller's stack) and this
+// thread is one of its own; otherwise through schedule(). If the executor refuses (it
+// shut down under the waiter), `*refused` is set (when not null) and the waiter resumes
+// inline here rather than being lost. noexcept: resuming a weft coroutine does not throw
+// (its promise catches).
+inline void resumeAfterTimer(std::coroutine_handle<> waiter, Executor* executor,
+                             bool inlineOnExecutor, bool* refused) noexcept {
+  if (executor == nullptr || (inlineOnExecutor && executor->currentThreadInExecutor())) {
+    waiter.resume();
+    return;
+  }
+  try {
+    executor->schedule(waiter);
+  } catch (...) {
+    if (refused != nullptr) *refused = true;
+    waiter.resume();
+  }
+}
+
 // The awaiter of a sleep. Lives in the sleeping coroutine's frame, and so does its timer
 // entry and its cancellation registration: arming allocates nothing.
 //
@@ -150,10 +189,8 @@ class SleepAwaiter {
     if (!resumeWithoutThrowing()) throw OperationCancelled("weft: sleep cancelled");
   }
 
-  // await_resume for sleeps whose cancellation is an ordinary outcome (withTimeout's
-  // timer, cancelled whenever the work finishes first): false when cancelled, true when
-  // the time has passed, without an exception for the cancellation.
-  // Errors: ExecutorShutDown as await_resume.
+  // await_resume without the exception: false when cancelled, true when the time has
+  // passed. Errors: ExecutorShutDown as await_resume.
   bool resumeWithoutThrowing() {
     // Waits if the callback still runs on another thread (it lost the race, or is
     // finishing its arrival); after this, nothing refers to this awaiter.
@@ -181,18 +218,8 @@ class SleepAwaiter {
   }
 
  private:
-  void arm() {
-    if (executor_ != nullptr) {
-      executor_->scheduleTimer(timer_);
-    } else if (!globalTimerQueue().add(timer_)) {
-      throw ExecutorShutDown("weft-timer");
-    }
-  }
-  // noexcept: a heap removal.
-  bool disarm() noexcept {
-    return executor_ != nullptr ? executor_->cancelTimer(timer_)
-                                : globalTimerQueue().cancel(timer_);
-  }
+  void arm() { armTimer(executor_, timer_); }
+  bool disarm() noexcept { return disarmTimer(executor_, timer_); }
 
   // The destructor's path for a coroutine destroyed while suspended here. Cold: only
   // destruction of a suspended coroutine comes here.
@@ -232,18 +259,8 @@ class SleepAwaiter {
   void arrive(bool byCancellation) noexcept {
     // acq_rel: see await_suspend.
     if (arrivals_.fetch_add(1, std::memory_order_acq_rel) == 0) return;
-    std::coroutine_handle<> waiter = waiter_;
-    Executor* executor = executor_;
-    if (executor == nullptr || (!byCancellation && executor->currentThreadInExecutor())) {
-      waiter.resume();
-      return;
-    }
-    try {
-      executor->schedule(waiter);
-    } catch (...) {
-      if (!cancelled_) timer_.shutDown = true;
-      waiter.resume();
-    }
+    resumeAfterTimer(waiter_, executor_, /*inlineOnExecutor=*/!byCancellation,
+                     cancelled_ ? nullptr : &timer_.shutDown);
   }
 
   struct Timer : TimerEntry {
@@ -277,48 +294,6 @@ class SleepAwaitable {
   Deadline deadline_;
 };
 
-// A sleep whose co_await returns true when its time has passed and false when it was
-// cancelled (before or during), instead of throwing OperationCancelled. For withTimeout's
-// timer, which is cancelled each time the work finishes first: a thrown and caught
-// exception would cost more than the rest of the timeout.
-template <class Rep, class Period>
-class SleepOrCancelAwaitable {
- public:
-  explicit SleepOrCancelAwaitable(std::chrono::duration<Rep, Period> duration) noexcept
-      : duration_(duration) {}
-
-  class Awaiter : public SleepAwaiter {
-   public:
-    using SleepAwaiter::SleepAwaiter;
-    bool await_ready() const noexcept { return false; }  // cancellation is checked in suspend
-    bool await_suspend(std::coroutine_handle<> waiter) {
-      if (token().isCancellationRequested()) {
-        cancelledEarly_ = true;
-        return false;
-      }
-      if (SleepAwaiter::await_ready()) return false;  // the deadline has passed
-      return SleepAwaiter::await_suspend(waiter);
-    }
-    bool await_resume() {
-      if (cancelledEarly_) return false;
-      return resumeWithoutThrowing();
-    }
-
-   private:
-    bool cancelledEarly_ = false;
-  };
-
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(deadlineAfter(duration_), executor, token);
-  }
-  Awaiter operator co_await() const {
-    return Awaiter(deadlineAfter(duration_), nullptr, kNoCancellationToken);
-  }
-
- private:
-  std::chrono::duration<Rep, Period> duration_;
-};
-
 }  // namespace detail
 
 // `co_await sleep(duration)`: suspends the current Lazy/Task (or fiber, with
@@ -342,8 +317,8 @@ class SleepOrCancelAwaitable {
 // sleep throws OperationCancelled promptly (through the executor) and its timer entry is
 // removed at once. A sleep that already ended completes normally.
 //
-// Destruction: destroying a coroutine suspended in a sleep (its Lazy, or a collectAny or
-// withTimeout it is a branch of) withdraws the sleep: its timer leaves the timer heap and
+// Destruction: destroying a coroutine suspended in a sleep (its Lazy, a collectAny it is
+// a branch of, or a withTimeout it is the work of) withdraws the sleep: its timer leaves the timer heap and
 // its cancellation callback is deregistered. Destroying it after its timer fired or its
 // cancellation was delivered (its resumption is then on its way: queued on its executor
 // or running) is a use error: weft prints a "weft: ..." message naming it and aborts.

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <chrono>
+#include <coroutine>
+#include <cstdio>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -8,11 +10,13 @@
 #include <utility>
 
 #include "weft/coro/cancellation.h"
-#include "weft/coro/collect_any.h"
 #include "weft/coro/detail/await_in_lazy.h"
+#include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/timeout_race.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/sleep.h"
 #include "weft/coro/try.h"
+#include "weft/executors/executor.h"
 
 namespace weft {
 
@@ -25,19 +29,11 @@ class TimeoutError : public std::runtime_error {
 
 namespace detail {
 
-// True when the time ran out, false when the timer was cancelled (the work finished
-// first, or the awaiter was cancelled): no exception on the common path.
-template <class Rep, class Period>
-Lazy<bool> timeoutTimer(std::chrono::duration<Rep, Period> timeout) {
-  co_return co_await SleepOrCancelAwaitable<Rep, Period>(timeout);
-}
-
-// True if `result` holds an OperationCancelled (or a type derived from it).
-template <class T>
-bool endedByCancellation(const Try<T>& result) {
-  if (!result.hasException()) return false;
+// True if `error` is an OperationCancelled (or a type derived from it). Out of the way of
+// the common path: only an exception comes here.
+inline bool isOperationCancelled(const std::exception_ptr& error) {
   try {
-    std::rethrow_exception(result.exception());
+    std::rethrow_exception(error);
   } catch (const OperationCancelled&) {
     return true;
   } catch (...) {
@@ -45,20 +41,80 @@ bool endedByCancellation(const Try<T>& result) {
   }
 }
 
-template <class T, class Rep, class Period>
-Lazy<T> withTimeoutImpl(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout) {
-  auto outcome = co_await collectAnyNoDiscard(std::move(lazy), timeoutTimer(timeout));
-  Try<T>& work = std::get<0>(outcome.results);
-  // The work's outcome is the answer, unless the timer finished first and the work then
-  // ended with the OperationCancelled that this caused. A value (or another exception)
-  // that arrived despite the cancellation is never discarded.
-  if (outcome.index == 1 && endedByCancellation(work)) {
-    // The timer fired (a timeout), or was itself cancelled (the awaiter was) or ended by
-    // its executor's shutdown (ExecutorShutDown, rethrown by value()).
-    if (!std::get<1>(outcome.results).value()) throw OperationCancelled();
+// The awaiter of withTimeout's one co_await: the race (coro/detail/timeout_race.h) over
+// the work's frame, and the reading of its outcome.
+template <class T, class Duration>
+class TimeoutAwaiter final : public TimeoutRace {
+ public:
+  // Errors: std::bad_alloc (the work's token); the work's frame is freed then.
+  TimeoutAwaiter(std::coroutine_handle<LazyPromise<T>> work, Duration timeout, Executor* executor,
+                 const CancellationToken& parent)
+      : TimeoutRace(work, work.promise(), executor, parent, &TimeoutAwaiter::deadlineOf),
+        work_(work),
+        timeout_(timeout) {}
+
+  // The work's outcome is the answer, unless the timer cancelled the work first and the
+  // work then ended with the OperationCancelled that this caused. A value (or another
+  // exception) that arrived despite the cancellation is never discarded.
+  T await_resume() {
+    resumed();
+    Try<T>& result = work_.promise().result_;
+    if (cancelledByTimer()) [[unlikely]] {
+      if (result.hasException() && isOperationCancelled(result.exception())) throwTimerOutcome();
+    }
+    if constexpr (std::is_void_v<T>) {
+      result.value();
+    } else {
+      return std::move(result).value();
+    }
+  }
+
+  // For task dumps (coro/detail/wait_note.h): "withTimeout of 0.200 s".
+  void describeWait(std::string& out) const {
+    char text[64];
+    std::snprintf(text, sizeof(text), "withTimeout of %.3f s",
+                  std::chrono::duration<double>(timeout_).count());
+    out += text;
+  }
+
+ private:
+  static SleepClock::time_point deadlineOf(const TimeoutRace& self, SleepClock::time_point now) {
+    return deadlineAfter(static_cast<const TimeoutAwaiter&>(self).timeout_, now);
+  }
+
+  // The time ran out (TimeoutError), or the timer ended by its executor's shutdown
+  // (ExecutorShutDown), or arming it failed (what that threw).
+  [[noreturn]] void throwTimerOutcome() const {
+    if (timerError()) std::rethrow_exception(timerError());
+    if (timerShutDown()) {
+      throw ExecutorShutDown(executor() != nullptr ? std::string(executor()->name())
+                                                   : std::string("weft-timer"));
+    }
     throw TimeoutError();
   }
-  co_return std::move(work).value();
+
+  std::coroutine_handle<LazyPromise<T>> work_;  // not owned: TimeoutRace owns the frame
+  Duration timeout_;
+};
+
+template <class T, class Duration>
+struct TimeoutAwaitable {
+  std::coroutine_handle<LazyPromise<T>> work;
+  Duration timeout;
+  TimeoutAwaiter<T, Duration> coAwait(Executor* executor, const CancellationToken& token) const {
+    return TimeoutAwaiter<T, Duration>(work, timeout, executor, token);
+  }
+};
+
+// One coroutine frame: the work's frame is awaited by the race in this frame.
+template <class T, class Rep, class Period>
+Lazy<T> withTimeoutImpl(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout) {
+  using Awaitable = TimeoutAwaitable<T, std::chrono::duration<Rep, Period>>;
+  if constexpr (std::is_void_v<T>) {
+    co_await Awaitable{LazyAccess::release(lazy), timeout};
+  } else {
+    co_return co_await Awaitable{LazyAccess::release(lazy), timeout};
+  }
 }
 
 }  // namespace detail
@@ -67,9 +123,12 @@ Lazy<T> withTimeoutImpl(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout
 // then cancelled and awaited, and withTimeout throws TimeoutError unless the work
 // finished anyway.
 //
-// Semantics: `lazy` and a timer race as in collectAny. If `lazy` finishes first, the
-// timer is cancelled (its entry leaves the timer heap at once) and its value is returned
-// or its exception rethrown. If the timer fires first, `lazy`'s token is cancelled, its
+// Semantics: `lazy` starts at once, on the awaiting thread, with a cancellation token of
+// its own (linked to the awaiter's). If it finishes without suspending, its value is
+// returned (or its exception rethrown) and no timer is ever armed: the clock is not even
+// read. Once it suspends, a timer is armed for `duration` from then. If `lazy` finishes
+// first, the timer is cancelled (its entry leaves the timer heap at once) and its value
+// is returned or its exception rethrown. If the timer fires first, `lazy`'s token is cancelled, its
 // cancellable awaits throw OperationCancelled, and withTimeout waits for it to finish:
 //  - if it ended with that OperationCancelled, withTimeout throws TimeoutError;
 //  - if it finished with a value anyway (cancellation never undoes work that is done: a
@@ -89,8 +148,14 @@ Lazy<T> withTimeoutImpl(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout
 // awaits or polling its token) to end promptly after the timeout: weft never abandons
 // running work, so withTimeout returns only once `lazy` has finished.
 // Errors: TimeoutError; what `lazy` throws; OperationCancelled when the awaiter is
-// cancelled; ExecutorShutDown from the timer if the executor shuts down.
-// Thread safety: as collectAny.
+// cancelled; ExecutorShutDown from the timer if the executor shuts down; what arming the
+// timer throws (std::invalid_argument for a NaN duration, std::bad_alloc...), in place of
+// the OperationCancelled that its failure causes, like a timeout. (Each of these timer
+// outcomes replaces only an OperationCancelled that the work ended with.)
+// Thread safety: `lazy` may finish on another thread, concurrently with the timer firing
+// and with the awaiter's cancellation; the awaiting coroutine resumes once, where the
+// work finished (or on the executor, from the timer, when the timer fired as the work
+// finished).
 //
 // Example:
 //   try {

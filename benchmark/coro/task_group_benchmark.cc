@@ -102,10 +102,18 @@ void BM_Collect(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
-BENCHMARK(BM_TaskGroup_SpawnJoin)->Arg(1000)->UseRealTime();
-BENCHMARK(BM_TaskGroup_SpawnNext)->Arg(1000)->UseRealTime();
-BENCHMARK(BM_Collect<true>)->Name("BM_CollectAllPara")->Arg(1000)->UseRealTime();
-BENCHMARK(BM_Collect<false>)->Name("BM_CollectAll")->Arg(1000)->UseRealTime();
+// WEFT_BENCH_ITERATIONS=n fixes every benchmark's iteration count (no calibration runs),
+// so that `valgrind --tool=callgrind` gives repeatable instruction counts: a run of 2n
+// minus a run of n, over n, is one iteration (as for coro/lazy_benchmark).
+void fixIterations(benchmark::internal::Benchmark* b) {
+  const char* fixed = std::getenv("WEFT_BENCH_ITERATIONS");
+  if (fixed != nullptr && std::atol(fixed) > 0) b->Iterations(std::atol(fixed));
+}
+
+BENCHMARK(BM_TaskGroup_SpawnJoin)->Arg(1000)->UseRealTime()->Apply(fixIterations);
+BENCHMARK(BM_TaskGroup_SpawnNext)->Arg(1000)->UseRealTime()->Apply(fixIterations);
+BENCHMARK(BM_Collect<true>)->Name("BM_CollectAllPara")->Arg(1000)->UseRealTime()->Apply(fixIterations);
+BENCHMARK(BM_Collect<false>)->Name("BM_CollectAll")->Arg(1000)->UseRealTime()->Apply(fixIterations);
 
 }  // namespace
 

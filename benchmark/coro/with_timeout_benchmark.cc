@@ -8,9 +8,9 @@
 //
 //  - BM_WithTimeout_Ready: `co_await withTimeout(ready(), 10s)`, where ready() is a Lazy
 //    that returns a value without suspending. Baseline BM_Baseline_NoTimeout_Ready: the
-//    same Lazy awaited directly. (withTimeout races the work and a timer with
-//    collectAny; work that finishes before suspending decides the race before the timer
-//    branch starts, so no timer is armed here: this is the floor of withTimeout.)
+//    same Lazy awaited directly. (withTimeout starts the work first and arms its timer
+//    only if the work suspends, so no timer is armed here and the clock is not read:
+//    this is the floor of withTimeout.)
 //  - BM_WithTimeout_Yield: the work suspends once (`co_await yield()`: back of the worker's
 //    queue) and then returns a value, so the timer is armed and then disarmed on every
 //    operation. Baseline BM_Baseline_NoTimeout_Yield: the same Lazy awaited directly.

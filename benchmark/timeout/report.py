@@ -213,9 +213,9 @@ def markdown_section(runs, sides):
              "`runtime.Gosched()`), so that the timer is armed and disarmed; (b) a 1-byte TCP "
              "ping-pong over 127.0.0.1 with an echo server in the same thread, the client's "
              "read under the limit (Go: `context.AfterFunc` + `SetReadDeadline`, how a "
-             "`net.Conn` read honours a context). In (a) weft arms no timer (work that "
-             "finishes before suspending decides withTimeout's race before the timer branch "
-             "starts) and tokio registers none (its timer is registered when the work is first "
+             "`net.Conn` read honours a context). In (a) weft arms no timer (withTimeout arms "
+             "its timer only once the work has suspended, so work that finishes first never "
+             "reads the clock) and tokio registers none (its timer is registered when the work is first "
              "pending); Go arms one in every case. Times are medians over every repetition of "
              "every round. The cost is (time with the limit − time without it) within each "
              "round (each side's two medians of that round), then the median over the rounds; "
@@ -284,9 +284,15 @@ def markdown_section(runs, sides):
     return "\n".join(w)
 
 
+# A hand-written subsection of "## withTimeout cost" (callgrind instruction counts, which
+# this script does not measure): kept, after the regenerated text, when the section is
+# rewritten.
+KEPT_SUBSECTION = "### Instruction counts (callgrind)"
+
+
 def write_section(path, section):
     """Replaces "## withTimeout cost" in `path` (up to the next "## "), or inserts it before
-    "## Summary" (else at the end)."""
+    "## Summary" (else at the end). Its KEPT_SUBSECTION, if any, stays at its end."""
     text = open(path).read() if os.path.exists(path) else ""
     lines = text.split("\n")
     start = next((i for i, l in enumerate(lines) if l.strip() == "## withTimeout cost"), None)
@@ -294,6 +300,10 @@ def write_section(path, section):
     if start is not None:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
                    len(lines))
+        kept = next((i for i in range(start + 1, end) if lines[i].strip() == KEPT_SUBSECTION),
+                    None)
+        if kept is not None:
+            new += lines[kept:end]
         lines[start:end] = new
     else:
         at = next((i for i, l in enumerate(lines) if l.strip() == "## Summary"), len(lines))

@@ -89,15 +89,13 @@ class CollectBarrier : public CompletionSink {
 class CancellingBarrier : public CollectBarrier {
  public:
   // `parent`: the awaiting coroutine's token. If it can never be cancelled, linking costs
-  // nothing; the barrier's own source is one allocation. Branches are counted with
-  // addBranch and have sinks of their own.
+  // nothing; the barrier's own source is one allocation from the frame allocator.
+  // Branches are counted with addBranch and have sinks of their own.
   CancellingBarrier(const char* label, const CancellationToken& parent)
-      : CollectBarrier(label, 0),
-        token_(source_.token()),
-        link_(parent, [this] { source_.requestCancellation(); }) {}
+      : CollectBarrier(label, 0), link_(parent, [this] { source_.requestCancellation(); }) {}
 
   // The token the branches carry. Lives as long as the barrier.
-  const CancellationToken& token() const noexcept { return token_; }
+  const CancellationToken& token() const noexcept { return source_.token(); }
   bool branchesCancelled() const noexcept { return source_.isCancellationRequested(); }
 
   // A branch finished (from its sink). With `cancelOthers`, the other branches are
@@ -110,8 +108,7 @@ class CancellingBarrier : public CollectBarrier {
   }
 
  private:
-  CancellationSource source_;
-  CancellationToken token_;
+  OwnedCancellationSource source_;
   CancellationCallback link_;
 };
 

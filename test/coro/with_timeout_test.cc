@@ -6,9 +6,12 @@
 #include <chrono>
 #include <cmath>
 #include <coroutine>
+#include <cstdio>
+#include <exception>
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/channel.h"
@@ -58,6 +61,191 @@ TEST(WithTimeoutTest, SynchronousWorkArmsNoTimer) {
   auto work = []() -> Lazy<int> { co_return 5; };
   auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(work(), 1h); };
   EXPECT_EQ(syncAwait(body().via(&probe)), 5);
+  EXPECT_EQ(probe.armed.load(), 0);
+}
+
+// Work that finishes without suspending (with a value or an exception) never reads the
+// clock or touches a timer: nothing armed, nothing to disarm.
+TEST(WithTimeoutTest, SynchronousWorkNeverTouchesTheTimers) {
+  ThreadPool pool(1);
+  TimerProbeExecutor probe(pool);
+  auto value = [](int i) -> Lazy<int> { co_return i; };
+  auto fails = []() -> Lazy<int> { throw std::logic_error("at once"); };
+  auto body = [&]() -> Lazy<long> {
+    long sum = 0;
+    for (int i = 0; i < 1000; ++i) {
+      sum += co_await withTimeout(value(i), 1h);
+      EXPECT_THROW((void)co_await withTimeout(fails(), 1h), std::logic_error);
+    }
+    co_return sum;
+  };
+  EXPECT_EQ(syncAwait(body().via(&probe)), 999L * 1000 / 2);
+  EXPECT_EQ(probe.armed.load(), 0);
+  EXPECT_EQ(probe.disarmed.load() + probe.disarmFailed.load(), 0);
+  EXPECT_EQ(pool.timerCounts().onWorkers, 0u);
+  EXPECT_EQ(pool.timerCounts().onTimerThread, 0u);
+}
+
+// An awaitable that knows of executors but resumes its waiter inline, on the thread that
+// calls resume(): lets a test finish the work at a chosen point of another call.
+struct InlineParking {
+  std::coroutine_handle<> waiter;
+  struct Awaiter {
+    InlineParking* parking;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) noexcept { parking->waiter = h; }
+    void await_resume() const noexcept {}
+  };
+  Awaiter coAwait(Executor*) noexcept { return Awaiter{this}; }
+  void resume() { std::exchange(waiter, nullptr).resume(); }
+};
+
+// Arms every timer on the pool, then finishes the parked work before returning: the work
+// finishes (its sink runs) after the timer is armed but before withTimeout has arrived
+// from arming it.
+class FinishWhileArmingExecutor final : public Executor {
+ public:
+  FinishWhileArmingExecutor(ThreadPool& pool, InlineParking& parking)
+      : Executor("finish-while-arming"), probe_(pool), parking_(parking) {}
+  using Executor::schedule;
+  void schedule(std::coroutine_handle<> h) override { probe_.schedule(h); }
+  bool currentThreadInExecutor() const noexcept override {
+    return probe_.currentThreadInExecutor();
+  }
+  void scheduleTimer(TimerEntry& timer) override {
+    probe_.scheduleTimer(timer);
+    parking_.resume();
+  }
+  bool cancelTimer(TimerEntry& timer) noexcept override { return probe_.cancelTimer(timer); }
+  TimerProbeExecutor& probe() { return probe_; }
+
+ private:
+  void scheduleJob(Job* job) override {
+    probe_.schedule([job] { job->complete(job, true); });
+  }
+  TimerProbeExecutor probe_;
+  InlineParking& parking_;
+};
+
+TEST(WithTimeoutTest, WorkFinishingWhileTheTimerIsArmedDisarmsIt) {
+  ThreadPool pool(1);
+  InlineParking parking;
+  FinishWhileArmingExecutor executor(pool, parking);
+  auto work = [&]() -> Lazy<int> {
+    co_await parking;
+    co_return 6;
+  };
+  auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(work(), 1h); };
+  EXPECT_EQ(syncAwait(body().via(&executor)), 6);
+  EXPECT_EQ(executor.probe().armed.load(), 1);
+  EXPECT_EQ(executor.probe().disarmed.load(), 1);  // by withTimeout, once it had armed it
+  EXPECT_EQ(pool.timerCounts().onWorkers, 0u);
+}
+
+// The work suspends, the timer is armed, and the work then finishes on another thread:
+// its completion disarms the timer (which never fires) and returns the value.
+TEST(WithTimeoutTest, WorkFinishingOnAnotherThreadWhileTheTimerIsArmedDisarmsIt) {
+  ThreadPool pool(2);
+  test::ManualTimerExecutor timers(pool);
+  test::ManualEvent event;
+  std::thread finisher([&] {
+    ASSERT_TRUE(timers.waitUntilArmed(1));  // withTimeout arms once the work has suspended
+    event.release();
+  });
+  auto work = [&]() -> Lazy<int> {
+    co_await event;
+    co_return 12;
+  };
+  auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(work(), 1h); };
+  Watchdog watchdog(60s, "WithTimeoutTest.WorkFinishingOnAnotherThread");
+  EXPECT_EQ(syncAwait(body().via(&timers)), 12);
+  finisher.join();
+  EXPECT_EQ(timers.armed(), 0u);  // disarmed, never fired
+}
+
+// A timer that cannot be armed (the executor refuses it) ends the work as a timeout
+// would, and its error replaces the work's OperationCancelled.
+class RefusingTimersExecutor final : public Executor {
+ public:
+  explicit RefusingTimersExecutor(ThreadPool& pool) : Executor("refusing-timers"), pool_(pool) {}
+  using Executor::schedule;
+  void schedule(std::coroutine_handle<> h) override { pool_.schedule(h); }
+  bool currentThreadInExecutor() const noexcept override { return pool_.currentThreadInExecutor(); }
+  void scheduleTimer(TimerEntry&) override { throw ExecutorShutDown(name()); }
+  bool cancelTimer(TimerEntry&) noexcept override { return false; }
+
+ private:
+  void scheduleJob(Job* job) override {
+    pool_.schedule([job] { job->complete(job, true); });
+  }
+  ThreadPool& pool_;
+};
+
+TEST(WithTimeoutTest, ATimerThatCannotBeArmedCancelsTheWorkAndReportsWhy) {
+  ThreadPool pool(1);
+  RefusingTimersExecutor executor(pool);
+  Channel<int> channel;
+  auto body = [&]() -> Lazy<void> {
+    EXPECT_THROW((void)co_await withTimeout(channel.receive(), 1h), ExecutorShutDown);
+    // Work that finishes without suspending needs no timer.
+    EXPECT_EQ(co_await withTimeout([]() -> Lazy<int> { co_return 3; }(), 1h), 3);
+  };
+  Watchdog watchdog(60s, "WithTimeoutTest.ATimerThatCannotBeArmed");
+  syncAwait(body().via(&executor));
+}
+
+// ThreadPool::shutdown ends the timer early (its fire function runs with shutDown set, or
+// arming it is refused if the shutdown came first): the work is cancelled, and its
+// OperationCancelled becomes ExecutorShutDown.
+TEST(WithTimeoutTest, PoolShutdownEndsAWaitingWithTimeoutWithExecutorShutDown) {
+  Watchdog watchdog(60s, "WithTimeoutTest.PoolShutdownEndsAWaitingWithTimeout");
+  Channel<int> never;
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  {
+    ThreadPool pool(1);
+    Channel<int> started(1);
+    auto waiter = [&]() -> Lazy<void> {
+      co_await started.send(0);
+      (void)co_await withTimeout(never.receive(), 1h);
+    };
+    waiter().via(&pool).start([&](Try<void> r) {
+      if (r.hasException()) error = r.exception();
+      done = true;
+    });
+    syncAwait(started.receive());
+    pool.shutdown();
+  }
+  EXPECT_TRUE(done.load());
+  ASSERT_TRUE(error);
+  EXPECT_THROW(std::rethrow_exception(error), ExecutorShutDown);
+}
+
+// An awaiter cancelled before withTimeout starts: the work starts with its token
+// cancelled, and no timer is armed for it.
+TEST(WithTimeoutTest, AnAwaiterCancelledBeforehandStartsTheWorkCancelled) {
+  ThreadPool pool(1);
+  TimerProbeExecutor probe(pool);
+  CancellationSource source;
+  source.requestCancellation();
+  test::ManualEvent event;
+  std::thread releaser([&] {
+    while (event.waiting() == 0) std::this_thread::yield();  // the work has suspended
+    event.release();
+  });
+  std::atomic<bool> sawCancellation{false};
+  auto work = [&]() -> Lazy<int> {
+    CancellationToken token = co_await currentCancellationToken();
+    sawCancellation = token.isCancellationRequested();
+    co_await event;  // suspends: withTimeout would arm its timer, were it not cancelled
+    token.throwIfCancellationRequested();
+    co_return 1;
+  };
+  auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(work(), 1h); };
+  Watchdog watchdog(60s, "WithTimeoutTest.AnAwaiterCancelledBeforehand");
+  EXPECT_THROW(syncAwait(withCancellation(source.token(), body()).via(&probe)), OperationCancelled);
+  releaser.join();
+  EXPECT_TRUE(sawCancellation.load());
   EXPECT_EQ(probe.armed.load(), 0);
 }
 
@@ -390,6 +578,63 @@ constexpr long kRaceRounds = 100'000;
 // Timeouts of 0 to 3 us: 0 cancels the operation as soon as it suspends, the others
 // fire while the other thread may be completing it.
 std::chrono::microseconds tinyTimeout(long round) { return std::chrono::microseconds(round % 4); }
+
+// The timer firing and the work finishing on two other threads at once, round after
+// round: the work's wait ends either by its delivery (then its value must come back) or
+// by the timeout's cancellation (then TimeoutError), decided by whoever claims it first;
+// withTimeout must report exactly that, and never hang or resume twice.
+TEST(WithTimeoutRaceTest, TimerAndCompletionRacingLoseNothing) {
+  ThreadPool pool(2);
+  test::ManualTimerExecutor timers(pool);
+  constexpr int kRounds = kRaceRounds >= 100'000 ? 2'000 : 1'000;
+  int values = 0, timeouts = 0;
+  Watchdog watchdog(240s, "WithTimeoutRaceTest.TimerAndCompletionRacingLoseNothing");
+  for (int round = 0; round < kRounds; ++round) {
+    test::ManualEvent event;
+    std::atomic<bool> claimed{false}, delivered{false};
+    auto work = [&]() -> Lazy<int> {
+      CancellationToken token = co_await currentCancellationToken();
+      CancellationCallback onCancel(token, [&] {
+        if (!claimed.exchange(true)) event.release();
+      });
+      co_await event;
+      if (delivered.load()) co_return round;
+      throw OperationCancelled();
+    };
+    std::atomic<int> ready{0};
+    auto startTogether = [&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) std::this_thread::yield();
+    };
+    std::thread deliverer([&] {
+      ASSERT_TRUE(timers.waitUntilArmed(1));
+      startTogether();
+      if (!claimed.exchange(true)) {
+        delivered = true;
+        event.release();
+      }
+    });
+    std::thread firer([&] {
+      ASSERT_TRUE(timers.waitUntilArmed(1));
+      startTogether();
+      timers.fireAll();  // fires it unless the work's completion disarmed it first
+    });
+    auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(work(), 1h); };
+    try {
+      EXPECT_EQ(syncAwait(body().via(&timers)), round);
+      EXPECT_TRUE(delivered.load());
+      ++values;
+    } catch (const TimeoutError&) {
+      EXPECT_FALSE(delivered.load());
+      ++timeouts;
+    }
+    deliverer.join();
+    firer.join();
+    ASSERT_EQ(timers.armed(), 0u);
+  }
+  EXPECT_EQ(values + timeouts, kRounds);
+  std::printf("%d values, %d timeouts\n", values, timeouts);
+}
 
 TEST(WithTimeoutRaceTest, EveryValueSentIsReceivedExactlyOnce) {
   ThreadPool pool(2);

@@ -686,7 +686,12 @@ TEST(BlockingCancelTest, WithTimeoutKeepsTheValueOfAStartedFn) {
   std::atomic<bool> ran{false};
   auto call = [&]() -> Lazy<int> {
     const CancellationToken token = co_await currentCancellationToken();
-    co_return co_await blocking(pool, [&ran, token] {
+    // HACK(gcc-12): a lambda temporary written in a co_await's operand is destroyed twice
+    // by g++ 12.2 when its captures are copied rather than moved into the awaitable (a
+    // const capture, as `token` is here): the token's reference was released twice, and
+    // its state freed while withTimeout still held it. Named, the lambda is moved once
+    // and destroyed once.
+    auto fn = [&ran, token] {
       ran = true;
       // Runs on until the timeout has fired (and cancelled the call): too late to stop it.
       const auto giveUp = std::chrono::steady_clock::now() + 10s;
@@ -694,7 +699,8 @@ TEST(BlockingCancelTest, WithTimeoutKeepsTheValueOfAStartedFn) {
         std::this_thread::sleep_for(1ms);
       }
       return 6;
-    });
+    };
+    co_return co_await blocking(pool, std::move(fn));
   };
   // Hand-shake: the timeout's timer is held until fn has started, then fired. So the
   // timeout always comes while fn runs, whatever the machine's speed, and fn's value
