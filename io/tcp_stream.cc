@@ -14,6 +14,7 @@
 
 #include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/socket_util.h"
+#include "weft/io/detail/stream_transfers.h"
 
 namespace weft {
 
@@ -49,34 +50,13 @@ Lazy<TcpStream> TcpStream::connect(SocketAddress address) {
 }
 
 Lazy<void> TcpStream::readExactly(std::span<std::byte> buffer) {
-  std::size_t done = 0;
-  while (done < buffer.size()) {
-    std::size_t n;
-    try {
-      n = co_await read(buffer.subspan(done));
-    } catch (...) {
-      // The bytes already read are gone from the stream: say how many (IncompleteTransfer's
-      // rule). The EndOfStream below is thrown outside this block: it has its own count.
-      if (done == 0) throw;
-      throw IncompleteTransfer("readExactly from a TcpStream", done, buffer.size());
-    }
-    if (n == 0) throw EndOfStream(done);
-    done += n;
-  }
+  return detail::readExactlyWith(buffer, "readExactly from a TcpStream",
+                                 [this](std::span<std::byte> rest) { return read(rest); });
 }
 
 Lazy<void> TcpStream::writeAll(std::span<const std::byte> buffer) {
-  std::size_t done = 0;
-  while (done < buffer.size()) {
-    try {
-      done += co_await write(buffer.subspan(done));
-    } catch (...) {
-      // The bytes already sent cannot be taken back: say how many, so that a retry sends
-      // only the rest (IncompleteTransfer's rule).
-      if (done == 0) throw;
-      throw IncompleteTransfer("writeAll to a TcpStream", done, buffer.size());
-    }
-  }
+  return detail::writeAllWith(buffer, "writeAll to a TcpStream",
+                              [this](std::span<const std::byte> rest) { return write(rest); });
 }
 
 Lazy<void> TcpStream::writeAll(std::string_view text) {

@@ -21,6 +21,7 @@
 
 #include "weft/coro/mutex.h"
 #include "weft/executors/lent_buffer.h"
+#include "weft/io/detail/stream_transfers.h"
 #include "weft/io/detail/tls_shared.h"
 #include "weft/io/incomplete_transfer.h"
 
@@ -447,18 +448,8 @@ Lazy<std::size_t> TlsStream::read(std::span<std::byte> buffer) {
 }
 
 Lazy<void> TlsStream::readExactly(std::span<std::byte> buffer) {
-  std::size_t done = 0;
-  while (done < buffer.size()) {
-    std::size_t n;
-    try {
-      n = co_await read(buffer.subspan(done));
-    } catch (...) {
-      if (done == 0) throw;
-      throw IncompleteTransfer("readExactly from a TlsStream", done, buffer.size());
-    }
-    if (n == 0) throw EndOfStream(done);
-    done += n;
-  }
+  return detail::readExactlyWith(buffer, "readExactly from a TlsStream",
+                                 [this](std::span<std::byte> rest) { return read(rest); });
 }
 
 Lazy<std::size_t> TlsStream::write(std::span<const std::byte> buffer) {
@@ -485,15 +476,8 @@ Lazy<std::size_t> TlsStream::write(std::span<const std::byte> buffer) {
 }
 
 Lazy<void> TlsStream::writeAll(std::span<const std::byte> buffer) {
-  std::size_t done = 0;
-  while (done < buffer.size()) {
-    try {
-      done += co_await write(buffer.subspan(done));
-    } catch (...) {
-      if (done == 0) throw;
-      throw IncompleteTransfer("writeAll to a TlsStream", done, buffer.size());
-    }
-  }
+  return detail::writeAllWith(buffer, "writeAll to a TlsStream",
+                              [this](std::span<const std::byte> rest) { return write(rest); });
 }
 
 Lazy<void> TlsStream::shutdown() {

@@ -43,20 +43,10 @@ using test::Counted;
 
 using test::lentBuffers;
 
-std::string text(const LentBuffer& buffer) { return std::string(buffer.text()); }
+using test::errnoOf;
+using test::text;
 
 Lazy<LentBuffer> receiveOnce(TcpStream& stream) { co_return co_await stream.receive(); }
-
-// The errno of the std::system_error that `f` throws; 0 if it throws none.
-template <class F>
-int errnoOf(F f) {
-  try {
-    f();
-  } catch (const std::system_error& e) {
-    return e.code().value();
-  }
-  return 0;
-}
 
 class TcpStreamReceiveTest : public test::IoLeakCheckedTest {};
 

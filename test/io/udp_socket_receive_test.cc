@@ -62,7 +62,8 @@ using test::lentBuffers;
 
 constexpr std::size_t kLent = 16384;  // the loops' lent buffer size (docs/io.md)
 
-std::string text(const LentBuffer& buffer) { return std::string(buffer.text()); }
+using test::errnoOf;
+using test::text;
 
 std::span<const std::byte> bytes(const std::string& s) {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
@@ -105,17 +106,6 @@ Lazy<LentDatagram> receiveOnce(UdpSocket& socket) { co_return co_await socket.re
 Lazy<LentDatagram> receiveCounted(UdpSocket& socket) {
   Counted inFrame;
   co_return co_await socket.receiveFrom();
-}
-
-// The errno of the std::system_error that `f` throws; 0 if it throws none.
-template <class F>
-int errnoOf(F f) {
-  try {
-    f();
-  } catch (const std::system_error& e) {
-    return e.code().value();
-  }
-  return 0;
 }
 
 class UdpSocketReceiveTest : public test::IoLeakCheckedTest {};

@@ -29,6 +29,7 @@
 #include "weft/coro/sync_await.h"
 #include "weft/coro/task.h"
 #include "weft/executors/io_loop.h"
+#include "weft/executors/lent_buffer.h"
 #include "weft/executors/thread_pool.h"
 #include "weft/io/socket_address.h"
 #include "weft/io/tcp_listener.h"
@@ -238,5 +239,19 @@ inline std::string describeStatus(int status) {
   }
   return "status " + std::to_string(status);
 }
+
+// The errno of the std::system_error that `f` throws; 0 if it throws none.
+template <class F>
+int errnoOf(F f) {
+  try {
+    f();
+  } catch (const std::system_error& e) {
+    return e.code().value();
+  }
+  return 0;
+}
+
+// A lent buffer's bytes as a string (what the receive tests compare).
+inline std::string text(const LentBuffer& buffer) { return std::string(buffer.text()); }
 
 }  // namespace weft::test
