@@ -6,7 +6,9 @@
 // interrupted write makes the stream unusable), misuse, fibers, many connections on
 // two threads. Every test checks that no descriptor leaked.
 
+#include <openssl/ssl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +18,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -573,6 +576,56 @@ TEST_P(TlsStreamTest, ManyConnectionsOnTwoThreads) {
       collectAll(collectAllPara(std::move(servers)), collectAllPara(std::move(clients))).via(&pool));
   for (auto& r : served.value()) EXPECT_GT(r.value(), 0u);
   for (auto& r : called.value()) EXPECT_TRUE(r.value());
+}
+
+TEST_P(TlsStreamTest, RenegotiationIsRefused) {
+  test::Watchdog watchdog(60s, "Renegotiation");
+  ThreadPool pool(options(1));
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  // A plain OpenSSL TLS 1.2 client (renegotiation allowed on its side) on a blocking
+  // socket, in a thread of its own: it sends "a", asks to renegotiate, then sends "b".
+  test::OwnedFd socket = test::connectBlocking(listener.localAddress());
+  ASSERT_TRUE(socket);
+  const timeval guard{20, 0};  // a reply that never comes fails the test, not the run
+  ::setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  int renegotiated = -2;
+  std::thread client([&] {
+    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, socket.get());
+    if (SSL_connect(ssl) == 1 && SSL_write(ssl, "a", 1) == 1) {
+      renegotiated = SSL_renegotiate(ssl) == 1 ? SSL_do_handshake(ssl) : -1;
+      SSL_write(ssl, "b", 1);
+      SSL_shutdown(ssl);
+    }
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+  });
+  std::exception_ptr failure;
+  try {
+    TlsStream server = syncAwait(acceptOne(listener, serverContext()).via(&pool));
+    EXPECT_EQ(server.protocolVersion(), "TLSv1.2");
+    char a;
+    syncAwait(server.readExactly(std::span<char>(&a, 1)).via(&pool));
+    EXPECT_EQ(a, 'a');
+    readAll(pool, server);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  client.join();
+  EXPECT_NE(renegotiated, 1) << "the server renegotiated";
+  // The server's read that meets the request throws: the renegotiation is refused with
+  // an alert and the stream is unusable.
+  ASSERT_TRUE(failure);
+  try {
+    std::rethrow_exception(failure);
+  } catch (const TlsError& e) {
+    EXPECT_EQ(e.kind(), TlsError::Kind::kProtocol) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a TlsError: " << e.what();
+  }
 }
 
 TEST(TlsContextTest, BadConfigurationIsAClearError) {
