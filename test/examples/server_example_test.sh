@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
 # Runs one of weft's server examples (examples/echo_server.cc, fiber_echo_server.cc,
-# http_hello.cc, kv_server.cc) as a test: once per I/O backend, it starts the server on
-# port 0 (the kernel picks one; the server prints it), talks to it over 127.0.0.1 with
-# python3 (echo: 200 messages of growing size, every byte checked, on 3 connections at
-# once, and 8 MiB sent before any is read back on a fourth; http: 100 keep-alive requests,
-# some pipelined, and requests split across reads; kv: every command and reply, "\n" and
+# http_hello.cc, https_hello.cc, kv_server.cc) as a test: once per I/O backend, it starts
+# the server on port 0 (the kernel picks one; the server prints it), talks to it over
+# 127.0.0.1 with python3 (echo: 200 messages of growing size, every byte checked, on 3
+# connections at once, and 8 MiB sent before any is read back on a fourth; http: 100
+# keep-alive requests, some pipelined, and requests split across reads; https: the same
+# over TLS, verifying a certificate made for the run with the openssl command, then a
+# client that speaks no TLS, which must not stop the server; kv: every command and reply, "\n" and
 # "\r\n" lines, 300 pipelined commands, commands cut across sends and byte by byte, a
 # line too long, 4 clients at once sharing the store), leaves one connection open, sends
 # SIGTERM and requires exit status 0 (within a minute: a hang guard).
 #
-#   test/examples/server_example_test.sh BINARY echo|http|kv
+#   test/examples/server_example_test.sh BINARY echo|http|https|kv
 set -euo pipefail
 binary="$1"
 protocol="$2"
 out="$(mktemp)"
-trap 'rm -f "${out}"; [[ -n "${pid:-}" ]] && kill -9 "${pid}" 2>/dev/null || true' EXIT
+keys="$(mktemp -d)"
+trap 'rm -f "${out}"; rm -rf "${keys}"; [[ -n "${pid:-}" ]] && kill -9 "${pid}" 2>/dev/null || true' EXIT
+server_args=()
+if [[ "${protocol}" == https ]]; then
+  # A key and a self-signed certificate for this run only (no key is committed).
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+    -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout "${keys}/key.pem" -out "${keys}/cert.pem" 2>/dev/null
+  server_args=("${keys}/cert.pem" "${keys}/key.pem")
+fi
 
 for backend in io_uring epoll; do
   # Emptied here, not by the server's redirection: that one happens in the child after the
   # fork, and the loop below could meanwhile read the previous server's port.
   : >"${out}"
-  WEFT_IO_BACKEND="${backend}" "${binary}" 0 >>"${out}" 2>&1 &
+  WEFT_IO_BACKEND="${backend}" "${binary}" 0 "${server_args[@]}" >>"${out}" 2>&1 &
   pid=$!
   port=""
   for _ in $(seq 1200); do  # up to a minute: a loaded machine may start it slowly
@@ -38,9 +49,9 @@ for backend in io_uring epoll; do
   fi
   [[ -n "${port}" ]] || { echo "FAIL: ${binary} (${backend}) printed no port: $(cat "${out}")"; exit 1; }
   grep -q "${backend}" "${out}" || { echo "FAIL: ${binary} does not run ${backend}: $(cat "${out}")"; exit 1; }
-  python3 - "${port}" "${protocol}" <<'PY'
-import os, socket, sys, threading
-port, protocol = int(sys.argv[1]), sys.argv[2]
+  python3 - "${port}" "${protocol}" "${keys}/cert.pem" <<'PY'
+import os, socket, ssl, sys, threading
+port, protocol, certificate = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 errors = []
 def echo(index):
     try:
@@ -78,8 +89,18 @@ def flood():
                 raise RuntimeError("flood echo mismatch")
     except Exception as e:
         errors.append("flood: " + repr(e))
+def connect():
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    if protocol != "https":
+        return s
+    context = ssl.create_default_context(cafile=certificate)  # verifies name and chain
+    context.set_alpn_protocols(["http/1.1"])
+    tls = context.wrap_socket(s, server_hostname="localhost")
+    if tls.selected_alpn_protocol() != "http/1.1":
+        raise RuntimeError("ALPN: %r" % tls.selected_alpn_protocol())
+    return tls
 def http():
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+    with connect() as s:
         request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
         response = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello"
         for batch in (1, 1, 3, 10, 1, 84):
@@ -198,6 +219,13 @@ elif protocol == "kv":
     kv()
 else:
     http()
+    if protocol == "https":
+        # A client that speaks no TLS is refused; the server goes on serving.
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            while s.recv(65536):
+                pass
+        http()
 PY
   # One connection stays open through the shutdown: the server must cancel it and exit.
   exec 3<>"/dev/tcp/127.0.0.1/${port}"
