@@ -393,6 +393,27 @@ TEST_P(TlsStreamTest, GarbageACutHandshakeAndAStalledPeerFailCleanly) {
   }
 }
 
+TEST_P(TlsStreamTest, WithTimeoutStopsAHandshakeThatStalls) {
+  test::Watchdog watchdog(60s, "HandshakeTimeout");
+  ThreadPool pool(options(1));
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  // A client that connects and says nothing: the server's accept waits for its hello.
+  test::OwnedFd silent = test::connectBlocking(listener.localAddress());
+  ASSERT_TRUE(silent);
+  TcpStream accepted = syncAwait(listener.accept().via(&pool));
+  EXPECT_THROW(
+      syncAwait(withTimeout(TlsStream::accept(std::move(accepted), serverContext()), 0ms).via(&pool)),
+      TimeoutError);
+  // A server that never answers: the client's connect waits for its hello.
+  TcpListener mute = TcpListener::bind(SocketAddress::loopbackV4(0));
+  TcpStream connected = syncAwait(TcpStream::connect(mute.localAddress()).via(&pool));
+  EXPECT_THROW(syncAwait(withTimeout(TlsStream::connect(std::move(connected), clientContext(),
+                                                        "localhost"),
+                                     0ms)
+                             .via(&pool)),
+               TimeoutError);
+}
+
 TEST_P(TlsStreamTest, AnOversizedRecordIsAProtocolError) {
   test::Watchdog watchdog(60s, "Oversized");
   ThreadPool pool(options(1));
