@@ -39,7 +39,7 @@ weft::Lazy<void> serve(weft::TcpStream tcp, weft::TlsContext context) {
     tcp.setReadTimeout(10s);  // the handshake's reads too
     weft::TlsStream tls = co_await weft::TlsStream::accept(std::move(tcp), std::move(context));
     std::string pending;  // bytes of requests not answered yet
-    char buffer[16384];
+    char buffer[2048];  // in the frame: an idle connection keeps it
     for (;;) {
       const std::size_t n = co_await tls.read(std::span<char>(buffer));
       if (n == 0) break;  // close_notify
