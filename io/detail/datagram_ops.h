@@ -82,49 +82,67 @@ class SendMessageAwaitable {
   SocketAddress to_;
 };
 
-// recvmsg(fd, {sender, one iovec}) as an awaitable returning a Datagram. As above, the
-// msghdr, the iovec and the storage the kernel writes the sender's address into live in
-// the awaiter.
+// What both datagram receives share: the msghdr, its one iovec and the storage the kernel
+// writes the sender's address into, all in the awaiter, and reading them back.
+class ReceiveMessageAwaiterBase : public IoAwaiter {
+ protected:
+  // `buffer`: where the datagram goes (empty for kReceiveMessageLent: the loop points the
+  // iovec at the buffer it lends). Errors: std::system_error EBADF when the socket is
+  // closed (nothing is submitted).
+  ReceiveMessageAwaiterBase(const char* what, int fd, IoOpcode opcode,
+                            std::span<std::byte> buffer, Executor* executor,
+                            const CancellationToken& token)
+      : IoAwaiter(what, executor, token), what_(what) {
+    if (fd < 0) throwClosed(what);
+    iovec_.iov_base = buffer.data();
+    iovec_.iov_len = buffer.size();
+    message_.msg_name = from_.nativeBuffer();
+    message_.msg_namelen = SocketAddress::kNativeCapacity;
+    message_.msg_iov = &iovec_;
+    message_.msg_iovlen = 1;
+    IoOperation& op = operation();
+    op.opcode = opcode;
+    op.fd = fd;
+    op.message = &message_;
+  }
+
+  // The bytes received; sets `datagram`'s truncated and from. Errors: std::system_error
+  // naming the operation; cancellation as IoAwaiter says.
+  template <class D>
+  std::size_t finish(D& datagram) {
+    const std::int64_t r = IoAwaiter::await_resume();
+    if (r < 0) [[unlikely]] throwIoError(r, what_);
+    datagram.truncated = (message_.msg_flags & MSG_TRUNC) != 0;
+    from_.setNativeLength(message_.msg_namelen);
+    datagram.from = from_;
+    return static_cast<std::size_t>(r);
+  }
+
+ private:
+  const char* what_;
+  SocketAddress from_;
+  iovec iovec_{};
+  msghdr message_{};
+};
+
+// recvmsg(fd, {sender, one iovec}) as an awaitable returning a Datagram.
 class ReceiveMessageAwaitable {
  public:
   ReceiveMessageAwaitable(const char* what, int fd, std::span<std::byte> buffer) noexcept
       : what_(what), fd_(fd), buffer_(buffer) {}
 
-  class Awaiter : public IoAwaiter {
+  class Awaiter : public ReceiveMessageAwaiterBase {
    public:
-    // Errors: std::system_error EBADF when the socket is closed (nothing is submitted).
     Awaiter(const ReceiveMessageAwaitable& a, Executor* executor, const CancellationToken& token)
-        : IoAwaiter(a.what_, executor, token), what_(a.what_) {
-      if (a.fd_ < 0) throwClosed(a.what_);
-      iovec_.iov_base = a.buffer_.data();
-      iovec_.iov_len = a.buffer_.size();
-      message_.msg_name = from_.nativeBuffer();
-      message_.msg_namelen = SocketAddress::kNativeCapacity;
-      message_.msg_iov = &iovec_;
-      message_.msg_iovlen = 1;
-      IoOperation& op = operation();
-      op.opcode = IoOpcode::kReceiveMessage;
-      op.fd = a.fd_;
-      op.message = &message_;
-    }
+        : ReceiveMessageAwaiterBase(a.what_, a.fd_, IoOpcode::kReceiveMessage, a.buffer_,
+                                    executor, token) {}
 
-    // Errors: std::system_error naming the operation; cancellation as IoAwaiter says.
+    // Errors: as ReceiveMessageAwaiterBase::finish.
     Datagram await_resume() {
-      const std::int64_t r = IoAwaiter::await_resume();
-      if (r < 0) [[unlikely]] throwIoError(r, what_);
       Datagram datagram;
-      datagram.size = static_cast<std::size_t>(r);
-      datagram.truncated = (message_.msg_flags & MSG_TRUNC) != 0;
-      from_.setNativeLength(message_.msg_namelen);
-      datagram.from = from_;
+      datagram.size = finish(datagram);
       return datagram;
     }
-
-   private:
-    const char* what_;
-    SocketAddress from_;
-    iovec iovec_{};
-    msghdr message_{};
   };
 
   Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
@@ -139,48 +157,26 @@ class ReceiveMessageAwaitable {
 };
 
 // recvmsg(fd, {sender, one iovec}) of one datagram into a buffer the loop lends
-// (IoOpcode::kReceiveMessageLent), as an awaitable returning a LentDatagram. The msghdr,
-// the iovec (which the loop points at the buffer it picks) and the sender's storage live
-// in the awaiter, as for ReceiveMessageAwaitable.
+// (IoOpcode::kReceiveMessageLent), as an awaitable returning a LentDatagram.
 class ReceiveMessageLentAwaitable {
  public:
   ReceiveMessageLentAwaitable(const char* what, int fd) noexcept : what_(what), fd_(fd) {}
 
-  class Awaiter : public IoAwaiter {
+  class Awaiter : public ReceiveMessageAwaiterBase {
    public:
-    // Errors: std::system_error EBADF when the socket is closed (nothing is submitted).
     Awaiter(const ReceiveMessageLentAwaitable& a, Executor* executor,
             const CancellationToken& token)
-        : IoAwaiter(a.what_, executor, token), what_(a.what_) {
-      if (a.fd_ < 0) throwClosed(a.what_);
-      message_.msg_name = from_.nativeBuffer();
-      message_.msg_namelen = SocketAddress::kNativeCapacity;
-      message_.msg_iov = &iovec_;
-      message_.msg_iovlen = 1;
-      IoOperation& op = operation();
-      op.opcode = IoOpcode::kReceiveMessageLent;
-      op.fd = a.fd_;
-      op.message = &message_;
-    }
+        : ReceiveMessageAwaiterBase(a.what_, a.fd_, IoOpcode::kReceiveMessageLent, {},
+                                    executor, token) {}
 
-    // Errors: std::system_error naming the operation (ENOBUFS only when memory for
-    // buffers runs out); cancellation as IoAwaiter says. A failed receive holds no buffer.
+    // Errors: as ReceiveMessageAwaiterBase::finish (ENOBUFS only when memory for buffers
+    // runs out). A failed receive holds no buffer.
     LentDatagram await_resume() {
-      const std::int64_t r = IoAwaiter::await_resume();
-      if (r < 0) [[unlikely]] throwIoError(r, what_);
       LentDatagram datagram;
+      finish(datagram);
       datagram.data = std::move(operation().lent);
-      datagram.truncated = (message_.msg_flags & MSG_TRUNC) != 0;
-      from_.setNativeLength(message_.msg_namelen);
-      datagram.from = from_;
       return datagram;
     }
-
-   private:
-    const char* what_;
-    SocketAddress from_;
-    iovec iovec_{};
-    msghdr message_{};
   };
 
   Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
