@@ -57,6 +57,7 @@ struct TlsStream::State {
 
   Mutex sendMutex;                   // one sender at a time, in the order of `output`
   std::string sending;               // the bytes being sent (under sendMutex)
+  bool sendCut = false;              // a send stopped part-way: send nothing more (ditto)
   std::atomic<std::uint64_t> sent{0};  // bytes of output sent (written under sendMutex)
 
   std::atomic<bool> reading{false};
@@ -221,6 +222,9 @@ TlsError failure(State& s, const char* operation, const Outcome& o) {
 Lazy<void> sendAll(State& s, ScopedLock<Mutex> turn) {
   try {
     for (;;) {
+      // After a send stopped part-way the peer has a cut record: whatever follows would
+      // read as garbage (or resend bytes it has), so nothing more is sent.
+      if (s.sendCut) co_return;
       for (;;) {
         {
           std::lock_guard lock(s.mutex);
@@ -242,9 +246,11 @@ Lazy<void> sendAll(State& s, ScopedLock<Mutex> turn) {
       if (!turn) co_return;  // its holder sends them
     }
   } catch (const IncompleteTransfer& e) {
+    s.sendCut = true;  // still the send turn's holder: only writeAll throws here
     s.markUnusable("a send was interrupted part-way");
     std::rethrow_exception(e.cause());
   } catch (...) {
+    s.sendCut = true;
     s.markUnusable("a send was interrupted");
     throw;
   }
