@@ -23,7 +23,7 @@ import re
 import statistics
 
 PEERS = ("go", "asio", "asio-uring", "tokio")
-FLOORS = ("epoll", "uring")
+FLOORS = ("epoll", "uring", "uring-multishot")
 # Each floor runs twice under two names; the second run is not a floor of the ratios, it
 # shows how far two runs of one program differ (the noise of the gaps the ratios report).
 FLOOR_AGAIN = {"epoll-again": "epoll", "uring-again": "uring"}

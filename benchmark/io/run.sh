@@ -15,7 +15,8 @@
 #   3. benchmark/io/report.py: medians, ratios and charts
 #
 # Servers (the table `servers` below): raw epoll and raw io_uring floors (plain C++; each
-# twice, as epoll-again and uring-again, so that the report can show the noise), Go
+# twice, as epoll-again and uring-again, so that the report can show the noise; the
+# io_uring floor a third time with a multishot receive per connection, echo only), Go
 # net, standalone Asio (epoll, and io_uring when it builds), tokio, nginx (HTTP only), and
 # weft's examples/echo_server (Lazy), examples/fiber_echo_server and examples/http_hello
 # from ${WEFT_BUILD}, each with WEFT_IO_BACKEND=io_uring and =epoll. A missing binary is a
@@ -200,6 +201,7 @@ servers=(
   "uring|echo,http||${peers}/uring_peer"
   "epoll-again|echo,http||${peers}/epoll_peer"
   "uring-again|echo,http||${peers}/uring_peer"
+  "uring-multishot|echo|BENCH_RECV=multishot|${peers}/uring_peer"
   "go|echo,http||${peers}/go-peer"
   "asio|echo,http||${peers}/asio_peer"
   "asio-uring|echo,http||${peers}/asio_uring_peer"

@@ -8,6 +8,9 @@
 //   BENCH_PROTOCOL=http  HTTP/1.1 keep-alive hello, pipelined requests answered in order
 //   READ_TIMEOUT_MS      echo: each recv is linked to an IORING_OP_LINK_TIMEOUT; the
 //                        connection is closed when the timeout cancels the recv
+//   BENCH_RECV=multishot echo: one multishot recv per connection, kept armed from accept
+//                        to end of stream (no time limit); data that arrives while an
+//                        echo is being sent waits in the connection's queue, in order
 //
 // Multishot accept; recvs pick from a provided-buffer ring of the thread (64 KiB buffers),
 // so a connection waiting to read owns no buffer.
@@ -44,6 +47,7 @@ enum Op : uint64_t { kRecv = 0, kSend = 1, kTimeout = 2 };
 
 int stopFd = -1;
 bool isHttp = false;
+bool multishot = false;
 long timeoutMs = 0;
 
 void onSignal(int) {
@@ -58,6 +62,12 @@ struct Conn {
   unsigned off = 0;  // bytes sent
   std::string in;    // http: the start of a request not complete yet
   std::string out;   // http: responses being sent
+  // multishot echo: received buffers not sent back yet (bid, length), in arrival order;
+  // sending: a send is in flight; ended: the multishot recv has ended (EOF or error)
+  std::vector<std::pair<int, unsigned>> pending;
+  size_t pendingHead = 0;
+  bool sending = false;
+  bool ended = false;
 };
 
 int listenOn(int port) {
@@ -188,12 +198,18 @@ class Loop {
       if (cqe->res >= 0) {
         int one = 1;
         setsockopt(cqe->res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        recv(new Conn{cqe->res, -1, 0, 0, {}, {}});
+        auto* c = new Conn{cqe->res, -1, 0, 0, {}, {}};
+        if (multishot) {
+          recvMultishot(c);
+        } else {
+          recv(c);
+        }
       }
       if (!(cqe->flags & IORING_CQE_F_MORE)) accept();  // the multishot accept ended
       return false;
     }
     auto* c = reinterpret_cast<Conn*>(data & ~uint64_t{7});
+    if (multishot) return completeMultishot(c, static_cast<Op>(data & 7), cqe);
     switch (static_cast<Op>(data & 7)) {
       case kTimeout:
         return false;
@@ -250,6 +266,75 @@ class Loop {
     return false;
   }
 
+  // --- BENCH_RECV=multishot (echo) ---
+  void recvMultishot(Conn* c) {
+    io_uring_prep_recv_multishot(sqe(), c->fd, nullptr, 0, 0);
+    last_->flags |= IOSQE_BUFFER_SELECT;
+    last_->buf_group = kGroup;
+    tag(c, kRecv);
+  }
+  // Sends the next queued buffer, or closes a connection whose recv has ended.
+  void sendNext(Conn* c) {
+    if (c->pendingHead < c->pending.size()) {
+      auto [bid, n] = c->pending[c->pendingHead++];
+      if (c->pendingHead == c->pending.size()) {
+        c->pending.clear();
+        c->pendingHead = 0;
+      }
+      c->bid = bid;
+      c->len = n;
+      c->off = 0;
+      c->sending = true;
+      send(c);
+    } else if (c->ended) {
+      for (size_t i = c->pendingHead; i < c->pending.size(); ++i) giveBack(c->pending[i].first);
+      close(c);
+    }
+  }
+  bool completeMultishot(Conn* c, Op op, io_uring_cqe* cqe) {
+    if (op == kRecv) {
+      if (cqe->res > 0) {
+        c->pending.emplace_back(static_cast<int>(cqe->flags >> IORING_CQE_BUFFER_SHIFT),
+                                static_cast<unsigned>(cqe->res));
+      }
+      if (!(cqe->flags & IORING_CQE_F_MORE)) {
+        if (cqe->res == -ENOBUFS || cqe->res > 0) {
+          recvMultishot(c);  // ended for want of buffers: armed again (they come back as sends end)
+        } else {
+          c->ended = true;  // EOF or error: close once what is queued is sent
+        }
+      }
+      if (!c->sending) sendNext(c);
+      return false;
+    }
+    // kSend
+    if (cqe->res < 0) {
+      giveBack(c->bid);
+      c->bid = -1;
+      c->sending = false;
+      c->pending.erase(c->pending.begin(), c->pending.begin() + static_cast<long>(c->pendingHead));
+      c->pendingHead = 0;
+      for (auto& [bid, n] : c->pending) giveBack(bid);
+      c->pending.clear();
+      if (c->ended) {
+        close(c);
+      } else {
+        ::shutdown(c->fd, SHUT_RDWR);  // the recv ends (res <= 0) and closes it
+      }
+      return false;
+    }
+    c->off += static_cast<unsigned>(cqe->res);
+    if (c->off < c->len) {
+      send(c);
+      return false;
+    }
+    giveBack(c->bid);
+    c->bid = -1;
+    c->sending = false;
+    sendNext(c);
+    return false;
+  }
+
   int listener_;
   io_uring ring_{};
   io_uring_sqe* last_ = nullptr;
@@ -272,6 +357,8 @@ int main(int argc, char** argv) {
   const char* protocol = std::getenv("BENCH_PROTOCOL");
   isHttp = protocol && std::string_view(protocol) == "http";
   if (const char* t = std::getenv("READ_TIMEOUT_MS")) timeoutMs = std::atol(t);
+  const char* recvMode = std::getenv("BENCH_RECV");
+  multishot = recvMode && std::string_view(recvMode) == "multishot" && !isHttp;
 
   stopFd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   struct sigaction sa {};
