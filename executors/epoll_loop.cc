@@ -456,7 +456,7 @@ class EpollLoop final : public IoLoopBase {
         const std::uint32_t id = pool_->take();
         if (id == BufferPool::kNone) return -ENOBUFS;
         op.message->msg_iov[0].iov_base = pool_->address(id);
-        op.message->msg_iov[0].iov_len = pool_->bufferSize();
+        op.message->msg_iov[0].iov_len = kLentDatagramSize;
         const ssize_t r = ::recvmsg(op.fd, op.message, op.flags | MSG_DONTWAIT);
         if (r > 0) {
           op.lent = pool_->lend(id, static_cast<std::size_t>(r));

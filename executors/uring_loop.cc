@@ -620,7 +620,7 @@ class UringLoop final : public IoLoopBase {
         // (MSG_TRUNC) into the caller's msghdr, as for kReceiveMessage. With a ring
         // buffer, the one iovec only gives the length (the kernel picks the address);
         // the kernel reads the msghdr and the iovec when it issues the request.
-        op.message->msg_iov[0].iov_len = pool_->bufferSize();
+        op.message->msg_iov[0].iov_len = kLentDatagramSize;
         io_uring_prep_recvmsg(sqe, op.fd, op.message, static_cast<unsigned>(op.flags));
         if (op.loopBuffer != BufferPool::kNone) [[unlikely]] {  // a plain recvmsg
           op.message->msg_iov[0].iov_base = pool_->address(op.loopBuffer);

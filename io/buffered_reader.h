@@ -53,7 +53,7 @@ class FrameTooLarge : public std::length_error {
 //
 // Limit: no frame (delimiter included) may be longer than maxFrame bytes (a constructor
 // argument, 64 KiB by default); a longer one throws FrameTooLarge instead of growing the
-// reader without bound. At most maxFrame bytes plus one receive (16 KiB) are buffered.
+// reader without bound. At most maxFrame bytes plus one receive (64 KiB) are buffered.
 //
 // Cancellation and time limits: every call honours the coroutine's cancellation
 // (withTimeout, withCancellation, a Task's token) and the stream's read time limit

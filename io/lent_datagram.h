@@ -11,7 +11,8 @@ namespace weft {
 // Semantics: `data` holds the datagram's bytes (the LentBuffer owns the loop's buffer and
 // gives it back when destroyed, on any thread; see executors/lent_buffer.h). An empty
 // `data` with `truncated` false is an empty datagram, which is valid: a datagram socket has
-// no end of stream. `truncated` says the datagram was longer than a lent buffer (16 KiB):
+// no end of stream. `truncated` says the datagram was longer than 16 KiB (what a datagram receive uses of a
+// lent buffer):
 // `data` holds its first 16 KiB and the rest is lost, as the kernel drops it (MSG_TRUNC),
 // exactly as for receiveFrom(buffer) into a 16 KiB buffer; receive larger datagrams into a
 // buffer of one's own. `from` is the sender, as in Datagram (an IPv4 or IPv6 address, a

@@ -158,7 +158,7 @@ class TcpStream {
     return read(std::span<std::byte>(static_cast<std::byte*>(data), size));
   }
   // Receives what has arrived, into a buffer the event loop lends: the LentBuffer holds
-  // at least one byte (at most 16 KiB), or none at the end of the stream. The loop picks
+  // at least one byte (at most 64 KiB), or none at the end of the stream. The loop picks
   // the buffer only once data is there, so a connection waiting here holds no buffer;
   // the LentBuffer gives it back when destroyed (any thread, any time). The plain way to
   // write a server:

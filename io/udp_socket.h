@@ -46,9 +46,9 @@ struct UdpSocketOptions {
 //    the loop when destroyed, on any thread), the sender, and `truncated`. A socket waiting
 //    there holds no buffer (io_uring: the kernel picks one from the loop's provided-buffer
 //    ring when a datagram arrives; epoll: the loop takes one from its pool once the socket
-//    is readable). The buffers are 16 KiB: a longer datagram is cut to 16 KiB with
-//    `truncated` set, its rest lost, as receiveFrom(buffer) does with a 16 KiB buffer
-//    (never silently). An empty datagram is an empty LentBuffer, `truncated` false.
+//    is readable). A datagram receive uses 16 KiB of the buffer: a longer datagram is cut to
+//    16 KiB with `truncated` set, its rest lost, as receiveFrom(buffer) does with a 16 KiB
+//    buffer (never silently). An empty datagram is an empty LentBuffer, `truncated` false.
 //    receive() is the same for a connected socket.
 //  - connect(address) sets the default peer (a synchronous connect(2): nothing goes on
 //    the wire) and filters what is received to datagrams from it. send(buffer) and

