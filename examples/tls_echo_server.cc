@@ -27,8 +27,9 @@
 
 using namespace std::chrono_literals;
 
-const std::chrono::milliseconds readTimeout(
-    std::getenv("READ_TIMEOUT_MS") != nullptr ? std::atol(std::getenv("READ_TIMEOUT_MS")) : 0);
+const std::chrono::milliseconds readTimeout(std::getenv("READ_TIMEOUT_MS") != nullptr
+                                                ? std::atol(std::getenv("READ_TIMEOUT_MS"))
+                                                : 0);
 
 // One connection: the handshake, then echo until the client ends it (close_notify), or
 // a TLS or transport error, the read time limit or the shutdown's cancellation does.
@@ -39,11 +40,13 @@ weft::Lazy<void> echo(weft::TcpStream tcp, weft::TlsContext context) {
     tcp.setReadTimeout(10s);  // the handshake's reads
     weft::TlsStream tls = co_await weft::TlsStream::accept(std::move(tcp), std::move(context));
     tls.transport().setReadTimeout(readTimeout);  // 0: no limit
-    char buffer[16384];  // one TLS record's worth of plaintext
+    // One TLS record's worth of plaintext.
+    char buffer[16384];
     while (const std::size_t n = co_await tls.read(std::span<char>(buffer))) {
       co_await tls.writeAll(std::string_view(buffer, n));
     }
-    co_await tls.shutdown();  // the client's close_notify came: answer with ours
+    // The client's close_notify came: answer with ours.
+    co_await tls.shutdown();
   } catch (const std::exception&) {  // a failed handshake, a reset, a truncation, shutdown
   }
 }
@@ -88,9 +91,8 @@ int main(int argc, char** argv) {
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "tls-echo");
   auto listener =
       weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
-  std::printf("tls_echo_server: 127.0.0.1:%d, %s, %zu thread(s)\n",
-              listener.localAddress().port(), weft::ioBackendName(pool.ioBackend()).data(),
-              pool.threadCount());
+  std::printf("tls_echo_server: 127.0.0.1:%d, %s, %zu thread(s)\n", listener.localAddress().port(),
+              weft::ioBackendName(pool.ioBackend()).data(), pool.threadCount());
   std::fflush(stdout);
 
   weft::CancellationSource stop;

@@ -16,10 +16,14 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
+const RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 async fn echo<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, timeout: Option<Duration>) {
@@ -81,14 +85,18 @@ async fn http<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) {
 
 // The TLS acceptor when BENCH_TLS_CERT and BENCH_TLS_KEY name a chain and its key.
 fn tls_acceptor(is_http: bool) -> Option<TlsAcceptor> {
-    let (cert, key) = match (std::env::var("BENCH_TLS_CERT"), std::env::var("BENCH_TLS_KEY")) {
+    let (cert, key) = match (
+        std::env::var("BENCH_TLS_CERT"),
+        std::env::var("BENCH_TLS_KEY"),
+    ) {
         (Ok(c), Ok(k)) => (c, k),
         _ => return None,
     };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
         .and_then(|certs| certs.collect())
         .unwrap_or_else(|e| panic!("BENCH_TLS_CERT {cert}: {e}"));
-    let key = PrivateKeyDer::from_pem_file(&key).unwrap_or_else(|e| panic!("BENCH_TLS_KEY {key}: {e}"));
+    let key =
+        PrivateKeyDer::from_pem_file(&key).unwrap_or_else(|e| panic!("BENCH_TLS_KEY {key}: {e}"));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -104,7 +112,9 @@ fn tls_acceptor(is_http: bool) -> Option<TlsAcceptor> {
 
 async fn serve(port: u16) {
     let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
-    let is_http = std::env::var("BENCH_PROTOCOL").map(|p| p == "http").unwrap_or(false);
+    let is_http = std::env::var("BENCH_PROTOCOL")
+        .map(|p| p == "http")
+        .unwrap_or(false);
     let tls = tls_acceptor(is_http);
     let timeout = std::env::var("READ_TIMEOUT_MS")
         .ok()
@@ -145,7 +155,9 @@ fn main() {
     };
     let threads = env_or("WEFT_THREADS", 1).max(1) as usize;
     let rt = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
     } else {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
