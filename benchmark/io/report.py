@@ -11,6 +11,9 @@
 Ratios: each server's median against the best median of the framework peers (Go, Asio,
 tokio; nginx is shown but is not a peer of the ratio) and against the better of the two
 raw floors (epoll, io_uring), for req/s and for requests per server CPU-second.
+
+benchmark/tls/report.py builds on this file: `record` is the same for its runs, and its
+report uses the tables, charts and header below.
 """
 
 import argparse
@@ -200,27 +203,24 @@ def describe(workload):
     return workload
 
 
-def charts(table, images, out_dir):
-    """SVG small multiples: one panel per workload, one bar per server. Returns the files."""
+def bar_charts(table, images, out_dir, plots, order, color, legend, salt):
+    """SVG small multiples: one panel per workload, one bar per server. Returns the files.
+
+    plots: (file name, metric or None (per workload: MB/CPU-s for stream-*, RSS per
+    connection otherwise), title, which workloads); order(workloads) and order(servers)
+    sort; color(server) colours a bar; legend follows the title; salt keeps the SVG ids
+    stable from one run to the next."""
     try:
         import matplotlib
         matplotlib.use("Agg")
-        matplotlib.rcParams["svg.hashsalt"] = "weft-io"  # stable ids: small diffs between runs
+        matplotlib.rcParams["svg.hashsalt"] = salt  # stable ids: small diffs between runs
         import matplotlib.pyplot as plt
     except ImportError:
         return []
     os.makedirs(images, exist_ok=True)
     written = []
-    plots = (
-        ("io-req-per-cpu.svg", "req_per_cpu_s", "requests per server CPU-second (higher is better)",
-         lambda w: not w.startswith(("idle", "stream"))),
-        ("io-p99.svg", "p99_us", "p99 latency, µs (lower is better)",
-         lambda w: not w.startswith(("idle", "stream"))),
-        ("io-stream-idle.svg", None, "streaming MB per server CPU-second; RSS per idle connection",
-         lambda w: w.startswith(("idle", "stream"))),
-    )
     for filename, metric, title, keep in plots:
-        workloads = [w for w in workload_order(table) if keep(w)]
+        workloads = [w for w in order[0](table) if keep(w)]
         if not workloads:
             continue
         cols = 3 if len(workloads) > 2 else len(workloads)
@@ -231,11 +231,9 @@ def charts(table, images, out_dir):
             ax.axis("off")
         for ax, w in zip(axes.flat, workloads):
             m = metric or ("mb_per_cpu_s" if w.startswith("stream") else "rss_per_conn_kib")
-            names = [s for s in server_order(table[w]) if table[w][s][m] is not None]
+            names = [s for s in order[1](table[w]) if table[w][s][m] is not None]
             values = [table[w][s][m] for s in names]
-            colors = ["#888888" if s in FLOORS or s in FLOOR_AGAIN else "#d95f02" if s.startswith("weft") else
-                      "#1b9e77" if s == "nginx" else "#7570b3" for s in names]
-            ax.barh(range(len(names)), values, color=colors)
+            ax.barh(range(len(names)), values, color=[color(s) for s in names])
             ax.set_yticks(range(len(names)))
             ax.set_yticklabels(names, fontsize=8)
             ax.invert_yaxis()
@@ -245,14 +243,30 @@ def charts(table, images, out_dir):
             for i, v in enumerate(values):
                 ax.text(v, i, " " + fmt(v, 1 if v < 100 else 0), va="center", fontsize=7)
             ax.margins(x=0.25)
-        fig.suptitle(title + " — grey: raw floors, purple: Go/Asio/tokio, green: nginx, "
-                     "orange: weft", fontsize=10)
+        fig.suptitle(title + " — " + legend, fontsize=10)
         fig.tight_layout(rect=(0, 0, 1, 0.97))  # room for the suptitle
         path = os.path.join(images, filename)
         fig.savefig(path, format="svg", metadata={"Date": None})
         plt.close(fig)
         written.append(os.path.relpath(path, out_dir))
     return written
+
+
+def charts(table, images, out_dir):
+    """benchmark/io's charts: docs/images/io-*.svg."""
+    plots = (
+        ("io-req-per-cpu.svg", "req_per_cpu_s", "requests per server CPU-second (higher is better)",
+         lambda w: not w.startswith(("idle", "stream"))),
+        ("io-p99.svg", "p99_us", "p99 latency, µs (lower is better)",
+         lambda w: not w.startswith(("idle", "stream"))),
+        ("io-stream-idle.svg", None, "streaming MB per server CPU-second; RSS per idle connection",
+         lambda w: w.startswith(("idle", "stream"))),
+    )
+    color = lambda s: "#888888" if s in FLOORS or s in FLOOR_AGAIN else \
+        "#d95f02" if s.startswith("weft") else "#1b9e77" if s == "nginx" else "#7570b3"
+    return bar_charts(table, images, out_dir, plots, (workload_order, server_order), color,
+                      "grey: raw floors, purple: Go/Asio/tokio, green: nginx, orange: weft",
+                      "weft-io")
 
 
 def floor_spread(servers, metric):
@@ -309,31 +323,32 @@ def targets(table, w):
     w("")
 
 
-def report(a):
+def load_results(results):
+    """(runs, notes) of a results folder: every runs/*.json, and notes.tsv's lines as
+    [who, text]."""
     runs = []
-    for path in sorted(glob.glob(os.path.join(a.results, "runs", "*.json"))):
+    for path in sorted(glob.glob(os.path.join(results, "runs", "*.json"))):
         with open(path) as f:
             runs.append(json.load(f))
     notes = []
-    notes_path = os.path.join(a.results, "notes.tsv")
+    notes_path = os.path.join(results, "notes.tsv")
     if os.path.exists(notes_path):
         with open(notes_path) as f:
             notes = [line.rstrip("\n").split("\t", 1) for line in f if "\t" in line]
-    table = summarize(runs)
-    out_dir = os.path.dirname(os.path.abspath(a.out))
-    images = charts(table, a.images, out_dir)
-    cpu, kernel, ncpu = machine()
+    return runs, notes
 
-    md = []
-    w = md.append
-    w("# I/O benchmarks: weft's servers against real peers")
+
+def header(w, a, runs, title, script):
+    """The report's title, what generated it and when, and the machine and run table."""
+    cpu, kernel, ncpu = machine()
+    w("# " + title)
     w("")
     times = [os.path.getmtime(p) for p in glob.glob(os.path.join(a.results, "runs", "*.json"))]
     utc = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc)
     when = ("runs from %s to %s UTC" % (utc(min(times)).strftime("%Y-%m-%d %H:%M"),
                                          utc(max(times)).strftime("%H:%M"))) if times else "no runs"
-    w("Generated by `benchmark/io/run.sh` (`benchmark/io/report.py`), %s. Raw results: "
-      "`build/io-bench-results/`." % when)
+    w("Generated by `benchmark/%s/run.sh` (`benchmark/%s/report.py`), %s. Raw results: "
+      "`build/%s-bench-results/`." % (script, script, when, script))
     w("")
     w("| | |")
     w("|---|---|")
@@ -350,6 +365,84 @@ def report(a):
                               int(a.measure_seconds) // 60))
     w("| weft build | `%s` |" % a.weft_build)
     w("")
+
+
+def chart_links(w, images):
+    """A "Charts" section showing each image, if there are any."""
+    if images:
+        w("## Charts")
+        w("")
+        for img in images:
+            w("![%s](%s)" % (os.path.splitext(os.path.basename(img))[0], img))
+            w("")
+
+
+def idle_table(w, servers, names):
+    """The idle workload's table: connections still open, RSS, RSS per connection."""
+    w("| server | runs ok | still open | RSS idle, MiB | RSS per connection, KiB "
+      "| server CPU while idle, s |")
+    w("|---|---|---|---|---|---|")
+    for s in names:
+        c = servers[s]
+        rss = c["rss_idle_kib"] / 1024 if c["rss_idle_kib"] is not None else None
+        w("| %s | %d/%d | %s | %s | %s | %s |" % (
+            s, c["ok"], c["total"], fmt(c["still_open"]), fmt(rss, 1),
+            fmt(c["rss_per_conn_kib"], 2), fmt(c["server_cpu_s"], 2)))
+
+
+def throughput_table(w, servers, names, refs, unit="req"):
+    """A request workload's table: req/s, req per server CPU-second, latency, and each
+    against refs, [(label, server names)]: the best median among those servers."""
+    w("| server | runs ok | %s/s | %s/CPU-s | p50, µs | p99, µs | " % (unit, unit) +
+      " | ".join("%s/s vs %s" % (unit, label) for label, _ in refs) + " | " +
+      " | ".join("%s/CPU-s vs %s" % (unit, label) for label, _ in refs) + " |")
+    w("|---|---|---|---|---|---|" + "---|" * (2 * len(refs)))
+    rps = [best(servers, ref, "rps") for _, ref in refs]
+    cpu = [best(servers, ref, "req_per_cpu_s") for _, ref in refs]
+    for s in names:
+        c = servers[s]
+        w("| %s | %d/%d | %s | %s | %s | %s | %s | %s |" % (
+            s, c["ok"], c["total"], fmt(c["rps"]), fmt(c["req_per_cpu_s"]),
+            fmt(c["p50_us"], 1), fmt(c["p99_us"], 1),
+            " | ".join(ratio(c["rps"], r) for r in rps),
+            " | ".join(ratio(c["req_per_cpu_s"], r) for r in cpu)))
+
+
+def notes_section(w, notes, runs, order):
+    """Notes, failed runs and runs with details, by workload order."""
+    failures = sorted((r for r in runs if r["status"] != "ok" or r.get("detail")),
+                      key=lambda r: (order.get(r["workload"], 0), r["server"], r["repetition"]))
+    w("## Failures, skipped servers and notes")
+    w("")
+    if not notes and not failures:
+        w("None: every server listed ran every workload of its protocol, and every run "
+          "succeeded.")
+    for who, text in notes:
+        w("- **%s**: %s" % (who if who != "-" else "harness", text))
+    for r in failures:
+        w("- **%s**, %s, repetition %s: %s%s" % (
+            r["server"], r["workload"], r["repetition"], r["status"],
+            (" — " + r["detail"].replace("\n", " ").replace("|", "\\|")) if r.get("detail")
+            else ""))
+    w("")
+
+
+def write(a, md, images, runs):
+    with open(a.out, "w") as f:
+        f.write("\n".join(md))
+    print("wrote %s (%d runs)%s" % (a.out, len(runs),
+                                    "".join(", " + i for i in images)))
+
+
+def report(a):
+    runs, notes = load_results(a.results)
+    table = summarize(runs)
+    out_dir = os.path.dirname(os.path.abspath(a.out))
+    images = charts(table, a.images, out_dir)
+
+    md = []
+    w = md.append
+    header(w, a, runs, "I/O benchmarks: weft's servers against real peers", "io")
     w("## Method")
     w("")
     w("Every server is a separate program taking its port as only argument, listening on "
@@ -401,16 +494,8 @@ def report(a):
       "each table.")
     w("")
     targets(table, w)
-    if images:
-        w("## Charts")
-        w("")
-        for img in images:
-            w("![%s](%s)" % (os.path.splitext(os.path.basename(img))[0], img))
-            w("")
+    chart_links(w, images)
 
-    order = {wl: i for i, wl in enumerate(workload_order(table))}
-    failures = sorted((r for r in runs if r["status"] != "ok" or r.get("detail")),
-                      key=lambda r: (order.get(r["workload"], 0), r["server"], r["repetition"]))
     for wl in workload_order(table):
         servers = table[wl]
         names = server_order(servers)
@@ -419,15 +504,7 @@ def report(a):
         w(describe(wl) + ".")
         w("")
         if wl.startswith("idle"):
-            w("| server | runs ok | still open | RSS idle, MiB | RSS per connection, KiB "
-              "| server CPU while idle, s |")
-            w("|---|---|---|---|---|---|")
-            for s in names:
-                c = servers[s]
-                rss = c["rss_idle_kib"] / 1024 if c["rss_idle_kib"] is not None else None
-                w("| %s | %d/%d | %s | %s | %s | %s |" % (
-                    s, c["ok"], c["total"], fmt(c["still_open"]), fmt(rss, 1),
-                    fmt(c["rss_per_conn_kib"], 2), fmt(c["server_cpu_s"], 2)))
+            idle_table(w, servers, names)
         elif wl.startswith("stream"):
             pb = best(servers, PEERS, "mb_per_s")
             fb = best(servers, FLOORS, "mb_per_s")
@@ -443,20 +520,7 @@ def report(a):
                     ratio(c["mb_per_s"], pb), ratio(c["mb_per_s"], fb),
                     ratio(c["mb_per_cpu_s"], pc), ratio(c["mb_per_cpu_s"], fc)))
         else:
-            pb = best(servers, PEERS, "rps")
-            fb = best(servers, FLOORS, "rps")
-            pc = best(servers, PEERS, "req_per_cpu_s")
-            fc = best(servers, FLOORS, "req_per_cpu_s")
-            w("| server | runs ok | req/s | req/CPU-s | p50, µs | p99, µs | req/s vs peers "
-              "| req/s vs floor | req/CPU-s vs peers | req/CPU-s vs floor |")
-            w("|---|---|---|---|---|---|---|---|---|---|")
-            for s in names:
-                c = servers[s]
-                w("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                    s, c["ok"], c["total"], fmt(c["rps"]), fmt(c["req_per_cpu_s"]),
-                    fmt(c["p50_us"], 1), fmt(c["p99_us"], 1),
-                    ratio(c["rps"], pb), ratio(c["rps"], fb),
-                    ratio(c["req_per_cpu_s"], pc), ratio(c["req_per_cpu_s"], fc)))
+            throughput_table(w, servers, names, [("peers", PEERS), ("floor", FLOORS)])
         spread = floor_spread(servers, "mb_per_cpu_s" if wl.startswith("stream")
                               else "req_per_cpu_s")
         if spread:
@@ -466,27 +530,13 @@ def report(a):
               " (second run / first).")
         w("")
 
-    w("## Failures, skipped servers and notes")
-    w("")
-    if not notes and not failures:
-        w("None: every server listed ran every workload of its protocol, and every run "
-          "succeeded.")
-    for who, text in notes:
-        w("- **%s**: %s" % (who if who != "-" else "harness", text))
-    for r in failures:
-        w("- **%s**, %s, repetition %s: %s%s" % (
-            r["server"], r["workload"], r["repetition"], r["status"],
-            (" — " + r["detail"].replace("\n", " ").replace("|", "\\|")) if r.get("detail")
-            else ""))
-    w("")
-    with open(a.out, "w") as f:
-        f.write("\n".join(md))
-    print("wrote %s (%d runs)%s" % (a.out, len(runs),
-                                    "".join(", " + i for i in images)))
+    notes_section(w, notes, runs, {wl: i for i, wl in enumerate(workload_order(table))})
+    write(a, md, images, runs)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
+def main(report_fn=None, doc=__doc__):
+    """The command line: `record` (one run) and `report` (report_fn, default io's)."""
+    p = argparse.ArgumentParser(description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("record")
@@ -513,7 +563,7 @@ def main():
     g.add_argument("--client-cpus", default="1")
     g.add_argument("--measure-seconds", type=float, default=0)
     a = p.parse_args()
-    record(a) if a.command == "record" else report(a)
+    record(a) if a.command == "record" else (report_fn or report)(a)
 
 
 if __name__ == "__main__":

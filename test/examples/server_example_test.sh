@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs one of weft's server examples (examples/echo_server.cc, fiber_echo_server.cc,
-# http_hello.cc, https_hello.cc, kv_server.cc) as a test: once per I/O backend, it starts
-# the server on port 0 (the kernel picks one; the server prints it), talks to it over
-# 127.0.0.1 with python3 (echo: 200 messages of growing size, every byte checked, on 3
-# connections at once, and 8 MiB sent before any is read back on a fourth; http: 100
+# http_hello.cc, https_hello.cc, kv_server.cc, tls_echo_server.cc) as a test: once per I/O
+# backend, it starts the server on port 0 (the kernel picks one; the server prints it),
+# talks to it over 127.0.0.1 with python3 (echo: 200 messages of growing size, every byte
+# checked, on 3 connections at once, and 8 MiB sent before any is read back on a fourth;
+# tls-echo: the same over TLS, the 8 MiB sent and read back by one thread interleaving
+# non-blocking sends and receives, then a client that speaks no TLS; http: 100
 # keep-alive requests, some pipelined, and requests split across reads; https: the same
 # over TLS, verifying a certificate made for the run with the openssl command, then a
 # client that speaks no TLS, which must not stop the server; kv: every command and reply, "\n" and
@@ -11,7 +13,7 @@
 # line too long, 4 clients at once sharing the store), leaves one connection open, sends
 # SIGTERM and requires exit status 0 (within a minute: a hang guard).
 #
-#   test/examples/server_example_test.sh BINARY echo|http|https|kv
+#   test/examples/server_example_test.sh BINARY echo|http|https|kv|tls-echo
 set -euo pipefail
 binary="$1"
 protocol="$2"
@@ -19,7 +21,7 @@ out="$(mktemp)"
 keys="$(mktemp -d)"
 trap 'rm -f "${out}"; rm -rf "${keys}"; [[ -n "${pid:-}" ]] && kill -9 "${pid}" 2>/dev/null || true' EXIT
 server_args=()
-if [[ "${protocol}" == https ]]; then
+if [[ "${protocol}" == https || "${protocol}" == tls-echo ]]; then
   # A key and a self-signed certificate for this run only (no key is committed).
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
     -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
@@ -50,12 +52,23 @@ for backend in io_uring epoll; do
   [[ -n "${port}" ]] || { echo "FAIL: ${binary} (${backend}) printed no port: $(cat "${out}")"; exit 1; }
   grep -q "${backend}" "${out}" || { echo "FAIL: ${binary} does not run ${backend}: $(cat "${out}")"; exit 1; }
   python3 - "${port}" "${protocol}" "${keys}/cert.pem" <<'PY'
-import os, socket, ssl, sys, threading
+import os, select, socket, ssl, sys, threading
 port, protocol, certificate = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 errors = []
+def connect():
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    if protocol not in ("https", "tls-echo"):
+        return s
+    context = ssl.create_default_context(cafile=certificate)  # verifies name and chain
+    if protocol == "https":
+        context.set_alpn_protocols(["http/1.1"])
+    tls = context.wrap_socket(s, server_hostname="localhost")
+    if protocol == "https" and tls.selected_alpn_protocol() != "http/1.1":
+        raise RuntimeError("ALPN: %r" % tls.selected_alpn_protocol())
+    return tls
 def echo(index):
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        with connect() as s:
             for i in range(200):
                 message = bytes((index * 7 + i + k) % 256 for k in range(1 + i * 97))
                 s.sendall(message)
@@ -89,16 +102,44 @@ def flood():
                 raise RuntimeError("flood echo mismatch")
     except Exception as e:
         errors.append("flood: " + repr(e))
-def connect():
-    s = socket.create_connection(("127.0.0.1", port), timeout=60)
-    if protocol != "https":
-        return s
-    context = ssl.create_default_context(cafile=certificate)  # verifies name and chain
-    context.set_alpn_protocols(["http/1.1"])
-    tls = context.wrap_socket(s, server_hostname="localhost")
-    if tls.selected_alpn_protocol() != "http/1.1":
-        raise RuntimeError("ALPN: %r" % tls.selected_alpn_protocol())
-    return tls
+def tls_flood():
+    # 8 MiB through TLS, sent while the echo is read back by the same thread (an SSL
+    # socket is not for two threads at once): the server's writes wait for room while
+    # its reads go on, and every byte still comes back once, in order.
+    try:
+        with connect() as s:
+            data = os.urandom(8 << 20)
+            s.setblocking(False)
+            sent, got = 0, bytearray()
+            while len(got) < len(data):
+                want_write = [s] if sent < len(data) else []
+                readable, writable, _ = select.select([s], want_write, [], 60)
+                if not readable and not writable:
+                    raise RuntimeError("no progress for 60 s")
+                if writable:
+                    try:
+                        sent += s.send(data[sent:sent + 65536])
+                    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                        pass
+                while readable or s.pending():
+                    readable = []
+                    try:
+                        chunk = s.recv(1 << 20)
+                    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                        break
+                    if not chunk:
+                        raise RuntimeError("connection closed early")
+                    got += chunk
+            if bytes(got) != data:
+                raise RuntimeError("flood echo mismatch")
+    except Exception as e:
+        errors.append("flood: " + repr(e))
+def refused_without_tls():
+    # A client that speaks no TLS is refused; the server goes on serving.
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        while s.recv(65536):
+            pass
 def http():
     with connect() as s:
         request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -208,11 +249,14 @@ def kv():
         raise RuntimeError("the server went on after a line too long: %r" % rest[:100])
     s.close()
     s2.close()
-if protocol == "echo":
+if protocol in ("echo", "tls-echo"):
     threads = [threading.Thread(target=echo, args=(i,)) for i in range(3)]
-    threads.append(threading.Thread(target=flood))
+    threads.append(threading.Thread(target=tls_flood if protocol == "tls-echo" else flood))
     for t in threads: t.start()
     for t in threads: t.join()
+    if protocol == "tls-echo" and not errors:
+        refused_without_tls()
+        echo(3)
     if errors:
         sys.exit("FAIL: " + "; ".join(errors))
 elif protocol == "kv":
@@ -220,11 +264,7 @@ elif protocol == "kv":
 else:
     http()
     if protocol == "https":
-        # A client that speaks no TLS is refused; the server goes on serving.
-        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            while s.recv(65536):
-                pass
+        refused_without_tls()
         http()
 PY
   # One connection stays open through the shutdown: the server must cancel it and exit.

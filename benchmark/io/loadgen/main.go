@@ -1,6 +1,6 @@
-// loadgen: the bounded TCP load generator of benchmark/io/run.sh. It talks only to the
-// address it is given (127.0.0.1 in run.sh), stops by itself after -warmup + -duration,
-// and prints one JSON line.
+// loadgen: the bounded TCP load generator of benchmark/io/run.sh and benchmark/tls/run.sh.
+// It talks only to the address it is given (127.0.0.1 in the scripts), stops by itself
+// after -warmup + -duration, and prints one JSON line.
 //
 //	loadgen -mode pingpong -addr 127.0.0.1:9000 -conns 100 -size 64 -duration 5s -warmup 1s
 //	    each connection sends -size bytes and waits for the whole echo before the next;
@@ -17,12 +17,21 @@
 //	    the whole echo and closes, again and again; requests are connections served, and
 //	    their latency runs from the dial to the echo's last byte
 //
+// -tls: every connection speaks TLS 1.3 (crypto/tls) from its dial on, with X25519 as its
+// only key exchange group and no session cache, so that each connection makes a full
+// handshake (in -mode connect: one handshake per request). The server's certificate is
+// not verified: benchmark/tls/run.sh makes a self-signed one for each run.
+// -http (with -mode connect or idle): the message is an HTTP/1.1 GET and the answer one
+// HTTP response (any headers, its Content-Length body), in place of -size bytes echoed.
+//
 // -pids 12,34: the server's processes. Their CPU time (utime+stime from /proc/<pid>/stat)
 // is read at the start and the end of the measured window, and their VmRSS (idle mode:
 // before the connections are opened and once they all are idle).
 package main
 
 import (
+	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,6 +39,7 @@ import (
 	"io"
 	"math/bits"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -149,6 +159,7 @@ type result struct {
 	Errors       int64   `json:"errors"`
 	FirstError   string  `json:"first_error,omitempty"`
 	ServerAlive  bool    `json:"server_alive"`
+	TLS          string  `json:"tls,omitempty"`
 }
 
 var (
@@ -164,13 +175,69 @@ func fail(err error) {
 	}
 }
 
+// ---- dialing, and one request and its answer ----
+
+var (
+	tlsConfig     *tls.Config  // nil: plain TCP
+	httpExchanges bool         // -http
+	negotiated    atomic.Value // the first TLS connection's version and cipher suite
+	httpRequest   = []byte("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+)
+
+// dial connects to addr and, with -tls, completes the handshake before it returns.
+func dial(addr string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+	if err != nil || tlsConfig == nil {
+		return c, err
+	}
+	t := tls.Client(c, tlsConfig)
+	t.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := t.Handshake(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	t.SetDeadline(time.Time{})
+	if negotiated.Load() == nil {
+		st := t.ConnectionState()
+		negotiated.Store(tls.VersionName(st.Version) + " " + tls.CipherSuiteName(st.CipherSuite))
+	}
+	return t, nil
+}
+
+// exchange sends out and reads its whole echo into in, or with -http sends a GET and
+// reads the whole response (a status other than 200 is an error).
+func exchange(c net.Conn, out, in []byte) error {
+	if !httpExchanges {
+		if _, err := c.Write(out); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(c, in)
+		return err
+	}
+	if _, err := c.Write(httpRequest); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP status %d", resp.StatusCode)
+	}
+	return nil
+}
+
 func dialAll(addr string, n int) ([]net.Conn, error) {
 	conns := make([]net.Conn, 0, n)
 	for i := 0; i < n; i++ {
 		var c net.Conn
 		var err error
 		for try := 0; try < 50; try++ { // the listen backlog may be full for a moment
-			if c, err = net.DialTimeout("tcp4", addr, 2*time.Second); err == nil {
+			if c, err = dial(addr); err == nil {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -299,12 +366,10 @@ func connect(addr string, clients, size int, warmup, duration time.Duration, pid
 			var n uint64
 			for !stopped.Load() {
 				t := time.Now()
-				c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+				c, err := dial(addr)
 				if err == nil {
 					c.SetDeadline(time.Now().Add(5 * time.Second))
-					if _, err = c.Write(out); err == nil {
-						_, err = io.ReadFull(c, in)
-					}
+					err = exchange(c, out, in)
 					c.Close()
 				}
 				if err != nil {
@@ -345,11 +410,7 @@ func idle(addr string, n, size int, duration time.Duration, pids []int, r *resul
 	in := make([]byte, size)
 	for _, c := range conns {
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write(msg); err != nil {
-			fail(err)
-			continue
-		}
-		if _, err := io.ReadFull(c, in); err != nil {
+		if err := exchange(c, msg, in); err != nil {
 			fail(err)
 		}
 		c.SetDeadline(time.Time{})
@@ -383,7 +444,24 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "measured window (idle: idle time)")
 	warmup := flag.Duration("warmup", time.Second, "warm-up before the measured window")
 	pidList := flag.String("pids", "", "comma-separated pids of the server's processes")
+	useTLS := flag.Bool("tls", false, "TLS 1.3 on every connection (the certificate is not verified)")
+	flag.BoolVar(&httpExchanges, "http", false, "connect, idle: an HTTP GET and its response")
 	flag.Parse()
+	if *useTLS {
+		tlsConfig = &tls.Config{
+			// The benchmark's servers present a self-signed certificate made for the run, on
+			// 127.0.0.1: what is measured is their cost, not the certificate's authority.
+			InsecureSkipVerify: true,
+			MinVersion:         tls.VersionTLS13,
+			// One key exchange for every server (Go would offer a post-quantum hybrid first).
+			CurvePreferences: []tls.CurveID{tls.X25519},
+			// No ClientSessionCache: no resumption, every connection a full handshake.
+		}
+	}
+	if httpExchanges && *mode != "connect" && *mode != "idle" {
+		fmt.Fprintln(os.Stderr, "loadgen: -http goes with -mode connect or idle")
+		os.Exit(2)
+	}
 
 	var pids []int
 	for _, p := range strings.Split(*pidList, ",") {
@@ -420,6 +498,9 @@ func main() {
 		r.FirstError = e
 	}
 	r.ServerAlive = len(pids) == 0 || alive(pids)
+	if v, ok := negotiated.Load().(string); ok {
+		r.TLS = v
+	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	if r.Errors > 0 && r.Requests == 0 && r.Bytes == 0 && r.StillOpen == 0 {

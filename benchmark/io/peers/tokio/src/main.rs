@@ -2,19 +2,31 @@
 //! SIGINT/SIGTERM. WEFT_THREADS (default 1): 1 -> current_thread runtime, n -> multi-thread
 //! with n workers. BENCH_PROTOCOL=echo|http (default echo). READ_TIMEOUT_MS bounds each
 //! echo read (tokio::time::timeout); the connection is closed when it expires.
+//! BENCH_TLS_CERT=chain.pem BENCH_TLS_KEY=key.pem: every connection is TLS (tokio-rustls,
+//! rustls's defaults on the ring provider: TLS 1.2 and 1.3; ALPN http/1.1 for http),
+//! the handshake in the connection's own task.
 
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
 
-const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
+const RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
-async fn echo(mut s: TcpStream, timeout: Option<Duration>) {
+async fn echo<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, timeout: Option<Duration>) {
     // read_buf fills the spare capacity: an idle connection's 64 KiB are never touched.
     let mut buf = Vec::with_capacity(64 * 1024);
     loop {
@@ -27,7 +39,11 @@ async fn echo(mut s: TcpStream, timeout: Option<Duration>) {
             None => s.read_buf(&mut buf).await,
         };
         match n {
-            Ok(0) | Err(_) => return,
+            Ok(0) => {
+                let _ = s.shutdown().await; // TLS: answers the client's close_notify
+                return;
+            }
+            Err(_) => return,
             Ok(n) => {
                 if s.write_all(&buf[..n]).await.is_err() {
                     return;
@@ -41,7 +57,7 @@ fn find_end(b: &[u8]) -> Option<usize> {
     b.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
 }
 
-async fn http(mut s: TcpStream) {
+async fn http<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     let mut out = Vec::with_capacity(4096);
@@ -67,9 +83,39 @@ async fn http(mut s: TcpStream) {
     }
 }
 
+// The TLS acceptor when BENCH_TLS_CERT and BENCH_TLS_KEY name a chain and its key.
+fn tls_acceptor(is_http: bool) -> Option<TlsAcceptor> {
+    let (cert, key) = match (
+        std::env::var("BENCH_TLS_CERT"),
+        std::env::var("BENCH_TLS_KEY"),
+    ) {
+        (Ok(c), Ok(k)) => (c, k),
+        _ => return None,
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
+        .and_then(|certs| certs.collect())
+        .unwrap_or_else(|e| panic!("BENCH_TLS_CERT {cert}: {e}"));
+    let key =
+        PrivateKeyDer::from_pem_file(&key).unwrap_or_else(|e| panic!("BENCH_TLS_KEY {key}: {e}"));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("certificate and key");
+    if is_http {
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    }
+    Some(TlsAcceptor::from(Arc::new(config)))
+}
+
 async fn serve(port: u16) {
     let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
-    let is_http = std::env::var("BENCH_PROTOCOL").map(|p| p == "http").unwrap_or(false);
+    let is_http = std::env::var("BENCH_PROTOCOL")
+        .map(|p| p == "http")
+        .unwrap_or(false);
+    let tls = tls_acceptor(is_http);
     let timeout = std::env::var("READ_TIMEOUT_MS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -81,10 +127,16 @@ async fn serve(port: u16) {
             r = listener.accept() => {
                 let Ok((s, _)) = r else { continue };
                 let _ = s.set_nodelay(true);
-                if is_http {
-                    tokio::spawn(http(s));
-                } else {
-                    tokio::spawn(echo(s, timeout));
+                match (&tls, is_http) {
+                    (None, true) => { tokio::spawn(http(s)); }
+                    (None, false) => { tokio::spawn(echo(s, timeout)); }
+                    (Some(acceptor), _) => {
+                        let acceptor = acceptor.clone();
+                        tokio::spawn(async move {
+                            let Ok(s) = acceptor.accept(s).await else { return };
+                            if is_http { http(s).await } else { echo(s, timeout).await }
+                        });
+                    }
                 }
             }
             _ = term.recv() => break,
@@ -103,7 +155,9 @@ fn main() {
     };
     let threads = env_or("WEFT_THREADS", 1).max(1) as usize;
     let rt = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
     } else {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
