@@ -2,7 +2,7 @@
 // once per backend. What arrived is returned in order, whole, once; the end of the stream
 // is an empty LentBuffer; buffers come back to the loop from any thread, also after the
 // stream and the pool are gone; a loop whose buffers are all held lends more (io_uring:
-// the ring grows on ENOBUFS, then receives fall back to plain recvs) without losing or
+// a receive that finds the ring empty becomes a plain recv, and the ring grows) without losing or
 // reordering a byte; time limits, withdrawal and fibers behave as for read(). Every test
 // checks that no lent buffer is left out (IoLoop::lentBuffers) and no descriptor leaked.
 // Races of receive() against cancellation and time limits: io_cancellation_test.cc.
@@ -135,8 +135,9 @@ TEST_P(TcpStreamReceiveTest, PlainStyleEchoReturnsEveryByteInOrder) {
   EXPECT_EQ(echoed, sentTotal);
 }
 
-// Holds more buffers than the io_uring loop's ring can lend (4,096): the ring grows on
-// ENOBUFS up to its capacity, then receives fall back to plain recvs into pool buffers.
+// Holds more buffers than the io_uring loop's ring can lend (4,096): a receive that finds
+// the ring empty (ENOBUFS) becomes a plain recv into a pool buffer, and the ring grows up
+// to its capacity.
 // Each held buffer has exactly its own byte, in order.
 TEST_P(TcpStreamReceiveTest, HeldBuffersMakeTheLoopLendMoreWithoutLosingAByte) {
   test::Watchdog watchdog(240s, "HeldBuffers");

@@ -3,8 +3,9 @@
 // whole, once, in order, with its sender; an empty datagram is a valid one; a datagram
 // longer than a lent buffer (16 KiB) is cut to it and reported truncated, never silently;
 // buffers come back to the loop from any thread, also after the socket and the pool are
-// gone; a loop whose buffers are all held lends more (io_uring: the ring grows on ENOBUFS,
-// then receives fall back to plain recvmsgs) without losing or reordering a datagram;
+// gone; a loop whose buffers are all held lends more (io_uring: a receive that finds the
+// ring empty becomes a plain recvmsg, and the ring grows) without losing or reordering a
+// datagram;
 // cancellation and withTimeout racing an arrival lose no datagram and no buffer;
 // withdrawal, close and fibers behave as for receiveFrom(buffer). Every test checks that no
 // lent buffer is left out (IoLoop::lentBuffers), no frame is left (test::Counted) and no
@@ -300,8 +301,9 @@ TEST_P(UdpSocketReceiveTest, ADatagramLongerThanALentBufferIsCutAndReportedTrunc
   EXPECT_EQ(lentBuffers(pool), 0u);
 }
 
-// Holds more buffers than the io_uring loop's ring can lend (4,096): the ring grows on
-// ENOBUFS up to its capacity, then receives fall back to plain recvmsgs into pool buffers.
+// Holds more buffers than the io_uring loop's ring can lend (4,096): a receive that finds
+// the ring empty (ENOBUFS) becomes a plain recvmsg into a pool buffer, and the ring grows
+// up to its capacity.
 // Each held buffer has exactly its own datagram, in order. The buffers then come back, half
 // on another thread and half on the worker, and the loop lends from them again.
 TEST_P(UdpSocketReceiveTest, HeldDatagramsMakeTheLoopLendMoreWithoutLosingOne) {
