@@ -103,11 +103,11 @@ class EndOfStream : public std::runtime_error {
 //
 // Preconditions: the buffer of an operation stays valid until its await returns. At most
 // one read and one write in flight at a time is the usual use; several are served in
-// order, each read's or write's bytes contiguous, and so are readExactly's and writeAll's
-// of one buffer, whole: none lets an operation issued after it move a byte before it is
-// done. A vectored writeAll (several buffers) may have other writes interleaved at its
-// partial transfers (serialize those, e.g. with a Mutex, when several coroutines write
-// one stream). close() (and the destructor, and
+// order (on one thread), each read's or write's bytes contiguous, and so are
+// readExactly's and writeAll's of one buffer, whole: none lets an operation issued after
+// it move a byte before it is done. A vectored writeAll (several buffers) may have other
+// writes interleaved at its partial transfers (serialize those, e.g. with a Mutex, when
+// several coroutines write one stream). close() (and the destructor, and
 // move-assignment) may come while operations wait, from any thread (a timeout handler
 // closing a connection whose reader waits): each waiting operation ends with
 // std::system_error ECANCELED ("the socket was closed while the operation waited") unless
