@@ -618,12 +618,12 @@ TEST_P(TcpStreamWriteAllTest, AClosedStreamFailsWithEbadfAndEmptyBuffersComplete
   syncAwait(withCancellation(cancelled.token(), closed.writeAll(std::span<const std::byte>())), &pool);
   test::StreamAndPeer pair = test::connectedPair(pool);
   setBufferSize(pair.stream.nativeHandle(), SO_SNDBUF, 4096);
-  const std::vector<std::byte> fill = pattern(60, 4096);
-  while (pair.stream.tryWrite(fill)) {
-  }
-  const std::vector<std::byte> more = pattern(61, 100000);
+  // Far more than the peer's receive buffer takes while it reads nothing (it grows only
+  // as the peer reads): this one waits for room until the stream is closed.
+  const std::vector<std::byte> more = pattern(61, 4 << 20);
   Outcome<void> waiting;
   startOn(pool, pair.stream.writeAll(more), waiting);
+  waitUntil([&] { return queuedToRead(pair.peer.get()) > 0; });
   quiesce(pool);
   syncAwait(pair.stream.writeAll(""), &pool);  // not behind the waiting one
   syncAwait(pair.stream.readExactly(std::span<char>()), &pool);
