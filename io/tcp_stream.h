@@ -218,9 +218,9 @@ class TcpStream {
   //   or Task, `weft::await` it in a fiber, pass it to withTimeout, collectAll, spawn or
   //   syncAwait as any awaitable, bind it with `.via(executor)`, or convert it to
   //   Lazy<void> where one is needed (`weft::Lazy<void> w = stream.writeAll(b);`, which
-  //   then makes a frame). Each await is a new transfer of the whole buffer. The stream
-  //   is read when writeAll is called (its descriptor and time limit), the buffer when
-  //   the transfer starts.
+  //   then makes a frame). Each await is a new transfer of the whole buffer. writeAll
+  //   takes the stream's descriptor and write time limit when it is called, as write()
+  //   does; the bytes must stay valid until the await returns.
   //   Errors: EBADF when the stream is closed (non-empty buffer). A failure after some
   //   bytes were written (cancellation, withTimeout, the write time limit's ETIMEDOUT,
   //   EPIPE, ECONNRESET, ExecutorShutDown, a close while it waits...) throws

@@ -44,12 +44,13 @@ Lazy<void> awaitWhole(WholeTransferAwaitable whole);
 // read that finds the end of the stream throws EndOfStream(n). The stream's time limit
 // applies to each wait for room (data), from its start, as it did to each partial write.
 //
-// Everything a Lazy<void> offers its user works: co_await it (in a Lazy, Task, or
-// weft::await in a fiber), pass it to withTimeout, withCancellation's Lazys, collectAll,
-// spawn or syncAwait (any awaitable), `.via(executor)`, or convert it to Lazy<void>
-// (`Lazy<void> w = stream.writeAll(b);`, a function returning Lazy<void>), which makes
-// the one frame the conversion needs. It may be awaited several times: each await is a
-// new transfer of the whole buffer.
+// What callers did with the Lazy<void> these returned before keeps working: co_await it
+// (in a Lazy or Task; weft::await in a fiber), pass it to withTimeout, withCancellation,
+// collectAll, spawn, TaskGroup::spawn or syncAwait (they take any awaitable), bind it
+// with `.via(executor)`, or convert it to Lazy<void> (`Lazy<void> w = stream.writeAll(b);`,
+// a function that returns Lazy<void>, `Lazy<void>(stream.writeAll(b)).start(callback)`),
+// which makes the one frame a Lazy needs. It may be awaited several times: each await is
+// a new transfer of the whole buffer.
 //
 // Thread safety: a value (a descriptor, a buffer, a time limit); awaited as the stream's
 // operations are.

@@ -53,6 +53,7 @@
 #include "weft/coro/spawn.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/task.h"
+#include "weft/coro/task_group.h"
 #include "weft/coro/with_cancellation.h"
 #include "weft/coro/with_timeout.h"
 #include "weft/executors/thread_pool.h"
@@ -647,7 +648,7 @@ TEST_P(TcpStreamWriteAllTest, GoesWhereverALazyWent) {
   std::string expected;
   auto bytes = [](const std::string& text) { return std::as_bytes(std::span(text)); };
   const std::string a = "converted;", b = "via;", c = "sync;", d = "collect;", e = "spawned;",
-                    f = "timed;", g = "twice;";
+                    f = "timed;", g = "twice;", h = "grouped;", i = "started;";
   {
     Lazy<void> lazy = pair.stream.writeAll(a);
     syncAwait(std::move(lazy).via(&pool));
@@ -671,11 +672,20 @@ TEST_P(TcpStreamWriteAllTest, GoesWhereverALazyWent) {
     const auto twice = pair.stream.writeAll(g);
     co_await twice;
     co_await twice;
+    TaskGroup<> group(co_await currentExecutor());
+    group.spawn(pair.stream.writeAll(h));
+    co_await group.join();
   }().via(&pool));
   expected += e;
   expected += f;
   expected += g;
   expected += g;
+  expected += h;
+  Outcome<void> started;
+  Lazy<void>(pair.stream.writeAll(i)).via(&pool).start(test::recordInto(started));
+  started.wait();
+  started.result.value();
+  expected += i;
   pair.stream.shutdownWrite();
   const std::vector<std::byte> received = reader.join();
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(received.data()), received.size()), expected);
