@@ -192,8 +192,13 @@ class TcpStream {
   //   failure propagates unchanged (withTimeout then throws TimeoutError). The read time
   //   limit applies to each wait for data, as it does to each read().
   detail::WholeTransferAwaitable readExactly(std::span<std::byte> buffer) const noexcept {
-    return {"readExactly from a TcpStream", "read from a TcpStream", IoOpcode::kReceive, fd_,
-            buffer.data(), buffer.size(), readTimeoutNs_};
+    return {"readExactly from a TcpStream",
+            "read from a TcpStream",
+            IoOpcode::kReceive,
+            fd_,
+            buffer.data(),
+            buffer.size(),
+            readTimeoutNs_};
   }
 
   // Writes at most buffer.size() bytes; returns how many were written (at least 1 for a
@@ -230,8 +235,13 @@ class TcpStream {
   //   unchanged.
   //   Example: co_await stream.writeAll(reply);   // weft::await(stream.writeAll(reply))
   detail::WholeTransferAwaitable writeAll(std::span<const std::byte> buffer) const noexcept {
-    return {"writeAll to a TcpStream", "write to a TcpStream", IoOpcode::kSend, fd_,
-            const_cast<std::byte*>(buffer.data()), buffer.size(), writeTimeoutNs_};
+    return {"writeAll to a TcpStream",
+            "write to a TcpStream",
+            IoOpcode::kSend,
+            fd_,
+            const_cast<std::byte*>(buffer.data()),
+            buffer.size(),
+            writeTimeoutNs_};
   }
   detail::WholeTransferAwaitable writeAll(std::string_view text) const noexcept {
     return writeAll(std::as_bytes(std::span<const char>(text.data(), text.size())));

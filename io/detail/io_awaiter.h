@@ -103,7 +103,6 @@ class IoAwaiter {
   }
 
  public:
-
   bool await_ready() const {
     token_->throwIfCancellationRequested();
     return false;

@@ -28,19 +28,19 @@
 #include <thread>
 #include <vector>
 
-#include "weft/coro/collect.h"
-#include "weft/coro/lazy.h"
-#include "weft/coro/sync_await.h"
-#include "weft/executors/executor.h"
-#include "weft/coro/cancellation.h"
-#include "weft/coro/try.h"
-#include "weft/coro/with_cancellation.h"
-#include "weft/io/incomplete_transfer.h"
-#include "weft/io/tcp_listener.h"
-#include "weft/io/tcp_stream.h"
 #include "test/support/io_backends.h"
 #include "test/support/io_support.h"
 #include "test/support/watchdog.h"
+#include "weft/coro/cancellation.h"
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/try.h"
+#include "weft/coro/with_cancellation.h"
+#include "weft/executors/executor.h"
+#include "weft/io/incomplete_transfer.h"
+#include "weft/io/tcp_listener.h"
+#include "weft/io/tcp_stream.h"
 
 namespace weft {
 namespace {
@@ -313,7 +313,8 @@ TEST_P(IoLoopTest, AUserLoopThatIgnoresWholeStillTransfersWholeBuffers) {
   }
   pair.stream.close();
   slowReader.join();
-  EXPECT_TRUE(received == std::vector<std::byte>(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n)))
+  EXPECT_TRUE(received ==
+              std::vector<std::byte>(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n)))
       << "reported " << n << ", the peer got " << received.size();
 }
 

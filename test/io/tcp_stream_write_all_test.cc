@@ -23,11 +23,10 @@
 //
 // Hand-shakes only (what the peer has received, FIONREAD, quiesce): no sleep.
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
@@ -46,6 +45,10 @@
 #include <thread>
 #include <vector>
 
+#include "test/support/counted.h"
+#include "test/support/io_support.h"
+#include "test/support/one_worker.h"
+#include "test/support/watchdog.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/collect.h"
 #include "weft/coro/current_executor.h"
@@ -61,10 +64,6 @@
 #include "weft/io/tcp_stream.h"
 #include "weft/stackful/await.h"
 #include "weft/stackful/spawn_fiber.h"
-#include "test/support/counted.h"
-#include "test/support/io_support.h"
-#include "test/support/one_worker.h"
-#include "test/support/watchdog.h"
 
 namespace weft {
 namespace {
@@ -89,7 +88,8 @@ int rounds(int full) { return test::reducedIoScale() ? std::max(full / 4, 3) : f
 std::vector<std::byte> pattern(int seed, std::size_t size) {
   std::vector<std::byte> bytes(size);
   for (std::size_t i = 0; i < size; ++i) {
-    bytes[i] = static_cast<std::byte>((i * 131 + (i >> 9) + static_cast<std::size_t>(seed) * 71) & 0xff);
+    bytes[i] =
+        static_cast<std::byte>((i * 131 + (i >> 9) + static_cast<std::size_t>(seed) * 71) & 0xff);
   }
   return bytes;
 }
@@ -246,7 +246,8 @@ TEST_P(TcpStreamWriteAllTest, FibersWriteAndReadWholeBuffers) {
   EXPECT_EQ(firstDifference(reader.join(), data), "");
 
   std::vector<std::byte> buffer(data.size());
-  FiberFuture<void> fiberReader = spawnFiber(&pool, [&] { await(pair.stream.readExactly(buffer)); });
+  FiberFuture<void> fiberReader =
+      spawnFiber(&pool, [&] { await(pair.stream.readExactly(buffer)); });
   for (std::size_t at = 0; at < data.size(); at += kPiece) {
     ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), data.data() + at,
                                       std::min(kPiece, data.size() - at)));
@@ -345,8 +346,9 @@ TEST_P(TcpStreamWriteAllTest, ReadsIssuedLaterNeverTakeBytesBeforeAReadExactlyIs
     read2.wait();
     ASSERT_FALSE(read1.result.hasException()) << read1.what();
     ASSERT_FALSE(read2.result.hasException()) << read2.what();
-    EXPECT_EQ(firstDifference(whole, std::vector<std::byte>(data.begin(), data.begin() + kParts * kPart)),
-              "");
+    EXPECT_EQ(
+        firstDifference(whole, std::vector<std::byte>(data.begin(), data.begin() + kParts * kPart)),
+        "");
     ASSERT_EQ(read2.result.value(), 100u);
     EXPECT_TRUE(std::equal(later.begin(), later.begin() + 100, data.begin() + kParts * kPart));
   }
@@ -478,7 +480,8 @@ TEST_P(TcpStreamWriteAllTest, ACloseWhileAWriteAllWaitsPartWayCountsWhatWasSent)
     ADD_FAILURE() << "not an IncompleteTransfer: " << e.what();
   }
   PeerReader reader(pair.peer.get());
-  EXPECT_EQ(firstDifference(reader.join(), std::vector<std::byte>(data.begin(), data.begin() + n)), "")
+  EXPECT_EQ(firstDifference(reader.join(), std::vector<std::byte>(data.begin(), data.begin() + n)),
+            "")
       << what;
 }
 
@@ -512,7 +515,8 @@ TEST_P(TcpStreamWriteAllTest, AShutdownWhileAWriteAllWaitsPartWayCountsWhatWasSe
   }
   pair.stream.close();
   PeerReader reader(pair.peer.get());
-  EXPECT_EQ(firstDifference(reader.join(), std::vector<std::byte>(data.begin(), data.begin() + n)), "")
+  EXPECT_EQ(firstDifference(reader.join(), std::vector<std::byte>(data.begin(), data.begin() + n)),
+            "")
       << what;
 }
 
@@ -562,11 +566,13 @@ TEST_P(TcpStreamWriteAllTest, DestroyingACoroutineSuspendedPartWayWithdrawsTheTr
     const std::size_t n = received.size() - after.size();
     EXPECT_GE(n, 1u);
     EXPECT_LT(n, data.size());
-    EXPECT_EQ(firstDifference(received, [&] {
-                std::vector<std::byte> expected(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n));
-                expected.insert(expected.end(), after.begin(), after.end());
-                return expected;
-              }()),
+    EXPECT_EQ(firstDifference(received,
+                              [&] {
+                                std::vector<std::byte> expected(
+                                    data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n));
+                                expected.insert(expected.end(), after.begin(), after.end());
+                                return expected;
+                              }()),
               "")
         << "timed " << timed;
 
@@ -616,7 +622,8 @@ TEST_P(TcpStreamWriteAllTest, AClosedStreamFailsWithEbadfAndEmptyBuffersComplete
   syncAwait(closed.readExactly(std::span<std::byte>()), &pool);
   CancellationSource cancelled;
   cancelled.requestCancellation();
-  syncAwait(withCancellation(cancelled.token(), closed.writeAll(std::span<const std::byte>())), &pool);
+  syncAwait(withCancellation(cancelled.token(), closed.writeAll(std::span<const std::byte>())),
+            &pool);
   test::StreamAndPeer pair = test::connectedPair(pool);
   setBufferSize(pair.stream.nativeHandle(), SO_SNDBUF, 4096);
   // Far more than the peer's receive buffer takes while it reads nothing (it grows only
@@ -675,7 +682,8 @@ TEST_P(TcpStreamWriteAllTest, GoesWhereverALazyWent) {
     TaskGroup<> group(co_await currentExecutor());
     group.spawn(pair.stream.writeAll(h));
     co_await group.join();
-  }().via(&pool));
+  }()
+                         .via(&pool));
   expected += e;
   expected += f;
   expected += g;
