@@ -95,7 +95,9 @@ concept NamesSyncAwaitExecutor = requires(const std::remove_cvref_t<A>& a) {
 //
 // `x` may be a Lazy (it runs on the calling thread until it first suspends, then
 // wherever it is resumed), a Task (it runs on its executor), or any C++20 awaitable.
-// `syncAwait(lazy, executor)` is `syncAwait(std::move(lazy).via(executor))`.
+// `syncAwait(lazy, executor)` is `syncAwait(std::move(lazy).via(executor))`; any other
+// awaitable given with an executor is awaited in a Lazy bound to it
+// (`syncAwait(stream.writeAll(bytes), &pool)`).
 //
 // Preconditions: not called from a thread of the executor it waits on.
 // Errors: rethrows what the awaited work threw. Throws SyncAwaitDeadlock if called on a
@@ -146,6 +148,13 @@ detail::AwaitResult<A> syncAwait(A&& awaitable) {
     }
   }
   return syncAwait(detail::awaitInLazy<detail::AwaitResult<A>, A>(std::forward<A>(awaitable)));
+}
+
+template <class A>
+  requires(!detail::kIsLazy<std::remove_cvref_t<A>> && !detail::kIsTask<std::remove_cvref_t<A>>)
+detail::AwaitResult<A> syncAwait(A&& awaitable, Executor* executor) {
+  return syncAwait(
+      detail::awaitInLazy<detail::AwaitResult<A>, A>(std::forward<A>(awaitable)).via(executor));
 }
 
 }  // namespace weft

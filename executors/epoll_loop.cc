@@ -36,6 +36,11 @@
 // stream whose coroutine moved between workers): each registration is that loop's own,
 // and an event for an fd without waiters only updates the readiness it knows.
 //
+// A `whole` operation (IoOperation::whole: TcpStream::writeAll, readExactly) that moves
+// part of its buffer tries the rest at once; if that would block it waits first among its
+// fd's waiters (queued, or where it was), so no later operation in its direction moves a
+// byte before it is done, and its deadline starts again from the new wait.
+//
 // kReceiveLent and kReceiveMessageLent take a buffer from the loop's pool for each attempt
 // and put it back at once when the socket has nothing (EAGAIN): a waiting receive holds no
 // buffer.
@@ -188,7 +193,7 @@ class EpollLoop final : public IoLoopBase {
           notReady = true;
         }
       } else if (known == nullptr || mayBeReady(*known, op, write)) {
-        const std::int64_t r = attempt(op);
+        const std::int64_t r = attemptWhole(op);
         if (!wouldBlock(op, r)) {
           if (known != nullptr && !known->hungUp && drained(op, r)) known->readable = false;
           op.result = r;
@@ -509,6 +514,19 @@ class EpollLoop final : public IoLoopBase {
     return -EINVAL;
   }
 
+  // attempt(), and for a `whole` operation (IoOperation::whole) that moved part of its
+  // buffer, attempts of the rest at once, advancing past each part, until it is done,
+  // fails, would block or (a receive) finds the end of the stream. The operation stays
+  // where it is meanwhile: first among its fd's waiters, or not yet queued (submit).
+  std::int64_t attemptWhole(IoOperation& op) noexcept {
+    std::int64_t r = attempt(op);
+    while (op.whole && r > 0 && static_cast<std::size_t>(r) < op.length) [[unlikely]] {
+      advanceWhole(op, static_cast<std::size_t>(r));
+      r = attempt(op);
+    }
+    return r;
+  }
+
   // Retries the waiters of one ready direction, oldest first, until one would block.
   // Completed ones move to ready_: their completion functions run after the pass over
   // the events, so that none can submit into fds_ while it is being walked. A readiness
@@ -518,8 +536,17 @@ class EpollLoop final : public IoLoopBase {
   bool retry(List& list, bool mayDrain = false) noexcept {
     while (!list.empty()) {
       IoOperation& op = *list.head;
-      const std::int64_t r = isReadinessWait(op.opcode) ? 0 : attempt(op);
-      if (wouldBlock(op, r)) return false;
+      const void* const from = op.buffer;
+      const std::int64_t r = isReadinessWait(op.opcode) ? 0 : attemptWhole(op);
+      if (wouldBlock(op, r)) {
+        // A `whole` operation that moved bytes waits again, still first: for room (data)
+        // from now on, so its time limit starts anew (as a new write's would).
+        if (op.buffer != from && DeadlineHeap::contains(op)) [[unlikely]] {
+          op.loopDeadline = nowNs() + op.timeoutNs;
+          heap_.update(op);
+        }
+        return false;
+      }
       remove(list, op);
       untime(op);
       op.result = r;

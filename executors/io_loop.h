@@ -28,7 +28,9 @@ std::string_view ioBackendName(IoBackend backend) noexcept;
 // One system call an event loop performs for an awaitable. A length above 0x7ffff000 is
 // a partial transfer of that many bytes, as for read(2). The awaitable owns it (it
 // lives in the coroutine frame) and must keep it, and every buffer it points to, alive
-// and unchanged from IoLoop::submit until `complete` has run or IoLoop::withdraw returned.
+// and unchanged from IoLoop::submit until `complete` has run or IoLoop::withdraw returned
+// (the loop itself sets the fields it says it sets: a `whole` operation's buffer and
+// length, the result).
 // The descriptor `fd` must stay open for as long too: a loop may key its state by the
 // number (epoll does), so closing it under a waiting operation would hand that state to
 // the next descriptor with the same number. To close while operations wait, cancel them
@@ -79,6 +81,20 @@ struct IoOperation {
   // a descriptor closed behind the loop's back and a new one with the same number are
   // still served. io_uring registers nothing and ignores it.
   bool ownerRetiresFd = false;
+  // kReceive and kSend on a stream socket: when true, a partial transfer does not complete
+  // the operation. The loop advances `buffer` and `length` past the bytes moved and goes
+  // on with the rest in the operation's place (no operation issued later in the same
+  // direction on `fd` moves a byte in between), each further wait with its time limit
+  // started anew, until the whole `length` has moved, an attempt fails, or a receive finds
+  // the end of the stream. `result` is then the last attempt's: the bytes it moved (0 at
+  // the end of the stream) or -errno; the bytes moved in all are the distance `buffer`
+  // advanced plus a non-negative result. A cancellation, a time limit or a shutdown that
+  // stops it after some bytes moved completes it as it would any operation (-ECANCELED,
+  // -ETIMEDOUT), `buffer` advanced past them: no byte that moved goes unreported. This is
+  // TcpStream::writeAll's and readExactly's single operation. A loop of one's own may
+  // ignore it and complete each partial transfer as usual: weft's awaitables then submit
+  // the rest themselves (resetting it to true), and a later operation may then go first.
+  bool whole = false;
   int fd = -1;
   int flags = 0;
   void* buffer = nullptr;

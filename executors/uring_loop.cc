@@ -20,15 +20,18 @@
 // behind it wait in the lane, in arrival order, each in its slot (so cancel and withdraw
 // find it), and the next is handed to the kernel when the head completes (a partial
 // transfer completes it), before the head's completion function runs, as epoll retries
-// its next waiter. The common case, one operation per direction, costs a table lookup and
-// a few loads and stores at submit and at completion (callgrind: +49 instructions per
-// operation on benchmark/io's ping-pong, +6.7 %). IoLoop's contract keeps a descriptor
-// open while an operation waits on it, so the table indexed by number cannot mix two
-// sockets. File operations (read at, write at, sync) are not ordered. A queued operation
-// with a time limit gets a timer of its own when it queues (its limit runs from submit,
-// as on epoll, even while the head waits longer); once in the kernel, the timer's expiry
-// cancels it (reported as ETIMEDOUT). An operation that ends without reaching the kernel
-// (cancelled, timed out, or the loop shut down) waits on ready_ for run() to complete it.
+// its next waiter. A `whole` operation (IoOperation::whole: TcpStream::writeAll,
+// readExactly) is the exception: after a partial transfer reap hands the rest to the
+// kernel at once (continueWhole), and the lane moves on only when it is done. The common
+// case, one operation per direction, costs a table lookup and a few loads and stores at
+// submit and at completion (callgrind: +49 instructions per operation on benchmark/io's
+// ping-pong, +6.7 %). IoLoop's contract keeps a descriptor open while an operation waits
+// on it, so the table indexed by number cannot mix two sockets. File operations (read at,
+// write at, sync) are not ordered. A queued operation with a time limit gets a timer of
+// its own when it queues (its limit runs from submit, as on epoll, even while the head
+// waits longer); once in the kernel, the timer's expiry cancels it (reported as
+// ETIMEDOUT). An operation that ends without reaching the kernel (cancelled, timed out,
+// or the loop shut down) waits on ready_ for run() to complete it.
 //
 // Lent buffers (kReceiveLent). A receive names a provided-buffer ring (registered with
 // IORING_REGISTER_PBUF_RING the first time the loop receives), and the kernel picks a
@@ -575,14 +578,15 @@ class UringLoop final : public IoLoopBase {
   [[gnu::always_inline]] void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept {
     // The ring's length field is 32 bits; Linux transfers at most kMaxTransfer bytes per
     // call anyway (as read(2) does), so a longer buffer is a partial transfer, not a
-    // length truncated to its low bits.
-    op.length = std::min<std::size_t>(op.length, kMaxTransfer);
+    // length truncated to its low bits. op.length keeps the whole: a `whole` operation
+    // goes on with the rest.
+    const std::size_t length = std::min<std::size_t>(op.length, kMaxTransfer);
     switch (op.opcode) {
       case IoOpcode::kReceive:
-        io_uring_prep_recv(sqe, op.fd, op.buffer, op.length, op.flags);
+        io_uring_prep_recv(sqe, op.fd, op.buffer, length, op.flags);
         return;
       case IoOpcode::kSend:
-        io_uring_prep_send(sqe, op.fd, op.buffer, op.length, op.flags | MSG_NOSIGNAL);
+        io_uring_prep_send(sqe, op.fd, op.buffer, length, op.flags | MSG_NOSIGNAL);
         return;
       case IoOpcode::kAccept:
         io_uring_prep_accept(sqe, op.fd, op.address,
@@ -599,10 +603,10 @@ class UringLoop final : public IoLoopBase {
         io_uring_prep_sendmsg(sqe, op.fd, op.message, static_cast<unsigned>(op.flags | MSG_NOSIGNAL));
         return;
       case IoOpcode::kReadAt:
-        io_uring_prep_read(sqe, op.fd, op.buffer, static_cast<unsigned>(op.length), op.offset);
+        io_uring_prep_read(sqe, op.fd, op.buffer, static_cast<unsigned>(length), op.offset);
         return;
       case IoOpcode::kWriteAt:
-        io_uring_prep_write(sqe, op.fd, op.buffer, static_cast<unsigned>(op.length), op.offset);
+        io_uring_prep_write(sqe, op.fd, op.buffer, static_cast<unsigned>(length), op.offset);
         return;
       case IoOpcode::kSync:
         io_uring_prep_fsync(sqe, op.fd,
@@ -724,11 +728,15 @@ class UringLoop final : public IoLoopBase {
           }
           takeReceived(op, done[i].res, done[i].flags);
         }
+        int res = done[i].res;
+        if (op.whole && res > 0 && static_cast<std::size_t>(res) < op.length) [[unlikely]] {
+          res = continueWhole(op, index, res);
+          if (res == 0) continue;  // in the kernel again, still at the head of its lane
+        }
         const std::uint32_t lane = slot.lane;
         if (slot.timer) [[unlikely]] removeTimer(op);
         releaseSlot(index);  // before `op` resumes: it may be submitted again
         if (lane != kNoLane) leaveLane(op, lane);
-        int res = done[i].res;
         if ((op.opcode == IoOpcode::kPollReadable || op.opcode == IoOpcode::kPollWritable) &&
             res > 0) {
           res = 0;
@@ -742,6 +750,41 @@ class UringLoop final : public IoLoopBase {
         ++n;
       }
     }
+  }
+
+  // A `whole` operation (IoOperation::whole), in the kernel at slot `index`, moved `moved`
+  // bytes, fewer than its length. Unless it is being cancelled (or the loop shuts down),
+  // the rest goes to the kernel at once, in its place at the head of its lane (the
+  // operations queued behind it keep waiting), under a new key: a cancellation the
+  // operation's own timer sent for the attempt that ended then finds nothing. The rest's
+  // wait has a time limit of its own (a linked timeout), as a new write would. Returns 0
+  // when it is in the kernel again, else the result it completes with: -ECANCELED, or
+  // -EBUSY without a submission queue entry (cannot happen after nextSqe's submit);
+  // `buffer` is past the bytes moved either way.
+  [[gnu::noinline]] int continueWhole(IoOperation& op, std::uint32_t index, int moved) noexcept {
+    advanceWhole(op, static_cast<std::size_t>(moved));
+    if (op.loopCancelled || shutDown_) return -ECANCELED;
+    Slot& slot = slots_[index];
+    if (slot.timer) {
+      removeTimer(op);  // named by the key that ends here
+      slot.timer = false;
+    }
+    ++slot.generation;
+    op.loopKey = (std::uint64_t{slot.generation} << 32) | index;
+    const bool timed = op.timeoutNs >= 0;
+    if (timed && io_uring_sq_space_left(&ring_) < 2) io_uring_submit(&ring_);
+    io_uring_sqe* sqe = nextSqe();
+    if (sqe == nullptr) return -EBUSY;
+    prepare(sqe, op);
+    io_uring_sqe_set_data64(sqe, op.loopKey);
+    if (timed) {
+      io_uring_sqe* timeout = io_uring_get_sqe(&ring_);  // room was made above
+      sqe->flags |= IOSQE_IO_LINK;
+      setTimespec(op);
+      io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
+      io_uring_sqe_set_data64(timeout, kCancelKey);
+    }
+    return 0;
   }
 
   // Runs the completion of the first operation on ready_.

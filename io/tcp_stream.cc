@@ -14,7 +14,6 @@
 
 #include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/socket_util.h"
-#include "weft/io/detail/stream_transfers.h"
 
 namespace weft {
 
@@ -49,25 +48,9 @@ Lazy<TcpStream> TcpStream::connect(SocketAddress address) {
   co_return stream;
 }
 
-Lazy<void> TcpStream::readExactly(std::span<std::byte> buffer) {
-  return detail::readExactlyWith(buffer, "readExactly from a TcpStream",
-                                 [this](std::span<std::byte> rest) { return read(rest); });
-}
-
-Lazy<void> TcpStream::writeAll(std::span<const std::byte> buffer) {
-  return detail::writeAllWith(buffer, "writeAll to a TcpStream",
-                              [this](std::span<const std::byte> rest) { return write(rest); });
-}
-
-Lazy<void> TcpStream::writeAll(std::string_view text) {
-  return writeAll(std::as_bytes(std::span<const char>(text.data(), text.size())));
-}
-
 Lazy<void> TcpStream::writeAll(std::span<const std::span<const std::byte>> buffers) {
   return writeAllBuffers(detail::IovecList(buffers));
 }
-
-
 
 Lazy<void> TcpStream::writeAll(std::span<const std::string_view> texts) {
   return writeAllBuffers(detail::IovecList(texts));

@@ -19,6 +19,7 @@
 #include "weft/executors/io_loop.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/detail/vectored_ops.h"
+#include "weft/io/detail/whole_transfer.h"
 #include "weft/io/incomplete_transfer.h"
 #include "weft/io/socket_address.h"
 
@@ -81,7 +82,8 @@ class EndOfStream : public std::runtime_error {
 // Semantics:
 //  - `co_await stream.read(buffer)` returns the number of bytes read, 0 at the end of the
 //    stream; `write(buffer)` the number written (possibly fewer than asked: a partial
-//    write). readExactly and writeAll loop until the whole buffer is done.
+//    write). readExactly and writeAll go on until the whole buffer is done, as one
+//    operation that resumes the coroutine once.
 //  - An empty buffer (read, write, tryRead, tryWrite) transfers nothing and returns 0 at
 //    once, as read(2) and write(2) of 0 bytes do: it never waits (for data, for room, or
 //    behind another operation) and never takes a byte, and its 0 is not the end of the
@@ -101,9 +103,11 @@ class EndOfStream : public std::runtime_error {
 //
 // Preconditions: the buffer of an operation stays valid until its await returns. At most
 // one read and one write in flight at a time is the usual use; several are served in
-// order, each read's or write's bytes contiguous, but two readExactly or writeAll calls
-// in flight may interleave at their partial transfers (serialize them, e.g. with a
-// Mutex, when several coroutines write one stream). close() (and the destructor, and
+// order (on one thread), each read's or write's bytes contiguous, and so are
+// readExactly's and writeAll's of one buffer, whole: none lets an operation issued after
+// it move a byte before it is done. A vectored writeAll (several buffers) may have other
+// writes interleaved at its partial transfers (serialize those, e.g. with a Mutex, when
+// several coroutines write one stream). close() (and the destructor, and
 // move-assignment) may come while operations wait, from any thread (a timeout handler
 // closing a connection whose reader waits): each waiting operation ends with
 // std::system_error ECANCELED ("the socket was closed while the operation waited") unless
@@ -175,13 +179,27 @@ class TcpStream {
     return {"receive from a TcpStream", fd_, readTimeoutNs_};
   }
 
-  // Reads until `buffer` is full. Errors: EndOfStream if the stream ends first.
+  // Reads until `buffer` is full, however many partial reads it takes: one operation on
+  //   the loop, which goes on after each partial read in the read's place (no read issued
+  //   after it takes a byte before it is done), and the coroutine resumes once. An empty
+  //   buffer completes at once (nothing is checked or waited for). Returns an awaitable
+  //   (no coroutine frame; see writeAll below for what it can be passed to).
+  //   Errors: EndOfStream if the stream ends first.
   //   Any other failure after some bytes were read (cancellation, withTimeout, the read
   //   time limit's ETIMEDOUT, ECONNRESET, ExecutorShutDown...) throws IncompleteTransfer:
   //   buffer[0, bytesTransferred()) holds them (a later read continues the stream from
   //   buffer[bytesTransferred()] on), and cause() is the failure. With nothing read, the
-  //   failure propagates unchanged (withTimeout then throws TimeoutError).
-  Lazy<void> readExactly(std::span<std::byte> buffer);
+  //   failure propagates unchanged (withTimeout then throws TimeoutError). The read time
+  //   limit applies to each wait for data, as it does to each read().
+  detail::WholeTransferAwaitable readExactly(std::span<std::byte> buffer) const noexcept {
+    return {"readExactly from a TcpStream",
+            "read from a TcpStream",
+            IoOpcode::kReceive,
+            fd_,
+            buffer.data(),
+            buffer.size(),
+            readTimeoutNs_};
+  }
 
   // Writes at most buffer.size() bytes; returns how many were written (at least 1 for a
   // non-empty buffer). An empty buffer returns 0 at once, without waiting for room or
@@ -195,15 +213,39 @@ class TcpStream {
   detail::StreamTransferAwaitable write(const void* data, std::size_t size) const noexcept {
     return write(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
   }
-  // Writes all of `buffer`, however many partial writes it takes.
-  //   Errors: a failure after some bytes were written (cancellation, withTimeout, the
-  //   write time limit's ETIMEDOUT, EPIPE, ECONNRESET, ExecutorShutDown...) throws
+  // Writes all of `buffer`, however many partial writes it takes: one operation on the
+  //   loop, which goes on after each partial write in the write's place, so no write
+  //   issued after it (by this coroutine or another) puts a byte in between, and the
+  //   coroutine resumes once, when all is written or it failed. An empty buffer completes
+  //   at once (nothing is checked or waited for). The write time limit applies to each
+  //   wait for room, as it does to each write().
+  //   Returns an awaitable, without a coroutine frame of its own: `co_await` it in a Lazy
+  //   or Task, `weft::await` it in a fiber, pass it to withTimeout, collectAll, spawn or
+  //   syncAwait as any awaitable, bind it with `.via(executor)`, or convert it to
+  //   Lazy<void> where one is needed (`weft::Lazy<void> w = stream.writeAll(b);`, which
+  //   then makes a frame). Each await is a new transfer of the whole buffer. writeAll
+  //   takes the stream's descriptor and write time limit when it is called, as write()
+  //   does; the bytes must stay valid until the await returns.
+  //   Errors: EBADF when the stream is closed (non-empty buffer). A failure after some
+  //   bytes were written (cancellation, withTimeout, the write time limit's ETIMEDOUT,
+  //   EPIPE, ECONNRESET, ExecutorShutDown, a close while it waits...) throws
   //   IncompleteTransfer: buffer[0, bytesTransferred()) was sent, and only
   //   buffer[bytesTransferred()..] may be sent again (retrying the whole buffer would
   //   duplicate the prefix on the wire). With nothing written, the failure propagates
   //   unchanged.
-  Lazy<void> writeAll(std::span<const std::byte> buffer);
-  Lazy<void> writeAll(std::string_view text);
+  //   Example: co_await stream.writeAll(reply);   // weft::await(stream.writeAll(reply))
+  detail::WholeTransferAwaitable writeAll(std::span<const std::byte> buffer) const noexcept {
+    return {"writeAll to a TcpStream",
+            "write to a TcpStream",
+            IoOpcode::kSend,
+            fd_,
+            const_cast<std::byte*>(buffer.data()),
+            buffer.size(),
+            writeTimeoutNs_};
+  }
+  detail::WholeTransferAwaitable writeAll(std::string_view text) const noexcept {
+    return writeAll(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  }
 
   // Readiness, for servers that keep no buffer per idle connection (as tokio's
   // `readable()` + `try_read`): `co_await stream.readable()` waits until a read would not
@@ -308,7 +350,7 @@ class TcpStream {
   std::optional<std::size_t> tryRead(std::span<char> buffer) const {
     return tryRead(std::as_writable_bytes(buffer));
   }
-  Lazy<void> readExactly(std::span<char> buffer) {
+  detail::WholeTransferAwaitable readExactly(std::span<char> buffer) const noexcept {
     return readExactly(std::as_writable_bytes(buffer));
   }
   detail::StreamTransferAwaitable write(std::string_view text) const noexcept {

@@ -9,7 +9,11 @@
 //    plus two thread wake-ups per round trip.
 //
 // The peers measured against other libraries and languages are in benchmark/io/run.sh;
-// this one is for instruction counts (callgrind) and regressions of weft itself.
+// this one is for instruction counts (callgrind) and regressions of weft itself:
+// WEFT_BENCH_ITERATIONS=n fixes every benchmark's iteration count (no calibration runs), so
+// that a run of 2n minus a run of n, over n, is one iteration (20,000 round trips), as for
+// coro/lazy_benchmark (under valgrind, only the epoll cases: valgrind does not know
+// io_uring).
 
 #include <benchmark/benchmark.h>
 #include <sys/socket.h>
@@ -33,6 +37,11 @@ namespace {
 using weft::Lazy;
 
 constexpr std::size_t kMessage = 64;
+
+void fixIterations(benchmark::internal::Benchmark* b) {
+  const char* fixed = std::getenv("WEFT_BENCH_ITERATIONS");
+  if (fixed != nullptr && std::atol(fixed) > 0) b->Iterations(std::atol(fixed));
+}
 
 void check(bool ok, const char* what) {
   if (!ok) [[unlikely]] {
@@ -99,7 +108,8 @@ BENCHMARK(BM_TcpStream_PingPong)
     ->Args({0, 100})
     ->Args({1, 100})
     ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+    ->Unit(benchmark::kMillisecond)
+    ->Apply(fixIterations);
 
 void BM_Baseline_BlockingSockets_PingPong(benchmark::State& state) {
   const std::int64_t roundTrips = 20000;
@@ -135,7 +145,10 @@ void BM_Baseline_BlockingSockets_PingPong(benchmark::State& state) {
   state.counters["us/roundtrip"] = benchmark::Counter(
       static_cast<double>(total), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_Baseline_BlockingSockets_PingPong)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Baseline_BlockingSockets_PingPong)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Apply(fixIterations);
 
 }  // namespace
 

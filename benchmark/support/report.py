@@ -69,6 +69,9 @@ KEPT_SECTION = "## withTimeout cost"
 # A section written by hand from interleaved old/new runs (issue #29's timer change): kept
 # as it is too.
 KEPT_TIMERS_SECTION = "## Timers in the workers (issue #29)"
+# A subsection of the I/O section written by hand (issue #29's frame-free writeAll): kept
+# as it is too (it runs up to the next "## " heading).
+KEPT_IO_SECTION = "### `writeAll` and `readExactly` without a coroutine frame (issue #29)"
 
 
 def kept_section(path, heading=KEPT_SECTION):
@@ -774,6 +777,8 @@ def main():
     w("")
     w("![requests per server CPU-second](images/io-req-per-cpu.svg)")
     w("")
+    for line in kept_section(args.out, KEPT_IO_SECTION):
+        w(line)
     timeout_section = kept_section(args.out)
     for line in timeout_section:
         w(line)

@@ -39,6 +39,13 @@ inline std::uint64_t descriptorGeneration(int fd) noexcept {
       .load(std::memory_order_acquire);
 }
 
+// A `whole` operation (IoOperation::whole) moved `n` of its bytes, fewer than its length:
+// what it still has to move is the rest. noexcept: two stores.
+inline void advanceWhole(IoOperation& op, std::size_t n) noexcept {
+  op.buffer = static_cast<std::byte*>(op.buffer) + n;
+  op.length -= n;
+}
+
 // What weft's two loops share: the eventfd that wake() writes, cancellation requests from
 // other threads, and the completion hand-off.
 //

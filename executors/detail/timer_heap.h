@@ -47,6 +47,17 @@ class IntrusiveHeap {
   // Precondition: contains(x), in this heap.
   void remove(T& x) noexcept { removeAt(Policy::position(x)); }
 
+  // x's key changed (either way): it moves to its place. Precondition: contains(x), in
+  // this heap.
+  void update(T& x) noexcept {
+    const std::size_t i = Policy::position(x);
+    if (i > 0 && Policy::before(x, *slots_[(i - 1) / 2])) {
+      siftUp(i);
+    } else {
+      siftDown(i);
+    }
+  }
+
   // Removes and returns top(). Precondition: !empty().
   T* pop() noexcept {
     T* first = slots_.front();

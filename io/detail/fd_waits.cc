@@ -112,6 +112,12 @@ void untrackWait(FdWait& wait) noexcept {
   if (closeNow) retireAndClose(fd);
 }
 
+bool closeRequested(FdWait& wait) noexcept {
+  Entry& entry = entryFor(wait.op->fd);
+  EntryLock lock(entry);
+  return wait.closed;
+}
+
 void closeDescriptor(int fd) noexcept {
   if (fd < 0) return;
   Entry& entry = entryFor(fd);

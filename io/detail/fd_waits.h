@@ -40,6 +40,13 @@ void trackWait(FdWait& wait) noexcept;
 // Thread safety: any thread (in practice the loop's).
 void untrackWait(FdWait& wait) noexcept;
 
+// Whether closeDescriptor() has cancelled `wait` (its `closed`), read under the table's
+// lock: for an awaiter that submits its operation again while tracked (a `whole`
+// operation's rest on a loop that ignores IoOperation::whole), whose earlier cancellation
+// found nothing in flight. noexcept: a spin lock. Thread safety: any thread, while `wait`
+// is tracked.
+bool closeRequested(FdWait& wait) noexcept;
+
 // Closes `fd` (a descriptor that weft's awaitables use): at once when no operation
 // waits on it; otherwise every waiting operation is cancelled (each ends with its own
 // result if it completed first, else as cancelled, with FdWait::closed set) and the

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +71,12 @@ inline IoLoop& requireIoLoop(const char* what) {
 // connection; its completion only waits for the loop's turn), its wake-up is claimed and
 // cannot be withdrawn: weft reports that and aborts, as for every awaitable. On another
 // thread the withdrawal cannot be done safely at all, so weft reports that too.
+//
+// A `whole` operation (transferWhole(): IoOperation::whole) resumes the coroutine once,
+// when its buffer has moved in full or it failed: weft's loops carry it on after each
+// partial transfer themselves. A loop of one's own that ignores IoOperation::whole
+// completes it part-way instead; the awaiter then submits the rest from the completion
+// (no resumption in between), still tracked for close and cancellation.
 class IoAwaiter {
  public:
   IoAwaiter(const char* what, Executor* executor, const CancellationToken& token) noexcept
@@ -87,6 +94,15 @@ class IoAwaiter {
 
   IoOperation& operation() noexcept { return op_; }
 
+ protected:
+  // Makes the operation (kReceive or kSend, with its buffer set) a `whole` one: see the
+  // class comment. Before await_suspend.
+  void transferWhole() noexcept {
+    whole_ = true;
+    op_.whole = true;
+  }
+
+ public:
   bool await_ready() const {
     token_->throwIfCancellationRequested();
     return false;
@@ -97,7 +113,10 @@ class IoAwaiter {
     op_.complete = &IoAwaiter::onComplete;
     op_.owner = this;
     waiter_ = waiter;
-    if (loop.submit(op_)) return false;  // done at once
+    while (loop.submit(op_)) {  // done at once
+      if (!whole_ || !stoppedPartWay()) [[likely]] return false;
+      op_.whole = true;  // the rest (see the class comment)
+    }
     loop_ = &loop;
     inFlight_ = true;
     // Known to closeDescriptor() from now on: a close of the descriptor cancels it. The
@@ -131,9 +150,42 @@ class IoAwaiter {
  private:
   static void onComplete(IoOperation& op) noexcept {
     IoAwaiter* self = static_cast<Operation&>(op).owner;
+    if (self->whole_ && self->stoppedPartWay() && self->submitRest()) [[unlikely]] return;
     self->inFlight_ = false;
     untrackWait(self->fdWait_);
     self->waiter_.resume();
+  }
+
+  // For a `whole` operation just completed: true when it moved part of what was left
+  // (a loop that ignores IoOperation::whole), its buffer then advanced past that part.
+  bool stoppedPartWay() noexcept {
+    if (op_.result <= 0 || static_cast<std::size_t>(op_.result) >= op_.length) [[likely]] {
+      return false;
+    }
+    op_.buffer = static_cast<std::byte*>(op_.buffer) + op_.result;
+    op_.length -= static_cast<std::size_t>(op_.result);
+    return true;
+  }
+
+  // The rest of a `whole` operation that a loop completed part-way, submitted from its
+  // completion (again while it completes part-way at once). True when the rest is in
+  // flight; false when the operation has ended: all moved, failed, or -ECANCELED for a
+  // cancellation or a close that came between two parts (await_resume tells which).
+  // One that comes while the rest is being submitted found nothing in flight to stop:
+  // it is passed on once the rest is. Out of line: only a loop of one's own comes here.
+  [[gnu::noinline]] bool submitRest() noexcept {
+    do {
+      if (token_->isCancellationRequested() || closeRequested(fdWait_)) {
+        op_.result = -ECANCELED;
+        return false;
+      }
+      op_.whole = true;
+      if (!loop_->submit(op_)) {
+        if (token_->isCancellationRequested() || closeRequested(fdWait_)) loop_->cancel(op_);
+        return true;
+      }
+    } while (stoppedPartWay());
+    return false;
   }
 
   void withdraw() noexcept {
@@ -166,6 +218,7 @@ class IoAwaiter {
   IoLoop* loop_ = nullptr;
   std::coroutine_handle<> waiter_;
   bool inFlight_ = false;
+  bool whole_ = false;
   FdWait fdWait_;
   std::optional<CancellationCallback> onCancel_;
 };

@@ -9,12 +9,12 @@
 
 namespace weft::detail {
 
-// readExactly and writeAll of a stream, written once for every stream type (TcpStream,
-// TlsStream): they loop over `read(span)` / `write(span)` (anything a Lazy can await
-// that yields the bytes moved) and keep IncompleteTransfer's rule: a failure after n >= 1
-// bytes throws IncompleteTransfer(operation, n, size) with the failure as its cause; with
-// nothing moved the failure propagates unchanged. readExactly throws EndOfStream(n) when
-// `read` returns 0 first.
+// readExactly and writeAll of a stream as loops over its `read(span)` / `write(span)`
+// (anything a Lazy can await that yields the bytes moved): TlsStream's. (TcpStream's are
+// one operation each: detail::WholeTransferAwaitable.) They keep IncompleteTransfer's rule
+// as that does: a failure after n >= 1 bytes throws IncompleteTransfer(operation, n, size)
+// with the failure as its cause; with nothing moved the failure propagates unchanged.
+// readExactly throws EndOfStream(n) when `read` returns 0 first.
 
 template <class Read>
 Lazy<void> readExactlyWith(std::span<std::byte> buffer, const char* operation, Read read) {

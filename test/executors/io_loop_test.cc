@@ -4,36 +4,88 @@
 
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <coroutine>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <vector>
 
+#include "test/support/io_backends.h"
+#include "test/support/io_support.h"
+#include "test/support/watchdog.h"
+#include "weft/coro/cancellation.h"
 #include "weft/coro/collect.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/sync_await.h"
+#include "weft/coro/try.h"
+#include "weft/coro/with_cancellation.h"
 #include "weft/executors/executor.h"
+#include "weft/io/incomplete_transfer.h"
 #include "weft/io/tcp_listener.h"
-#include "test/support/io_backends.h"
 #include "weft/io/tcp_stream.h"
 
 namespace weft {
 namespace {
 
-// A user's executor: one thread, a FIFO of WorkItems, and an IoLoop it runs when idle.
+// A user's own loop written before IoOperation::whole existed: it serves operations
+// with one of weft's loops but hides `whole` from it, so that every partial transfer
+// completes, as it would in a loop that does not know the field. Counts the submissions
+// of operations that asked for `whole` (the first and each rest the awaiter submits).
+class LoopIgnoringWhole final : public IoLoop {
+ public:
+  explicit LoopIgnoringWhole(std::unique_ptr<IoLoop> inner) : inner_(std::move(inner)) {}
+
+  IoBackend backend() const noexcept override { return inner_->backend(); }
+  bool submit(IoOperation& op) noexcept override {
+    if (op.whole) wholeSubmissions.fetch_add(1, std::memory_order_relaxed);
+    op.whole = false;
+    return inner_->submit(op);
+  }
+  void cancel(IoOperation& op) noexcept override { inner_->cancel(op); }
+  bool withdraw(IoOperation& op) noexcept override { return inner_->withdraw(op); }
+  std::size_t run(int timeoutMs) noexcept override { return inner_->run(timeoutMs); }
+  std::size_t runFor(std::int64_t timeoutNs) noexcept override { return inner_->runFor(timeoutNs); }
+  void wake() noexcept override { inner_->wake(); }
+  bool hasWork() const noexcept override { return inner_->hasWork(); }
+  void shutdown() noexcept override { inner_->shutdown(); }
+
+  std::atomic<std::size_t> wholeSubmissions{0};
+
+ private:
+  std::unique_ptr<IoLoop> inner_;
+};
+
+// A user's executor: one thread, a FIFO of WorkItems, and an IoLoop it runs when idle
+// (weft's, or with `ignoreWhole` one that hides IoOperation::whole from it).
 // Only public names are used (no weft::detail).
 class LoopExecutor final : public Executor {
  public:
-  explicit LoopExecutor(IoBackendChoice backend) : Executor("user-loop") {
-    thread_ = std::thread([this, backend] {
-      auto loop = IoLoop::create(backend);
+  explicit LoopExecutor(IoBackendChoice backend, bool ignoreWhole = false) : Executor("user-loop") {
+    thread_ = std::thread([this, backend, ignoreWhole] {
+      std::unique_ptr<IoLoop> loop = IoLoop::create(backend);
+      if (ignoreWhole) {
+        auto own = std::make_unique<LoopIgnoringWhole>(std::move(loop));
+        ignoring_ = own.get();
+        loop = std::move(own);
+      }
       IoLoop::CurrentScope scope(loop.get());
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -79,6 +131,8 @@ class LoopExecutor final : public Executor {
   bool currentThreadInExecutor() const noexcept override {
     return std::this_thread::get_id() == thread_.get_id();
   }
+  // With `ignoreWhole`: the submissions of `whole` operations so far.
+  std::size_t wholeSubmissions() const { return ignoring_->wholeSubmissions.load(); }
 
  private:
   void scheduleJob(Job* job) override { push(WorkItem::fromJob(job)); }
@@ -91,6 +145,7 @@ class LoopExecutor final : public Executor {
   std::mutex mutex_;
   std::deque<WorkItem> queue_;
   IoLoop* loop_ = nullptr;
+  LoopIgnoringWhole* ignoring_ = nullptr;  // set before anything is scheduled
   bool stop_ = false;
   std::thread thread_;
 };
@@ -140,6 +195,127 @@ TEST_P(IoLoopTest, UserExecutorServesSocketAwaitables) {
   auto [served, echoed] = syncAwait(collectAll(server(), client()).via(&executor));
   EXPECT_EQ(served.value(), 11u);
   EXPECT_EQ(echoed.value(), "hello, loop");
+}
+
+std::vector<std::byte> pattern(std::size_t size, std::size_t seed) {
+  std::vector<std::byte> bytes(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    bytes[i] = static_cast<std::byte>((i * 131 + (i >> 9) + seed * 71) & 0xff);
+  }
+  return bytes;
+}
+
+// A stream on `executor` and the blocking socket at its other end.
+test::StreamAndPeer connectedPairOn(Executor& executor) {
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  test::StreamAndPeer pair;
+  pair.peer = test::connectBlocking(listener.localAddress());
+  if (!pair.peer) throw std::system_error(errno, std::system_category(), "test: connect");
+  pair.stream = syncAwait(listener.accept().via(&executor));
+  return pair;
+}
+
+// Reads `fd` until the end of the stream.
+std::vector<std::byte> readToEnd(int fd) {
+  std::vector<std::byte> all;
+  std::array<std::byte, 4096> chunk;
+  for (;;) {
+    const int one = 1;  // acknowledge at once: the small send buffer refills sooner
+    ::setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+    const ssize_t n = ::recv(fd, chunk.data(), chunk.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return all;
+    all.insert(all.end(), chunk.begin(), chunk.begin() + n);
+  }
+}
+
+// TcpStream::writeAll and readExactly are one operation with IoOperation::whole, which
+// weft's loops carry on after each partial transfer. A loop of one's own that ignores the
+// field completes each part instead: the awaiter then submits the rest itself, so every
+// byte still arrives in place, a cancellation between two parts is honoured with the
+// count exact, and a close stops it.
+TEST_P(IoLoopTest, AUserLoopThatIgnoresWholeStillTransfersWholeBuffers) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
+  test::Watchdog watchdog(std::chrono::seconds(240), "AUserLoopThatIgnoresWhole");
+  LoopExecutor executor(GetParam(), /*ignoreWhole=*/true);
+  const std::vector<std::byte> data = pattern(1 << 20, 1);
+  test::StreamAndPeer pair = connectedPairOn(executor);
+  const int sendBuffer = 32 * 1024;
+  ASSERT_EQ(::setsockopt(pair.stream.nativeHandle(), SOL_SOCKET, SO_SNDBUF, &sendBuffer,
+                         sizeof sendBuffer),
+            0);
+  // writeAll: many parts (one submission each), every byte in place.
+  const std::size_t before = executor.wholeSubmissions();
+  std::vector<std::byte> received;
+  std::thread reader([&] { received = readToEnd(pair.peer.get()); });
+  syncAwait(pair.stream.writeAll(data).via(&executor));
+  const std::size_t writeParts = executor.wholeSubmissions() - before;
+  pair.stream.shutdownWrite();
+  reader.join();
+  EXPECT_TRUE(received == data) << "received " << received.size() << " bytes";
+  EXPECT_GT(writeParts, 2u) << "the write was not split: the test shows nothing";
+
+  // readExactly: the peer writes in pieces.
+  std::vector<std::byte> buffer(data.size());
+  std::thread writer([&] {
+    for (std::size_t at = 0; at < data.size(); at += 4096) {
+      ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), data.data() + at,
+                                        std::min<std::size_t>(4096, data.size() - at)));
+    }
+  });
+  syncAwait(pair.stream.readExactly(buffer).via(&executor));
+  writer.join();
+  EXPECT_TRUE(buffer == data);
+
+  // A cancellation while the parts go on (a new connection: the first one's sending
+  // side is shut): the count is what the peer got.
+  pair = connectedPairOn(executor);
+  ASSERT_EQ(::setsockopt(pair.stream.nativeHandle(), SOL_SOCKET, SO_SNDBUF, &sendBuffer,
+                         sizeof sendBuffer),
+            0);
+  CancellationSource source;
+  std::atomic<std::size_t> got{0};
+  received.clear();
+  std::thread slowReader([&] {
+    std::array<std::byte, 4096> chunk;
+    for (;;) {
+      const int one = 1;
+      ::setsockopt(pair.peer.get(), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+      const ssize_t n = ::recv(pair.peer.get(), chunk.data(), chunk.size(), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      received.insert(received.end(), chunk.begin(), chunk.begin() + n);
+      got.fetch_add(static_cast<std::size_t>(n));
+    }
+  });
+  std::atomic<bool> ended{false};
+  std::exception_ptr error;
+  withCancellation(source.token(), pair.stream.writeAll(data))
+      .via(&executor)
+      .start([&](Try<void> result) {
+        error = result.exception();
+        ended.store(true);
+      });
+  while (got.load() < data.size() / 3 && !ended.load()) std::this_thread::yield();
+  source.requestCancellation();
+  while (!ended.load()) std::this_thread::yield();
+  std::size_t n = data.size();
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const IncompleteTransfer& e) {
+      n = e.bytesTransferred();
+    } catch (const OperationCancelled&) {
+      n = 0;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "another failure: " << e.what();
+    }
+  }
+  pair.stream.close();
+  slowReader.join();
+  EXPECT_TRUE(received ==
+              std::vector<std::byte>(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n)))
+      << "reported " << n << ", the peer got " << received.size();
 }
 
 TEST_P(IoLoopTest, ReportsItsBackend) {

@@ -37,6 +37,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "weft/coro/lazy.h"
@@ -101,8 +102,9 @@ struct Outcome {
   }
 };
 
+// T from `outcome` alone: writeAll's awaitable converts to the Lazy.
 template <class T>
-void startOn(ThreadPool& pool, Lazy<T> lazy, Outcome<T>& outcome) {
+void startOn(ThreadPool& pool, std::type_identity_t<Lazy<T>> lazy, Outcome<T>& outcome) {
   std::move(lazy).via(&pool).start([&outcome](Try<T> result) {
     outcome.result = std::move(result);
     outcome.done.store(true);

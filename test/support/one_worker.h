@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "weft/coro/lazy.h"
@@ -76,9 +77,10 @@ auto recordInto(Outcome<T>& outcome) {
 }
 
 // Starts `lazy` on `executor` (a pool, or a test's own executor); `outcome` records how it
-// ends.
+// ends. T comes from `outcome` alone, so that an awaitable that converts to Lazy<T>
+// (TcpStream::writeAll's) is taken too.
 template <class T>
-void startOn(Executor& executor, Lazy<T> lazy, Outcome<T>& outcome) {
+void startOn(Executor& executor, std::type_identity_t<Lazy<T>> lazy, Outcome<T>& outcome) {
   std::move(lazy).via(&executor).start(recordInto(outcome));
 }
 

@@ -128,5 +128,30 @@ TEST(TimerHeapTest, ServesAnyPolicy) {
   EXPECT_EQ(heap.top(), nullptr);
 }
 
+// update(): an element whose key moved, later or earlier, goes to its new place (the
+// epoll loop moves a writeAll's deadline when it waits again after a partial write).
+TEST(TimerHeapTest, UpdateMovesAnElementWhoseKeyChanged) {
+  constexpr int kEntries = 64;
+  std::mt19937 random(5);
+  std::vector<Deadline> entries(kEntries);
+  IntrusiveHeap<Deadline, DeadlineOrder> heap;
+  for (int i = 0; i < kEntries; ++i) {
+    entries[i].at = static_cast<long>(random() % 1000);
+    heap.push(entries[i]);
+  }
+  for (int round = 0; round < 200; ++round) {
+    Deadline& moved = entries[random() % kEntries];
+    moved.at = static_cast<long>(random() % 1000);  // later or earlier
+    heap.update(moved);
+    EXPECT_TRUE(heap.contains(moved));
+  }
+  std::vector<long> popped;
+  while (!heap.empty()) popped.push_back(heap.pop()->at);
+  std::vector<long> expected;
+  for (const Deadline& d : entries) expected.push_back(d.at);
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(popped, expected);
+}
+
 }  // namespace
 }  // namespace weft::detail
