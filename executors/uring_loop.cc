@@ -301,13 +301,7 @@ class UringLoop final : public IoLoopBase {
     op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
     op.loopKey = takeSlot(op, lane);
     io_uring_sqe_set_data64(sqe, op.loopKey);
-    if (timed) {
-      io_uring_sqe* timeout = io_uring_get_sqe(&ring_);  // room was made above
-      sqe->flags |= IOSQE_IO_LINK;
-      setTimespec(op);
-      io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
-      io_uring_sqe_set_data64(timeout, kCancelKey);
-    }
+    if (timed) linkTimeout(sqe, op);  // room was made above
     if (lane != kNoLane) {  // alone in its lane
       op.loopNext = op.loopPrev = nullptr;
       lanes_[lane].head = lanes_[lane].tail = &op;
@@ -558,6 +552,16 @@ class UringLoop final : public IoLoopBase {
     }
   }
 
+  // Links a timeout for op.timeoutNs to `sqe`, op's entry just prepared: the timeout's
+  // entry must follow it in the same submission (the caller made room for two).
+  void linkTimeout(io_uring_sqe* sqe, IoOperation& op) noexcept {
+    io_uring_sqe* timeout = io_uring_get_sqe(&ring_);
+    sqe->flags |= IOSQE_IO_LINK;
+    setTimespec(op);
+    io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
+    io_uring_sqe_set_data64(timeout, kCancelKey);
+  }
+
   static void setTimespec(IoOperation& op) noexcept {
     op.loopTime[0] = op.timeoutNs / 1000000000;
     op.loopTime[1] = op.timeoutNs % 1000000000;
@@ -777,13 +781,7 @@ class UringLoop final : public IoLoopBase {
     if (sqe == nullptr) return -EBUSY;
     prepare(sqe, op);
     io_uring_sqe_set_data64(sqe, op.loopKey);
-    if (timed) {
-      io_uring_sqe* timeout = io_uring_get_sqe(&ring_);  // room was made above
-      sqe->flags |= IOSQE_IO_LINK;
-      setTimespec(op);
-      io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
-      io_uring_sqe_set_data64(timeout, kCancelKey);
-    }
+    if (timed) linkTimeout(sqe, op);  // room was made above
     return 0;
   }
 
@@ -939,12 +937,7 @@ class UringLoop final : public IoLoopBase {
     }
     prepare(sqe, op);
     io_uring_sqe_set_data64(sqe, op.loopKey);
-    if (linked) {
-      io_uring_sqe* timeout = io_uring_get_sqe(&ring_);  // room was made above
-      sqe->flags |= IOSQE_IO_LINK;
-      io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
-      io_uring_sqe_set_data64(timeout, kCancelKey);
-    }
+    if (linked) linkTimeout(sqe, op);  // room was made above
     return true;
   }
 
