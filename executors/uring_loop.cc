@@ -33,9 +33,11 @@
 // Lent buffers (kReceiveLent). A receive names a provided-buffer ring (registered with
 // IORING_REGISTER_PBUF_RING the first time the loop receives), and the kernel picks a
 // buffer only when data is there: a connection waiting to read holds none. The buffers
-// come from the loop's BufferPool; one given back goes into the ring again (if it has
-// room). The ring starts with 32 buffers and doubles when the kernel finds it empty
-// (ENOBUFS), up to kRingEntries; the receive is then submitted again, in its place at the
+// come from the loop's BufferPool; one given back goes into the ring again while the ring
+// holds fewer than it keeps (the buffers added to it), else onto the pool's free list,
+// where lendBuffer() (buffers lent whole, to be filled by the caller) takes them. The
+// ring starts with 32 buffers and doubles when the kernel finds it empty (ENOBUFS), up
+// to kRingEntries; the receive is then submitted again, in its place at the
 // head of its lane, so no byte is skipped or reordered. Beyond that (every ring buffer
 // lent out and held) it receives into a buffer from the pool's free list with a plain
 // recv, and on kernels without buffer rings every receive does so (holding its buffer
@@ -349,6 +351,12 @@ class UringLoop final : public IoLoopBase {
   std::size_t lentBuffers() const noexcept override {
     pool_->drainReturned();  // the pool is not part of the loop's const state
     return pool_->lentCount();
+  }
+
+  LentBuffer lendBuffer() noexcept override {
+    const std::uint32_t id = pool_->take();
+    if (id == BufferPool::kNone) return {};
+    return pool_->lend(id, pool_->bufferSize());
   }
 
   std::size_t run(int timeoutMs) noexcept override {
@@ -807,19 +815,26 @@ class UringLoop final : public IoLoopBase {
     return true;
   }
 
-  // Adds `n` new pool buffers to the ring (the pool's limit permitting). False when none
-  // could be added.
+  // Adds `n` new pool buffers to the ring (the pool's limit permitting), and as many to
+  // the number it keeps. False when none could be added.
   bool growRing(std::uint32_t n) noexcept {
     const std::uint32_t first = pool_->grow(n);
     if (first == BufferPool::kNone) return false;
+    ringTarget_ += pool_->end() - first;
     for (std::uint32_t id = first; id < pool_->end(); ++id) pool_->recycle(id);
     return true;
   }
 
-  // BufferPool's recycle function: a buffer coming back goes into the ring if it can.
+  // BufferPool's recycle function: a buffer coming back goes into the ring if the ring
+  // holds fewer than it keeps (ringTarget_), else onto the pool's free list. So buffers
+  // lent whole (lendBuffer, which takes from the free list) go back to the free list once
+  // the ring is full again, instead of each growing the ring for good.
   static bool recycleIntoRing(void* context, std::uint32_t id) noexcept {
     auto* self = static_cast<UringLoop*>(context);
-    if (!self->ringReady_ || id > kMaxRingId || self->ringHeld_ >= kRingEntries) return false;
+    if (!self->ringReady_ || id > kMaxRingId || self->ringHeld_ >= self->ringTarget_ ||
+        self->ringHeld_ >= kRingEntries) {
+      return false;
+    }
     io_uring_buf_ring_add(self->bufferRing_, self->pool_->address(id), self->pool_->bufferSize(),
                           static_cast<std::uint16_t>(id), io_uring_buf_ring_mask(kRingEntries), 0);
     io_uring_buf_ring_advance(self->bufferRing_, 1);
@@ -872,7 +887,7 @@ class UringLoop final : public IoLoopBase {
     if (op.loopCancelled || shutDown_) return false;
     pool_->drainReturned();  // buffers given back elsewhere refill the ring first
     if (op.loopBuffer == BufferPool::kNone && ringHeld_ == 0 &&
-        (pool_->count() >= kRingEntries || !growRing(pool_->count()))) {
+        (ringTarget_ >= kRingEntries || !growRing(ringTarget_))) {
       op.loopBuffer = pool_->take();
       if (op.loopBuffer == BufferPool::kNone) return false;
     }
@@ -899,6 +914,7 @@ class UringLoop final : public IoLoopBase {
   BufferPool* pool_;  // retired, not deleted: lent buffers may outlive the loop
   io_uring_buf_ring* bufferRing_ = nullptr;
   std::uint32_t ringHeld_ = 0;  // buffers in the ring (the kernel may pick them)
+  std::uint32_t ringTarget_ = 0;  // how many the ring keeps: those growRing added
   bool ringReady_ = false;      // registered
   bool ringFailed_ = false;     // cannot be: plain recvs
   io_uring ring_{};

@@ -20,7 +20,9 @@
 #include <utility>
 
 #include "weft/coro/mutex.h"
+#include "weft/executors/io_loop.h"
 #include "weft/executors/lent_buffer.h"
+#include "weft/io/detail/io_awaiter.h"
 #include "weft/io/detail/stream_transfers.h"
 #include "weft/io/detail/tls_shared.h"
 #include "weft/io/incomplete_transfer.h"
@@ -59,6 +61,10 @@ struct TlsStream::State {
   std::string sending;               // the bytes being sent (under sendMutex)
   bool sendCut = false;              // a send stopped part-way: send nothing more (ditto)
   std::atomic<std::uint64_t> sent{0};  // bytes of output sent (written under sendMutex)
+
+  // A failure OpenSSL reported after a receive() had decrypted some bytes: that receive
+  // returned them, the next read or receive throws this (the reader's only).
+  std::exception_ptr readFailure;
 
   std::atomic<bool> reading{false};
   std::atomic<bool> writing{false};
@@ -163,6 +169,9 @@ struct Outcome {
   long verify = X509_V_OK;     // the peer's verification result
   bool inputEnded = false;
   bool inputLeft = false;    // OpenSSL stopped with ciphertext still to take
+  // More plaintext may come without receiving: ciphertext left in `input` or inside
+  // OpenSSL (SSL_has_pending), or the peer's close_notify came (SSL_read says so again).
+  bool decryptable = false;
   bool queuedByCall = false;  // the call queued ciphertext
   std::uint64_t queued = 0;  // send everything up to here before going on
 };
@@ -182,6 +191,8 @@ Outcome callOpenSsl(State& s, Call call) {
   }
   o.inputEnded = s.inputEnded;
   o.inputLeft = !s.input.empty();
+  o.decryptable = o.inputLeft || SSL_has_pending(s.ssl) == 1 ||
+                  (SSL_get_shutdown(s.ssl) & SSL_RECEIVED_SHUTDOWN) != 0;
   o.queued = s.queued;
   o.queuedByCall = s.queued != before;
   return o;
@@ -287,6 +298,43 @@ Lazy<void> sendIfIdle(State& s) {
 
 bool pending(const State& s, const Outcome& o) {
   return o.queued > s.sent.load(std::memory_order_acquire);
+}
+
+// True when a read may get plaintext (or the end, or an error) without receiving more:
+// see Outcome::decryptable; also once the TCP stream ended (OpenSSL then reports the end).
+bool decryptableNow(State& s) {
+  std::lock_guard lock(s.mutex);
+  return s.inputEnded || !s.input.empty() || SSL_has_pending(s.ssl) == 1 ||
+         (SSL_get_shutdown(s.ssl) & SSL_RECEIVED_SHUTDOWN) != 0;
+}
+
+// A whole buffer of the calling thread's event loop, to decrypt into (receive()).
+// Errors: std::logic_error on a thread without a loop; std::system_error ENOBUFS when the
+// loop lends none.
+LentBuffer lendPlaintextBuffer() {
+  LentBuffer buffer = detail::requireIoLoop("receive from a TlsStream").lendBuffer();
+  if (buffer.empty()) {
+    throw std::system_error(ENOBUFS, std::system_category(),
+                            "weft: receive from a TlsStream: the event loop lent no buffer to "
+                            "decrypt into");
+  }
+  return buffer;
+}
+
+// TlsError kUnusable if an earlier failure made the stream unusable.
+void throwIfUnusable(State& s, const char* operation) {
+  if (s.unusable.load(std::memory_order_acquire)) {
+    std::lock_guard lock(s.mutex);
+    throw TlsError(TlsError::Kind::kUnusable, std::string("weft: TLS ") + operation +
+                                                  ": the stream is unusable: " + s.failure);
+  }
+}
+
+// The reader's checks once it has its turn: a failure a receive() met after the bytes it
+// returned is thrown now (once), then the stream's unusability.
+void throwIfUnreadable(State& s, const char* operation) {
+  if (s.readFailure) std::rethrow_exception(std::exchange(s.readFailure, nullptr));
+  throwIfUnusable(s, operation);
 }
 
 // Takes what receive() returned: ciphertext, or the end of the TCP stream.
@@ -414,17 +462,15 @@ TlsStream::State& TlsStream::usable(const char* operation) const {
   if (!state_) {
     throw std::logic_error(std::string("weft: TlsStream::") + operation + " on an empty stream");
   }
-  if (state_->unusable.load(std::memory_order_acquire)) {
-    std::lock_guard lock(state_->mutex);
-    throw TlsError(TlsError::Kind::kUnusable, std::string("weft: TLS ") + operation +
-                                                  ": the stream is unusable: " + state_->failure);
-  }
+  throwIfUnusable(*state_, operation);
   return *state_;
 }
 
 Lazy<std::size_t> TlsStream::read(std::span<std::byte> buffer) {
-  State& s = usable("read");
+  if (!state_) throw std::logic_error("weft: TlsStream::read on an empty stream");
+  State& s = *state_;
   Turn turn(s.reading, "reads");
+  throwIfUnreadable(s, "read");
   if (buffer.empty()) co_return 0;
   for (;;) {
     std::size_t n = 0;
@@ -449,6 +495,62 @@ Lazy<std::size_t> TlsStream::read(std::span<std::byte> buffer) {
     if (o.inputLeft) continue;
     // Cancelled here, the stream stays usable: OpenSSL keeps a partial record for the
     // next read, and receive() loses nothing.
+    takeInput(s, co_await s.tcp.receive());
+  }
+}
+
+Lazy<LentBuffer> TlsStream::receive() {
+  if (!state_) throw std::logic_error("weft: TlsStream::receive on an empty stream");
+  State& s = *state_;
+  Turn turn(s.reading, "reads");
+  throwIfUnreadable(s, "receive");
+  for (;;) {
+    // A buffer only once OpenSSL may have plaintext for it, given back before any wait:
+    // a receive waiting for the peer holds none.
+    if (decryptableNow(s)) {
+      LentBuffer plain = lendPlaintextBuffer();
+      std::size_t filled = 0;
+      bool queued = false;  // a key update's answer, an alert: to send
+      Outcome o;
+      // Record after record while OpenSSL has them whole (SSL_read_ex returns one at a
+      // time) and the buffer has room; it stops at a record that is not all here.
+      for (;;) {
+        std::size_t n = 0;
+        o = callOpenSsl(s, [&](SSL* ssl) {
+          return SSL_read_ex(ssl, plain.data() + filled, plain.size() - filled, &n);
+        });
+        filled += n;
+        queued = queued || o.queuedByCall;
+        if (o.error != SSL_ERROR_NONE || filled == plain.size() || !o.decryptable) break;
+      }
+      switch (o.error) {
+        case SSL_ERROR_NONE:
+        case SSL_ERROR_ZERO_RETURN:  // the peer's close_notify
+        case SSL_ERROR_WANT_READ:
+          break;
+        default: {
+          TlsError error = failure(s, "receive", o);
+          if (filled == 0) {
+            if (queued) co_await sendIfIdle(s);
+            throw error;
+          }
+          // The bytes before the failure are real: they are returned, the failure is
+          // the next read's.
+          s.readFailure = std::make_exception_ptr(std::move(error));
+        }
+      }
+      if (queued) co_await sendIfIdle(s);
+      if (filled > 0) {
+        plain.truncate(filled);
+        co_return plain;
+      }
+      plain.reset();
+      if (o.error == SSL_ERROR_ZERO_RETURN) co_return LentBuffer();
+      // OpenSSL may stop after a record that carried no data (a session ticket, a key
+      // update) with more to take: then it is called again at once.
+      if (o.inputLeft) continue;
+    }
+    // Cancelled here, the stream stays usable, as for read().
     takeInput(s, co_await s.tcp.receive());
   }
 }
