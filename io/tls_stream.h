@@ -111,7 +111,8 @@ class TlsStream {
   // consumed and the stream stays usable; bytes that arrived are returned even when a
   // cancellation raced them). When OpenSSL fails after some records were decrypted
   // (a bad record, truncation after data), receive returns those bytes and the next read
-  // or receive throws the failure.
+  // or receive throws the failure. Records OpenSSL queues while decrypting (an alert) go
+  // out with the next write, or before the next receive waits or throws.
   // Errors: as read(); std::system_error ENOBUFS when the loop lends no buffer (memory
   // short, or an executor's own IoLoop that lends none: IoLoop::lendBuffer);
   // std::logic_error on a thread without an event loop.

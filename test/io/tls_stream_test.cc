@@ -898,6 +898,27 @@ class RawTlsClient {
     return test::sendAllBlocking(fd_.get(), bytes.data(), bytes.size());
   }
   int fd() const { return fd_.get(); }
+  // A TLS 1.3 KeyUpdate asking the server to update its keys too, not sent.
+  std::string keyUpdate() {
+    EXPECT_EQ(SSL_key_update(ssl_, SSL_KEY_UPDATE_REQUESTED), 1);
+    EXPECT_EQ(SSL_do_handshake(ssl_), 1);  // writes it
+    return take();
+  }
+  // Takes in what the server sent that has arrived (without waiting) and returns the
+  // plaintext OpenSSL makes of it (records without data, such as session tickets or a
+  // KeyUpdate, are processed and give none).
+  std::string receiveArrived() {
+    char buffer[16384];
+    for (;;) {
+      const ssize_t n = ::recv(fd_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n <= 0) break;
+      EXPECT_EQ(BIO_write(in_, buffer, static_cast<int>(n)), n);
+    }
+    std::string plain;
+    std::size_t got = 0;
+    while (SSL_read_ex(ssl_, buffer, sizeof buffer, &got) == 1) plain.append(buffer, got);
+    return plain;
+  }
 
  private:
   std::string take() {
@@ -1066,6 +1087,34 @@ TEST_P(TlsStreamTest, ABadRecordAfterDataFailsTheNextReceive) {
       EXPECT_EQ(e.kind(), TlsError::Kind::kUnusable) << e.what();
     }
   }
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
+}
+
+// A KeyUpdate that asks for one back, in front of data: receive() returns the data, and
+// the server's next write carries the answer (OpenSSL sends it before the next
+// application data, as RFC 8446 asks), so the client reads what follows under the
+// server's new keys.
+TEST_P(TlsStreamTest, ReceiveTakesAKeyUpdateAndTheNextWriteAnswersIt) {
+  test::Watchdog watchdog(60s, "ReceiveKeyUpdate");
+  ThreadPool pool(options(1));
+  RawPair pair = rawPairOn(pool);
+  std::string bytes = pair.client->keyUpdate();
+  bytes += pair.client->records("after the update");
+  ASSERT_TRUE(pair.client->send(bytes));
+  EXPECT_EQ(test::text(syncAwait(pair.server.receive().via(&pool))), "after the update");
+  test::Outcome<LentBuffer> next;
+  test::startOn(pool, pair.server.receive(), next);  // waits while the server writes
+  syncAwait(pair.server.writeAll("under new keys").via(&pool));
+  std::string plain;
+  while (plain.size() < 14) {  // the tickets, the KeyUpdate, the data, as they arrive
+    plain += pair.client->receiveArrived();
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(plain, "under new keys");
+  ASSERT_TRUE(pair.client->send(pair.client->closeNotify()));
+  next.wait();
+  ASSERT_TRUE(next.result.hasValue()) << next.what();
+  EXPECT_TRUE(next.result.value().empty());
   EXPECT_EQ(test::lentBuffers(pool), 0u);
 }
 
