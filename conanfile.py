@@ -2,8 +2,9 @@
 
     conan create . -s compiler.cppstd=20 --build=missing
 
-Requires nothing from a Conan remote. weft's two optional system dependencies come from
-the system's package manager, as the recipe checks (system_requirements):
+Requires nothing from a Conan remote, unless TLS is asked for (below). weft's two
+optional system dependencies come from the system's package manager, as the recipe checks
+(system_requirements):
   - liburing, for the io_uring event loop (option io_uring, on by default; Debian/Ubuntu
     liburing-dev, Fedora liburing-devel). Without it: -o weft/*:io_uring=False (epoll).
   - Boost.Context, for fiber_backend=boost only (Debian/Ubuntu libboost-context-dev,
@@ -12,8 +13,17 @@ the system's package manager, as the recipe checks (system_requirements):
 Conan checks for them and stops with the packages' names when they are missing; with
 -c tools.system.package_manager:mode=install it installs them.
 
+TLS (weft::tls: TlsContext, TlsStream) is the option tls, off by default: with
+-o weft/*:tls=True the package requires OpenSSL 3 from Conan (openssl/[>=3 <4], Conan
+Center's recipe, as any package that links OpenSSL should, so that a program has one
+OpenSSL) and builds the component tls against it.
+
 Components, named as weft's CMake targets (find_package(weft), CMakeDeps): weft::coro,
-weft::executors, weft::io, weft::stackful, and weft::weft for all of them.
+weft::executors, weft::io, weft::stackful, and weft::weft for all of them; weft::tls with
+tls=True (pkg-config: weft, and weft-tls for the tls component, with PkgConfigDeps).
+Conan's weft::weft (and weft.pc) is the package's every component, so with tls=True it
+includes weft::tls, where weft's own CMake package keeps TLS apart: link weft::tls for TLS
+either way.
 """
 
 import os
@@ -22,7 +32,7 @@ import re
 from conan import ConanFile
 from conan.errors import ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
-from conan.tools.cmake import CMake, CMakeToolchain, cmake_layout
+from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
 from conan.tools.files import copy, load, rmdir
 from conan.tools.system.package_manager import Apt, Dnf
 
@@ -45,12 +55,15 @@ class WeftConan(ConanFile):
         "io_uring": [True, False],
         # Task dumps list root tasks (CMake WEFT_TASK_TRACKING); None: on in Debug builds.
         "task_tracking": [None, True, False],
+        # weft::tls on OpenSSL 3 (CMake WEFT_TLS=ON; OFF otherwise, whatever the system has).
+        "tls": [True, False],
         "fPIC": [True, False],
     }
     default_options = {
         "fiber_backend": "asm",
         "io_uring": True,
         "task_tracking": None,
+        "tls": False,
         "fPIC": True,
     }
     # version.h is the one place of the version (set_version reads it, also in the cache).
@@ -101,6 +114,12 @@ class WeftConan(ConanFile):
             raise ConanInvalidConfiguration(
                 f"weft: no fiber assembly for {self.settings.arch}: -o weft/*:fiber_backend=boost")
 
+    def requirements(self):
+        if self.options.tls:
+            # weft::tls's headers include no OpenSSL header (they declare ssl_st), so a
+            # consumer needs OpenSSL only to link: not transitive_headers.
+            self.requires("openssl/[>=3 <4]")
+
     def system_requirements(self):
         # From the system, not from a Conan remote (Conan's mode "check" by default: a
         # missing package is an error naming it).
@@ -119,12 +138,16 @@ class WeftConan(ConanFile):
         cmake_layout(self)
 
     def generate(self):
+        # find_package(OpenSSL 3 REQUIRED) in weft's build, with tls=True (and nothing
+        # otherwise).
+        CMakeDeps(self).generate()
         tc = CMakeToolchain(self)
         tc.cache_variables["WEFT_DEVELOPER"] = False
         tc.cache_variables["WEFT_INSTALL"] = True
         tc.cache_variables["WEFT_FIBER_BACKEND"] = str(self.options.fiber_backend)
         tc.cache_variables["WEFT_IO_URING"] = "ON" if self.options.io_uring else "OFF"
         tc.cache_variables["WEFT_TASK_TRACKING"] = "ON" if self._task_tracking else "OFF"
+        tc.cache_variables["WEFT_TLS"] = "ON" if self.options.tls else "OFF"
         tc.generate()
 
     def build(self):
@@ -175,3 +198,10 @@ class WeftConan(ConanFile):
             stackful.system_libs = ["boost_context"]
         else:
             stackful.defines = ["WEFT_FIBER_BACKEND_ASM=1"]
+
+        if self.options.tls:
+            tls = self.cpp_info.components["tls"]
+            tls.set_property("cmake_target_name", "weft::tls")
+            tls.set_property("pkg_config_name", "weft-tls")
+            tls.libs = ["weft_tls"]
+            tls.requires = ["io", "openssl::ssl", "openssl::crypto"]

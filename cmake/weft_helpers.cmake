@@ -211,24 +211,29 @@ function(_weft_pc_link out file name)
   set(${out} "${flags}" PARENT_SCOPE)
 endfunction()
 
+# _weft_pc_directories(): sets WEFT_PC_PREFIX_FROM_PCFILEDIR, WEFT_PC_INCLUDEDIR and
+# WEFT_PC_LIBDIR for a .pc file in <libdir>/pkgconfig: relative to where the file is, so
+# that the install can be moved, unless the install directories are absolute.
+macro(_weft_pc_directories)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+    set(WEFT_PC_PREFIX_FROM_PCFILEDIR "")
+    set(WEFT_PC_INCLUDEDIR "${CMAKE_INSTALL_FULL_INCLUDEDIR}")
+    set(WEFT_PC_LIBDIR "${CMAKE_INSTALL_FULL_LIBDIR}")
+  else()
+    file(RELATIVE_PATH _weft_pc_up "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")  # ../..
+    string(REGEX REPLACE "/$" "" WEFT_PC_PREFIX_FROM_PCFILEDIR "${_weft_pc_up}")
+    set(WEFT_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+    set(WEFT_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+  endif()
+endmacro()
+
 # weft_pkg_config_file(<output>): writes weft.pc (cmake/weft.pc.in) for the libraries and
 # settings of this build: Cflags with the include directory and the definitions every
 # user must share (WEFT_TASK_TRACKING, the fiber backend: _weft_public_definitions), Libs
 # with weft's libraries in link order (each before what it uses) and what they link.
 # Reads the variables of the top-level CMakeLists.txt. <output> may hold $<CONFIG>.
 function(weft_pkg_config_file output)
-  set(pc_dir "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
-  if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
-    set(WEFT_PC_PREFIX_FROM_PCFILEDIR "")
-    set(WEFT_PC_INCLUDEDIR "${CMAKE_INSTALL_FULL_INCLUDEDIR}")
-    set(WEFT_PC_LIBDIR "${CMAKE_INSTALL_FULL_LIBDIR}")
-  else()
-    file(RELATIVE_PATH up "/root/${pc_dir}" "/root")   # lib/pkgconfig -> ../..
-    string(REGEX REPLACE "/$" "" up "${up}")
-    set(WEFT_PC_PREFIX_FROM_PCFILEDIR "${up}")
-    set(WEFT_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
-    set(WEFT_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
-  endif()
+  _weft_pc_directories()
 
   set(WEFT_PC_CFLAGS "")
   foreach(def IN LISTS _weft_public_definitions)
@@ -278,4 +283,48 @@ function(weft_pkg_config_file output)
   set(WEFT_PC_REQUIRES "${requires}")
   configure_file("${PROJECT_SOURCE_DIR}/cmake/weft.pc.in" "${PROJECT_BINARY_DIR}/weft.pc.genex" @ONLY)
   file(GENERATE OUTPUT "${output}" INPUT "${PROJECT_BINARY_DIR}/weft.pc.genex")
+endfunction()
+
+# weft_pkg_config_tls_file(<output>): writes weft-tls.pc (cmake/weft-tls.pc.in) for
+# weft::tls: Libs -lweft_tls, Requires weft (this version) and OpenSSL. OpenSSL comes as
+# `Requires: openssl >= 3` when pkg-config knows the OpenSSL that CMake found (Debian's
+# libssl-dev, vcpkg's openssl ship openssl.pc), else as its libraries' paths in Libs (and
+# its include directory in Cflags, unless the compiler searches it anyway). Reads the
+# variables of the top-level CMakeLists.txt and FindOpenSSL's. <output> may hold
+# $<CONFIG>.
+function(weft_pkg_config_tls_file output)
+  _weft_pc_directories()
+  set(WEFT_PC_TLS_REQUIRES "")
+  set(WEFT_PC_TLS_CFLAGS "")
+  set(WEFT_PC_TLS_LIBS "")
+  find_package(PkgConfig QUIET)
+  set(openssl_pc FALSE)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(_WEFT_PC_OPENSSL QUIET openssl>=3)
+    # The same OpenSSL as CMake's (not another one pkg-config happens to know).
+    if(_WEFT_PC_OPENSSL_FOUND AND OPENSSL_SSL_LIBRARY)
+      get_filename_component(cmake_dir "${OPENSSL_SSL_LIBRARY}" DIRECTORY)
+      get_filename_component(cmake_dir "${cmake_dir}" REALPATH)
+      set(pc_dirs ${_WEFT_PC_OPENSSL_LIBDIR} ${_WEFT_PC_OPENSSL_LIBRARY_DIRS})
+      foreach(dir IN LISTS pc_dirs)
+        get_filename_component(dir "${dir}" REALPATH)
+        if(dir STREQUAL cmake_dir)
+          set(openssl_pc TRUE)
+        endif()
+      endforeach()
+    endif()
+  endif()
+  if(openssl_pc)
+    set(WEFT_PC_TLS_REQUIRES ", openssl >= 3")
+  else()
+    _weft_pc_link(ssl_flags "${OPENSSL_SSL_LIBRARY}" ssl)
+    _weft_pc_link(crypto_flags "${OPENSSL_CRYPTO_LIBRARY}" crypto)
+    set(WEFT_PC_TLS_LIBS " ${ssl_flags} ${crypto_flags}")
+    if(OPENSSL_INCLUDE_DIR AND NOT OPENSSL_INCLUDE_DIR IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+      set(WEFT_PC_TLS_CFLAGS " -I${OPENSSL_INCLUDE_DIR}")
+    endif()
+  endif()
+  configure_file("${PROJECT_SOURCE_DIR}/cmake/weft-tls.pc.in"
+                 "${PROJECT_BINARY_DIR}/weft-tls.pc.genex" @ONLY)
+  file(GENERATE OUTPUT "${output}" INPUT "${PROJECT_BINARY_DIR}/weft-tls.pc.genex")
 endfunction()

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -21,6 +22,7 @@
 #include <weft/coro/task_group.h>
 #include <weft/coro/with_cancellation.h>
 #include <weft/coro/with_timeout.h>
+#include <weft/executors/lent_buffer.h>
 #include <weft/executors/thread_pool.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
@@ -32,36 +34,59 @@ constexpr std::string_view kResponse =
     "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
 constexpr std::size_t kMaxHeader = 65536;  // a longer request header: we close
 
+// Counts the whole requests (each ends with an empty line) in what came, after the start
+// of one that an earlier receive cut (`partial`), and leaves in `partial` the start of the
+// next; `received` is given back to the loop (before the answer's write, which may wait).
+// Errors: std::length_error when that start is longer than any request header we accept
+// (the connection is then closed).
+std::size_t takeRequests(std::string& partial, weft::LentBuffer& received) {
+  if (!partial.empty()) partial.append(received.text());
+  const std::string_view input = partial.empty() ? received.text() : std::string_view(partial);
+  std::size_t requests = 0;
+  std::size_t start = 0;
+  std::size_t end;
+  while ((end = input.find("\r\n\r\n", start)) != std::string_view::npos) {
+    start = end + 4;
+    ++requests;
+  }
+  if (input.size() - start > kMaxHeader) throw std::length_error("request header too long");
+  std::string rest(input.substr(start));  // empty, no allocation, in the common case
+  partial = std::move(rest);
+  received.reset();
+  return requests;
+}
+
+// Answers `requests` requests, with one write.
+weft::Lazy<void> answer(weft::TlsStream& tls, std::size_t requests) {
+  if (requests == 1) {
+    co_await tls.writeAll(kResponse);
+  } else if (requests > 1) {
+    std::string responses;
+    responses.reserve(requests * kResponse.size());
+    for (std::size_t i = 0; i < requests; ++i) responses += kResponse;
+    co_await tls.writeAll(responses);
+  }
+}
+
 // One connection: the handshake, then requests until the client closes (or a read time
-// limit, a bad request, a TLS error, or the shutdown's cancellation ends it).
-weft::Lazy<void> serve(weft::TcpStream tcp, weft::TlsContext context) {
+// limit, a bad request, a TLS error, or the shutdown's cancellation ends it). The
+// requests come in buffers the event loop lends (receive()) and are parsed where they
+// are, so a connection waiting for its next request holds no buffer (only a request cut
+// across two receives is copied, into `partial`). An idle connection costs this frame
+// and TlsStream's (its state, and OpenSSL's): docs/tls.md measures it.
+weft::Lazy<void> serve(weft::TcpStream tcp, const weft::TlsContext& context) {
   try {
     tcp.setReadTimeout(10s);  // the handshake's reads too
-    weft::TlsStream tls = co_await weft::TlsStream::accept(std::move(tcp), std::move(context));
-    std::string pending;  // bytes of requests not answered yet
-    char buffer[2048];  // in the frame: an idle connection keeps it
+    weft::TlsStream tls = co_await weft::TlsStream::accept(std::move(tcp), context);
+    std::string partial;
     for (;;) {
-      const std::size_t n = co_await tls.read(std::span<char>(buffer));
-      if (n == 0) break;  // close_notify
-      pending.append(buffer, n);
-      std::size_t answered = 0;
-      std::size_t end;
-      while ((end = pending.find("\r\n\r\n")) != std::string::npos) {  // whole requests
-        pending.erase(0, end + 4);
-        ++answered;
-      }
-      if (pending.size() > kMaxHeader) break;
-      if (answered == 1) {
-        co_await tls.writeAll(kResponse);
-      } else if (answered > 1) {
-        std::string responses;
-        responses.reserve(answered * kResponse.size());
-        for (std::size_t i = 0; i < answered; ++i) responses += kResponse;
-        co_await tls.writeAll(responses);
-      }
+      weft::LentBuffer data = co_await tls.receive();
+      if (data.empty()) break;  // close_notify
+      co_await answer(tls, takeRequests(partial, data));
     }
     co_await tls.shutdown();
-  } catch (const std::exception&) {  // a failed handshake, a reset, a time limit, shutdown
+  } catch (const std::exception&) {
+    // A failed handshake, a reset, a time limit, too long a request header, the shutdown.
   }
 }
 

@@ -10,8 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <span>
-#include <string_view>
 
 #include <weft/coro/cancellation.h>
 #include <weft/coro/collect.h>
@@ -20,6 +18,7 @@
 #include <weft/coro/task_group.h>
 #include <weft/coro/with_cancellation.h>
 #include <weft/coro/with_timeout.h>
+#include <weft/executors/lent_buffer.h>
 #include <weft/executors/thread_pool.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
@@ -33,20 +32,19 @@ const std::chrono::milliseconds readTimeout(std::getenv("READ_TIMEOUT_MS") != nu
 
 // One connection: the handshake, then echo until the client ends it (close_notify), or
 // a TLS or transport error, the read time limit or the shutdown's cancellation does.
-// TlsStream has no lent-buffer receive() yet: the plaintext comes into a buffer of the
-// connection's own, which an idle connection keeps (in its coroutine frame).
+// The decrypted bytes come in buffers the event loop lends: a connection waiting for
+// data holds none.
 weft::Lazy<void> echo(weft::TcpStream tcp, weft::TlsContext context) {
   try {
     tcp.setReadTimeout(10s);  // the handshake's reads
     weft::TlsStream tls = co_await weft::TlsStream::accept(std::move(tcp), std::move(context));
     tls.transport().setReadTimeout(readTimeout);  // 0: no limit
-    // One TLS record's worth of plaintext.
-    char buffer[16384];
-    while (const std::size_t n = co_await tls.read(std::span<char>(buffer))) {
-      co_await tls.writeAll(std::string_view(buffer, n));
+    for (;;) {
+      weft::LentBuffer data = co_await tls.receive();
+      if (data.empty()) break;  // the client's close_notify
+      co_await tls.writeAll(data);
     }
-    // The client's close_notify came: answer with ours.
-    co_await tls.shutdown();
+    co_await tls.shutdown();  // answer with ours
   } catch (const std::exception&) {  // a failed handshake, a reset, a truncation, shutdown
   }
 }

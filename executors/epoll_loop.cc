@@ -264,6 +264,12 @@ class EpollLoop final : public IoLoopBase {
     return pool_->lentCount();
   }
 
+  LentBuffer lendBuffer() noexcept override {
+    const std::uint32_t id = pool_->take();
+    if (id == BufferPool::kNone) return {};
+    return pool_->lend(id, pool_->bufferSize());
+  }
+
   std::size_t run(int timeoutMs) noexcept override {
     return runFor(timeoutMs < 0 ? -1 : std::int64_t{timeoutMs} * 1000000);
   }

@@ -285,6 +285,19 @@ class IoLoop {
   // lends nothing answers 0. noexcept: a counter (after taking in what other threads gave back).
   virtual std::size_t lentBuffers() const noexcept { return 0; }
 
+  // Lends one of the loop's receive buffers, whole and unfilled (size() is the loop's
+  // buffer size, 64 KiB for weft's loops), to an awaitable that fills it itself rather
+  // than having the kernel receive into it: TlsStream::receive decrypts into one. The
+  // caller writes its bytes from data(), cuts the LentBuffer to what it wrote with
+  // LentBuffer::truncate, and gives it back like any other (destroying it, on any thread;
+  // lentBuffers() counts it meanwhile). Take one only once there is something to put in
+  // it, and give it back before waiting, so that a waiting operation holds none.
+  // Returns an empty LentBuffer when the loop lends no buffers (the default, for loops
+  // that serve no kReceiveLent) or cannot (its pool at its limit, or memory short).
+  // On the loop's thread only. noexcept: a free-list pop, or an allocation whose failure
+  // is the empty answer.
+  virtual LentBuffer lendBuffer() noexcept { return {}; }
+
   // Cancels every operation in flight (each completes with -ECANCELED and loopShutDown
   // set) and refuses later ones the same way. Call run() until hasWork() is false.
   virtual void shutdown() noexcept = 0;

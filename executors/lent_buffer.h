@@ -83,6 +83,13 @@ class LentBuffer {
     size_ -= n;
   }
 
+  // Keeps the first `n` bytes and drops the rest (what an awaitable that filled a buffer
+  // from IoLoop::lendBuffer did not fill); n >= size() changes nothing. The buffer is
+  // still held, even at size 0, until reset() or destruction. noexcept: a store.
+  void truncate(std::size_t n) noexcept {
+    if (n < size_) size_ = n;
+  }
+
   // Gives the buffer back now; the LentBuffer is then empty. Idempotent.
   // noexcept: a push onto a free list (another thread's: a lock-free stack).
   void reset() noexcept;

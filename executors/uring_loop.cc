@@ -36,19 +36,22 @@
 // Lent buffers (kReceiveLent). A receive names a provided-buffer ring (registered with
 // IORING_REGISTER_PBUF_RING the first time the loop receives), and the kernel picks a
 // buffer only when data is there: a connection waiting to read holds none. The buffers
-// come from the loop's BufferPool; one given back goes into the ring again (if it has
-// room). The ring starts with 32 buffers. When the kernel finds it empty (ENOBUFS: data
-// arrived, no buffer), the receive is submitted again, in its place at the head of its
-// lane so that no byte is skipped or reordered, as a plain recv into a buffer of its own
-// from the pool (the data is there: it completes at once), and the ring doubles, once per
-// loop turn, up to kRingEntries, so that the next burst finds enough. Resubmitting it to
-// the ring instead would race it against every other receive the burst starved for the
-// few buffers given back meanwhile: with 10,000 connections that took 20-50 submissions
-// per request (measured). On kernels without buffer rings every receive is a plain recv
-// (holding its buffer while it waits). A datagram socket's receive (kReceiveMessageLent) is the same with a
-// single-shot recvmsg: the kernel picks a buffer from the same ring and writes the sender
-// and MSG_TRUNC into the caller's msghdr, as a plain recvmsg does (the multishot form
-// would put them at the start of the buffer instead, in io_uring_recvmsg_out's layout).
+// come from the loop's BufferPool; one given back goes into the ring again while the ring
+// holds fewer than it keeps (the buffers growRing added to it), else onto the pool's free
+// list, where lendBuffer() (buffers lent whole, to be filled by the caller) and the plain
+// recvs below take them. The ring starts with 32 buffers. When the kernel finds it empty
+// (ENOBUFS: data arrived, no buffer), the receive is submitted again, in its place at the
+// head of its lane so that no byte is skipped or reordered, as a plain recv into a buffer
+// of its own from the pool (the data is there: it completes at once), and the ring
+// doubles, once per loop turn, up to kRingEntries, so that the next burst finds enough.
+// Resubmitting it to the ring instead would race it against every other receive the
+// burst starved for the few buffers given back meanwhile: with 10,000 connections that
+// took 20-70 submissions per request (measured). On kernels without buffer rings every
+// receive is a plain recv (holding its buffer while it waits). A datagram socket's
+// receive (kReceiveMessageLent) is the same with a single-shot recvmsg: the kernel picks a
+// buffer from the same ring and writes the sender and MSG_TRUNC into the caller's msghdr,
+// as a plain recvmsg does (the multishot form would put them at the start of the buffer
+// instead, in io_uring_recvmsg_out's layout).
 //
 // Ring set-up asks for DEFER_TASKRUN (Linux 6.1: completion work runs only when the worker
 // enters the kernel to wait or reap, in batches, never interrupting it) with SINGLE_ISSUER
@@ -354,6 +357,12 @@ class UringLoop final : public IoLoopBase {
   std::size_t lentBuffers() const noexcept override {
     pool_->drainReturned();  // the pool is not part of the loop's const state
     return pool_->lentCount();
+  }
+
+  LentBuffer lendBuffer() noexcept override {
+    const std::uint32_t id = pool_->take();
+    if (id == BufferPool::kNone) return {};
+    return pool_->lend(id, pool_->bufferSize());
   }
 
   std::size_t run(int timeoutMs) noexcept override {
@@ -857,19 +866,26 @@ class UringLoop final : public IoLoopBase {
     return true;
   }
 
-  // Adds `n` new pool buffers to the ring (the pool's limit permitting). False when none
-  // could be added.
+  // Adds `n` new pool buffers to the ring (the pool's limit permitting), and as many to
+  // the number it keeps. False when none could be added.
   bool growRing(std::uint32_t n) noexcept {
     const std::uint32_t first = pool_->grow(n);
     if (first == BufferPool::kNone) return false;
+    ringTarget_ += pool_->end() - first;
     for (std::uint32_t id = first; id < pool_->end(); ++id) pool_->recycle(id);
     return true;
   }
 
-  // BufferPool's recycle function: a buffer coming back goes into the ring if it can.
+  // BufferPool's recycle function: a buffer coming back goes into the ring if the ring
+  // holds fewer than it keeps (ringTarget_), else onto the pool's free list. So buffers
+  // lent whole (lendBuffer, which takes from the free list) go back to the free list once
+  // the ring is full again, instead of each growing the ring for good.
   static bool recycleIntoRing(void* context, std::uint32_t id) noexcept {
     auto* self = static_cast<UringLoop*>(context);
-    if (!self->ringReady_ || id > kMaxRingId || self->ringHeld_ >= kRingEntries) return false;
+    if (!self->ringReady_ || id > kMaxRingId || self->ringHeld_ >= self->ringTarget_ ||
+        self->ringHeld_ >= kRingEntries) {
+      return false;
+    }
     io_uring_buf_ring_add(self->bufferRing_, self->pool_->address(id), self->pool_->bufferSize(),
                           static_cast<std::uint16_t>(id), io_uring_buf_ring_mask(kRingEntries), 0);
     io_uring_buf_ring_advance(self->bufferRing_, 1);
@@ -920,9 +936,9 @@ class UringLoop final : public IoLoopBase {
   // cannot (it then completes with ENOBUFS).
   bool resubmitWithoutRingBuffer(IoOperation& op, const Slot& slot) noexcept {
     if (op.loopCancelled || shutDown_) return false;
-    if (!grewThisTurn_ && pool_->count() < kRingEntries) {
+    if (!grewThisTurn_ && ringTarget_ < kRingEntries) {
       grewThisTurn_ = true;
-      (void)growRing(pool_->count());  // no memory: the plain recvs below still serve
+      (void)growRing(ringTarget_);  // no memory: the plain recvs below still serve
     }
     if (op.loopBuffer == BufferPool::kNone) {
       op.loopBuffer = pool_->take();
@@ -946,6 +962,7 @@ class UringLoop final : public IoLoopBase {
   BufferPool* pool_;  // retired, not deleted: lent buffers may outlive the loop
   io_uring_buf_ring* bufferRing_ = nullptr;
   std::uint32_t ringHeld_ = 0;  // buffers in the ring (the kernel may pick them)
+  std::uint32_t ringTarget_ = 0;  // how many the ring keeps: those growRing added
   bool ringReady_ = false;      // registered
   bool ringFailed_ = false;     // cannot be: plain recvs
   bool grewThisTurn_ = false;   // the ring grew for an ENOBUFS in this loop turn

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "weft/coro/lazy.h"
+#include "weft/executors/lent_buffer.h"
 #include "weft/io/tcp_stream.h"
 #include "weft/io/tls_context.h"
 #include "weft/io/tls_error.h"
@@ -16,22 +17,23 @@ struct ssl_st;  // OpenSSL's SSL (<openssl/ssl.h>); weft's headers do not includ
 namespace weft {
 
 // TlsStream: TLS over a connected TcpStream (TCP or a Unix domain stream), on OpenSSL 3
-// (library target weft::tls). The same verbs as TcpStream: read, readExactly, write,
-// writeAll, and shutdown() for a clean end.
+// (library target weft::tls). The same verbs as TcpStream: receive (decrypted bytes in a
+// buffer the event loop lends), read, readExactly, write, writeAll, and shutdown() for a
+// clean end.
 //
 // Every wait is an await on the event loop: OpenSSL reads and writes records through
 // weft's own buffers (received with the TcpStream's receive(), sent with its writeAll),
 // never the socket, so nothing blocks and no thread is held per connection. While a
 // connection waits for data it holds no receive buffer (weft's lent buffers, OpenSSL's
-// SSL_MODE_RELEASE_BUFFERS).
+// SSL_MODE_RELEASE_BUFFERS), and with receive() no plaintext buffer either.
 //
 // Semantics:
 //  - connect() and accept() run the handshake; the stream they return is established
 //    (and, unless the context says otherwise, the peer verified).
-//  - read() returns the decrypted bytes that are there (at least 1), or 0 once the peer
-//    sent close_notify (a clean end). The TCP stream ending without close_notify throws
-//    TlsError kTruncated: the bytes read until then are all real, but the peer did not
-//    say that it was done.
+//  - receive() and read() return the decrypted bytes that are there (at least 1), or
+//    none (an empty LentBuffer, 0) once the peer sent close_notify (a clean end). The
+//    TCP stream ending without close_notify throws TlsError kTruncated: the bytes read
+//    until then are all real, but the peer did not say that it was done.
 //  - write() encrypts and sends up to 64 KiB of the buffer and returns how much (all of
 //    a smaller buffer); writeAll() loops over write().
 //  - shutdown() sends close_notify and ends the TCP stream's writing side; reading still
@@ -42,14 +44,15 @@ namespace weft {
 //    handshake's included; withTimeout and cancellation work on every operation.
 //  - After a cancelled or failed operation (cancellation, withTimeout, a time limit, an
 //    I/O or TLS error), the stream is:
-//      usable after a read that was stopped while it waited for data (nothing was
-//      consumed: the next read continues the stream);
+//      usable after a read or receive that was stopped while it waited for data
+//      (nothing was consumed: the next one continues the stream);
 //      unusable after a handshake (connect/accept return no stream), a write, a
 //      writeAll or a shutdown that was stopped, and after any TLS error (TlsError): its
 //      records may have been cut in the middle. Every later operation throws TlsError
 //      kUnusable; close() or destroy it.
-//  - One read and one write may be in progress at the same time (from any threads); two
-//    reads or two writes at once throw std::logic_error.
+//  - One read (read, readExactly or receive) and one write may be in progress at the
+//    same time (from any threads); two reads or two writes at once throw
+//    std::logic_error.
 //  - Renegotiation is refused (a TLS 1.2 peer asking for it gets an alert; the read
 //    throws TlsError kProtocol). TLS 1.3 key updates and session tickets are handled.
 //
@@ -67,8 +70,7 @@ namespace weft {
 //   weft::TlsStream tls = co_await weft::TlsStream::connect(std::move(tcp), context,
 //                                                           "example.com");
 //   co_await tls.writeAll("GET / HTTP/1.1\r\nHost: example.com\r\n\r\n");
-//   std::array<char, 4096> reply;
-//   std::size_t n = co_await tls.read(reply);
+//   weft::LentBuffer reply = co_await tls.receive();
 //   co_await tls.shutdown();
 class TlsStream {
  public:
@@ -91,6 +93,30 @@ class TlsStream {
   // required client certificate is missing or does not verify); std::invalid_argument
   // for a client context.
   static Lazy<TlsStream> accept(TcpStream stream, TlsContext context);
+
+  // Receives the decrypted bytes that are there (at least 1, at most the loop's buffer
+  // size, 64 KiB: the whole records that have arrived, up to that) in a buffer the event
+  // loop of the calling thread lends; an empty LentBuffer at a clean end (close_notify).
+  // The buffer is taken only once OpenSSL has a record to decrypt and given back before
+  // any wait, so a receive waiting for the peer holds no buffer, and nor does OpenSSL
+  // (SSL_MODE_RELEASE_BUFFERS) unless half a record came. The LentBuffer gives it back
+  // when destroyed (any thread, any time). The plain way to write a server:
+  //   for (;;) {
+  //     weft::LentBuffer data = co_await tls.receive();
+  //     if (data.empty()) break;  // close_notify
+  //     co_await tls.writeAll(data);
+  //   }
+  // A read like read(): one at a time with the others, the stream's read time limit,
+  // cancellation and withTimeout as for read() (stopped while it waits, nothing was
+  // consumed and the stream stays usable; bytes that arrived are returned even when a
+  // cancellation raced them). When OpenSSL fails after some records were decrypted
+  // (a bad record, truncation after data), receive returns those bytes and the next read
+  // or receive throws the failure. Records OpenSSL queues while decrypting (an alert) go
+  // out with the next write, or before the next receive waits or throws.
+  // Errors: as read(); std::system_error ENOBUFS when the loop lends no buffer (memory
+  // short, or an executor's own IoLoop that lends none: IoLoop::lendBuffer);
+  // std::logic_error on a thread without an event loop.
+  Lazy<LentBuffer> receive();
 
   // Reads the decrypted bytes that are there, at least 1, at most buffer.size(); 0 at
   // a clean end (close_notify). An empty buffer returns 0 at once.

@@ -1,6 +1,7 @@
 """conan create's test of the weft package: builds test/consumer/main.cc (a Lazy, the
 thread pool, a TCP byte over loopback, a fiber; <weft/version.h> against the package's
-version) with find_package(weft) from CMakeDeps, under strict warnings, and runs it."""
+version) with find_package(weft) from CMakeDeps, under strict warnings, and runs it; with
+weft's option tls, test/consumer/tls_main.cc against weft::tls too."""
 
 import os
 
@@ -33,3 +34,5 @@ class WeftTestConan(ConanFile):
     def test(self):
         if can_run(self):
             self.run(os.path.join(self.cpp.build.bindir, "test_package"), env="conanrun")
+            if self.dependencies["weft"].options.tls:
+                self.run(os.path.join(self.cpp.build.bindir, "test_package_tls"), env="conanrun")

@@ -10,10 +10,13 @@ get_filename_component(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
 # weft builds static libraries only.
 vcpkg_check_linkage(ONLY_STATIC_LIBRARY)
 
+# tls: WEFT_TLS=ON (vcpkg's openssl, found through its toolchain) or OFF, never weft's
+# AUTO, which could pick up an OpenSSL of the system's outside vcpkg.
 vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
     FEATURES
         io-uring WEFT_IO_URING
         task-tracking WEFT_TASK_TRACKING
+        tls WEFT_TLS
 )
 # Without the feature, WEFT_FIBER_BACKEND keeps weft's default: its own assembly on
 # x86-64 and aarch64 Linux, Boost.Context elsewhere (which then needs the feature).

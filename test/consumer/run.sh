@@ -4,7 +4,9 @@
 #   subdirectory  add_subdirectory(<this checkout>)
 #   fetchcontent  FetchContent_Declare(weft URL file://<archive of this checkout>)
 #   pkgconfig     the same install: g++ main.cc $(pkg-config --cflags --libs weft), and
-#                 every installed header in one file, both under the strict flags below
+#                 every installed header in one file, both under the strict flags below;
+#                 where weft::tls was installed (OpenSSL 3 found), tls_main.cc with
+#                 $(pkg-config --cflags --libs weft-tls) too
 #   bazel         a workspace of its own in BUILD_DIR depending on @weft//:weft through
 #                 local_repository(path = <this checkout>), offline (weft's stand-ins for
 #                 Bazel's rules_cc/rules_java/coverage repositories), -c opt; needs `bazel`
@@ -14,6 +16,9 @@
 #                 its options accepted by weft's CMake, down to share/weft/copyright
 #   conan         conan create (conanfile.py, test_package/ builds main.cc) of a copy of
 #                 this checkout, offline (--no-remote), in a CONAN_HOME under BUILD_DIR;
+#                 then again with -o weft/*:tls=True (test_package builds tls_main.cc too),
+#                 where the system has OpenSSL 3, against a stand-in for Conan Center's
+#                 openssl/3.x that points at it (test/consumer/conan_system_openssl/);
 #                 Conan 2 is installed from PyPI into a venv under BUILD_DIR when there is
 #                 no `conan` 2 on the PATH (skipped, with a message, when that fails)
 # Every build uses -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wundef -Werror, and
@@ -65,6 +70,11 @@ install_weft() {
            include/weft/executors/detail/job.h lib/pkgconfig/weft.pc; do
     [[ -f "${prefix}/${f}" ]] || { log "missing ${prefix}/${f}"; exit 1; }
   done
+  # weft::tls (built where OpenSSL 3 is found) comes with its pkg-config file.
+  if [[ -f "${prefix}/lib/libweft_tls.a" && ! -f "${prefix}/lib/pkgconfig/weft-tls.pc" ]]; then
+    log "libweft_tls.a is installed without lib/pkgconfig/weft-tls.pc"
+    exit 1
+  fi
   installed=1
 }
 
@@ -170,6 +180,19 @@ for mode in "${modes[@]}"; do
         ${flags} -o "${dir}/consumer"
       "${dir}/consumer"
       check_dump_signal "${dir}/consumer" USR1
+      # TLS through weft-tls.pc (weft's libraries and OpenSSL come with it), where installed.
+      if pkg-config --exists weft-tls; then
+        [[ "$(pkg-config --modversion weft-tls)" == "${version}" ]] ||
+          { log "pkgconfig: weft-tls $(pkg-config --modversion weft-tls), weft ${version}"; exit 1; }
+        tls_flags="$(pkg-config --cflags --libs weft-tls)"
+        log "pkgconfig: weft-tls: ${tls_flags}"
+        # shellcheck disable=SC2086
+        "${CXX:-g++}" -std=c++20 "${strict_flags[@]}" -O2 "${repo}/test/consumer/tls_main.cc" \
+          ${tls_flags} -o "${dir}/tls_consumer"
+        "${dir}/tls_consumer"
+      else
+        log "pkgconfig: no weft-tls (weft was built without OpenSSL 3)"
+      fi
       unset PKG_CONFIG_PATH
       ;;
     bazel)
@@ -231,7 +254,7 @@ assert port.get("version") == version, f"vcpkg.json version {port.get('version')
 assert port.get("license") == "Apache-2.0", f"vcpkg.json license {port.get('license')} != Apache-2.0 (LICENSE)"
 print(f"[consumer] vcpkg: vcpkg.json: weft {version}, features {sorted(port['features'])}")
 EOF_PY
-      for features in "io-uring" "boost-context;task-tracking"; do
+      for features in "io-uring" "boost-context;task-tracking" "io-uring;tls"; do
         rm -rf "${build}/vcpkg" && mkdir -p "${build}/vcpkg"
         cmake -DPORT_DIR="${repo}/ports/weft" -DOUT="${build}/vcpkg" -DFEATURES="${features}" \
           -P "${repo}/test/consumer/vcpkg_portfile_check.cmake" >"${build}/vcpkg.log" 2>&1 ||
@@ -263,6 +286,22 @@ EOF_PY
         { tail -n 60 "${build}/conan.log"; exit 1; }
       grep -q '^consumer: ok' "${build}/conan.log" || { log "conan: test_package did not run"; exit 1; }
       grep '^consumer: ok' "${build}/conan.log" | tail -n 1
+      # The option tls: openssl/[>=3 <4] from the stand-in (Conan Center is not reachable
+      # offline), then weft with weft::tls, and test_package's tls_main.cc.
+      if [[ -f /usr/include/openssl/opensslv.h ]]; then
+        (cd "${repo}/test/consumer/conan_system_openssl" &&
+          "${conan}" create . --no-remote) >"${build}/conan-tls.log" 2>&1 ||
+          { tail -n 30 "${build}/conan-tls.log"; exit 1; }
+        (cd "${build}/conan-src" &&
+          "${conan}" create . -o 'weft/*:tls=True' -s compiler.cppstd=20 -s build_type=Release \
+            --build=missing --no-remote "${conan_jobs[@]}") >>"${build}/conan-tls.log" 2>&1 ||
+          { tail -n 60 "${build}/conan-tls.log"; exit 1; }
+        grep -q '^tls consumer: ok' "${build}/conan-tls.log" ||
+          { log "conan: test_package did not run tls_main.cc with tls=True"; exit 1; }
+        log "conan: -o weft/*:tls=True: $(grep '^tls consumer: ok' "${build}/conan-tls.log" | tail -n 1)"
+      else
+        log "conan: -o weft/*:tls=True not checked: no OpenSSL 3 headers (Debian libssl-dev)"
+      fi
       unset CONAN_HOME
       ;;
     *)

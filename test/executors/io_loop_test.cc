@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -327,6 +328,31 @@ TEST_P(IoLoopTest, ReportsItsBackend) {
   EXPECT_EQ(loop->run(0), 0u);
   loop->wake();
   EXPECT_EQ(loop->run(-1), 0u);  // returns for the wake, with nothing completed
+}
+
+// lendBuffer: a whole buffer for the caller to fill (TlsStream::receive decrypts into
+// one), counted by lentBuffers until it comes back, from this thread or another.
+TEST_P(IoLoopTest, LendsWholeBuffersForTheCallerToFill) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
+  auto loop = IoLoop::create(GetParam());
+  LentBuffer buffer = loop->lendBuffer();
+  ASSERT_EQ(buffer.size(), 65536u);
+  EXPECT_EQ(loop->lentBuffers(), 1u);
+  std::memcpy(buffer.data(), "filled", 6);
+  buffer.truncate(6);
+  EXPECT_EQ(buffer.text(), "filled");
+  buffer.truncate(100);  // no longer than it is
+  EXPECT_EQ(buffer.size(), 6u);
+  buffer.reset();
+  EXPECT_EQ(loop->lentBuffers(), 0u);
+  std::vector<LentBuffer> many;
+  for (int i = 0; i < 100; ++i) {
+    many.push_back(loop->lendBuffer());
+    ASSERT_FALSE(many.back().empty());
+  }
+  EXPECT_EQ(loop->lentBuffers(), 100u);
+  std::thread([&] { many.clear(); }).join();
+  EXPECT_EQ(loop->lentBuffers(), 0u);  // taken in from the other thread
 }
 
 // A loop may be destroyed on another thread than the one that created it, here after that

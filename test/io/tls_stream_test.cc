@@ -4,18 +4,29 @@
 // session resumption, clean close against truncation, bad input (garbage, a cut or
 // stalled handshake, an oversized record), cancellation (a read stays usable, an
 // interrupted write makes the stream unusable), misuse, fibers, many connections on
-// two threads. Every test checks that no descriptor leaked.
+// two threads; receive() (decrypted bytes in lent buffers): every byte of many
+// connections, timeouts racing arrivals, records cut anywhere, no buffer held while
+// waiting, clean close against truncation and bad records after data. Every test checks
+// that no descriptor leaked.
 
+#include <openssl/bio.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -28,6 +39,8 @@
 #include "weft/coro/sync_await.h"
 #include "weft/coro/try.h"
 #include "weft/coro/with_timeout.h"
+#include "weft/executors/io_loop.h"
+#include "weft/executors/lent_buffer.h"
 #include "weft/executors/thread_pool.h"
 #include "weft/io/incomplete_transfer.h"
 #include "weft/io/tcp_listener.h"
@@ -38,6 +51,7 @@
 #include "weft/stackful/await.h"
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/io_support.h"
+#include "test/support/one_worker.h"
 #include "test/support/tls_certificates.h"
 #include "test/support/watchdog.h"
 
@@ -524,10 +538,11 @@ TEST_P(TlsStreamTest, FibersUseTlsStreams) {
   FiberFuture<std::size_t> server = spawnFiber(&pool, [&] {
     TlsStream stream = await(acceptOne(listener, serverContext()));
     std::size_t echoed = 0;
-    char buffer[1024];
-    while (std::size_t n = await(stream.read(std::span<char>(buffer)))) {
-      await(stream.writeAll(std::string_view(buffer, n)));
-      echoed += n;
+    for (;;) {
+      LentBuffer data = await(stream.receive());
+      if (data.empty()) break;
+      await(stream.writeAll(data));
+      echoed += data.size();
     }
     await(stream.shutdown());
     return echoed;
@@ -647,6 +662,478 @@ TEST_P(TlsStreamTest, RenegotiationIsRefused) {
   } catch (const std::exception& e) {
     ADD_FAILURE() << "not a TlsError: " << e.what();
   }
+}
+
+// ---- receive(): decrypted bytes in buffers the loop lends -----------------------------
+
+// Byte `offset` of connection `seed`'s stream (what the receive tests send and check).
+char streamByte(std::uint64_t seed, std::uint64_t offset) {
+  return static_cast<char>((offset * 131 + seed * 7 + offset / 251) & 0xff);
+}
+
+std::string streamBytes(std::uint64_t seed, std::uint64_t offset, std::size_t size) {
+  std::string s(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) s[i] = streamByte(seed, offset + i);
+  return s;
+}
+
+// Message sizes from 1 byte to `max`, spread evenly over their logarithm (as many of
+// 1-10 bytes as of 20-200 KiB), so that records are cut everywhere; the first is `max`.
+std::vector<std::size_t> messageSizes(unsigned seed, int count, std::size_t max) {
+  std::mt19937 random(seed);
+  std::uniform_real_distribution<double> exponent(0.0, std::log(static_cast<double>(max)));
+  std::vector<std::size_t> sizes;
+  for (int i = 0; i < count; ++i) {
+    const auto size = static_cast<std::size_t>(std::exp(exponent(random)));
+    sizes.push_back(i == 0 ? max : std::clamp<std::size_t>(size, 1, max));
+  }
+  return sizes;
+}
+
+// The plain echo loop of the documentation, over receive(); returns the bytes echoed.
+Lazy<std::uint64_t> echoByReceive(TlsStream& stream) {
+  std::uint64_t echoed = 0;
+  for (;;) {
+    LentBuffer data = co_await stream.receive();
+    if (data.empty()) break;  // close_notify
+    co_await stream.writeAll(data);
+    echoed += data.size();
+  }
+  co_await stream.shutdown();
+  co_return echoed;
+}
+
+// Receives until close_notify, checking every byte against connection `seed`'s stream;
+// returns how many came, or throws at the first wrong one.
+Lazy<std::uint64_t> receiveAndCheck(TlsStream& stream, std::uint64_t seed) {
+  std::uint64_t offset = 0;
+  for (;;) {
+    LentBuffer data = co_await stream.receive();
+    if (data.empty()) co_return offset;
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      if (data.text()[i] != streamByte(seed, offset + i)) {
+        throw std::runtime_error("byte " + std::to_string(offset + i) + " of connection " +
+                                 std::to_string(seed) + " is wrong");
+      }
+    }
+    offset += data.size();
+  }
+}
+
+// Every byte of 100 connections x 100 messages (1 byte to 200 KiB each) goes to an echo
+// server of receive() + writeAll and back into the client's receive(), both checked
+// byte by byte; every buffer lent on either side comes back.
+TEST_P(TlsStreamTest, ReceiveDeliversEveryByteOfManyConnections) {
+  test::Watchdog watchdog(300s, "ReceiveMany");
+  ThreadPool servers(options(1, "tls-servers"));
+  ThreadPool clients(options(1, "tls-clients"));
+  test::raiseFdLimit(1024);
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  const SocketAddress address = listener.localAddress();
+  const int connections = test::reducedIoScale() ? 10 : 100;
+  const int messages = test::reducedIoScale() ? 20 : 100;
+  const std::size_t maxMessage = 200 * 1024;
+  TlsContext server = serverContext();
+  TlsContext client = clientContext();
+  auto serveOne = [&]() -> Lazy<std::uint64_t> {
+    TlsStream s = co_await acceptOne(listener, server);
+    co_return co_await echoByReceive(s);
+  };
+  struct Sent {
+    std::uint64_t sent = 0;
+    std::uint64_t back = 0;
+  };
+  auto callOne = [&](int id) -> Lazy<Sent> {
+    TlsStream c = co_await connectTo(address, client, "localhost");
+    const std::vector<std::size_t> sizes =
+        messageSizes(static_cast<unsigned>(id), messages, maxMessage);
+    auto writer = [&]() -> Lazy<std::uint64_t> {
+      std::uint64_t offset = 0;
+      for (std::size_t size : sizes) {
+        co_await c.writeAll(streamBytes(static_cast<std::uint64_t>(id), offset, size));
+        offset += size;
+      }
+      co_await c.shutdown();
+      co_return offset;
+    };
+    auto [sent, back] =
+        co_await collectAll(writer(), receiveAndCheck(c, static_cast<std::uint64_t>(id)));
+    co_return Sent{sent.value(), back.value()};
+  };
+  std::vector<Lazy<std::uint64_t>> serving;
+  std::vector<Lazy<Sent>> calling;
+  for (int i = 0; i < connections; ++i) {
+    serving.push_back(serveOne());
+    calling.push_back(callOne(i));
+  }
+  // The servers on one worker, the clients on another.
+  auto [served, called] = syncAwait(collectAll(collectAllPara(std::move(serving)).via(&servers),
+                                               collectAllPara(std::move(calling)).via(&clients)));
+  std::uint64_t echoed = 0;
+  for (auto& r : served.value()) echoed += r.value();
+  std::uint64_t total = 0;
+  for (auto& r : called.value()) {
+    const Sent sent = r.value();
+    EXPECT_EQ(sent.back, sent.sent);
+    total += sent.sent;
+  }
+  EXPECT_EQ(echoed, total);
+  EXPECT_GE(total, static_cast<std::uint64_t>(connections) * maxMessage);
+  EXPECT_EQ(test::lentBuffers(servers), 0u) << "a server's buffer was not given back";
+  EXPECT_EQ(test::lentBuffers(clients), 0u) << "a client's buffer was not given back";
+}
+
+// Receives raced by time limits of every length while records arrive from another
+// thread: each either returns bytes or throws TimeoutError, and together they return
+// every byte once, in order. The stream stays usable after every timeout.
+TEST_P(TlsStreamTest, TimeoutsRacingArrivalsLoseAndDuplicateNothing) {
+  test::Watchdog watchdog(120s, "ReceiveRace");
+  ThreadPool readers(options(1, "tls-reader"));
+  ThreadPool writers(options(1, "tls-writer"));
+  TlsPair pair = pairOn(readers, serverContext(), clientContext());
+  // Nothing sent yet: a receive under a zero time limit must time out.
+  EXPECT_THROW(syncAwait(withTimeout(pair.server.receive(), 0ms).via(&readers)), TimeoutError);
+  const int messages = test::reducedIoScale() ? 300 : 3000;
+  const std::vector<std::size_t> sizes = messageSizes(7, messages, 40000);
+  auto writer = [&]() -> Lazy<std::uint64_t> {
+    std::uint64_t offset = 0;
+    for (std::size_t size : sizes) {
+      co_await pair.client.writeAll(streamBytes(1, offset, size));
+      offset += size;
+    }
+    co_await pair.client.shutdown();
+    co_return offset;
+  };
+  struct Counts {
+    std::uint64_t bytes = 0;
+    int timeouts = 0;
+    int received = 0;
+  };
+  auto reader = [&]() -> Lazy<Counts> {
+    const std::chrono::nanoseconds limits[] = {0ns, 1us, 10us, 50us, 200us, 1ms, 5ms};
+    Counts counts;
+    for (std::size_t i = 0;; ++i) {
+      LentBuffer data;
+      try {
+        data = co_await withTimeout(pair.server.receive(), limits[i % std::size(limits)]);
+      } catch (const TimeoutError&) {
+        ++counts.timeouts;
+        continue;
+      }
+      if (data.empty()) co_return counts;
+      ++counts.received;
+      EXPECT_TRUE(data.text() == streamBytes(1, counts.bytes, data.size()))
+          << "wrong bytes at " << counts.bytes;
+      counts.bytes += data.size();
+    }
+  };
+  auto [counted, written] = syncAwait(collectAll(reader().via(&readers), writer().via(&writers)));
+  const Counts counts = counted.value();
+  EXPECT_EQ(counts.bytes, written.value());
+  EXPECT_GT(counts.received, 0);
+  EXPECT_EQ(test::lentBuffers(readers), 0u);
+  EXPECT_EQ(test::lentBuffers(writers), 0u);
+}
+
+TEST_P(TlsStreamTest, TheReadTimeLimitStopsAReceiveAndTheStreamGoesOn) {
+  test::Watchdog watchdog(60s, "ReceiveTimeLimit");
+  ThreadPool pool(options(1));
+  TlsPair pair = pairOn(pool, serverContext(), clientContext());
+  pair.server.transport().setReadTimeout(20ms);
+  EXPECT_EQ(test::errnoOf([&] { (void)syncAwait(pair.server.receive().via(&pool)); }), ETIMEDOUT);
+  syncAwait(pair.client.writeAll("after the time limit").via(&pool));
+  LentBuffer data = syncAwait(pair.server.receive().via(&pool));
+  EXPECT_EQ(test::text(data), "after the time limit");
+  data.reset();
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
+}
+
+// A TLS 1.3 client of plain OpenSSL on a blocking socket whose records the test sends as
+// it likes (half a record, a byte at a time, data with close_notify in one segment, a
+// corrupted record): OpenSSL writes them into memory, the test sends them.
+class RawTlsClient {
+ public:
+  explicit RawTlsClient(const SocketAddress& address) : fd_(test::connectBlocking(address)) {
+    const timeval guard{20, 0};  // a handshake reply that never comes fails, not hangs
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+    context_ = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_verify(context_, SSL_VERIFY_NONE, nullptr);  // verification is tested above
+    ssl_ = SSL_new(context_);
+    in_ = BIO_new(BIO_s_mem());
+    out_ = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl_, in_, out_);  // the SSL owns both
+    SSL_set_connect_state(ssl_);
+  }
+  ~RawTlsClient() {
+    SSL_free(ssl_);
+    SSL_CTX_free(context_);
+  }
+  RawTlsClient(const RawTlsClient&) = delete;
+  RawTlsClient& operator=(const RawTlsClient&) = delete;
+
+  // The handshake over the socket (on a thread of its own while the server accepts).
+  bool handshake() {
+    for (;;) {
+      const int r = SSL_do_handshake(ssl_);
+      if (!send(take())) return false;
+      if (r == 1) return true;
+      if (SSL_get_error(ssl_, r) != SSL_ERROR_WANT_READ) return false;
+      char buffer[16384];
+      const ssize_t n = ::recv(fd_.get(), buffer, sizeof buffer, 0);
+      if (n <= 0 || BIO_write(in_, buffer, static_cast<int>(n)) != n) return false;
+    }
+  }
+  // The records of `data`, not sent.
+  std::string records(std::string_view data) {
+    std::size_t written = 0;
+    EXPECT_EQ(SSL_write_ex(ssl_, data.data(), data.size(), &written), 1);
+    return take();
+  }
+  // close_notify, not sent.
+  std::string closeNotify() {
+    SSL_shutdown(ssl_);
+    return take();
+  }
+  bool send(std::string_view bytes) {
+    return test::sendAllBlocking(fd_.get(), bytes.data(), bytes.size());
+  }
+  int fd() const { return fd_.get(); }
+  // A TLS 1.3 KeyUpdate asking the server to update its keys too, not sent.
+  std::string keyUpdate() {
+    EXPECT_EQ(SSL_key_update(ssl_, SSL_KEY_UPDATE_REQUESTED), 1);
+    EXPECT_EQ(SSL_do_handshake(ssl_), 1);  // writes it
+    return take();
+  }
+  // Takes in what the server sent that has arrived (without waiting) and returns the
+  // plaintext OpenSSL makes of it (records without data, such as session tickets or a
+  // KeyUpdate, are processed and give none).
+  std::string receiveArrived() {
+    char buffer[16384];
+    for (;;) {
+      const ssize_t n = ::recv(fd_.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n <= 0) break;
+      EXPECT_EQ(BIO_write(in_, buffer, static_cast<int>(n)), n);
+    }
+    std::string plain;
+    std::size_t got = 0;
+    while (SSL_read_ex(ssl_, buffer, sizeof buffer, &got) == 1) plain.append(buffer, got);
+    return plain;
+  }
+
+ private:
+  std::string take() {
+    std::string bytes(static_cast<std::size_t>(BIO_pending(out_)), '\0');
+    if (!bytes.empty()) {
+      EXPECT_EQ(BIO_read(out_, bytes.data(), static_cast<int>(bytes.size())),
+                static_cast<int>(bytes.size()));
+    }
+    return bytes;
+  }
+
+  test::OwnedFd fd_;
+  SSL_CTX* context_ = nullptr;
+  SSL* ssl_ = nullptr;
+  BIO* in_ = nullptr;
+  BIO* out_ = nullptr;
+};
+
+// A server stream and a RawTlsClient connected to it.
+struct RawPair {
+  TlsStream server;
+  std::unique_ptr<RawTlsClient> client;
+};
+
+RawPair rawPairOn(ThreadPool& pool) {
+  TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
+  RawPair pair;
+  pair.client = std::make_unique<RawTlsClient>(listener.localAddress());
+  bool handshaken = false;
+  std::thread handshake([&] { handshaken = pair.client->handshake(); });
+  try {
+    pair.server = syncAwait(acceptOne(listener, serverContext()).via(&pool));
+  } catch (...) {
+    handshake.join();
+    throw;
+  }
+  handshake.join();
+  EXPECT_TRUE(handshaken);
+  return pair;
+}
+
+// Waits until the bytes sent to `stream` have left its socket (a receive took them).
+// Loopback delivers within the send. A hand-shake, not a timing.
+void waitUntilTaken(TlsStream& stream) {
+  while (test::queuedToRead(stream.transport().nativeHandle()) != 0) std::this_thread::yield();
+}
+
+// Records cut anywhere (a byte at a time, half a header, half a record, several records
+// at once) come out whole and in order; a receive that waits for the rest of a record
+// holds no buffer of the loop's.
+TEST_P(TlsStreamTest, ReceiveJoinsRecordsCutAnywhereAndHoldsNoBufferWhileItWaits) {
+  test::Watchdog watchdog(60s, "ReceiveCut");
+  ThreadPool pool(options(1));
+  RawPair pair = rawPairOn(pool);
+  const std::string plain = streamBytes(3, 0, 40000);  // 3 records
+  std::string bytes = pair.client->records(plain);
+  bytes += pair.client->records("tail");
+  std::atomic<std::size_t> received{0};
+  auto reader = [&]() -> Lazy<std::string> {
+    std::string all;
+    while (all.size() < plain.size() + 4) {
+      LentBuffer data = co_await pair.server.receive();
+      if (data.empty()) break;
+      all += data.text();
+      received.store(all.size());
+    }
+    co_return all;
+  };
+  test::Outcome<std::string> outcome;
+  test::startOn(pool, reader(), outcome);
+  // Cuts: the first 200 bytes one at a time, then pieces of growing sizes.
+  std::size_t from = 0;
+  std::size_t piece = 1;
+  std::size_t lentWhileWaiting = 0;
+  while (from < bytes.size()) {
+    const std::size_t size = std::min(from < 200 ? std::size_t{1} : piece, bytes.size() - from);
+    ASSERT_TRUE(pair.client->send(std::string_view(bytes).substr(from, size)));
+    from += size;
+    if (from >= 200) piece = piece * 3 + 1;
+    if (from < bytes.size()) {
+      waitUntilTaken(pair.server);
+      lentWhileWaiting = std::max(lentWhileWaiting, test::lentBuffers(pool));
+    }
+  }
+  outcome.wait();
+  ASSERT_TRUE(outcome.result.hasValue()) << outcome.what();
+  EXPECT_TRUE(outcome.result.value() == plain + "tail");
+  EXPECT_EQ(lentWhileWaiting, 0u) << "a receive waiting for the rest of a record held a buffer";
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
+}
+
+// close_notify right behind the data, in the same segment, with the TCP stream still
+// open: the data, then the clean end (and again).
+TEST_P(TlsStreamTest, ReceiveReturnsTheDataThenTheCleanEndThatCameWithIt) {
+  test::Watchdog watchdog(60s, "ReceiveCloseNotify");
+  ThreadPool pool(options(1));
+  RawPair pair = rawPairOn(pool);
+  std::string bytes = pair.client->records("one");  // in this order (not one expression)
+  bytes += pair.client->records("two");
+  bytes += pair.client->closeNotify();
+  ASSERT_TRUE(pair.client->send(bytes));
+  LentBuffer data = syncAwait(pair.server.receive().via(&pool));
+  EXPECT_EQ(test::text(data), "onetwo");
+  data.reset();
+  EXPECT_TRUE(syncAwait(pair.server.receive().via(&pool)).empty());
+  EXPECT_TRUE(syncAwait(pair.server.receive().via(&pool)).empty());
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
+}
+
+// The TCP stream ends without close_notify, right behind the data: the data, then
+// TlsError kTruncated, then kUnusable.
+TEST_P(TlsStreamTest, ReceiveReturnsTheDataBeforeATruncationThenReportsIt) {
+  test::Watchdog watchdog(60s, "ReceiveTruncation");
+  ThreadPool pool(options(1));
+  RawPair pair = rawPairOn(pool);
+  ASSERT_TRUE(pair.client->send(pair.client->records("last words")));
+  ::shutdown(pair.client->fd(), SHUT_WR);
+  LentBuffer data = syncAwait(pair.server.receive().via(&pool));
+  EXPECT_EQ(test::text(data), "last words");
+  data.reset();
+  try {
+    (void)syncAwait(pair.server.receive().via(&pool));
+    ADD_FAILURE() << "a truncated stream received as a clean end";
+  } catch (const TlsError& e) {
+    EXPECT_EQ(e.kind(), TlsError::Kind::kTruncated) << e.what();
+  }
+  try {
+    (void)syncAwait(pair.server.receive().via(&pool));
+    ADD_FAILURE() << "a receive after a failure";
+  } catch (const TlsError& e) {
+    EXPECT_EQ(e.kind(), TlsError::Kind::kUnusable) << e.what();
+  }
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
+}
+
+// A record that does not authenticate, behind good ones in the same segment: the good
+// records' bytes, then TlsError kProtocol at the next receive (or read), then kUnusable.
+TEST_P(TlsStreamTest, ABadRecordAfterDataFailsTheNextReceive) {
+  test::Watchdog watchdog(60s, "ReceiveBadRecord");
+  ThreadPool pool(options(1));
+  for (bool nextIsRead : {false, true}) {
+    SCOPED_TRACE(nextIsRead ? "then read" : "then receive");
+    RawPair pair = rawPairOn(pool);
+    std::string bytes = pair.client->records("genuine");
+    bytes += pair.client->records("forged");
+    bytes.back() = static_cast<char>(bytes.back() ^ 1);  // the forged record's tag
+    ASSERT_TRUE(pair.client->send(bytes));
+    LentBuffer data = syncAwait(pair.server.receive().via(&pool));
+    EXPECT_EQ(test::text(data), "genuine");
+    data.reset();
+    try {
+      if (nextIsRead) {
+        char buffer[16];
+        (void)syncAwait(pair.server.read(std::span<char>(buffer)).via(&pool));
+      } else {
+        (void)syncAwait(pair.server.receive().via(&pool));
+      }
+      ADD_FAILURE() << "a forged record was accepted";
+    } catch (const TlsError& e) {
+      EXPECT_EQ(e.kind(), TlsError::Kind::kProtocol) << e.what();
+    }
+    try {
+      (void)syncAwait(pair.server.receive().via(&pool));
+      ADD_FAILURE() << "a receive after a failure";
+    } catch (const TlsError& e) {
+      EXPECT_EQ(e.kind(), TlsError::Kind::kUnusable) << e.what();
+    }
+  }
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
+}
+
+// A KeyUpdate that asks for one back, in front of data: receive() returns the data, and
+// the server's next write carries the answer (OpenSSL sends it before the next
+// application data, as RFC 8446 asks), so the client reads what follows under the
+// server's new keys.
+TEST_P(TlsStreamTest, ReceiveTakesAKeyUpdateAndTheNextWriteAnswersIt) {
+  test::Watchdog watchdog(60s, "ReceiveKeyUpdate");
+  ThreadPool pool(options(1));
+  RawPair pair = rawPairOn(pool);
+  std::string bytes = pair.client->keyUpdate();
+  bytes += pair.client->records("after the update");
+  ASSERT_TRUE(pair.client->send(bytes));
+  EXPECT_EQ(test::text(syncAwait(pair.server.receive().via(&pool))), "after the update");
+  test::Outcome<LentBuffer> next;
+  test::startOn(pool, pair.server.receive(), next);  // waits while the server writes
+  syncAwait(pair.server.writeAll("under new keys").via(&pool));
+  std::string plain;
+  while (plain.size() < 14) {  // the tickets, the KeyUpdate, the data, as they arrive
+    plain += pair.client->receiveArrived();
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(plain, "under new keys");
+  ASSERT_TRUE(pair.client->send(pair.client->closeNotify()));
+  next.wait();
+  ASSERT_TRUE(next.result.hasValue()) << next.what();
+  EXPECT_TRUE(next.result.value().empty());
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
+}
+
+TEST_P(TlsStreamTest, AReceiveAndAReadAtOnceAreRefused) {
+  test::Watchdog watchdog(60s, "ReceiveMisuse");
+  ThreadPool pool(options(1));
+  TlsPair pair = pairOn(pool, serverContext(), clientContext());
+  syncAwait([&]() -> Lazy<void> {
+    char buffer[4];
+    auto [first, second] = co_await collectAll(withTimeout(pair.client.receive(), 0ms),
+                                               pair.client.read(std::span<char>(buffer)));
+    EXPECT_TRUE(first.hasException());
+    EXPECT_THROW(second.value(), std::logic_error);
+  }().via(&pool));
+  EXPECT_THROW(syncAwait(TlsStream().receive()), std::logic_error);
+  // Still usable: the refused read took nothing.
+  syncAwait(pair.server.writeAll("x").via(&pool));
+  EXPECT_EQ(test::text(syncAwait(pair.client.receive().via(&pool))), "x");
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
 }
 
 TEST(TlsContextTest, BadConfigurationIsAClearError) {
