@@ -14,12 +14,15 @@
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/detail/timer_queue.h"
 #include "weft/executors/executor.h"
+#include "weft/executors/executor_clock.h"
 
 namespace weft {
 
 namespace detail {
 
-using SleepClock = std::chrono::steady_clock;
+// steady_clock, or the virtual time of a simulation running on this thread
+// (executors/executor_clock.h). Its time_point is steady_clock's, as TimerEntry's.
+using SleepClock = ExecutorClock;
 
 // A NaN duration or time point has no place in time: rejected (std::invalid_argument
 // with `message`) rather than turned into some deadline by an undefined float-to-integer
@@ -52,12 +55,15 @@ SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d) {
 
 // The steady_clock deadline of `at`, a time point of any clock and duration: exactly
 // deadlineAfter(at - Clock::now()) (so it saturates exactly as sleep() does), with the
-// difference computed without overflow. Throws std::invalid_argument for a NaN `at`.
+// difference computed without overflow. A steady_clock (or ExecutorClock) time point is
+// taken as a time of SleepClock: in a simulation, a virtual time. Throws
+// std::invalid_argument for a NaN `at`.
 template <class Clock, class Duration>
 SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
   rejectNaN(at.time_since_epoch(), "weft: sleepUntil of a NaN time point");
   using Seconds = std::chrono::duration<double>;
-  if constexpr (std::is_same_v<Clock, SleepClock>) {
+  if constexpr (std::is_same_v<Clock, std::chrono::steady_clock> ||
+                std::is_same_v<Clock, ExecutorClock>) {
     // Used as is (no second reading of the clock moves it), once it is known to be
     // representable: within half the clock's remaining range of now (as deadlineAfter
     // saturates), and not so far in the past that nanoseconds overflow.
@@ -66,7 +72,7 @@ SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
     const Seconds halfRoom = Seconds(SleepClock::time_point::max() - now) / 2;
     if (gap >= halfRoom) return SleepClock::time_point::max();  // also +infinity
     if (gap <= -halfRoom) return now;                            // long past; also -infinity
-    return std::chrono::ceil<SleepClock::duration>(at);
+    return SleepClock::time_point(std::chrono::ceil<SleepClock::duration>(at.time_since_epoch()));
   } else {
     // `at - now` in their common duration overflows if either is not representable in
     // it, or if they are more than its range apart. Within half its range both are, and
@@ -297,8 +303,9 @@ class SleepAwaitable {
 }  // namespace detail
 
 // `co_await sleep(duration)`: suspends the current Lazy/Task (or fiber, with
-// `weft::await`) for at least `duration`, measured on std::chrono::steady_clock from the
-// co_await. A duration <= 0 (or -infinity) does not suspend. A duration longer than about
+// `weft::await`) for at least `duration`, measured on ExecutorClock from the co_await:
+// std::chrono::steady_clock, or the virtual time of a simulation (weft::testing, where a
+// sleep of an hour ends as soon as nothing else can run). A duration <= 0 (or -infinity) does not suspend. A duration longer than about
 // 146 years (half of what steady_clock can still count; +infinity, hours::max()...) sleeps
 // forever: only a cancellation or the executor's shutdown ends it.
 //
@@ -345,8 +352,9 @@ auto sleep(std::chrono::duration<Rep, Period> duration) noexcept {
 }
 
 // `co_await sleepUntil(timePoint)`: sleep until `timePoint` of any clock. A steady_clock
-// time point is used as is; another clock's is converted to steady_clock when awaited
-// (so a later change of the system clock does not move it). A time in the past does not
+// time point is used as is (as a time of ExecutorClock: in a simulation, a virtual time;
+// compute it from ExecutorClock::now()); another clock's is converted to steady_clock when
+// awaited (so a later change of the system clock does not move it). A time in the past does not
 // suspend. Otherwise exactly as sleep(timePoint - Clock::now()), the difference computed
 // without overflow for any clock and duration: a time point before the clock's epoch
 // range (system_clock::time_point::min()) does not suspend, one beyond what steady_clock
@@ -354,7 +362,7 @@ auto sleep(std::chrono::duration<Rep, Period> duration) noexcept {
 // Errors: as sleep(); std::invalid_argument from the co_await if `timePoint` is NaN.
 //
 // Example:
-//   auto next = std::chrono::steady_clock::now();
+//   auto next = weft::ExecutorClock::now();
 //   for (;;) { next += 100ms; co_await weft::sleepUntil(next); tick(); }
 template <class Clock, class Duration>
 auto sleepUntil(std::chrono::time_point<Clock, Duration> timePoint) noexcept {

@@ -123,10 +123,14 @@ class SelectCaseOp<SelectTimeoutCase> {
   SleepClock::time_point deadline;
 };
 
+// The state of the calling thread's generator below; 0 until its first use, which seeds
+// it from its address and the clock. exchangeSelectRandomState (coro/select.h) sets it.
+inline constinit thread_local std::uint64_t tlSelectRandomState = 0;
+
 // A per-thread xorshift64* generator: select's fair choice among ready cases needs
 // cheap randomness, not quality.
 inline std::uint64_t selectRandom() noexcept {
-  static constinit thread_local std::uint64_t state = 0;
+  std::uint64_t& state = tlSelectRandomState;
   if (state == 0) [[unlikely]] {
     state = (reinterpret_cast<std::uintptr_t>(&state) * 0x9E3779B97F4A7C15ull) ^
             static_cast<std::uint64_t>(
