@@ -53,13 +53,15 @@ SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d) {
   return deadlineAfter(d, SleepClock::now());
 }
 
-// The steady_clock deadline of `at`, a time point of any clock and duration: exactly
-// deadlineAfter(at - Clock::now()) (so it saturates exactly as sleep() does), with the
-// difference computed without overflow. A steady_clock (or ExecutorClock) time point is
-// taken as a time of SleepClock: in a simulation, a virtual time. Throws
-// std::invalid_argument for a NaN `at`.
+// The steady_clock deadline of `at`, a time point of any clock and duration, where `now`
+// is SleepClock's reading: exactly deadlineAfter(at - Clock::now(), now) (so it
+// saturates exactly as sleep() does), with the difference computed without overflow. A
+// steady_clock (or ExecutorClock) time point is taken as a time of SleepClock (in a
+// simulation, a virtual time) and needs no other reading. Throws std::invalid_argument
+// for a NaN `at`.
 template <class Clock, class Duration>
-SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
+SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at,
+                                  SleepClock::time_point now) {
   rejectNaN(at.time_since_epoch(), "weft: sleepUntil of a NaN time point");
   using Seconds = std::chrono::duration<double>;
   if constexpr (std::is_same_v<Clock, std::chrono::steady_clock> ||
@@ -67,7 +69,6 @@ SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
     // Used as is (no second reading of the clock moves it), once it is known to be
     // representable: within half the clock's remaining range of now (as deadlineAfter
     // saturates), and not so far in the past that nanoseconds overflow.
-    const SleepClock::time_point now = SleepClock::now();
     const Seconds gap = Seconds(at.time_since_epoch()) - Seconds(now.time_since_epoch());
     const Seconds halfRoom = Seconds(SleepClock::time_point::max() - now) / 2;
     if (gap >= halfRoom) return SleepClock::time_point::max();  // also +infinity
@@ -79,15 +80,15 @@ SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
     // the difference is exact. Otherwise they are far apart (at least decades for
     // nanoseconds), and the gap computed in floating point is precise enough to saturate
     // or to sleep that long.
-    const typename Clock::time_point now = Clock::now();
+    const typename Clock::time_point clockNow = Clock::now();
     using Common = std::common_type_t<Duration, typename Clock::duration>;
     const double limit = Seconds(Common::max()).count() / 2;
     const double atSeconds = Seconds(at.time_since_epoch()).count();
-    const double nowSeconds = Seconds(now.time_since_epoch()).count();
+    const double nowSeconds = Seconds(clockNow.time_since_epoch()).count();
     if (std::fabs(atSeconds) < limit && std::fabs(nowSeconds) < limit) {
-      return deadlineAfter(at - now);
+      return deadlineAfter(at - clockNow, now);
     }
-    return deadlineAfter(Seconds(atSeconds - nowSeconds));
+    return deadlineAfter(Seconds(atSeconds - nowSeconds), now);
   }
 }
 
@@ -150,9 +151,11 @@ inline void resumeAfterTimer(std::coroutine_handle<> waiter, Executor* executor,
 // aborts.
 class SleepAwaiter {
  public:
-  SleepAwaiter(SleepClock::time_point deadline, Executor* executor,
+  // `now`: the clock's reading that `deadline` was computed from (one reading serves
+  // both: whether the deadline has passed is decided by it).
+  SleepAwaiter(SleepClock::time_point deadline, SleepClock::time_point now, Executor* executor,
                const CancellationToken& token) noexcept
-      : deadline_(deadline), executor_(executor), token_(token) {}
+      : deadline_(deadline), now_(now), executor_(executor), token_(token) {}
   SleepAwaiter(const SleepAwaiter&) = delete;
   SleepAwaiter& operator=(const SleepAwaiter&) = delete;
   // noexcept (implicitly): a heap removal and a deregistration; misuse aborts. One branch
@@ -162,10 +165,11 @@ class SleepAwaiter {
     if (waiter_) [[unlikely]] withdraw();
   }
 
-  // Cancelled before: throws at once. A deadline already passed: does not suspend.
+  // Cancelled before: throws at once. A deadline already passed (when it was computed):
+  // does not suspend.
   bool await_ready() const {
     token_.throwIfCancellationRequested();
-    return deadline_ <= SleepClock::now();
+    return deadline_ <= now_;
   }
 
   bool await_suspend(std::coroutine_handle<> waiter) {
@@ -275,6 +279,7 @@ class SleepAwaiter {
 
   Timer timer_;
   SleepClock::time_point deadline_;
+  SleepClock::time_point now_;
   Executor* executor_;
   const CancellationToken& token_;
   std::coroutine_handle<> waiter_;
@@ -288,12 +293,16 @@ class SleepAwaitable {
  public:
   explicit SleepAwaitable(Deadline deadline) noexcept : deadline_(deadline) {}
 
+  // The clock is read once per sleep: the deadline is computed from that reading, and
+  // await_ready compares with it.
   SleepAwaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return SleepAwaiter(deadline_(), executor, token);
+    const SleepClock::time_point now = SleepClock::now();
+    return SleepAwaiter(deadline_(now), now, executor, token);
   }
   // Outside a weft coroutine: no executor (resumes on the timer thread), no token.
   SleepAwaiter operator co_await() const {
-    return SleepAwaiter(deadline_(), nullptr, kNoCancellationToken);
+    const SleepClock::time_point now = SleepClock::now();
+    return SleepAwaiter(deadline_(now), now, nullptr, kNoCancellationToken);
   }
 
  private:
@@ -347,7 +356,9 @@ class SleepAwaitable {
 //   weft::await(weft::sleep(10ms));  // from a fiber
 template <class Rep, class Period>
 auto sleep(std::chrono::duration<Rep, Period> duration) noexcept {
-  auto deadline = [duration] { return detail::deadlineAfter(duration); };
+  auto deadline = [duration](detail::SleepClock::time_point now) {
+    return detail::deadlineAfter(duration, now);
+  };
   return detail::SleepAwaitable<decltype(deadline)>(deadline);
 }
 
@@ -366,7 +377,9 @@ auto sleep(std::chrono::duration<Rep, Period> duration) noexcept {
 //   for (;;) { next += 100ms; co_await weft::sleepUntil(next); tick(); }
 template <class Clock, class Duration>
 auto sleepUntil(std::chrono::time_point<Clock, Duration> timePoint) noexcept {
-  auto deadline = [timePoint] { return detail::deadlineAt(timePoint); };
+  auto deadline = [timePoint](detail::SleepClock::time_point now) {
+    return detail::deadlineAt(timePoint, now);
+  };
   return detail::SleepAwaitable<decltype(deadline)>(deadline);
 }
 
