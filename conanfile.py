@@ -13,7 +13,8 @@ Conan checks for them and stops with the packages' names when they are missing; 
 -c tools.system.package_manager:mode=install it installs them.
 
 Components, named as weft's CMake targets (find_package(weft), CMakeDeps): weft::coro,
-weft::executors, weft::io, weft::stackful, and weft::weft for all of them.
+weft::executors, weft::io, weft::stackful, weft::testing (virtual time and the seeded
+Simulation, for tests), and weft::weft for all of them.
 """
 
 import os
@@ -66,6 +67,7 @@ class WeftConan(ConanFile):
         "executors/*",
         "io/*",
         "stackful/*",
+        "testing/*",
     )
 
     def set_version(self):
@@ -175,3 +177,8 @@ class WeftConan(ConanFile):
             stackful.system_libs = ["boost_context"]
         else:
             stackful.defines = ["WEFT_FIBER_BACKEND_ASM=1"]
+
+        testing = self.cpp_info.components["testing"]
+        testing.set_property("cmake_target_name", "weft::testing")
+        testing.libs = ["weft_testing"]
+        testing.requires = ["io", "stackful", "coro", "executors"]
