@@ -16,14 +16,17 @@ namespace weft {
 inline detail::SelectDefaultCase defaultCase() noexcept { return {}; }
 
 // timeoutCase(duration): the `case <-time.After(d):` of a Go select: chosen (its result
-// is std::monostate) when no other case has completed `duration` after the call (measured
-// on ExecutorClock, like sleep(): steady_clock, or a simulation's virtual time). A
-// duration <= 0 makes it ready at once, though a ready channel case still wins. Its timer is armed only if the select waits,
-// on the select's executor (or the process-wide timer thread, without one: see sleep()),
-// and disarmed as soon as the select completes.
+// is std::monostate) when no other case has completed `duration` after the select began
+// (measured on ExecutorClock, like sleep(): steady_clock, or a simulation's virtual
+// time). A duration <= 0 makes it ready at once, though a ready channel case still wins.
+// The clock is read, and the timer armed, only if no case is ready: on the select's
+// executor (or the process-wide timer thread, without one: see sleep()); the timer is
+// disarmed as soon as the select completes. A duration longer than about 146 years waits
+// until cancelled, as sleep() does.
+// Errors: std::invalid_argument if `duration` is NaN.
 template <class Rep, class Period>
 detail::SelectTimeoutCase timeoutCase(std::chrono::duration<Rep, Period> duration) {
-  return {detail::deadlineAfter(duration)};
+  return {detail::clampedDuration(duration, "weft: timeoutCase of a NaN duration")};
 }
 
 // select(cases...): waits until one of several channel operations can complete,

@@ -53,6 +53,20 @@ SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d) {
   return deadlineAfter(d, SleepClock::now());
 }
 
+// `d` as a SleepClock::duration, for a deadlineAfter(result, now) to come that saturates
+// as deadlineAfter(d, now) would: zero for d <= 0 (also -infinity), duration::max() for
+// anything at least half of what the clock's durations can count (+infinity: "forever"),
+// otherwise d rounded up. Throws std::invalid_argument with `nanMessage` for a NaN d.
+template <class Rep, class Period>
+SleepClock::duration clampedDuration(std::chrono::duration<Rep, Period> d,
+                                     const char* nanMessage) {
+  rejectNaN(d, nanMessage);
+  if (d <= d.zero()) return SleepClock::duration::zero();
+  using Seconds = std::chrono::duration<double>;
+  if (Seconds(d) >= Seconds(SleepClock::duration::max()) / 2) return SleepClock::duration::max();
+  return std::chrono::ceil<SleepClock::duration>(d);
+}
+
 // The steady_clock deadline of `at`, a time point of any clock and duration, where `now`
 // is SleepClock's reading: exactly deadlineAfter(at - Clock::now(), now) (so it
 // saturates exactly as sleep() does), with the difference computed without overflow. A

@@ -20,9 +20,10 @@ namespace weft::detail {
 // The `default:` of a Go select: chosen when no other case is ready.
 struct SelectDefaultCase {};
 
-// The `case <-time.After(d):` of a Go select: chosen once `deadline` has passed.
+// The `case <-time.After(d):` of a Go select: chosen once `after` has passed since the
+// select found no case ready (clampedDuration: zero is at once, duration::max() never).
 struct SelectTimeoutCase {
-  SleepClock::time_point deadline;
+  SleepClock::duration after;
 };
 
 // One case of a select while it runs: how to try it under its channel's lock, how to
@@ -117,10 +118,10 @@ class SelectCaseOp<SelectTimeoutCase> {
   using Result = std::monostate;
   static constexpr bool kHasChannel = false;
   static constexpr bool kCanBeDisabled = false;
-  explicit SelectCaseOp(SelectTimeoutCase c) noexcept : deadline(c.deadline) {}
+  explicit SelectCaseOp(SelectTimeoutCase c) noexcept : after(c.after) {}
   Result result() const noexcept { return {}; }
 
-  SleepClock::time_point deadline;
+  SleepClock::duration after;
 };
 
 // The state of the calling thread's generator below; 0 until its first use, which seeds

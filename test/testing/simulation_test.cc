@@ -57,6 +57,45 @@ TEST(SimulationTest, ThirtySecondTimeoutEndsAtExactlyThirtyVirtualSeconds) {
   EXPECT_EQ(sim.timerCount(), 0u);  // the hour-long sleep was withdrawn with the work
 }
 
+// The example of docs/testing.md: a client that retries a request with a timeout and a
+// backoff, and a fake backend that answers after delays the test chooses.
+struct SlowBackend {
+  std::vector<std::chrono::milliseconds> delays;  // one per call
+  int calls = 0;
+  Lazy<std::string> get() {
+    co_await weft::sleep(delays.at(calls++));
+    co_return "ok";
+  }
+};
+
+Lazy<std::string> fetchWithRetry(SlowBackend& backend) {
+  std::chrono::milliseconds backoff = 100ms;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      co_return co_await weft::withTimeout(backend.get(), 2s);
+    } catch (const weft::TimeoutError&) {
+      if (attempt == 3) throw;
+    }
+    co_await weft::sleep(backoff);
+    backoff *= 2;
+  }
+}
+
+TEST(SimulationTest, RetryGivesUpAfterThreeTimeoutsAtAnExactTime) {
+  Simulation sim(0);
+  SlowBackend backend{{10s, 10s, 10s}};
+  EXPECT_THROW(sim.run(fetchWithRetry(backend)), weft::TimeoutError);
+  EXPECT_EQ(backend.calls, 3);
+  EXPECT_EQ(sim.elapsed(), 2s + 100ms + 2s + 200ms + 2s);
+}
+
+TEST(SimulationTest, RetrySucceedsOnTheThirdAttempt) {
+  Simulation sim(0);
+  SlowBackend backend{{5s, 3s, 500ms}};
+  EXPECT_EQ(sim.run(fetchWithRetry(backend)), "ok");
+  EXPECT_EQ(sim.elapsed(), 2s + 100ms + 2s + 200ms + 500ms);
+}
+
 TEST(SimulationTest, TasksReadTheVirtualClock) {
   Simulation sim(2);
   std::vector<Simulation::Duration> seen;
