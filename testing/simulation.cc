@@ -333,6 +333,8 @@ Simulation::~Simulation() {
                   "there to rethrow it (seed " + std::to_string(s.seed) +
                   "): " + describeFailure(s.spawnFailure));
   }
+  // The loop first, while the timers it may still disarm are all there.
+  s.loop.reset();
 }
 
 std::uint64_t Simulation::seed() const noexcept { return state_->seed; }

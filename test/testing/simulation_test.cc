@@ -63,7 +63,8 @@ struct SlowBackend {
   std::vector<std::chrono::milliseconds> delays;  // one per call
   int calls = 0;
   Lazy<std::string> get() {
-    co_await weft::sleep(delays.at(calls++));
+    const std::chrono::milliseconds delay = delays.at(calls++);
+    co_await weft::sleep(delay);
     co_return "ok";
   }
 };

@@ -59,7 +59,6 @@ class VirtualIoLoop final : public IoLoop {
   std::unique_ptr<IoLoop> inner_;
   Executor& timers_;
   std::unordered_map<IoOperation*, std::unique_ptr<Limit>> limits_;
-  std::uint64_t nextSequence_ = 0;
 };
 
 }  // namespace weft::testing::detail
