@@ -202,13 +202,15 @@ struct Simulation::State {
       items = runnable.size() + due.size();
       armed = timers.size();
     }
-    char text[256];
+    char text[320];
     std::snprintf(text, sizeof(text),
                   "seed %" PRIu64 ", virtual time %s, step %" PRIu64
                   "; %zu runnable, %zu timer%s armed, I/O in flight: %s, tasks from "
-                  "spawn() not finished: %zu; replay with WEFT_TEST_SEED=%" PRIu64,
+                  "spawn() not finished: %zu, buffers lent by its event loop: %zu; replay "
+                  "with WEFT_TEST_SEED=%" PRIu64,
                   seed, formatElapsed(now - kStartTime).c_str(), steps, items, armed,
-                  armed == 1 ? "" : "s", loop->hasWork() ? "yes" : "no", liveSpawned, seed);
+                  armed == 1 ? "" : "s", loop->hasWork() ? "yes" : "no", liveSpawned,
+                  loop->lentBuffers(), seed);
     return text;
   }
 
@@ -315,6 +317,8 @@ Simulation::~Simulation() {
     std::abort();
   }
   if (!s.stopped) {
+    // (Buffers its loop lent are only counted in the report: a LentBuffer may outlive
+    // its loop, e.g. the last bytes a test keeps to check after the simulation.)
     const bool leaked = s.liveSpawned != 0 || runnableCount() != 0 || timerCount() != 0 ||
                         s.loop->hasWork();
     if (leaked && !s.deadlocked) {

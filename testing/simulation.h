@@ -86,8 +86,9 @@ struct MainResult : MainOutcome {
 // nothing and no timer is armed, run() throws Deadlock with the task dump instead of
 // hanging (see run()). Leaks: when the simulation is destroyed with work still alive
 // (runnable items, armed timers, I/O in flight, tasks from spawn() that have not
-// finished), it reports it (stderr, and a test failure through FailureHooks), then
-// cancels and unwinds that work as shutdown() does.
+// finished), it reports it (stderr, and a test failure through FailureHooks; the report
+// also counts the receive buffers its loop lent that are not back), then cancels and
+// unwinds that work as shutdown() does.
 //
 // Preconditions: run, advance, runUntilBlocked and shutdown are called on one thread at
 // a time, never from inside the simulation (a task of it), nor while another simulation
@@ -148,16 +149,18 @@ class Simulation final : public Executor {
   // (above): the simulation first cancels every task of it (the main task's token and
   // spawn()'s) and runs them so that they unwind; if the main task still cannot finish,
   // its frames are left as they are (leaked) and what() says so. Use a new Simulation
-  // after a Deadlock. std::logic_error when called from inside the simulation, or on a
-  // thread where another one runs. ExecutorShutDown after shutdown().
+  // after a Deadlock (run() refuses with std::logic_error). std::logic_error when called
+  // from inside the simulation, or on a thread where another one runs. ExecutorShutDown
+  // after shutdown().
   template <class T>
   T run(Lazy<T> main);
 
   // spawn(task): starts `task` in the background, as a root task of the simulation (it
   // first runs when the seed picks it). Its cancellation token is the simulation's: the
   // destructor and shutdown() cancel it. A failure it ends with (other than
-  // OperationCancelled) is rethrown by the run() in progress, or reported when the
-  // simulation ends. Errors: ExecutorShutDown after shutdown(); std::bad_alloc.
+  // OperationCancelled) is rethrown by run() (the one in progress, or the next) once its
+  // main task has finished, or reported when the simulation ends if no run() comes.
+  // Errors: ExecutorShutDown after shutdown(); std::bad_alloc.
   template <class T>
   void spawn(Lazy<T> task);
 
