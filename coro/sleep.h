@@ -328,9 +328,10 @@ class SleepAwaitable {
 // `co_await sleep(duration)`: suspends the current Lazy/Task (or fiber, with
 // `weft::await`) for at least `duration`, measured on ExecutorClock from the co_await:
 // std::chrono::steady_clock, or the virtual time of a simulation (weft::testing, where a
-// sleep of an hour ends as soon as nothing else can run). A duration <= 0 (or -infinity) does not suspend. A duration longer than about
-// 146 years (half of what steady_clock can still count; +infinity, hours::max()...) sleeps
-// forever: only a cancellation or the executor's shutdown ends it.
+// sleep of an hour ends as soon as nothing else can run). A duration <= 0 (or -infinity)
+// does not suspend. A duration longer than about 146 years (half of what steady_clock can
+// still count; +infinity, hours::max()...) sleeps forever: only a cancellation or the
+// executor's shutdown ends it.
 //
 // Semantics: the timer is armed on the coroutine's executor (Executor::scheduleTimer). On
 // a ThreadPool, the worker running the coroutine keeps the timer in its own heap and, at
@@ -379,11 +380,12 @@ auto sleep(std::chrono::duration<Rep, Period> duration) noexcept {
 // `co_await sleepUntil(timePoint)`: sleep until `timePoint` of any clock. A steady_clock
 // time point is used as is (as a time of ExecutorClock: in a simulation, a virtual time;
 // compute it from ExecutorClock::now()); another clock's is converted to steady_clock when
-// awaited (so a later change of the system clock does not move it). A time in the past does not
-// suspend. Otherwise exactly as sleep(timePoint - Clock::now()), the difference computed
-// without overflow for any clock and duration: a time point before the clock's epoch
-// range (system_clock::time_point::min()) does not suspend, one beyond what steady_clock
-// can count (time_point<Clock, hours>::max(), +infinity) sleeps until cancelled.
+// awaited (so a later change of the system clock does not move it). A time in the past
+// does not suspend. Otherwise exactly as sleep(timePoint - Clock::now()), the difference
+// computed without overflow for any clock and duration: a time point before the clock's
+// epoch range (system_clock::time_point::min()) does not suspend, one beyond what
+// steady_clock can count (time_point<Clock, hours>::max(), +infinity) sleeps until
+// cancelled.
 // Errors: as sleep(); std::invalid_argument from the co_await if `timePoint` is NaN.
 //
 // Example:

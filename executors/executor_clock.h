@@ -41,7 +41,8 @@ struct ExecutorClock {
   // The calling thread's virtual time if it has one, else steady_clock::now(). noexcept:
   // a load, a branch and the vDSO clock read.
   static time_point now() noexcept {
-    if (const time_point* time = tlVirtualTime) [[unlikely]] return *time;
+    if (const time_point* time = tlVirtualTime) [[unlikely]]
+      return *time;
     return std::chrono::steady_clock::now();
   }
 

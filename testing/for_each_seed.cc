@@ -43,7 +43,8 @@ void reportSeedFailure(std::uint64_t seed, std::uint64_t count, const std::excep
     }
   }
   char head[160];
-  std::snprintf(head, sizeof(head), "weft::testing: forEachSeed: seed %" PRIu64 " of 0..%" PRIu64
+  std::snprintf(head, sizeof(head),
+                "weft::testing: forEachSeed: seed %" PRIu64 " of 0..%" PRIu64
                 " failed; replay it alone with WEFT_TEST_SEED=%" PRIu64 ": ",
                 seed, count == 0 ? 0 : count - 1, seed);
   reportFailure(head + cause);

@@ -312,18 +312,17 @@ Simulation::Simulation(std::uint64_t seed)
 Simulation::~Simulation() {
   State& s = *state_;
   if (tlCurrent == this) {
-    std::fputs("weft: a weft::testing::Simulation was destroyed by a task running on it\n",
-               stderr);
+    std::fputs("weft: a weft::testing::Simulation was destroyed by a task running on it\n", stderr);
     std::abort();
   }
   if (!s.stopped) {
     // (Buffers its loop lent are only counted in the report: a LentBuffer may outlive
     // its loop, e.g. the last bytes a test keeps to check after the simulation.)
-    const bool leaked = s.liveSpawned != 0 || runnableCount() != 0 || timerCount() != 0 ||
-                        s.loop->hasWork();
+    const bool leaked =
+        s.liveSpawned != 0 || runnableCount() != 0 || timerCount() != 0 || s.loop->hasWork();
     if (leaked && !s.deadlocked) {
-      reportFailure("weft::testing: the simulation ends with work still alive (" +
-                    s.describe() + "); stopping it. Tasks and fibers:\n" + taskDump(s.now));
+      reportFailure("weft::testing: the simulation ends with work still alive (" + s.describe() +
+                    "); stopping it. Tasks and fibers:\n" + taskDump(s.now));
     }
     try {
       shutdown();
@@ -333,9 +332,10 @@ Simulation::~Simulation() {
     }
   }
   if (s.spawnFailure) {
-    reportFailure("weft::testing: a task from Simulation::spawn() failed and no run() was "
-                  "there to rethrow it (seed " + std::to_string(s.seed) +
-                  "): " + describeFailure(s.spawnFailure));
+    reportFailure(
+        "weft::testing: a task from Simulation::spawn() failed and no run() was "
+        "there to rethrow it (seed " +
+        std::to_string(s.seed) + "): " + describeFailure(s.spawnFailure));
   }
   // The loop first, while the timers it may still disarm are all there.
   s.loop.reset();
@@ -382,9 +382,10 @@ void Simulation::runMain(const detail::MainOutcome& main) {
 
   // Durably blocked with no timer to jump to, and the main task waits: a deadlock.
   std::string dump = taskDump(s.now);
-  std::string message = "weft::testing: deadlock: the main task waits, but nothing is "
-                        "runnable, the event loop completes nothing and no timer is armed (" +
-                        s.describe() + ")";
+  std::string message =
+      "weft::testing: deadlock: the main task waits, but nothing is "
+      "runnable, the event loop completes nothing and no timer is armed (" +
+      s.describe() + ")";
   if (s.spawnFailure) {
     message += "; earlier, a task from spawn() failed: " + describeFailure(s.spawnFailure);
   }
@@ -396,8 +397,9 @@ void Simulation::runMain(const detail::MainOutcome& main) {
   s.spawnSource.requestCancellation();
   s.runJumping([&] { return main.done; });
   if (!main.done) {
-    message += ". Cancelling the tasks did not end the main task: its coroutines stay "
-               "suspended (leaked)";
+    message +=
+        ". Cancelling the tasks did not end the main task: its coroutines stay "
+        "suspended (leaked)";
   }
   message += ". Tasks and fibers when it deadlocked:\n" + dump;
   throw Deadlock(message, s.seed, elapsed, std::move(dump));
@@ -435,8 +437,7 @@ void Simulation::advance(Duration d) {
   }
   State& s = *state_;
   Scope scope(*this);
-  const TimePoint target =
-      s.now > TimePoint::max() - d ? TimePoint::max() : s.now + d;
+  const TimePoint target = s.now > TimePoint::max() - d ? TimePoint::max() : s.now + d;
   for (;;) {
     while (s.step()) {
     }

@@ -227,12 +227,10 @@ T Simulation::run(Lazy<T> main) {
   auto outcome = std::make_shared<detail::MainResult<T>>();
   // Not on the simulation's thread yet (run() refuses to be called from inside), so the
   // task is scheduled rather than started inline: the seed decides when it first runs.
-  withCancellation(std::move(token), std::move(main))
-      .via(this)
-      .start([outcome](Try<T>&& result) {
-        outcome->result.emplace(std::move(result));
-        outcome->done = true;
-      });
+  withCancellation(std::move(token), std::move(main)).via(this).start([outcome](Try<T>&& result) {
+    outcome->result.emplace(std::move(result));
+    outcome->done = true;
+  });
   runMain(*outcome);
   Try<T> result = std::move(*outcome->result);
   if (result.hasException()) std::rethrow_exception(result.exception());

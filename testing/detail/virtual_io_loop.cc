@@ -35,8 +35,8 @@ struct VirtualIoLoop::Limit {
   VirtualIoLoop* loop = nullptr;
   IoOperation* op = nullptr;
   void (*complete)(IoOperation& op) noexcept = nullptr;  // the operation's own
-  std::int64_t timeoutNs = -1;                          // the operation's own
-  bool armed = false;    // the timer is armed on the simulation
+  std::int64_t timeoutNs = -1;                           // the operation's own
+  bool armed = false;                                    // the timer is armed on the simulation
   bool expired = false;  // the timer fired and cancelled the operation
 };
 
@@ -129,9 +129,10 @@ void VirtualIoLoop::limitedComplete(IoOperation& op) noexcept {
   VirtualIoLoop* self = tlRunning;
   std::unique_ptr<Limit> limit = self != nullptr ? self->release(op) : nullptr;
   if (limit == nullptr) {
-    std::fputs("weft: an operation with a virtual time limit completed outside its "
-               "simulation's event loop\n",
-               stderr);
+    std::fputs(
+        "weft: an operation with a virtual time limit completed outside its "
+        "simulation's event loop\n",
+        stderr);
     std::abort();
   }
   // The limit cancelled it (and nothing else completed it first): report what the
