@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -85,16 +86,34 @@ FailureHooks recordingHooks() {
                       [](std::string_view message) { gReports.emplace_back(message); }};
 }
 
-// Sets WEFT_TEST_SEED for the scope of a test.
+// Sets WEFT_TEST_SEED (nullptr: unsets it) for the scope of a test, and puts back what
+// it was (a replay of some other test's seed must not change what these tests see).
 class ScopedSeedVariable {
  public:
-  explicit ScopedSeedVariable(const char* value) { ::setenv("WEFT_TEST_SEED", value, 1); }
-  ~ScopedSeedVariable() { ::unsetenv("WEFT_TEST_SEED"); }
+  explicit ScopedSeedVariable(const char* value) {
+    if (const char* old = std::getenv("WEFT_TEST_SEED"); old != nullptr) previous_ = old;
+    if (value != nullptr) {
+      ::setenv("WEFT_TEST_SEED", value, 1);
+    } else {
+      ::unsetenv("WEFT_TEST_SEED");
+    }
+  }
+  ~ScopedSeedVariable() {
+    if (previous_) {
+      ::setenv("WEFT_TEST_SEED", previous_->c_str(), 1);
+    } else {
+      ::unsetenv("WEFT_TEST_SEED");
+    }
+  }
   ScopedSeedVariable(const ScopedSeedVariable&) = delete;
   ScopedSeedVariable& operator=(const ScopedSeedVariable&) = delete;
+
+ private:
+  std::optional<std::string> previous_;
 };
 
 TEST(ForEachSeedTest, RunsEverySeedWithASimulationOfThatSeed) {
+  ScopedSeedVariable noReplay(nullptr);
   std::vector<std::uint64_t> seeds;
   weft::testing::forEachSeed(5, [&](Simulation& sim) { seeds.push_back(sim.seed()); });
   EXPECT_EQ(seeds, (std::vector<std::uint64_t>{0, 1, 2, 3, 4}));
@@ -104,6 +123,7 @@ TEST(ForEachSeedTest, RunsEverySeedWithASimulationOfThatSeed) {
 }
 
 TEST(ForEachSeedTest, FindsARaceFewInterleavingsExposeAndItsSeedReplaysIt) {
+  ScopedSeedVariable noReplay(nullptr);
   ScopedHooks hooks(recordingHooks());
   // Rare: most seeds do not show it (and a FIFO order never would).
   int failing = 0;
@@ -154,6 +174,7 @@ TEST(ForEachSeedTest, FindsARaceFewInterleavingsExposeAndItsSeedReplaysIt) {
 }
 
 TEST(ForEachSeedTest, StopsAtASeedDuringWhichTheTestRecordedAFailure) {
+  ScopedSeedVariable noReplay(nullptr);
   ScopedHooks hooks(recordingHooks());
   std::vector<std::uint64_t> seeds;
   weft::testing::forEachSeed(10, [&](std::uint64_t seed) {
@@ -167,6 +188,7 @@ TEST(ForEachSeedTest, StopsAtASeedDuringWhichTheTestRecordedAFailure) {
 }
 
 TEST(ForEachSeedTest, AFailureRecordedBeforeItIsNoSeedsFault) {
+  ScopedSeedVariable noReplay(nullptr);
   ScopedHooks hooks(recordingHooks());
   gFailed = true;
   int runs = 0;
