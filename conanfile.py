@@ -19,11 +19,12 @@ Center's recipe, as any package that links OpenSSL should, so that a program has
 OpenSSL) and builds the component tls against it.
 
 Components, named as weft's CMake targets (find_package(weft), CMakeDeps): weft::coro,
-weft::executors, weft::io, weft::stackful, and weft::weft for all of them; weft::tls with
-tls=True (pkg-config: weft, and weft-tls for the tls component, with PkgConfigDeps).
-Conan's weft::weft (and weft.pc) is the package's every component, so with tls=True it
-includes weft::tls, where weft's own CMake package keeps TLS apart: link weft::tls for TLS
-either way.
+weft::executors, weft::io, weft::stackful, weft::testing (virtual time and the seeded
+Simulation, for tests), and weft::weft for all of them; weft::tls with tls=True
+(pkg-config: weft, and weft-tls for the tls component, with PkgConfigDeps). Conan's
+weft::weft (and weft.pc) is the package's every component, so with tls=True it includes
+weft::tls, where weft's own CMake package keeps TLS apart: link weft::tls for TLS either
+way.
 """
 
 import os
@@ -79,6 +80,7 @@ class WeftConan(ConanFile):
         "executors/*",
         "io/*",
         "stackful/*",
+        "testing/*",
     )
 
     def set_version(self):
@@ -205,3 +207,8 @@ class WeftConan(ConanFile):
             tls.set_property("pkg_config_name", "weft-tls")
             tls.libs = ["weft_tls"]
             tls.requires = ["io", "openssl::ssl", "openssl::crypto"]
+
+        testing = self.cpp_info.components["testing"]
+        testing.set_property("cmake_target_name", "weft::testing")
+        testing.libs = ["weft_testing"]
+        testing.requires = ["io", "stackful", "coro", "executors"]

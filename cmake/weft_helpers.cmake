@@ -12,6 +12,7 @@ set(WEFT_LAYER_executors executors version.h)
 set(WEFT_LAYER_coro coro executors version.h)
 set(WEFT_LAYER_stackful stackful coro executors version.h)
 set(WEFT_LAYER_io io coro executors version.h)
+set(WEFT_LAYER_testing testing io stackful coro executors version.h)
 set(WEFT_LAYER_version version.h)
 
 # weft_default_fiber_backend(<backend-var> <arch-var>): the default WEFT_FIBER_BACKEND

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -15,14 +16,17 @@ namespace weft {
 inline detail::SelectDefaultCase defaultCase() noexcept { return {}; }
 
 // timeoutCase(duration): the `case <-time.After(d):` of a Go select: chosen (its result
-// is std::monostate) when no other case has completed `duration` after the call (measured
-// on std::chrono::steady_clock, like sleep()). A duration <= 0 makes it ready at once,
-// though a ready channel case still wins. Its timer is armed only if the select waits,
-// on the select's executor (or the process-wide timer thread, without one: see sleep()),
-// and disarmed as soon as the select completes.
+// is std::monostate) when no other case has completed `duration` after the select began
+// (measured on ExecutorClock, like sleep(): steady_clock, or a simulation's virtual
+// time). A duration <= 0 makes it ready at once, though a ready channel case still wins.
+// The clock is read, and the timer armed, only if no case is ready: on the select's
+// executor (or the process-wide timer thread, without one: see sleep()); the timer is
+// disarmed as soon as the select completes. A duration longer than about 146 years waits
+// until cancelled, as sleep() does.
+// Errors: std::invalid_argument if `duration` is NaN.
 template <class Rep, class Period>
 detail::SelectTimeoutCase timeoutCase(std::chrono::duration<Rep, Period> duration) {
-  return {detail::deadlineAfter(duration)};
+  return {detail::clampedDuration(duration, "weft: timeoutCase of a NaN duration")};
 }
 
 // select(cases...): waits until one of several channel operations can complete,
@@ -86,6 +90,22 @@ template <class... Cases>
 detail::SelectAwaitable<std::remove_cvref_t<Cases>...> select(Cases&&... cases) {
   return detail::SelectAwaitable<std::remove_cvref_t<Cases>...>(
       std::remove_cvref_t<Cases>(std::forward<Cases>(cases))...);
+}
+
+// exchangeSelectRandomState(state): sets the state of the calling thread's generator that
+// select() draws its fair choice among ready cases from, and returns the previous state.
+// For reproducible runs: weft::testing::Simulation sets a state derived from its seed
+// while it runs on a thread, and puts the previous one back when it stops, so that the
+// same seed makes the same choices. 0 means "not seeded": the next choice seeds the
+// generator from the thread and the clock (what every thread starts with).
+// noexcept: a thread_local exchange. Thread safety: the calling thread's generator only.
+//
+// Example:
+//   const std::uint64_t saved = weft::exchangeSelectRandomState(42);
+//   ...  // selects on this thread choose as every run with 42 does
+//   weft::exchangeSelectRandomState(saved);
+inline std::uint64_t exchangeSelectRandomState(std::uint64_t state) noexcept {
+  return std::exchange(detail::tlSelectRandomState, state);
 }
 
 }  // namespace weft

@@ -14,12 +14,15 @@
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/detail/timer_queue.h"
 #include "weft/executors/executor.h"
+#include "weft/executors/executor_clock.h"
 
 namespace weft {
 
 namespace detail {
 
-using SleepClock = std::chrono::steady_clock;
+// steady_clock, or the virtual time of a simulation running on this thread
+// (executors/executor_clock.h). Its time_point is steady_clock's, as TimerEntry's.
+using SleepClock = ExecutorClock;
 
 // A NaN duration or time point has no place in time: rejected (std::invalid_argument
 // with `message`) rather than turned into some deadline by an undefined float-to-integer
@@ -50,38 +53,56 @@ SleepClock::time_point deadlineAfter(std::chrono::duration<Rep, Period> d) {
   return deadlineAfter(d, SleepClock::now());
 }
 
-// The steady_clock deadline of `at`, a time point of any clock and duration: exactly
-// deadlineAfter(at - Clock::now()) (so it saturates exactly as sleep() does), with the
-// difference computed without overflow. Throws std::invalid_argument for a NaN `at`.
+// `d` as a SleepClock::duration, for a deadlineAfter(result, now) to come that saturates
+// as deadlineAfter(d, now) would: zero for d <= 0 (also -infinity), duration::max() for
+// anything at least half of what the clock's durations can count (+infinity: "forever"),
+// otherwise d rounded up. Throws std::invalid_argument with `nanMessage` for a NaN d.
+template <class Rep, class Period>
+SleepClock::duration clampedDuration(std::chrono::duration<Rep, Period> d,
+                                     const char* nanMessage) {
+  rejectNaN(d, nanMessage);
+  if (d <= d.zero()) return SleepClock::duration::zero();
+  using Seconds = std::chrono::duration<double>;
+  if (Seconds(d) >= Seconds(SleepClock::duration::max()) / 2) return SleepClock::duration::max();
+  return std::chrono::ceil<SleepClock::duration>(d);
+}
+
+// The steady_clock deadline of `at`, a time point of any clock and duration, where `now`
+// is SleepClock's reading: exactly deadlineAfter(at - Clock::now(), now) (so it
+// saturates exactly as sleep() does), with the difference computed without overflow. A
+// steady_clock (or ExecutorClock) time point is taken as a time of SleepClock (in a
+// simulation, a virtual time) and needs no other reading. Throws std::invalid_argument
+// for a NaN `at`.
 template <class Clock, class Duration>
-SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at) {
+SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at,
+                                  SleepClock::time_point now) {
   rejectNaN(at.time_since_epoch(), "weft: sleepUntil of a NaN time point");
   using Seconds = std::chrono::duration<double>;
-  if constexpr (std::is_same_v<Clock, SleepClock>) {
+  if constexpr (std::is_same_v<Clock, std::chrono::steady_clock> ||
+                std::is_same_v<Clock, ExecutorClock>) {
     // Used as is (no second reading of the clock moves it), once it is known to be
     // representable: within half the clock's remaining range of now (as deadlineAfter
     // saturates), and not so far in the past that nanoseconds overflow.
-    const SleepClock::time_point now = SleepClock::now();
     const Seconds gap = Seconds(at.time_since_epoch()) - Seconds(now.time_since_epoch());
     const Seconds halfRoom = Seconds(SleepClock::time_point::max() - now) / 2;
     if (gap >= halfRoom) return SleepClock::time_point::max();  // also +infinity
     if (gap <= -halfRoom) return now;                            // long past; also -infinity
-    return std::chrono::ceil<SleepClock::duration>(at);
+    return SleepClock::time_point(std::chrono::ceil<SleepClock::duration>(at.time_since_epoch()));
   } else {
     // `at - now` in their common duration overflows if either is not representable in
     // it, or if they are more than its range apart. Within half its range both are, and
     // the difference is exact. Otherwise they are far apart (at least decades for
     // nanoseconds), and the gap computed in floating point is precise enough to saturate
     // or to sleep that long.
-    const typename Clock::time_point now = Clock::now();
+    const typename Clock::time_point clockNow = Clock::now();
     using Common = std::common_type_t<Duration, typename Clock::duration>;
     const double limit = Seconds(Common::max()).count() / 2;
     const double atSeconds = Seconds(at.time_since_epoch()).count();
-    const double nowSeconds = Seconds(now.time_since_epoch()).count();
+    const double nowSeconds = Seconds(clockNow.time_since_epoch()).count();
     if (std::fabs(atSeconds) < limit && std::fabs(nowSeconds) < limit) {
-      return deadlineAfter(at - now);
+      return deadlineAfter(at - clockNow, now);
     }
-    return deadlineAfter(Seconds(atSeconds - nowSeconds));
+    return deadlineAfter(Seconds(atSeconds - nowSeconds), now);
   }
 }
 
@@ -144,9 +165,11 @@ inline void resumeAfterTimer(std::coroutine_handle<> waiter, Executor* executor,
 // aborts.
 class SleepAwaiter {
  public:
-  SleepAwaiter(SleepClock::time_point deadline, Executor* executor,
+  // `now`: the clock's reading that `deadline` was computed from (one reading serves
+  // both: whether the deadline has passed is decided by it).
+  SleepAwaiter(SleepClock::time_point deadline, SleepClock::time_point now, Executor* executor,
                const CancellationToken& token) noexcept
-      : deadline_(deadline), executor_(executor), token_(token) {}
+      : deadline_(deadline), now_(now), executor_(executor), token_(token) {}
   SleepAwaiter(const SleepAwaiter&) = delete;
   SleepAwaiter& operator=(const SleepAwaiter&) = delete;
   // noexcept (implicitly): a heap removal and a deregistration; misuse aborts. One branch
@@ -156,10 +179,11 @@ class SleepAwaiter {
     if (waiter_) [[unlikely]] withdraw();
   }
 
-  // Cancelled before: throws at once. A deadline already passed: does not suspend.
+  // Cancelled before: throws at once. A deadline already passed (when it was computed):
+  // does not suspend.
   bool await_ready() const {
     token_.throwIfCancellationRequested();
-    return deadline_ <= SleepClock::now();
+    return deadline_ <= now_;
   }
 
   bool await_suspend(std::coroutine_handle<> waiter) {
@@ -269,6 +293,7 @@ class SleepAwaiter {
 
   Timer timer_;
   SleepClock::time_point deadline_;
+  SleepClock::time_point now_;
   Executor* executor_;
   const CancellationToken& token_;
   std::coroutine_handle<> waiter_;
@@ -282,12 +307,16 @@ class SleepAwaitable {
  public:
   explicit SleepAwaitable(Deadline deadline) noexcept : deadline_(deadline) {}
 
+  // The clock is read once per sleep: the deadline is computed from that reading, and
+  // await_ready compares with it.
   SleepAwaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return SleepAwaiter(deadline_(), executor, token);
+    const SleepClock::time_point now = SleepClock::now();
+    return SleepAwaiter(deadline_(now), now, executor, token);
   }
   // Outside a weft coroutine: no executor (resumes on the timer thread), no token.
   SleepAwaiter operator co_await() const {
-    return SleepAwaiter(deadline_(), nullptr, kNoCancellationToken);
+    const SleepClock::time_point now = SleepClock::now();
+    return SleepAwaiter(deadline_(now), now, nullptr, kNoCancellationToken);
   }
 
  private:
@@ -297,10 +326,12 @@ class SleepAwaitable {
 }  // namespace detail
 
 // `co_await sleep(duration)`: suspends the current Lazy/Task (or fiber, with
-// `weft::await`) for at least `duration`, measured on std::chrono::steady_clock from the
-// co_await. A duration <= 0 (or -infinity) does not suspend. A duration longer than about
-// 146 years (half of what steady_clock can still count; +infinity, hours::max()...) sleeps
-// forever: only a cancellation or the executor's shutdown ends it.
+// `weft::await`) for at least `duration`, measured on ExecutorClock from the co_await:
+// std::chrono::steady_clock, or the virtual time of a simulation (weft::testing, where a
+// sleep of an hour ends as soon as nothing else can run). A duration <= 0 (or -infinity)
+// does not suspend. A duration longer than about 146 years (half of what steady_clock can
+// still count; +infinity, hours::max()...) sleeps forever: only a cancellation or the
+// executor's shutdown ends it.
 //
 // Semantics: the timer is armed on the coroutine's executor (Executor::scheduleTimer). On
 // a ThreadPool, the worker running the coroutine keeps the timer in its own heap and, at
@@ -340,25 +371,31 @@ class SleepAwaitable {
 //   weft::await(weft::sleep(10ms));  // from a fiber
 template <class Rep, class Period>
 auto sleep(std::chrono::duration<Rep, Period> duration) noexcept {
-  auto deadline = [duration] { return detail::deadlineAfter(duration); };
+  auto deadline = [duration](detail::SleepClock::time_point now) {
+    return detail::deadlineAfter(duration, now);
+  };
   return detail::SleepAwaitable<decltype(deadline)>(deadline);
 }
 
 // `co_await sleepUntil(timePoint)`: sleep until `timePoint` of any clock. A steady_clock
-// time point is used as is; another clock's is converted to steady_clock when awaited
-// (so a later change of the system clock does not move it). A time in the past does not
-// suspend. Otherwise exactly as sleep(timePoint - Clock::now()), the difference computed
-// without overflow for any clock and duration: a time point before the clock's epoch
-// range (system_clock::time_point::min()) does not suspend, one beyond what steady_clock
-// can count (time_point<Clock, hours>::max(), +infinity) sleeps until cancelled.
+// time point is used as is (as a time of ExecutorClock: in a simulation, a virtual time;
+// compute it from ExecutorClock::now()); another clock's is converted to steady_clock when
+// awaited (so a later change of the system clock does not move it). A time in the past
+// does not suspend. Otherwise exactly as sleep(timePoint - Clock::now()), the difference
+// computed without overflow for any clock and duration: a time point before the clock's
+// epoch range (system_clock::time_point::min()) does not suspend, one beyond what
+// steady_clock can count (time_point<Clock, hours>::max(), +infinity) sleeps until
+// cancelled.
 // Errors: as sleep(); std::invalid_argument from the co_await if `timePoint` is NaN.
 //
 // Example:
-//   auto next = std::chrono::steady_clock::now();
+//   auto next = weft::ExecutorClock::now();
 //   for (;;) { next += 100ms; co_await weft::sleepUntil(next); tick(); }
 template <class Clock, class Duration>
 auto sleepUntil(std::chrono::time_point<Clock, Duration> timePoint) noexcept {
-  auto deadline = [timePoint] { return detail::deadlineAt(timePoint); };
+  auto deadline = [timePoint](detail::SleepClock::time_point now) {
+    return detail::deadlineAt(timePoint, now);
+  };
   return detail::SleepAwaitable<decltype(deadline)>(deadline);
 }
 

@@ -228,14 +228,15 @@ step_docs() {
 # ways already; all of them here would add ten minutes of compiling the same code with the
 # same compiler (`bazel test //...` still runs them all).
 step_bazel() {
-  local config=() targets=(//:weft //:tls) f
+  local config=() targets=(//:weft //:tls //:testing) f
   [[ -n "${CI:-}" ]] && config=(--config=ci)
   for f in examples/*.cc test/io/tcp_stream_test.cc test/io/io_backend_test.cc test/io/file_test.cc \
       test/io/tls_stream_test.cc \
       test/io/signal_test.cc test/coro/lazy_test.cc test/coro/sync_await_test.cc \
       test/coro/async_backtrace_test.cc test/coro/task_dump_test.cc \
       test/executors/thread_pool_test.cc test/executors/io_loop_test.cc \
-      test/stackful/fiber_test.cc test/stackful/spawn_fiber_test.cc; do
+      test/stackful/fiber_test.cc test/stackful/spawn_fiber_test.cc \
+      test/testing/simulation_test.cc; do
     targets+=("//:${f%.cc}")
   done
   targets+=(//:examples/echo_server_test //:examples/fiber_echo_server_test //:examples/http_hello_test

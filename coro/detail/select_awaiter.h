@@ -133,11 +133,14 @@ class SelectAwaiter {
         // armed now (not under the channel locks: arming takes the timer queue's mutex,
         // and may start its thread), and the channels are polled again, since a case may
         // have become ready meanwhile. If the timer fires before the select is
-        // registered, its claim makes the registration below fail.
+        // registered, its claim makes the registration below fail. The clock is read
+        // here only: a select with a ready case never reads it.
         if (!timerArmed_) {
-          const SleepClock::time_point deadline = std::get<timeoutIndex()>(ops_).deadline;
           unlockAll(locks);
-          if (deadline <= SleepClock::now()) {
+          const SleepClock::time_point now = SleepClock::now();
+          const SleepClock::time_point deadline =
+              deadlineAfter(std::get<timeoutIndex()>(ops_).after, now);
+          if (deadline <= now) {
             chosen_ = timeoutIndex();
             return false;
           }

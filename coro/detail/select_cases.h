@@ -20,9 +20,10 @@ namespace weft::detail {
 // The `default:` of a Go select: chosen when no other case is ready.
 struct SelectDefaultCase {};
 
-// The `case <-time.After(d):` of a Go select: chosen once `deadline` has passed.
+// The `case <-time.After(d):` of a Go select: chosen once `after` has passed since the
+// select found no case ready (clampedDuration: zero is at once, duration::max() never).
 struct SelectTimeoutCase {
-  SleepClock::time_point deadline;
+  SleepClock::duration after;
 };
 
 // One case of a select while it runs: how to try it under its channel's lock, how to
@@ -117,16 +118,20 @@ class SelectCaseOp<SelectTimeoutCase> {
   using Result = std::monostate;
   static constexpr bool kHasChannel = false;
   static constexpr bool kCanBeDisabled = false;
-  explicit SelectCaseOp(SelectTimeoutCase c) noexcept : deadline(c.deadline) {}
+  explicit SelectCaseOp(SelectTimeoutCase c) noexcept : after(c.after) {}
   Result result() const noexcept { return {}; }
 
-  SleepClock::time_point deadline;
+  SleepClock::duration after;
 };
+
+// The state of the calling thread's generator below; 0 until its first use, which seeds
+// it from its address and the clock. exchangeSelectRandomState (coro/select.h) sets it.
+inline constinit thread_local std::uint64_t tlSelectRandomState = 0;
 
 // A per-thread xorshift64* generator: select's fair choice among ready cases needs
 // cheap randomness, not quality.
 inline std::uint64_t selectRandom() noexcept {
-  static constinit thread_local std::uint64_t state = 0;
+  std::uint64_t& state = tlSelectRandomState;
   if (state == 0) [[unlikely]] {
     state = (reinterpret_cast<std::uintptr_t>(&state) * 0x9E3779B97F4A7C15ull) ^
             static_cast<std::uint64_t>(

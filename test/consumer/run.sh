@@ -128,6 +128,7 @@ run_consumer() {  # run_consumer MODE BUILD_TYPE CMAKE_ARGS...
     -DWEFT_CONSUMER_MODE="${mode}" "$@" >"${dir}.log" 2>&1 || { cat "${dir}.log"; return 1; }
   cmake --build "${dir}" >>"${dir}.log" 2>&1 || { cat "${dir}.log"; return 1; }
   "${dir}/consumer"
+  "${dir}/testing_consumer"
   # Built where weft has weft::tls (OpenSSL 3 found): it must then link and run.
   if [[ -x "${dir}/tls_consumer" ]]; then
     "${dir}/tls_consumer"

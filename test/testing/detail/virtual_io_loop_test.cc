@@ -1,0 +1,165 @@
+#include "weft/testing/detail/virtual_io_loop.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "weft/coro/collect.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
+#include "weft/coro/with_timeout.h"
+#include "weft/executors/executor_clock.h"
+#include "weft/io/tcp_stream.h"
+#include "weft/testing/deadlock.h"
+#include "weft/testing/gtest.h"
+#include "weft/testing/simulation.h"
+
+// I/O inside a Simulation: TcpStreams over an AF_UNIX socketpair (both ends in the
+// simulation), on its epoll loop, with time limits kept in virtual time.
+
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using weft::Lazy;
+using weft::TcpStream;
+using weft::testing::Simulation;
+
+Simulation::Duration elapsed() { return weft::ExecutorClock::now() - Simulation::kStartTime; }
+
+// Two connected streams, each owning one end of a Unix stream socketpair.
+std::pair<TcpStream, TcpStream> streamPair() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0) {
+    throw std::system_error(errno, std::generic_category(), "socketpair");
+  }
+  return {TcpStream(fds[0]), TcpStream(fds[1])};
+}
+
+int errorOf(const std::system_error& e) { return e.code().value(); }
+
+TEST(VirtualIoLoopTest, AReadTimeLimitExpiresInVirtualTime) {
+  Simulation sim(1);
+  auto streams = streamPair();
+  TcpStream& server = streams.first;
+  // streams.second: the peer, which never writes.
+  int error = 0;
+  sim.run([&]() -> Lazy<void> {
+    server.setReadTimeout(10s);
+    std::array<std::byte, 16> buffer{};
+    try {
+      co_await server.read(buffer);
+    } catch (const std::system_error& e) {
+      error = errorOf(e);
+    }
+  }());
+  EXPECT_EQ(error, ETIMEDOUT);
+  EXPECT_EQ(sim.elapsed(), 10s);
+  EXPECT_EQ(sim.timerCount(), 0u);
+}
+
+TEST(VirtualIoLoopTest, DataBeforeTheLimitIsReadAndTheLimitDisarmed) {
+  Simulation sim(2);
+  auto streams = streamPair();
+  TcpStream& server = streams.first;
+  TcpStream& client = streams.second;
+  std::string got;
+  sim.run([&]() -> Lazy<void> {
+    auto reader = [&]() -> Lazy<void> {
+      server.setReadTimeout(10s);
+      std::array<char, 16> buffer{};
+      const std::size_t n = co_await server.read(buffer.data(), buffer.size());
+      got.assign(buffer.data(), n);
+      EXPECT_EQ(elapsed(), 3s);
+    };
+    auto writer = [&]() -> Lazy<void> {
+      co_await weft::sleep(3s);  // the reader's read is in flight, durably blocked
+      co_await client.writeAll("ping");
+    };
+    co_await weft::collectAll(reader(), writer());
+  }());
+  EXPECT_EQ(got, "ping");
+  EXPECT_EQ(sim.elapsed(), 3s);
+  EXPECT_EQ(sim.timerCount(), 0u);
+}
+
+TEST(VirtualIoLoopTest, AWriteTimeLimitExpiresWhenThePeerStopsReading) {
+  Simulation sim(3);
+  auto streams = streamPair();
+  // streams.first: the peer, which never reads.
+  TcpStream& client = streams.second;
+  int error = 0;
+  std::size_t written = 0;
+  sim.run([&]() -> Lazy<void> {
+    client.setWriteTimeout(2s);
+    const std::vector<std::byte> chunk(64 * 1024);
+    try {
+      for (;;) written += co_await client.write(chunk);  // until the socket buffers fill
+    } catch (const std::system_error& e) {
+      error = errorOf(e);
+    }
+  }());
+  EXPECT_EQ(error, ETIMEDOUT);
+  EXPECT_GT(written, 0u);
+  EXPECT_EQ(sim.elapsed(), 2s);
+}
+
+TEST(VirtualIoLoopTest, TimeJumpsOverIoThatIsDurablyBlocked) {
+  Simulation sim(4);
+  auto streams = streamPair();
+  TcpStream& server = streams.first;
+  // streams.second: the peer, which never writes.
+  std::array<std::byte, 16> buffer{};
+  EXPECT_THROW(sim.run(weft::withTimeout(
+                   [&]() -> Lazy<std::size_t> { co_return co_await server.read(buffer); }(), 5s)),
+               weft::TimeoutError);
+  EXPECT_EQ(sim.elapsed(), 5s);
+}
+
+TEST(VirtualIoLoopTest, IoThatNothingWillCompleteIsADeadlock) {
+  Simulation sim(5);
+  auto streams = streamPair();
+  TcpStream& server = streams.first;
+  // streams.second: the peer, which never writes.
+  std::array<std::byte, 16> buffer{};
+  try {
+    sim.run([&]() -> Lazy<void> { co_await server.read(buffer); }());
+    ADD_FAILURE() << "no Deadlock";
+  } catch (const weft::testing::Deadlock& deadlock) {
+    EXPECT_THAT(deadlock.what(), HasSubstr("I/O in flight: yes"));
+  }
+}
+
+TEST(VirtualIoLoopTest, ShutdownEndsIoInFlight) {
+  Simulation sim(6);
+  auto streams = streamPair();
+  TcpStream& server = streams.first;
+  // streams.second: the peer, which never writes.
+  bool shutDown = false;
+  auto reader = [&]() -> Lazy<void> {
+    std::array<std::byte, 16> buffer{};
+    try {
+      co_await server.read(buffer);
+    } catch (const weft::ExecutorShutDown&) {
+      shutDown = true;
+    }
+  };
+  // Without the simulation's token (a TaskGroup's or a spawn()'s would cancel it first).
+  reader().via(&sim).start([](weft::Try<void>&&) {});
+  sim.runUntilBlocked();
+  sim.shutdown();
+  EXPECT_TRUE(shutDown);
+}
+
+}  // namespace

@@ -1,0 +1,64 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include "weft/executors/executor.h"
+#include "weft/executors/io_loop.h"
+#include "weft/executors/timer_entry.h"
+
+namespace weft::testing::detail {
+
+// VirtualIoLoop: the event loop of a Simulation. An epoll loop (IoLoop::create, whose
+// completions are deterministic for sockets that are all inside the simulation) behind a
+// decorator that keeps operations' time limits (IoOperation::timeoutNs: TcpStream's read
+// and write time limits) in virtual time: an operation with a limit is handed to the inner
+// loop without one, and a TimerEntry armed on the simulation (`timers`) at submit time +
+// the limit cancels it when it fires; its -ECANCELED then becomes -ETIMEDOUT, as the
+// inner loop's own limit would report it. An operation that completes first keeps its
+// result, and its timer is disarmed.
+//
+// Everything else is the inner loop's. Only the simulation's thread uses it (submit,
+// withdraw, run, shutdown); cancel and wake from any thread, as the inner loop allows.
+// noexcept members as IoLoop's; an operation whose limit cannot be tracked (no memory,
+// or the simulation refuses timers while it stops) keeps its limit in the inner loop,
+// in real time.
+class VirtualIoLoop final : public IoLoop {
+ public:
+  // Errors: std::system_error from IoLoop::create.
+  explicit VirtualIoLoop(Executor& timers);
+  ~VirtualIoLoop() override;
+
+  IoBackend backend() const noexcept override { return inner_->backend(); }
+  bool submit(IoOperation& op) noexcept override;
+  void cancel(IoOperation& op) noexcept override { inner_->cancel(op); }
+  [[nodiscard]] bool withdraw(IoOperation& op) noexcept override;
+  std::size_t run(int timeoutMs) noexcept override;
+  std::size_t runFor(std::int64_t timeoutNs) noexcept override;
+  void wake() noexcept override { inner_->wake(); }
+  bool hasWork() const noexcept override { return inner_->hasWork(); }
+  std::size_t lentBuffers() const noexcept override { return inner_->lentBuffers(); }
+  void shutdown() noexcept override;
+
+  // How many operations wait with a virtual time limit. noexcept.
+  std::size_t limitedOperations() const noexcept { return limits_.size(); }
+
+ private:
+  struct Limit;
+
+  // The completion function put in place of the operation's own while its limit runs.
+  static void limitedComplete(IoOperation& op) noexcept;
+  // The limit's timer fired (run) or was ended by the simulation's shutdown (!run).
+  static void limitExpired(Job* job, bool run) noexcept;
+  // Takes `op`'s limit away: disarms its timer and gives the operation back its own
+  // completion function and time limit. Returns the record (for limitedComplete).
+  std::unique_ptr<Limit> release(IoOperation& op) noexcept;
+
+  std::unique_ptr<IoLoop> inner_;
+  Executor& timers_;
+  std::unordered_map<IoOperation*, std::unique_ptr<Limit>> limits_;
+};
+
+}  // namespace weft::testing::detail
