@@ -13,6 +13,7 @@
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -165,6 +166,36 @@ TEST_P(TlsStreamTest, HandshakeVerifiesTheServerAndBytesFlowBothWays) {
     co_await pair.client.shutdown();  // idempotent
   }().via(&pool));
   EXPECT_EQ(readAll(pool, pair.server), "");  // close_notify: a clean end, read() == 0
+}
+
+// A Unix domain stream (TcpListener and TcpStream at a Unix address) carries TLS as TCP
+// does: the client verifies the server by the name it asks for.
+TEST_P(TlsStreamTest, AUnixStreamCarriesTls) {
+  test::Watchdog watchdog(60s, "UnixStream");
+  ThreadPool pool(options(1));
+  const SocketAddress address = SocketAddress::unixPath(
+      "@weft-tls-unix-" + std::to_string(::getpid()) + "-" + test::ioBackendName({GetParam(), 0}));
+  TcpListener listener = TcpListener::bind(address);
+  auto [accepted, connected] = syncAwait(
+      collectAll(acceptOne(listener, serverContext()),
+                 connectTo(listener.localAddress(), clientContext(), "localhost"))
+          .via(&pool));
+  TlsStream server = std::move(accepted).value();
+  TlsStream client = std::move(connected).value();
+  EXPECT_TRUE(client.transport().peerAddress().isUnix());
+  EXPECT_EQ(client.peerSubject(), "CN=localhost,O=weft tests");
+  syncAwait([&]() -> Lazy<void> {
+    co_await client.writeAll("over a unix stream");
+    LentBuffer data = co_await server.receive();
+    EXPECT_EQ(data.text(), "over a unix stream");
+    co_await server.writeAll("back");
+    char reply[4];
+    co_await client.readExactly(std::span<char>(reply));
+    EXPECT_EQ(std::string(reply, 4), "back");
+    co_await client.shutdown();
+    LentBuffer end = co_await server.receive();
+    EXPECT_TRUE(end.empty());
+  }().via(&pool));
 }
 
 TEST_P(TlsStreamTest, AnIpAddressIsVerifiedAgainstTheCertificatesAddresses) {
