@@ -44,13 +44,11 @@ Lazy<void> awaitWhole(WholeTransferAwaitable whole);
 // read that finds the end of the stream throws EndOfStream(n). The stream's time limit
 // applies to each wait for room (data), from its start, as it did to each partial write.
 //
-// What callers did with the Lazy<void> these returned before keeps working: co_await it
-// (in a Lazy or Task; weft::await in a fiber), pass it to withTimeout, withCancellation,
-// collectAll, spawn, TaskGroup::spawn or syncAwait (they take any awaitable), bind it
-// with `.via(executor)`, or convert it to Lazy<void> (`Lazy<void> w = stream.writeAll(b);`,
-// a function that returns Lazy<void>, `Lazy<void>(stream.writeAll(b)).start(callback)`),
-// which makes the one frame a Lazy needs. It may be awaited several times: each await is
-// a new transfer of the whole buffer.
+// TcpStream's writeAll and readExactly return awaitWhole(...) of it: a Lazy whose frame
+// holds the operation only while the transfer runs, where the awaitable itself, awaited
+// directly, would put its awaiter (about 400 bytes) in the frame of every coroutine that
+// awaits it, idle or not. It may be awaited several times: each await is a new transfer of
+// the whole buffer; it converts to Lazy<void> and has `.via(executor)`.
 //
 // Thread safety: a value (a descriptor, a buffer, a time limit); awaited as the stream's
 // operations are.

