@@ -5,7 +5,6 @@
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/lazy.h"
-#include "weft/coro/task.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/detail/io_awaiter.h"
@@ -25,10 +24,6 @@ namespace weft::detail {
 [[noreturn]] void throwEndedWhole(const char* operation, const char* what, IoOpcode opcode,
                                   std::size_t done, std::size_t size);
 
-class WholeTransferAwaitable;
-// The Lazy a WholeTransferAwaitable converts to: one that awaits it.
-Lazy<void> awaitWhole(WholeTransferAwaitable whole);
-
 // WholeTransferAwaitable: TcpStream::writeAll of one buffer and TcpStream::readExactly as
 // an awaitable without a coroutine frame of its own: one IoOperation (kSend or kReceive)
 // with IoOperation::whole, which the event loop carries on after each partial transfer,
@@ -47,8 +42,7 @@ Lazy<void> awaitWhole(WholeTransferAwaitable whole);
 // TcpStream's writeAll and readExactly return awaitWhole(...) of it: a Lazy whose frame
 // holds the operation only while the transfer runs, where the awaitable itself, awaited
 // directly, would put its awaiter (about 400 bytes) in the frame of every coroutine that
-// awaits it, idle or not. It may be awaited several times: each await is a new transfer of
-// the whole buffer; it converts to Lazy<void> and has `.via(executor)`.
+// awaits it, idle or not. Each await is a new transfer of the whole buffer.
 //
 // Thread safety: a value (a descriptor, a buffer, a time limit); awaited as the stream's
 // operations are.
@@ -120,12 +114,6 @@ class WholeTransferAwaitable {
   }
   Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
 
-  // A Lazy that awaits this transfer (a coroutine frame: where a Lazy is needed).
-  operator Lazy<void>() const { return awaitWhole(*this); }
-  // The transfer as a Task on `executor` (as Lazy::via). Precondition: `executor` is not
-  // null (else abort).
-  Task<void> via(Executor* executor) const { return awaitWhole(*this).via(executor); }
-
  private:
   const char* operation_;
   const char* what_;
@@ -136,6 +124,7 @@ class WholeTransferAwaitable {
   IoOpcode opcode_;
 };
 
+// What TcpStream's writeAll and readExactly return: a Lazy that awaits `whole`.
 inline Lazy<void> awaitWhole(WholeTransferAwaitable whole) { co_await whole; }
 
 }  // namespace weft::detail
