@@ -25,29 +25,10 @@ constinit thread_local IoLoop* tlLoop = nullptr;
 constinit thread_local IoLoop::LoopFactory tlFactory = nullptr;
 constinit thread_local void* tlFactoryContext = nullptr;
 
-// ENOSYS (no io_uring in the kernel, or weft built without liburing), EPERM/EACCES
-// (seccomp, io_uring_disabled=2, or a group restriction), EINVAL (a kernel without a
-// feature weft uses, io_uring_disabled=1 for unprivileged users on some kernels),
-// EOPNOTSUPP: io_uring is not available here; epoll is the answer. Anything else
-// (ENOMEM, EMFILE, ENFILE...) is a lack of resources that epoll would hit too: reported.
-bool meansUnavailable(int error) noexcept {
-  return error == ENOSYS || error == EPERM || error == EACCES || error == EINVAL ||
-         error == EOPNOTSUPP;
-}
-
 int probeResult() noexcept {
   // A function-local static: the probe runs once per process, thread-safely.
   static const int result = detail::probeIoUring();
   return result;
-}
-
-IoBackend probeOnce() {
-  const int result = probeResult();
-  if (result == 0) return IoBackend::kIoUring;
-  if (meansUnavailable(result)) return IoBackend::kEpoll;
-  throw std::system_error(result, std::generic_category(),
-                          "weft: probing io_uring failed for lack of resources (not falling "
-                          "back to epoll)");
 }
 
 IoBackend requireIoUring(const char* why) {
@@ -77,7 +58,9 @@ IoBackend IoLoop::resolveBackend(IoBackendChoice choice) {
                                   "' names no I/O backend (io_uring, epoll or auto)");
     }
   }
-  return probeOnce();
+  // epoll: on the kernels measured it costs less CPU per request than io_uring, and reads
+  // of cached files take one RWF_NOWAIT system call (docs/io.md, "Which backend").
+  return IoBackend::kEpoll;
 }
 
 bool IoLoop::available(IoBackend backend) noexcept {

@@ -19,7 +19,7 @@ enum class IoBackend : std::uint8_t {
   kEpoll,    // epoll: the loop waits for readiness, then makes the system call itself
 };
 
-// What a loop should be: a backend, or `kAuto` (io_uring when the kernel allows it).
+// What a loop should be: a backend, or `kAuto` (WEFT_IO_BACKEND if set, else epoll).
 enum class IoBackendChoice : std::uint8_t { kAuto, kIoUring, kEpoll };
 
 // "io_uring" or "epoll". noexcept: a table lookup.
@@ -173,13 +173,14 @@ class IoLoop {
   static std::unique_ptr<IoLoop> create(IoBackendChoice choice);
 
   // The backend `choice` stands for on this machine: kAuto reads WEFT_IO_BACKEND
-  // ("io_uring" or "epoll") and otherwise probes io_uring once per process (a ring is set
-  // up with the features weft uses) and falls back to epoll when the kernel does not
-  // offer it (ENOSYS, EPERM/EACCES as under seccomp, EINVAL, io_uring_disabled).
-  // Errors: std::system_error when the probe fails for lack of resources (ENOMEM,
-  // EMFILE, ENFILE: never a reason to fall back), or when io_uring is asked for (by
-  // `choice` or WEFT_IO_BACKEND) and is not available; std::invalid_argument for a
-  // WEFT_IO_BACKEND that names no backend.
+  // ("io_uring", "epoll" or "auto") and otherwise is epoll, weft's default (it costs less
+  // CPU per request than io_uring on the kernels measured, and serves reads of cached files
+  // without a thread hop: docs/io.md, "Which backend"). io_uring is used only when asked
+  // for, and never silently replaced by epoll.
+  // Errors: std::system_error when io_uring is asked for (by `choice` or WEFT_IO_BACKEND)
+  // and the process cannot use it (ENOSYS, EPERM/EACCES as under seccomp, EINVAL, or a
+  // lack of resources), with the errno; std::invalid_argument for a WEFT_IO_BACKEND that
+  // names no backend.
   static IoBackend resolveBackend(IoBackendChoice choice);
 
   // True when a loop of `backend` can run in this process: epoll always; io_uring when

@@ -31,7 +31,7 @@ struct ThreadPoolOptions {
   // Names the pool in error messages and its threads ("<name>-<index>").
   std::string name = "weft-pool";
   // The workers' event loops: io_uring, epoll, or kAuto (WEFT_IO_BACKEND if set, else
-  // io_uring when the kernel offers it; see IoLoop::resolveBackend).
+  // epoll; see IoLoop::resolveBackend).
   IoBackendChoice ioBackend = IoBackendChoice::kAuto;
 };
 

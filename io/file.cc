@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <coroutine>
 #include <cerrno>
 #include <cstdint>
 #include <limits>
@@ -75,14 +78,20 @@ class RingOperation {
   std::uint64_t offset_ = 0;
 };
 
-// True when the calling thread's loop is io_uring: file operations go to the ring.
-// Otherwise (epoll, which would make the call itself and block, or no loop) they go to
-// the blocking pool. Errors: std::system_error if a ThreadPool worker's loop cannot be
-// created.
-bool ringOnThisThread() {
+// How the calling thread performs a file operation: its io_uring loop submits it; its
+// epoll loop (to which a regular file is always "ready": the loop would make the call
+// itself, blocking the worker) first tries the call with RWF_NOWAIT and hands it to the
+// blocking pool when that would wait; a thread without a loop hands it to the blocking
+// pool. Errors: std::system_error if a ThreadPool worker's loop cannot be created.
+enum class FileRoute { kRing, kQuickThenPool, kPool };
+
+FileRoute routeOnThisThread() {
   IoLoop* loop = IoLoop::current();
-  return loop != nullptr && loop->backend() == IoBackend::kIoUring;
+  if (loop == nullptr) return FileRoute::kPool;
+  return loop->backend() == IoBackend::kIoUring ? FileRoute::kRing : FileRoute::kQuickThenPool;
 }
+
+bool ringOnThisThread() { return routeOnThisThread() == FileRoute::kRing; }
 
 // A system call's result as the loops report it: >= 0, or -errno. EINTR is retried.
 template <class Call>
@@ -93,6 +102,72 @@ std::int64_t retryInterrupted(Call call) noexcept {
     if (errno != EINTR) return -errno;
   }
 }
+
+// The epoll loop's (and a thread without a loop's) first try: preadv2/pwritev2 with
+// RWF_NOWAIT, which the kernel performs only if it need not wait for the disk (the data in
+// the page cache; a write over blocks the file already has), made at once on the calling
+// thread. Returns the result, or -EAGAIN when the call would have waited or the file does
+// not take RWF_NOWAIT for this direction (EOPNOTSUPP: a device, ext4's buffered writes;
+// `refuses` then gets the direction's bit and later calls skip the try): the caller then
+// goes to the blocking pool. A page-cache hit so costs a system call, not two thread
+// hand-offs (docs/io.md, "Files").
+constexpr std::uint8_t kQuickReads = 1;
+constexpr std::uint8_t kQuickWrites = 2;
+
+std::int64_t transferWithoutWaiting(bool write, int fd, void* data, std::size_t length,
+                                    std::uint64_t offset,
+                                    std::atomic<std::uint8_t>& refuses) noexcept {
+  const std::uint8_t direction = write ? kQuickWrites : kQuickReads;
+  if ((refuses.load(std::memory_order_relaxed) & direction) != 0) return -EAGAIN;
+  iovec part{data, length};
+  const std::int64_t r = retryInterrupted([&] {
+    return write ? ::pwritev2(fd, &part, 1, static_cast<off_t>(offset), RWF_NOWAIT)
+                 : ::preadv2(fd, &part, 1, static_cast<off_t>(offset), RWF_NOWAIT);
+  });
+  if (r != -EOPNOTSUPP) return r;
+  refuses.fetch_or(direction, std::memory_order_relaxed);
+  return -EAGAIN;
+}
+
+// transferWithoutWaiting as an await that never suspends, made only when the coroutine's
+// token is not cancelled (answering -EAGAIN otherwise, so that the blocking pool's await
+// throws OperationCancelled as it would have: a loop of reads stops when cancelled even if
+// every read would hit the page cache).
+class QuickTransfer {
+ public:
+  QuickTransfer(bool write, int fd, void* data, std::size_t length, std::uint64_t offset,
+                std::atomic<std::uint8_t>& refuses) noexcept
+      : write_(write), fd_(fd), data_(data), length_(length), offset_(offset), refuses_(refuses) {}
+
+  class Awaiter {
+   public:
+    Awaiter(const QuickTransfer& transfer, bool cancelled) noexcept
+        : transfer_(transfer), cancelled_(cancelled) {}
+    bool await_ready() const noexcept { return true; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    std::int64_t await_resume() const noexcept {
+      if (cancelled_) return -EAGAIN;
+      return transferWithoutWaiting(transfer_.write_, transfer_.fd_, transfer_.data_,
+                                    transfer_.length_, transfer_.offset_, transfer_.refuses_);
+    }
+
+   private:
+    const QuickTransfer& transfer_;
+    bool cancelled_;
+  };
+
+  Awaiter coAwait(Executor*, const CancellationToken& token) const noexcept {
+    return Awaiter(*this, token.isCancellationRequested());
+  }
+
+ private:
+  bool write_;
+  int fd_;
+  void* data_;
+  std::size_t length_;
+  std::uint64_t offset_;
+  std::atomic<std::uint8_t>& refuses_;
+};
 
 [[noreturn]] void throwFileError(std::int64_t result, const char* what, const std::string& path) {
   throw std::system_error(static_cast<int>(-result), std::system_category(),
@@ -161,6 +236,8 @@ File& File::operator=(File&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     path_ = std::move(other.path_);
     positional_ = other.positional_;
+    refusesQuick_.store(other.refusesQuick_.load(std::memory_order_relaxed),
+                        std::memory_order_relaxed);
   }
   return *this;
 }
@@ -191,11 +268,15 @@ Lazy<std::size_t> File::readAt(std::span<std::byte> buffer, std::uint64_t offset
   const int fd = fd_;
   void* const data = buffer.data();
   const std::size_t length = std::min(buffer.size(), kMaxTransfer);
-  std::int64_t r;
-  if (ringOnThisThread()) {
+  const FileRoute route = routeOnThisThread();
+  std::int64_t r = -EAGAIN;
+  if (route == FileRoute::kRing) {
     r = co_await RingOperation("readAt on a File", IoOpcode::kReadAt, fd)
             .buffer(data, length, offset);
-  } else {
+  } else if (route == FileRoute::kQuickThenPool) {
+    r = co_await QuickTransfer(false, fd, data, length, offset, refusesQuick_);
+  }
+  if (r == -EAGAIN && route != FileRoute::kRing) {
     r = co_await blocking([fd, data, length, offset] {
       return retryInterrupted(
           [&] { return ::pread(fd, data, length, static_cast<off_t>(offset)); });
@@ -212,11 +293,15 @@ Lazy<std::size_t> File::writeAt(std::span<const std::byte> buffer, std::uint64_t
   const int fd = fd_;
   const void* const data = buffer.data();
   const std::size_t length = std::min(buffer.size(), kMaxTransfer);
-  std::int64_t r;
-  if (ringOnThisThread()) {
+  const FileRoute route = routeOnThisThread();
+  std::int64_t r = -EAGAIN;
+  if (route == FileRoute::kRing) {
     r = co_await RingOperation("writeAt on a File", IoOpcode::kWriteAt, fd)
             .buffer(data, length, offset);
-  } else {
+  } else if (route == FileRoute::kQuickThenPool) {
+    r = co_await QuickTransfer(true, fd, const_cast<void*>(data), length, offset, refusesQuick_);
+  }
+  if (r == -EAGAIN && route != FileRoute::kRing) {
     r = co_await blocking([fd, data, length, offset] {
       return retryInterrupted(
           [&] { return ::pwrite(fd, data, length, static_cast<off_t>(offset)); });

@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -62,9 +63,13 @@ class EndOfFile : public std::runtime_error {
 //    with io_uring (IoLoop::current()->backend() == IoBackend::kIoUring) readAt, writeAt,
 //    sync and syncData are submitted to the ring, and the coroutine resumes on that
 //    thread when the kernel is done. With epoll (to which a regular file is always
-//    "ready": its loop would make the call itself, blocking the worker), or on a thread
-//    without a loop, they run on BlockingPool::defaultPool() through weft::blocking and
-//    resume as blocking() says (on the coroutine's executor, or its ThreadPool).
+//    "ready": its loop would make the call itself, blocking the worker), readAt and
+//    writeAt are first tried at once with RWF_NOWAIT, which the kernel performs only if
+//    it need not wait for the disk (cached data: no suspension, no thread hop); when it
+//    would wait, or the file refuses RWF_NOWAIT (procfs, ext4's buffered writes: noted
+//    once per File), they run on BlockingPool::defaultPool() through weft::blocking and
+//    resume as blocking() says (on the coroutine's executor, or its ThreadPool), as do
+//    sync and syncData, and every operation on a thread without a loop.
 //  - open() and size() always run on BlockingPool::defaultPool(): the event loops have
 //    no open or stat operation, and opening can block for long (a path lookup on NFS, a
 //    FIFO waiting for its writer). close() is synchronous (close(2) of a local file does
@@ -128,7 +133,8 @@ class File {
   File(File&& other) noexcept
       : fd_(std::exchange(other.fd_, -1)),
         path_(std::move(other.path_)),
-        positional_(other.positional_) {}
+        positional_(other.positional_),
+        refusesQuick_(other.refusesQuick_.load(std::memory_order_relaxed)) {}
   File& operator=(File&& other) noexcept;
   ~File();
 
@@ -183,6 +189,10 @@ class File {
   int fd_ = -1;
   std::string path_;
   bool positional_ = true;  // false for a pipe, a FIFO or a socket (lseek: ESPIPE)
+  // Bits kQuickReads/kQuickWrites (file.cc): the file refused RWF_NOWAIT for reads or
+  // writes once (EOPNOTSUPP, as ext4 does for buffered writes), so that direction goes
+  // straight to the blocking pool. Relaxed: a hint, set by any thread awaiting on the File.
+  mutable std::atomic<std::uint8_t> refusesQuick_{0};
 };
 
 }  // namespace weft

@@ -79,7 +79,7 @@ void check(bool ok, const char* what) {
 }
 
 // Runs `loop(state)` (a Lazy that iterates over `state`) on a ThreadPool(1) worker, on
-// the default backend (WEFT_IO_BACKEND, else io_uring when the kernel offers it), which
+// the default backend (WEFT_IO_BACKEND, else epoll), which
 // the label names so that results from both backends can be told apart.
 template <class Loop>
 void runOnPool(benchmark::State& state, Loop loop) {

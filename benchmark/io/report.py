@@ -289,7 +289,7 @@ def targets(table, w):
     w("## Targets")
     w("")
     w("Per server CPU-second (medians). *weft* is `examples/echo_server` (echo) or "
-      "`examples/http_hello` (HTTP) on io_uring (the default backend) and on epoll; "
+      "`examples/http_hello` (HTTP) on io_uring and on epoll (the default backend); "
       "*best peer* is the best of Go, Asio (either build) and tokio; *floor* the better of "
       "the raw epoll and io_uring loops; *fiber/Lazy* compares `fiber_echo_server` with "
       "`echo_server` on the same backend; *floor spread* is the larger gap between the two "

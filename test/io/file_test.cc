@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -32,6 +33,8 @@
 #include "weft/stackful/spawn_fiber.h"
 #include "test/support/io_backends.h"
 #include "test/support/io_support.h"
+#include "test/support/one_worker.h"
+#include "test/support/watchdog.h"
 
 namespace weft {
 namespace {
@@ -318,6 +321,70 @@ TEST_P(FileTest, HonoursACancelledToken) {
   EXPECT_THROW(run(cancelled([&] { return File::open(path, FileMode::kRead); })),
                OperationCancelled);
   EXPECT_EQ(run([&] { return file.size(); }), 0u);
+}
+
+// A read of data in the page cache needs no blocking thread: io_uring performs it in the
+// ring, epoll at once with RWF_NOWAIT (docs/io.md, "Files"). Shown with the default
+// blocking pool bound to one thread that is held busy: a read that went there would wait
+// until the end of the test (the watchdog would fire).
+TEST_P(FileTest, ReadsOfCachedDataNeedNoBlockingThread) {
+  test::Watchdog watchdog(std::chrono::seconds(60), "ReadsOfCachedDataNeedNoBlockingThread");
+  const std::string path = dir_.file("cached");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "in the page cache";
+  }
+  // Where the file system refuses RWF_NOWAIT or has already dropped the pages, epoll
+  // rightly goes to the blocking pool: nothing to show.
+  const int probe = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(probe, 0);
+  char first[6];
+  iovec part{first, sizeof first};
+  const bool quick = ::preadv2(probe, &part, 1, 0, RWF_NOWAIT) == 6;
+  ::close(probe);
+  if (!quick) GTEST_SKIP() << "this file system does not read cached data with RWF_NOWAIT";
+
+  BlockingPool& defaultPool = BlockingPool::defaultPool();
+  const std::size_t bound = defaultPool.maxThreads();
+  defaultPool.setMaxThreads(1);
+  std::atomic<bool> started{false}, release{false};
+  test::Outcome<void> held;
+  test::startOn(pool(), [&]() -> Lazy<void> {
+    co_await blocking([&] {
+      started = true;
+      release.wait(false);
+    });
+  }(), held);
+  test::waitUntil([&] { return started.load(); });
+  const std::int64_t fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // File::open would queue
+  ASSERT_GE(fd, 0);
+  const File file(static_cast<int>(fd), path);
+  const std::string back = run([&]() -> Lazy<std::string> {
+    std::string text(17, '?');
+    co_await file.readExactlyAt(writable(text), 0);
+    co_return text;
+  });
+  EXPECT_EQ(back, "in the page cache");
+  release = true;
+  release.notify_all();
+  held.wait();
+  defaultPool.setMaxThreads(bound);
+}
+
+// A file that refuses RWF_NOWAIT (procfs: EOPNOTSUPP) is read through the blocking pool on
+// epoll, and read all the same on both backends.
+TEST_P(FileTest, AFileThatRefusesQuickReadsIsReadAllTheSame) {
+  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const File file(fd, "/proc/self/stat");
+  for (int round = 0; round < 2; ++round) {  // the second after the refusal was noted
+    const std::string text = run([&]() -> Lazy<std::string> {
+      std::string buffer(64, '\0');
+      buffer.resize(co_await file.readAt(writable(buffer), 0));
+      co_return buffer;
+    });
+    EXPECT_EQ(text.substr(0, text.find(' ')), std::to_string(::getpid())) << text;
+  }
 }
 
 // A pipe (or FIFO) takes no offsets: readAt and writeAt fail with ESPIPE on both backends,

@@ -1,14 +1,16 @@
-// Which event-loop backend kAuto picks (IoLoop::resolveBackend, ThreadPoolOptions):
-// io_uring when the kernel allows it, epoll when seccomp refuses io_uring_setup (EPERM)
-// or the kernel has no io_uring (ENOSYS); WEFT_IO_BACKEND=epoll / io_uring decides for
-// kAuto, a value naming no backend is rejected with std::invalid_argument, and an
-// explicit IoBackendChoice beats the environment.
+// Which event-loop backend kAuto picks (IoLoop::resolveBackend, ThreadPoolOptions): epoll,
+// weft's default, whether the kernel offers io_uring, refuses it through seccomp (EPERM)
+// or has none (ENOSYS); WEFT_IO_BACKEND=epoll / io_uring decides for kAuto, a value
+// naming no backend is rejected with std::invalid_argument, io_uring asked for where it
+// is refused is an error (never a silent epoll), and an explicit IoBackendChoice beats
+// the environment.
 //
 // Every test runs in a forked child (test::runInChild): the seccomp filter and setenv
 // must not touch the test process. IoLoop::resolveBackend probes io_uring once per
-// process and caches the answer in a function-local static, which a child inherits: so
-// NOTHING in this binary's parent process may resolve kAuto (no ThreadPool with kAuto, no
-// IoLoop::create(kAuto), no resolveBackend(kAuto) outside a child). Each child then
+// process (for io_uring asked for, and IoLoop::available) and caches the answer in a
+// function-local static, which a child inherits: so NOTHING in this binary's parent
+// process may probe (no ThreadPool, IoLoop::create or resolveBackend with io_uring or
+// kAuto, no IoLoop::available outside a child). Each child then
 // starts with the probe not yet made. (A test added here that probes in the parent would
 // make the fallback tests fail, not pass: the child would inherit "io_uring".) The
 // children call detail::probeIoUring() directly (uncached) to check what the kernel says.
@@ -133,8 +135,9 @@ void expectChildSucceeds(const char* env, Body body) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::describeStatus(status);
 }
 
-// In the child: io_uring_setup denied with `error`; kAuto must choose epoll everywhere.
-int fallsBackToEpoll(int error) {
+// In the child: io_uring_setup denied with `error`; kAuto must still choose epoll, without
+// an error, everywhere.
+int autoIsEpollWhereIoUringIsDenied(int error) {
   if (denyIoUringSetup(error) != 0) return kSeccompUnavailable;
   if (const int probed = detail::probeIoUring(); probed != error) {
     std::fprintf(stderr, "child: probeIoUring() = %d (%s), expected %d\n", probed,
@@ -149,12 +152,12 @@ int fallsBackToEpoll(int error) {
   return 0;
 }
 
-TEST(IoLoopBackendTest, AutoFallsBackToEpollWhenSeccompDeniesIoUringWithEperm) {
-  expectChildSucceeds(nullptr, [] { return fallsBackToEpoll(EPERM); });
+TEST(IoLoopBackendTest, AutoIsEpollWhenSeccompDeniesIoUringWithEperm) {
+  expectChildSucceeds(nullptr, [] { return autoIsEpollWhereIoUringIsDenied(EPERM); });
 }
 
-TEST(IoLoopBackendTest, AutoFallsBackToEpollWhenTheKernelHasNoIoUring) {
-  expectChildSucceeds(nullptr, [] { return fallsBackToEpoll(ENOSYS); });
+TEST(IoLoopBackendTest, AutoIsEpollWhenTheKernelHasNoIoUring) {
+  expectChildSucceeds(nullptr, [] { return autoIsEpollWhereIoUringIsDenied(ENOSYS); });
 }
 
 // Forcing io_uring where it is refused is an error, never a silent fallback:
@@ -177,18 +180,19 @@ TEST(IoLoopBackendTest, ForcedIoUringWhereItIsDeniedFailsWithTheErrno) {
     if (!failsWithEperm([] { (void)IoLoop::create(IoBackendChoice::kIoUring); })) return 21;
     const ThreadPoolOptions forced{1, "forced", IoBackendChoice::kIoUring};
     if (!failsWithEperm([&] { ThreadPool pool(forced); })) return 22;
-    // The fallback is kAuto's alone; epoll asked for works.
+    // kAuto and epoll asked for work.
+    if (IoLoop::resolveBackend(IoBackendChoice::kAuto) != IoBackend::kEpoll) return 24;
     ThreadPool epoll(ThreadPoolOptions{1, "epoll", IoBackendChoice::kEpoll});
     return echoRoundTrip(epoll) ? 0 : 23;
   });
 }
 
-TEST(IoLoopBackendTest, AutoUsesIoUringWhenTheKernelOffersIt) {
+// epoll is the default even where io_uring is available (docs/io.md, "Which backend").
+TEST(IoLoopBackendTest, AutoIsEpollWhereTheKernelOffersIoUring) {
   expectChildSucceeds(nullptr, []() -> int {
-    const IoBackend expected = ioUringAvailable() ? IoBackend::kIoUring : IoBackend::kEpoll;
-    if (IoLoop::resolveBackend(IoBackendChoice::kAuto) != expected) return 20;
+    if (IoLoop::resolveBackend(IoBackendChoice::kAuto) != IoBackend::kEpoll) return 20;
     ThreadPool pool(ThreadPoolOptions{1, "auto", IoBackendChoice::kAuto});
-    if (pool.ioBackend() != expected) return 21;
+    if (pool.ioBackend() != IoBackend::kEpoll) return 21;
     return echoRoundTrip(pool) ? 0 : 22;
   });
 }
@@ -233,10 +237,9 @@ TEST(IoLoopBackendTest, EnvironmentIoUringWhereItIsDeniedFailsWithTheErrno) {
   });
 }
 
-TEST(IoLoopBackendTest, EnvironmentAutoProbesLikeNoEnvironment) {
+TEST(IoLoopBackendTest, EnvironmentAutoIsTheDefault) {
   expectChildSucceeds("auto", []() -> int {
-    const IoBackend expected = ioUringAvailable() ? IoBackend::kIoUring : IoBackend::kEpoll;
-    return IoLoop::resolveBackend(IoBackendChoice::kAuto) == expected ? 0 : 20;
+    return IoLoop::resolveBackend(IoBackendChoice::kAuto) == IoBackend::kEpoll ? 0 : 20;
   });
 }
 
