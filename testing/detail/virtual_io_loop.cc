@@ -40,6 +40,7 @@ struct VirtualIoLoop::Limit {
   bool armed = false;                                    // the timer is armed on the simulation
   bool expired = false;  // the timer fired and cancelled the operation
   bool observe = false;  // an accept whose result the AcceptObservers are told of
+  const void* progressMark = nullptr;  // a whole operation's buffer when last looked at
 };
 
 VirtualIoLoop::VirtualIoLoop(Executor& timers)
@@ -55,7 +56,7 @@ VirtualIoLoop::~VirtualIoLoop() {
 
 bool VirtualIoLoop::submit(IoOperation& op) noexcept {
   const bool observe = op.opcode == IoOpcode::kAccept && !acceptObservers_.empty();
-  if (op.timeoutNs < 0 && !observe) return inner_->submit(op);
+  if (op.timeoutNs < 0 && !observe && !op.whole) return inner_->submit(op);
   // Recorded before the inner loop sees the operation, so that nothing can fail once it
   // is in flight with limitedComplete as its completion function.
   Limit* limit = nullptr;
@@ -64,8 +65,8 @@ bool VirtualIoLoop::submit(IoOperation& op) noexcept {
     limit = record.get();
     limits_.emplace(&op, std::move(record));
   } catch (...) {
-    // No memory: the inner loop keeps the limit, in real time, and an accept that does
-    // not complete at once goes unobserved.
+    // No memory: the inner loop keeps the limit, in real time; an accept that does not
+    // complete at once goes unobserved, and a whole operation's progress unreported.
     const bool done = inner_->submit(op);
     if (done && observe) notifyAccepted(op);
     return done;
@@ -84,7 +85,8 @@ bool VirtualIoLoop::submit(IoOperation& op) noexcept {
     if (observe) notifyAccepted(op);
     return true;
   }
-  if (limit->timeoutNs < 0) return false;  // an accept watched, without a limit
+  limit->progressMark = op.buffer;
+  if (limit->timeoutNs < 0) return false;  // watched only (an accept, a whole operation)
   limit->timer.deadline = deadlineAfter(limit->timeoutNs);
   limit->timer.complete = &VirtualIoLoop::limitExpired;
   limit->timer.owner = limit;
@@ -135,14 +137,26 @@ std::size_t VirtualIoLoop::run(int timeoutMs) noexcept {
   VirtualIoLoop* const previous = std::exchange(tlRunning, this);
   const std::size_t completed = inner_->run(timeoutMs);
   tlRunning = previous;
-  return completed;
+  return completed + progressedWholeOperations();
 }
 
 std::size_t VirtualIoLoop::runFor(std::int64_t timeoutNs) noexcept {
   VirtualIoLoop* const previous = std::exchange(tlRunning, this);
   const std::size_t completed = inner_->runFor(timeoutNs);
   tlRunning = previous;
-  return completed;
+  return completed + progressedWholeOperations();
+}
+
+std::size_t VirtualIoLoop::progressedWholeOperations() noexcept {
+  std::size_t progressed = 0;
+  for (auto& [op, limit] : limits_) {
+    // The loop advances a whole operation's buffer past the bytes it moved.
+    if (op->whole && op->buffer != limit->progressMark) {
+      limit->progressMark = op->buffer;
+      ++progressed;
+    }
+  }
+  return progressed;
 }
 
 void VirtualIoLoop::shutdown() noexcept {

@@ -25,6 +25,13 @@ namespace weft::testing::detail {
 // before the accepting coroutine resumes: an accept is then tracked like an operation with
 // a limit (its completion function wrapped), with or without one.
 //
+// And it reports progress that completes nothing: run() and runFor() count, beside the
+// operations completed, the `whole` operations (readExactly, writeAll) that moved bytes
+// and wait on. Such a move can make another operation ready (a read that empties a
+// socket makes room for the writer on its peer), but its edge comes only in the next
+// epoll_wait; a Simulation that took "nothing completed" for "durably blocked" would jump
+// virtual time over it. Whole operations are tracked as those with a limit are.
+//
 // Everything else is the inner loop's. Only the simulation's thread uses it (submit,
 // withdraw, run, shutdown); cancel and wake from any thread, as the inner loop allows.
 // noexcept members as IoLoop's; an operation whose limit cannot be tracked (no memory,
@@ -58,7 +65,7 @@ class VirtualIoLoop final : public IoLoop {
   void shutdown() noexcept override;
 
   // How many operations wait with a virtual time limit (or are accepts being watched for
-  // an AcceptObserver). noexcept.
+  // an AcceptObserver, or whole operations being watched for progress). noexcept.
   std::size_t limitedOperations() const noexcept { return limits_.size(); }
 
   // Adds or removes an observer (the simulation's thread only). An observer added while an
@@ -76,6 +83,8 @@ class VirtualIoLoop final : public IoLoop {
   static void limitExpired(Job* job, bool run) noexcept;
   // Tells the observers of the descriptor a completed accept returned (if it succeeded).
   void notifyAccepted(const IoOperation& op) noexcept;
+  // How many whole operations moved bytes since the last call (and did not complete).
+  std::size_t progressedWholeOperations() noexcept;
   // Takes `op`'s limit away: disarms its timer and gives the operation back its own
   // completion function and time limit. Returns the record (for limitedComplete).
   std::unique_ptr<Limit> release(IoOperation& op) noexcept;
