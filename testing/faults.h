@@ -35,8 +35,9 @@ class Simulation;
 //    the relay reads no more until some are delivered.
 //  - resetAfter: once this many bytes have arrived this way (at the virtual time the last
 //    of them arrives; at once for 0), the connection is reset: the relay drops what is in
-//    flight both ways, and both the client's and the server's next reads (after the bytes
-//    already delivered to them) and writes fail with ECONNRESET.
+//    flight both ways; the client's and the server's reads return the bytes already
+//    delivered to them, then fail with ECONNRESET; their writes fail (EPIPE: a Unix
+//    socket reports a write after a reset so, where TCP would say ECONNRESET first).
 //  - shutdownAfter: once this many bytes have arrived this way, the receiver sees the end
 //    of the stream (as after the sender's shutdown(SHUT_WR)); what the sender writes
 //    after them is read and dropped.
@@ -50,8 +51,9 @@ class Simulation;
 // What the Network does on its own, as TCP would: a side that ends its stream
 // (shutdownWrite, or close) is seen by the other as the end of the stream after the
 // bytes before it; a side that closes with unread data, or whose socket is written to
-// after it closed, resets the connection: the other side sees ECONNRESET after the
-// bytes that were in flight to it.
+// after it closed, resets the connection: the other side's reads see ECONNRESET after the
+// bytes that were in flight to it. A stall ends when its receiver closes (what was held
+// back then reaches a closed socket, which resets the sender).
 //
 // Preconditions (checked by Network::connect, std::invalid_argument): latencies, times
 // and stallFor are not negative; maxChunk and window are at least 1.

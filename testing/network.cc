@@ -1,5 +1,6 @@
 #include "weft/testing/network.h"
 
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -108,6 +109,13 @@ void checkPath(const Faults::Path& path, const char* name) {
   if (path.stallFor < Duration::zero()) reject("stallFor is negative");
 }
 
+// True when the peer of the Unix stream socket `fd` has closed (both directions shut
+// down: POLLHUP), not only ended its stream (shutdown(SHUT_WR): POLLRDHUP alone).
+bool hungUp(int fd) noexcept {
+  pollfd entry{fd, POLLIN, 0};
+  return ::poll(&entry, 1, 0) == 1 && (entry.revents & POLLHUP) != 0;
+}
+
 bool isCancellationOrShutdown(const std::exception_ptr& failure) {
   try {
     std::rethrow_exception(failure);
@@ -158,6 +166,7 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
     std::deque<Piece> queue;
     Event queued;                // set while `queue` may hold pieces
     Event room;                  // set when bytes in flight were delivered
+    Event receiverClosed;        // the receiver's side closed: a stall ends
     std::size_t inFlight = 0;    // read from the source, not yet delivered
     TimePoint linkFree{};        // when the link has sent what was read so far
     TimePoint lastDeliverAt{};   // the delivery time of the last piece queued
@@ -187,7 +196,14 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
   State(Simulation& s, NetworkOptions o) : sim(s), options(o) {}
 
   void accepted(int fd) noexcept override {
-    const auto found = connections.find(abstractName(fd, true));
+    std::string peer;
+    try {
+      peer = abstractName(fd, true);
+    } catch (...) {  // std::bad_alloc: the connection's server side stays unknown
+      return;
+    }
+    if (peer.empty()) return;  // not one of ours: a TCP, path or unnamed peer
+    const auto found = connections.find(peer);
     if (found == connections.end() || found->second->serverFd >= 0) return;
     Connection& c = *found->second;
     c.serverFd = fd;
@@ -251,7 +267,7 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
       c.server.close();
     }
     record(NetworkEvent::Kind::kClose, c, false, 0);
-    --open;
+    if (--open == 0) closed.set();
     if (!c.serverResetPending) connections.erase(c.key);
   }
 
@@ -288,11 +304,20 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
           co_return;
         }
         std::optional<TimePoint> stallFrom;
-        if (f.stallAt) {
+        if (f.stallAt && !p.receiverClosed.isSet()) {
           stallFrom = later(c.start, *f.stallAt);
           const TimePoint stallUntil = later(*stallFrom, f.stallFor);
           if (now >= *stallFrom && now < stallUntil) {
-            co_await sleepUntil(stallUntil);  // TimePoint::max(): until the pipe stops
+            // Until the stall ends, or the receiver closes (then what the sender writes
+            // reaches a closed socket, which resets the sender, as TCP's would).
+            if (stallUntil == TimePoint::max()) {
+              co_await p.receiverClosed.wait();
+            } else {
+              try {
+                co_await withTimeout(p.receiverClosed.wait(), stallUntil - now);
+              } catch (const TimeoutError&) {
+              }
+            }
             continue;
           }
           if (now >= stallUntil) stallFrom.reset();
@@ -331,6 +356,8 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
         }
         now = ExecutorClock::now();
         if (n == 0) {  // the sender ended its stream
+          // Closed, not only ended (shutdownWrite): the other way has no receiver left.
+          if (hungUp(p.source->nativeHandle())) (p.toServer ? c.down : c.up).receiverClosed.set();
           p.push({Kind::kEnd, later(std::max(now, p.linkFree), f.latency), {}});
           co_return;
         }
@@ -487,6 +514,7 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
     c->clientFd = pair[0];
     c->clientInode = socketInode(pair[0]);
     c->key = abstractName(fd, false);
+    if (c->key.empty()) throwErrno(EADDRNOTAVAIL, "autobind gave no abstract address");
     const std::uint64_t seed = self->sim.seed();
     for (Pipe* p : {&c->up, &c->down}) {
       const bool up = p == &c->up;
@@ -502,11 +530,12 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
     }
     self->connections.emplace(c->key, c);
     ++self->open;
+    self->closed.reset();
     self->record(NetworkEvent::Kind::kConnect, *c, false, 0);
     try {
       self->sim.spawn(relay(self, c));
     } catch (...) {
-      --self->open;
+      if (--self->open == 0) self->closed.set();
       self->connections.erase(c->key);
       throw;
     }
@@ -522,6 +551,7 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
   std::vector<NetworkEvent> events;
   std::size_t nextIndex = 0;
   std::size_t open = 0;
+  Event closed{true};  // set while no connection is open
 };
 
 std::ostream& operator<<(std::ostream& out, const NetworkEvent& event) {
@@ -574,6 +604,12 @@ SocketAddress Network::address(std::string_view name) const {
 }
 
 std::size_t Network::openConnections() const noexcept { return state_->open; }
+
+Lazy<void> Network::allClosed() {
+  // The state, not `this`: the Network may go before the Lazy is awaited.
+  std::shared_ptr<State> state = state_;
+  while (state->open != 0) co_await state->closed.wait();
+}
 
 const std::vector<NetworkEvent>& Network::events() const noexcept { return state_->events; }
 

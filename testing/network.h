@@ -122,6 +122,14 @@ class Network {
   // How many connections are open (their relays still run). noexcept.
   std::size_t openConnections() const noexcept;
 
+  // Completes once no connection is open: every relay has ended (both sides ended their
+  // streams or closed, or the connection was reset), which may take virtual time (the
+  // ends travel with the latency). The end of a test awaits it to check that every
+  // connection was closed: one that never is makes Simulation::run throw Deadlock, whose
+  // task dump shows the relay and what it waits on.
+  // Errors: OperationCancelled (its wait is cancellable).
+  Lazy<void> allClosed();
+
   // Everything the Network did so far, in order. noexcept.
   const std::vector<NetworkEvent>& events() const noexcept;
 
