@@ -5,7 +5,6 @@
 // the times asserted are exact. A failure names the seed that replays it:
 //   WEFT_TEST_SEED=412 examples/echo_server_test
 #include <gtest/gtest.h>
-#include <iostream>
 
 #include <algorithm>
 #include <cerrno>
@@ -116,7 +115,7 @@ TEST(EchoServerTest, AnIdleClientIsClosedAtExactlyTheIdleTimeout) {
       auto [outcome, done] =
           co_await weft::collectAll(handlerOutcome(listener, 30s, &handlerEnded), client());
       handlerError = outcome.value();
-      if (done.hasException()) for (auto& e : net.events()) std::cerr << e << "\n";
+      done.value();  // rethrows what the client threw
     }());
     // The handler's last receive began when the last byte arrived; 30 s later it failed.
     EXPECT_EQ(handlerError, ETIMEDOUT);
@@ -159,7 +158,7 @@ TEST(EchoServerTest, ASlowClientGetsTheWholeResponse) {
       auto [outcome, done] =
           co_await weft::collectAll(handlerOutcome(listener, 30s, &handlerEnded), client());
       handlerError = outcome.value();
-      if (done.hasException()) for (auto& e : net.events()) std::cerr << e << "\n";
+      done.value();  // rethrows what the client threw
     }());
     EXPECT_EQ(handlerError, 0);  // the server waited for room, and finished
     EXPECT_EQ(reply.error, 0);
@@ -191,9 +190,8 @@ TEST(EchoServerTest, AResetInTheMiddleOfARequestEndsTheHandlerWithTheError) {
       auto [outcome, done] =
           co_await weft::collectAll(handlerOutcome(listener, 0ms, &handlerEnded), client());
       handlerError = outcome.value();
-      if (done.hasException()) for (auto& e : net.events()) std::cerr << e << "\n";
+      done.value();  // rethrows what the client threw
     }());
-    if (getenv("DEBUG_EVENTS")) for (auto& e : net.events()) std::cerr << e << "\n";
     EXPECT_EQ(handlerError, ECONNRESET);  // the handler ended with the error...
     EXPECT_EQ(handlerEnded, *faults.resetAt);  // ...at the time of the reset
     EXPECT_EQ(reply.error, ECONNRESET);
