@@ -235,7 +235,12 @@ TEST(EchoServerTest, AGracefulStopLetsConnectionsFinishThenCancelsTheRestAtTheDe
         EXPECT_EQ(co_await readExactly(stream, 4), "idle");
         lingeringGot = co_await readToEnd(stream);  // waits past the deadline
       };
-      co_await weft::collectAll(server(), stopper(), quickClient(), lingeringClient());
+      auto [serverDone, stopperDone, quickDone, lingeringDone] =
+          co_await weft::collectAll(server(), stopper(), quickClient(), lingeringClient());
+      serverDone.value();  // each rethrows what its task threw
+      stopperDone.value();
+      quickDone.value();
+      lingeringDone.value();
     }());
     EXPECT_EQ(quickGot, "before after");  // finished in time, served to the end
     EXPECT_EQ(served, kStop + options.shutdownGrace);  // exactly at the deadline
