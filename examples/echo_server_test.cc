@@ -192,7 +192,7 @@ TEST(EchoServerTest, AResetInTheMiddleOfARequestEndsTheHandlerWithTheError) {
       handlerError = outcome.value();
       done.value();  // rethrows what the client threw
     }());
-    EXPECT_EQ(handlerError, ECONNRESET);  // the handler ended with the error...
+    EXPECT_EQ(handlerError, ECONNRESET);       // the handler ended with the error...
     EXPECT_EQ(handlerEnded, *faults.resetAt);  // ...at the time of the reset
     EXPECT_EQ(reply.error, ECONNRESET);
     EXPECT_EQ(reply.endedAt, *faults.resetAt);
@@ -204,7 +204,7 @@ TEST(EchoServerTest, AGracefulStopLetsConnectionsFinishThenCancelsTheRestAtTheDe
   weft::testing::forEachSeed(kSeeds, [](Simulation& sim) {
     Network net(sim);
     weft::TcpListener listener = net.listen("echo");
-    const Faults quick = Faults::random(sim);  // finishes within the grace
+    const Faults quick = Faults::random(sim);      // finishes within the grace
     const Faults lingering = Faults::random(sim);  // still open at the deadline
     const EchoOptions options{.idleTimeout = 0ms, .shutdownGrace = 5s};
     constexpr Duration kStop = 1s;
@@ -242,7 +242,7 @@ TEST(EchoServerTest, AGracefulStopLetsConnectionsFinishThenCancelsTheRestAtTheDe
       quickDone.value();
       lingeringDone.value();
     }());
-    EXPECT_EQ(quickGot, "before after");  // finished in time, served to the end
+    EXPECT_EQ(quickGot, "before after");               // finished in time, served to the end
     EXPECT_EQ(served, kStop + options.shutdownGrace);  // exactly at the deadline
     EXPECT_EQ(lingeringGot.error, 0);  // cancelled: its stream closed at the deadline
     EXPECT_EQ(lingeringGot.endedAt, kStop + options.shutdownGrace + lingering.toClient.latency);

@@ -31,9 +31,7 @@ std::string describe(const Faults::Path& path) {
     if (!out.empty()) out += ", ";
     out += text;
   };
-  const auto seconds = [](Faults::Duration d) {
-    return std::chrono::duration<double>(d).count();
-  };
+  const auto seconds = [](Faults::Duration d) { return std::chrono::duration<double>(d).count(); };
   if (path.latency != Faults::Duration::zero()) add("latency %.9g s", seconds(path.latency));
   if (path.bytesPerSecond != 0) add("%" PRIu64 " B/s", path.bytesPerSecond);
   if (path.randomChunks) {

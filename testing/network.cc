@@ -164,14 +164,14 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
     TcpStream* dest = nullptr;
     detail::SplitMix64 pieces{1};
     std::deque<Piece> queue;
-    Event queued;                // set while `queue` may hold pieces
-    Event room;                  // set when bytes in flight were delivered
-    Event receiverClosed;        // the receiver's side closed: a stall ends
-    std::size_t inFlight = 0;    // read from the source, not yet delivered
-    TimePoint linkFree{};        // when the link has sent what was read so far
-    TimePoint lastDeliverAt{};   // the delivery time of the last piece queued
-    std::uint64_t bytesIn = 0;   // read from the source
-    CancellationSource abort;    // stops both pumps
+    Event queued;               // set while `queue` may hold pieces
+    Event room;                 // set when bytes in flight were delivered
+    Event receiverClosed;       // the receiver's side closed: a stall ends
+    std::size_t inFlight = 0;   // read from the source, not yet delivered
+    TimePoint linkFree{};       // when the link has sent what was read so far
+    TimePoint lastDeliverAt{};  // the delivery time of the last piece queued
+    std::uint64_t bytesIn = 0;  // read from the source
+    CancellationSource abort;   // stops both pumps
   };
 
   struct Connection {
@@ -179,18 +179,18 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
     std::size_t index = 0;
     Faults faults;
     TimePoint start{};
-    TcpStream client;  // the relay's end of the client's socketpair
-    TcpStream server;  // the relay's socket, connected to the listener
+    TcpStream client;   // the relay's end of the client's socketpair
+    TcpStream server;   // the relay's socket, connected to the listener
     int clientFd = -1;  // the client's end (the test's stream) and its identity
     ino_t clientInode = 0;
     int serverFd = -1;  // the server's end, once accepted, and its identity
     ino_t serverInode = 0;
-    std::string key;    // `server`'s abstract address: the peer the server's end sees
+    std::string key;           // `server`'s abstract address: the peer the server's end sees
     bool resetClient = false;  // reset the client's side when the pipes have ended
     bool resetServer = false;
     bool serverResetPending = false;  // a reset of the server's side waits for its accept
-    Pipe up;    // to the server
-    Pipe down;  // to the client
+    Pipe up;                          // to the server
+    Pipe down;                        // to the client
   };
 
   State(Simulation& s, NetworkOptions o) : sim(s), options(o) {}
@@ -333,8 +333,11 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
         }
         std::size_t size =
             f.randomChunks ? 1 + static_cast<std::size_t>(p.pieces.below(f.maxChunk)) : f.maxChunk;
-        if (f.resetAfter) size = static_cast<std::size_t>(std::min<std::uint64_t>(size, *f.resetAfter - p.bytesIn));
-        if (f.shutdownAfter) size = static_cast<std::size_t>(std::min<std::uint64_t>(size, *f.shutdownAfter - p.bytesIn));
+        if (f.resetAfter)
+          size = static_cast<std::size_t>(std::min<std::uint64_t>(size, *f.resetAfter - p.bytesIn));
+        if (f.shutdownAfter)
+          size =
+              static_cast<std::size_t>(std::min<std::uint64_t>(size, *f.shutdownAfter - p.bytesIn));
         std::vector<std::byte> bytes(size);
         std::size_t n = 0;
         try {
@@ -561,9 +564,9 @@ std::ostream& operator<<(std::ostream& out, const NetworkEvent& event) {
   const bool directed = event.kind == NetworkEvent::Kind::kDeliver ||
                         event.kind == NetworkEvent::Kind::kEnd ||
                         event.kind == NetworkEvent::Kind::kReset;
-  std::snprintf(text, sizeof(text), "+%lld.%09lld s #%zu%s: %s", static_cast<long long>(ns / 1000000000),
-                static_cast<long long>(ns % 1000000000), event.connection,
-                directed ? (event.toServer ? " to server" : " to client") : "",
+  std::snprintf(text, sizeof(text), "+%lld.%09lld s #%zu%s: %s",
+                static_cast<long long>(ns / 1000000000), static_cast<long long>(ns % 1000000000),
+                event.connection, directed ? (event.toServer ? " to server" : " to client") : "",
                 kNames[static_cast<int>(event.kind)]);
   out << text;
   if (event.kind == NetworkEvent::Kind::kDeliver) out << ' ' << event.bytes << " B";

@@ -38,8 +38,8 @@ struct VirtualIoLoop::Limit {
   void (*complete)(IoOperation& op) noexcept = nullptr;  // the operation's own
   std::int64_t timeoutNs = -1;                           // the operation's own
   bool armed = false;                                    // the timer is armed on the simulation
-  bool expired = false;  // the timer fired and cancelled the operation
-  bool observe = false;  // an accept whose result the AcceptObservers are told of
+  bool expired = false;                // the timer fired and cancelled the operation
+  bool observe = false;                // an accept whose result the AcceptObservers are told of
   const void* progressMark = nullptr;  // a whole operation's buffer when last looked at
 };
 
