@@ -433,6 +433,38 @@ TEST(NetworkTest, ShutdownAfterBytesEndsOneDirectionOnly) {
   expectQuiet(sim, net);
 }
 
+TEST(NetworkTest, ShutdownAfterBytesTowardTheClient) {
+  Simulation sim(16);
+  Network net(sim);
+  TcpListener listener = net.listen("server");
+  Faults faults;
+  faults.toClient.shutdownAfter = 5;
+  faults.toClient.latency = 1s;
+  Received atClient;
+  Simulation::Duration serverDone{};
+  sim.run([&]() -> Lazy<void> {
+    auto server = [&]() -> Lazy<void> {
+      TcpStream stream = co_await listener.accept();
+      co_await stream.writeAll("hello world");
+      co_await weft::sleep(2s);
+      co_await stream.writeAll("more");  // dropped, and no error: the server does not know
+      serverDone = elapsed();
+      (void)co_await readToEnd(stream);  // until the client closes
+    };
+    auto client = [&]() -> Lazy<void> {
+      TcpStream stream = co_await net.connect("server", faults);
+      atClient = co_await readToEnd(stream);
+      co_await weft::sleep(5s);
+    };
+    co_await weft::collectAll(server(), client());
+  }());
+  EXPECT_EQ(atClient.bytes, "hello");
+  EXPECT_EQ(atClient.error, 0);
+  EXPECT_EQ(atClient.endedAt, 1s);
+  EXPECT_EQ(serverDone, 2s);
+  expectQuiet(sim, net);
+}
+
 TEST(NetworkTest, AHalfCloseReachesThePeerAfterItsBytesInBothDirections) {
   Simulation sim(7);
   Network net(sim);
