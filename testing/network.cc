@@ -195,6 +195,7 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
 
   State(Simulation& s, NetworkOptions o) : sim(s), options(o) {}
 
+  // noexcept: the loop calls it while it completes the accept.
   void accepted(int fd) noexcept override {
     std::string peer;
     try {
@@ -217,6 +218,8 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
     }
   }
 
+  // noexcept: called where the relay must go on (delivering, closing); a log entry lost
+  // for lack of memory is not worth stopping it.
   void record(NetworkEvent::Kind kind, const Connection& c, bool toServer,
               std::size_t bytes) noexcept {
     try {
@@ -229,7 +232,8 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
 
   // Makes `own` (a socket of the relay) have unread bytes, so that closing it resets its
   // peer: writes a byte from the peer's end (`peerFd`, if it is still the socket of
-  // `peerInode`) unless some are there already.
+  // `peerInode`) unless some are there already. noexcept: system calls whose failure
+  // only turns the reset into an end of stream (a peer that can no longer send).
   static void leaveUnread(int own, int peerFd, ino_t peerInode) noexcept {
     int unread = 0;
     if (::ioctl(own, FIONREAD, &unread) == 0 && unread > 0) return;
@@ -254,7 +258,7 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
     record(NetworkEvent::Kind::kReset, c, true, 0);
   }
 
-  // The pipes have ended: reset or close both sides.
+  // The pipes have ended: reset or close both sides. noexcept: closing cannot fail.
   void finish(Connection& c) noexcept {
     if (c.resetClient) {
       resetClientSide(c);
@@ -274,7 +278,7 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
   // The receiver of `p` is gone (a write to it failed: it closed): its kernel would answer
   // the sender with a reset. `p` stops; the sender's side is reset once the other pipe
   // has delivered what it carries (its source is the side that is gone: it ends soon).
-  static void receiverGone(Pipe& p) noexcept {
+  static void receiverGone(Pipe& p) noexcept {  // noexcept: flags and a cancellation
     Connection& c = *p.connection;
     (p.toServer ? c.resetClient : c.resetServer) = true;
     p.abort.requestCancellation();
@@ -359,8 +363,10 @@ struct Network::State final : detail::VirtualIoLoop::AcceptObserver {
         }
         now = ExecutorClock::now();
         if (n == 0) {  // the sender ended its stream
-          // Closed, not only ended (shutdownWrite): the other way has no receiver left.
-          if (hungUp(p.source->nativeHandle())) (p.toServer ? c.down : c.up).receiverClosed.set();
+          // Closed, not only ended (shutdownWrite): the other way has no receiver left,
+          // which ends a stall there.
+          Pipe& back = p.toServer ? c.down : c.up;
+          if (back.faults->stallAt && hungUp(p.source->nativeHandle())) back.receiverClosed.set();
           p.push({Kind::kEnd, later(std::max(now, p.linkFree), f.latency), {}});
           co_return;
         }
