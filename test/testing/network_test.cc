@@ -232,8 +232,8 @@ TEST(NetworkTest, BandwidthPacesTheSenderAndEachPieceArrivesWhenItsLastByteWould
   EXPECT_EQ(atClient.times.back(), 1s + 3s);
   for (const std::size_t size : atClient.sizes) EXPECT_LE(size, 1000u);
   // The server's writes waited for the link: only the socket buffers (a few KiB) were
-  // written ahead of it.
-  EXPECT_GE(bigWritten, 1s + 2s);
+  // written ahead of it (without the pacing, the write would end at 1 s).
+  EXPECT_GE(bigWritten, 1s + 1s);
   expectQuiet(sim, net);
 }
 
