@@ -239,9 +239,12 @@ step_bazel() {
       test/testing/simulation_test.cc; do
     targets+=("//:${f%.cc}")
   done
-  targets+=(//:examples/echo_server_test //:examples/fiber_echo_server_test //:examples/http_hello_test
-            //:examples/https_hello_test //:examples/kv_server_test //:examples/request_pipeline_test
-            //:examples/tls_echo_server_test)
+  # The servers run and talked to by test/examples/*.sh (examples/*_test.cc, their tests in
+  # virtual time, are in the loop above).
+  targets+=(//:examples/echo_server_script_test //:examples/fiber_echo_server_script_test
+            //:examples/http_hello_script_test //:examples/https_hello_script_test
+            //:examples/kv_server_script_test //:examples/request_pipeline_script_test
+            //:examples/tls_echo_server_script_test)
   # Stop the Bazel server afterwards: nothing of this run is left running.
   trap 'bazel shutdown >/dev/null 2>&1 || true' RETURN
   bazel test "${config[@]}" "${targets[@]}"

@@ -16,6 +16,7 @@
 #include "weft/coro/task_dump.h"
 #include "weft/executors/io_loop.h"
 #include "weft/executors/work_item.h"
+#include "weft/testing/detail/split_mix64.h"
 #include "weft/testing/detail/virtual_io_loop.h"
 #include "weft/testing/failure_hooks.h"
 
@@ -26,34 +27,8 @@ namespace {
 // The simulation running on this thread (inside Simulation::Scope), or nullptr.
 constinit thread_local Simulation* tlCurrent = nullptr;
 
-// SplitMix64 (Steele, Lea and Flood): a small generator whose output depends only on its
-// state, on every platform, which is what replaying a seed needs (std::uniform_int_distribution
-// is implementation-defined).
-class SplitMix64 {
- public:
-  explicit SplitMix64(std::uint64_t state) noexcept : state_(state) {}
-  std::uint64_t next() noexcept {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, bound) by the multiply-high method (bias below 2^-64 * bound).
-  std::uint64_t below(std::uint64_t bound) noexcept {
-    if (bound == 0) return 0;
-    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next()) * bound) >> 64);
-  }
-
- private:
-  std::uint64_t state_;
-};
-
-// Independent streams from one seed: the scheduler's, the tests', select's.
-std::uint64_t streamState(std::uint64_t seed, std::uint64_t stream) noexcept {
-  SplitMix64 mixer(seed ^ (stream * 0xD1B54A32D192ED03ull));
-  const std::uint64_t state = mixer.next();
-  return state != 0 ? state : 1;  // select's generator takes 0 as "not seeded"
-}
+using detail::SplitMix64;
+using detail::streamState;
 
 // "+12.500000000 s" from the start of the simulation.
 std::string formatElapsed(Simulation::Duration elapsed) {
@@ -342,6 +317,7 @@ Simulation::~Simulation() {
 }
 
 std::uint64_t Simulation::seed() const noexcept { return state_->seed; }
+detail::VirtualIoLoop& Simulation::ioLoop() noexcept { return *state_->loop; }
 Simulation::TimePoint Simulation::now() const noexcept { return state_->now; }
 std::uint64_t Simulation::steps() const noexcept { return state_->steps; }
 Simulation* Simulation::current() noexcept { return tlCurrent; }

@@ -23,7 +23,11 @@
 
 namespace weft::testing {
 
+class Network;
+
 namespace detail {
+
+class VirtualIoLoop;
 
 // What Simulation::run watches: set by the main task's completion callback. Shared with
 // that callback, so that a main task that could not be unwound after a deadlock (and
@@ -206,6 +210,9 @@ class Simulation final : public Executor {
  private:
   struct State;
   class Scope;
+  friend class Network;  // watches the accepts on the loop (VirtualIoLoop::AcceptObserver)
+
+  detail::VirtualIoLoop& ioLoop() noexcept;
 
   // For the templates: begins a run (checks the thread, makes the main task's token).
   CancellationToken beginRun();

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
 #include "weft/executors/executor_clock.h"
 
@@ -37,7 +38,9 @@ struct VirtualIoLoop::Limit {
   void (*complete)(IoOperation& op) noexcept = nullptr;  // the operation's own
   std::int64_t timeoutNs = -1;                           // the operation's own
   bool armed = false;                                    // the timer is armed on the simulation
-  bool expired = false;  // the timer fired and cancelled the operation
+  bool expired = false;                // the timer fired and cancelled the operation
+  bool observe = false;                // an accept whose result the AcceptObservers are told of
+  const void* progressMark = nullptr;  // a whole operation's buffer when last looked at
 };
 
 VirtualIoLoop::VirtualIoLoop(Executor& timers)
@@ -52,7 +55,8 @@ VirtualIoLoop::~VirtualIoLoop() {
 }
 
 bool VirtualIoLoop::submit(IoOperation& op) noexcept {
-  if (op.timeoutNs < 0) return inner_->submit(op);
+  const bool observe = op.opcode == IoOpcode::kAccept && !acceptObservers_.empty();
+  if (op.timeoutNs < 0 && !observe && !op.whole) return inner_->submit(op);
   // Recorded before the inner loop sees the operation, so that nothing can fail once it
   // is in flight with limitedComplete as its completion function.
   Limit* limit = nullptr;
@@ -61,20 +65,28 @@ bool VirtualIoLoop::submit(IoOperation& op) noexcept {
     limit = record.get();
     limits_.emplace(&op, std::move(record));
   } catch (...) {
-    return inner_->submit(op);  // no memory: the inner loop keeps the limit, in real time
+    // No memory: the inner loop keeps the limit, in real time; an accept that does not
+    // complete at once goes unobserved, and a whole operation's progress unreported.
+    const bool done = inner_->submit(op);
+    if (done && observe) notifyAccepted(op);
+    return done;
   }
   limit->loop = this;
   limit->op = &op;
   limit->complete = op.complete;
   limit->timeoutNs = op.timeoutNs;
+  limit->observe = observe;
   op.complete = &VirtualIoLoop::limitedComplete;
   op.timeoutNs = -1;
   if (inner_->submit(op)) {  // completed at once: no limit to keep
     op.complete = limit->complete;
     op.timeoutNs = limit->timeoutNs;
     limits_.erase(&op);
+    if (observe) notifyAccepted(op);
     return true;
   }
+  limit->progressMark = op.buffer;
+  if (limit->timeoutNs < 0) return false;  // watched only (an accept, a whole operation)
   limit->timer.deadline = deadlineAfter(limit->timeoutNs);
   limit->timer.complete = &VirtualIoLoop::limitExpired;
   limit->timer.owner = limit;
@@ -86,6 +98,22 @@ bool VirtualIoLoop::submit(IoOperation& op) noexcept {
     // through shutdown()): the operation waits without a limit until then.
   }
   return false;
+}
+
+void VirtualIoLoop::addAcceptObserver(AcceptObserver* observer) {
+  acceptObservers_.push_back(observer);
+}
+
+void VirtualIoLoop::removeAcceptObserver(AcceptObserver* observer) noexcept {
+  std::erase(acceptObservers_, observer);
+}
+
+void VirtualIoLoop::notifyAccepted(const IoOperation& op) noexcept {
+  if (op.result < 0) return;
+  // By index, from the back: an observer may remove itself while it is told.
+  for (std::size_t i = acceptObservers_.size(); i-- > 0;) {
+    if (i < acceptObservers_.size()) acceptObservers_[i]->accepted(static_cast<int>(op.result));
+  }
 }
 
 std::unique_ptr<VirtualIoLoop::Limit> VirtualIoLoop::release(IoOperation& op) noexcept {
@@ -109,14 +137,26 @@ std::size_t VirtualIoLoop::run(int timeoutMs) noexcept {
   VirtualIoLoop* const previous = std::exchange(tlRunning, this);
   const std::size_t completed = inner_->run(timeoutMs);
   tlRunning = previous;
-  return completed;
+  return completed + progressedWholeOperations();
 }
 
 std::size_t VirtualIoLoop::runFor(std::int64_t timeoutNs) noexcept {
   VirtualIoLoop* const previous = std::exchange(tlRunning, this);
   const std::size_t completed = inner_->runFor(timeoutNs);
   tlRunning = previous;
-  return completed;
+  return completed + progressedWholeOperations();
+}
+
+std::size_t VirtualIoLoop::progressedWholeOperations() noexcept {
+  std::size_t progressed = 0;
+  for (auto& [op, limit] : limits_) {
+    // The loop advances a whole operation's buffer past the bytes it moved.
+    if (op->whole && op->buffer != limit->progressMark) {
+      limit->progressMark = op->buffer;
+      ++progressed;
+    }
+  }
+  return progressed;
 }
 
 void VirtualIoLoop::shutdown() noexcept {
@@ -138,6 +178,7 @@ void VirtualIoLoop::limitedComplete(IoOperation& op) noexcept {
   // The limit cancelled it (and nothing else completed it first): report what the
   // inner loop's own limit would have.
   if (limit->expired && op.result == -ECANCELED && !op.loopShutDown) op.result = -ETIMEDOUT;
+  if (limit->observe) self->notifyAccepted(op);
   limit.reset();
   op.complete(op);
 }

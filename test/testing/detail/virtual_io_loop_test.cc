@@ -141,6 +141,36 @@ TEST(VirtualIoLoopTest, IoThatNothingWillCompleteIsADeadlock) {
   }
 }
 
+// A readExactly that reads part of what it waits for, inside a poll of the loop, makes
+// room for a writeAll waiting on its peer, but that edge comes only in the next
+// epoll_wait: the poll completed nothing, yet the I/O is not durably blocked. (Before the
+// loop reported such progress, time jumped over it: to the 10 s time limit here.)
+TEST(VirtualIoLoopTest, AWholeTransferThatMovesBytesIsProgressNotABlock) {
+  Simulation sim(7);
+  auto streams = streamPair();
+  TcpStream& reader = streams.first;
+  TcpStream& writer = streams.second;
+  const int small = 4096;  // a few small writes fill it (each costs some hundred bytes)
+  ASSERT_EQ(::setsockopt(writer.nativeHandle(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+  std::string got(60, '\0');
+  sim.run(weft::withTimeout(
+      [&]() -> Lazy<void> {
+        auto read = [&]() -> Lazy<void> {
+          co_await reader.readExactly(got);  // waits from the start, on the loop
+        };
+        auto write = [&]() -> Lazy<void> {
+          co_await weft::sleep(1s);
+          for (int i = 0; i < 20; ++i) co_await writer.writeAll("xyz");  // waits for room
+        };
+        co_await weft::collectAll(read(), write());
+      }(),
+      10s));
+  std::string expected;
+  for (int i = 0; i < 20; ++i) expected += "xyz";
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(sim.elapsed(), 1s);
+}
+
 TEST(VirtualIoLoopTest, ShutdownEndsIoInFlight) {
   Simulation sim(6);
   auto streams = streamPair();

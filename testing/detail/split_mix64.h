@@ -1,0 +1,39 @@
+#pragma once
+
+#include <cstdint>
+
+namespace weft::testing::detail {
+
+// SplitMix64 (Steele, Lea and Flood): a small generator whose output depends only on its
+// state, on every platform, which is what replaying a seed needs (std::uniform_int_distribution
+// is implementation-defined). Used by Simulation (scheduler, tests, select) and Network
+// (chunk sizes). noexcept: arithmetic. Not thread-safe: one owner.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(std::uint64_t state) noexcept : state_(state) {}
+  std::uint64_t next() noexcept {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, bound) by the multiply-high method (bias below 2^-64 * bound); 0 for 0.
+  std::uint64_t below(std::uint64_t bound) noexcept {
+    if (bound == 0) return 0;
+    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next()) * bound) >> 64);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+// The state of stream number `stream` of `seed`: independent streams from one seed (the
+// scheduler's, the tests', select's, each connection's). Never 0 (select's generator
+// takes 0 as "not seeded").
+inline std::uint64_t streamState(std::uint64_t seed, std::uint64_t stream) noexcept {
+  SplitMix64 mixer(seed ^ (stream * 0xD1B54A32D192ED03ull));
+  const std::uint64_t state = mixer.next();
+  return state != 0 ? state : 1;
+}
+
+}  // namespace weft::testing::detail
