@@ -32,7 +32,8 @@ cd "${work}"
 # Its output is in ${work}/<name>.out (-msg: every TLS message, the alerts it sends
 # included) and .err.
 s_client_session() {
-  local name="$1" port="$2" request="$3" answer="$4" client status=0 i
+  local name="$1" port="$2" request="$3" answer="$4" client status=0
+  local deadline=$((SECONDS + 60))  # a hang guard, not a timing claim
   shift 4
   local out="${work}/${name}.out" input="${work}/${name}.in"
   rm -f "${input}"
@@ -45,10 +46,10 @@ s_client_session() {
   exec 4>"${input}"  # the client's input, open until the answer came
   # shellcheck disable=SC2059  # the request is a printf format: "\r\n"
   printf "${request}" >&4
-  for ((i = 0; i < 1200; i++)); do  # up to a minute: a hang guard, not a timing claim
+  while ((SECONDS < deadline)); do
     grep -qF -- "${answer}" "${out}" && break
     kill -0 "${client}" 2>/dev/null || break
-    sleep 0.05
+    sleep 0.01
   done
   exec 4>&-
   wait "${client}" || status=$?

@@ -84,13 +84,13 @@ start_bounded() {
 # the process printed a whole line giving it; fails (returns 1) when the process ends
 # first, or after a minute (a hang guard, not a timing claim).
 wait_for_port() {
-  local out="$1" waited="$2" expression="$3" i
+  local out="$1" waited="$2" expression="$3" deadline=$((SECONDS + 60))
   port=""
-  for ((i = 0; i < 1200; i++)); do
+  while ((SECONDS < deadline)); do
     port="$(sed -n "${expression}" "${out}" | head -n 1)"
     [[ -n "${port}" ]] && return 0
     kill -0 "${waited}" 2>/dev/null || break
-    sleep 0.05
+    sleep 0.01
   done
   port="$(sed -n "${expression}" "${out}" | head -n 1)"
   [[ -n "${port}" ]]
