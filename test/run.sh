@@ -241,7 +241,7 @@ step_bazel() {
   done
   targets+=(//:examples/echo_server_test //:examples/fiber_echo_server_test //:examples/http_hello_test
             //:examples/https_get_test //:examples/https_hello_test //:examples/kv_server_test //:examples/request_pipeline_test
-            //:examples/tls_echo_server_test //:examples/tls_interop_test)
+            //:examples/tls_echo_server_test)
   # Stop the Bazel server afterwards: nothing of this run is left running.
   trap 'bazel shutdown >/dev/null 2>&1 || true' RETURN
   bazel test "${config[@]}" "${targets[@]}"

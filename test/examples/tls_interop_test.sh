@@ -19,8 +19,11 @@
 set -euo pipefail
 https_hello="$(realpath "$1")"
 tls_echo_server="$(realpath "$2")"
+# Beside this script; under Bazel, which runs it as examples/<name>_test, in its runfiles.
+lib="$(dirname "${BASH_SOURCE[0]}")/tls_test_lib.sh"
+[[ -f "${lib}" ]] || lib="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-}/test/examples/tls_test_lib.sh"
 # shellcheck source=test/examples/tls_test_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/tls_test_lib.sh"
+source "${lib}"
 tls_test_init openssl curl python3 timeout
 pki="${work}/pki"
 cd "${work}"
