@@ -32,6 +32,9 @@
 #      (about 1.5 minutes; a side whose toolchain, cargo or go, is missing is skipped)
 #   7. benchmark/io/run.sh: weft's servers against real peers -> docs/io-benchmarks.md
 #      (about 35 minutes more; see that script for its own settings)
+#   7b. benchmark/tls/run.sh: weft's TLS servers against nginx, Go, tokio (rustls and
+#      OpenSSL) and Asio -> docs/tls-benchmarks.md, linked from docs/performance.md's "TLS"
+#      section (about 40 minutes more; see that script for its own settings)
 #
 # Environment:
 #   WEFT_NO_INSTALL=1          install nothing
@@ -43,6 +46,7 @@
 #   WEFT_BENCH_SKIP_PAIRED=1   no paired rounds (step 4c)
 #   WEFT_BENCH_SKIP_TIMEOUT=1  no withTimeout comparison (step 6b)
 #   WEFT_BENCH_SKIP_IO=1       no I/O benchmarks (step 7)
+#   WEFT_BENCH_SKIP_TLS=1      no TLS benchmarks (step 7b)
 #   JOBS=n                     build parallelism
 # About 12 minutes on 2 cores, half of it compiling the 1000-deep template chains. Run it
 # on an idle machine: the report records the load average at the start.
@@ -369,5 +373,11 @@ fi
 if [[ "${WEFT_BENCH_SKIP_IO:-0}" != 1 ]]; then
   banner "benchmark/io/run.sh"
   benchmark/io/run.sh
+fi
+
+# --- 7b. TLS benchmarks ---------------------------------------------------------------
+if [[ "${WEFT_BENCH_SKIP_TLS:-0}" != 1 ]]; then
+  banner "benchmark/tls/run.sh"
+  benchmark/tls/run.sh
 fi
 echo "benchmark/run.sh: done in $(((SECONDS - start_seconds) / 60)) min $(((SECONDS - start_seconds) % 60)) s"

@@ -51,7 +51,7 @@ done
 packages=(build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev
           libboost-context-dev clang-16 libclang-rt-16-dev libc++-16-dev libc++abi-16-dev
           bazel-bootstrap valgrind g++-aarch64-linux-gnu qemu-user liburing-dev libssl-dev openssl
-          gdb binutils pkgconf python3-venv)
+          curl gdb binutils pkgconf python3-venv)
 CLANGXX=clang++-16
 jobs=()
 [[ -n "${JOBS:-}" ]] && jobs=(--parallel "${JOBS}")
@@ -242,9 +242,9 @@ step_bazel() {
   # The servers run and talked to by test/examples/*.sh (examples/*_test.cc, their tests in
   # virtual time, are in the loop above).
   targets+=(//:examples/echo_server_script_test //:examples/fiber_echo_server_script_test
-            //:examples/http_hello_script_test //:examples/https_hello_script_test
-            //:examples/kv_server_script_test //:examples/request_pipeline_script_test
-            //:examples/tls_echo_server_script_test)
+            //:examples/http_hello_script_test //:examples/https_get_script_test
+            //:examples/https_hello_script_test //:examples/kv_server_script_test
+            //:examples/request_pipeline_script_test //:examples/tls_echo_server_script_test)
   # Stop the Bazel server afterwards: nothing of this run is left running.
   trap 'bazel shutdown >/dev/null 2>&1 || true' RETURN
   bazel test "${config[@]}" "${targets[@]}"

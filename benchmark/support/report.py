@@ -74,6 +74,22 @@ KEPT_TIMERS_SECTION = "## Timers in the workers (issue #29)"
 KEPT_IO_SECTION = "### `writeAll` and `readExactly` without a coroutine frame (issue #29)"
 
 
+# The TLS section: a pointer to the report benchmark/tls/run.sh writes (step 7b).
+TLS_SECTION = [
+    "## TLS (issue #30)",
+    "",
+    "weft's HTTPS and TLS echo servers (`examples/https_hello`, `examples/tls_echo_server`) "
+    "against nginx, Go `crypto/tls`, tokio (tokio-rustls and tokio-openssl) and Asio "
+    "`ssl::stream`: HTTPS keep-alive, TLS echo, full and resumed handshakes per server "
+    "CPU-second and RSS per idle TLS connection, with ratios and charts, are in "
+    "[tls-benchmarks.md](tls-benchmarks.md), written by `benchmark/tls/run.sh` (step 7b of "
+    "`benchmark/run.sh`).",
+    "",
+    "![TLS requests per server CPU-second](images/tls-req-per-cpu.svg)",
+    "",
+]
+
+
 def kept_section(path, heading=KEPT_SECTION):
     """The lines of the section `heading` in the existing report at `path` (up to the next
     "## " heading), or [] when there is none."""
@@ -778,6 +794,8 @@ def main():
     w("![requests per server CPU-second](images/io-req-per-cpu.svg)")
     w("")
     for line in kept_section(args.out, KEPT_IO_SECTION):
+        w(line)
+    for line in TLS_SECTION:
         w(line)
     timeout_section = kept_section(args.out)
     for line in timeout_section:

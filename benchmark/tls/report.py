@@ -8,7 +8,9 @@
 
 Built on benchmark/io/report.py (its medians, tables, charts and header). Ratios: each
 server's median against the best median of the framework peers (Go crypto/tls,
-tokio-rustls) and against nginx, for req/s and for requests per server CPU-second.
+tokio-rustls, tokio-openssl, Asio ssl::stream) and against nginx, for req/s and for
+requests per server CPU-second. The resumed-handshake workload also gives, per server, the
+share of its connections that did resume (loadgen's "resumed").
 """
 
 import importlib.util
@@ -20,11 +22,14 @@ _spec = importlib.util.spec_from_file_location(
 io = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(io)
 
-PEERS = ("go", "tokio")
+PEERS = ("go", "tokio", "tokio-openssl", "asio")
 REFS = [("peers", PEERS), ("nginx", ("nginx",))]
 # The summary's columns: weft's two backends, then the others.
 COLUMNS = (("weft io_uring", "uring"), ("weft epoll", "epoll"), ("go", "go"),
-           ("tokio", "tokio"), ("nginx", "nginx"))
+           ("tokio", "tokio"), ("tokio-openssl", "tokio-openssl"), ("asio", "asio"),
+           ("nginx", "nginx"))
+# Below this share of resumed connections, a resumed-handshake figure is marked.
+RESUMED_ENOUGH = 0.9
 
 
 def kind(workload):
@@ -40,7 +45,8 @@ def workload_order(names):
 
 def server_order(names):
     rank = {n: i for i, n in enumerate(("weft-https-uring", "weft-https-epoll", "weft-echo-uring",
-                                        "weft-echo-epoll", "go", "tokio", "nginx"))}
+                                        "weft-echo-epoll", "go", "tokio", "tokio-openssl",
+                                        "asio", "nginx"))}
     return sorted(names, key=lambda n: (rank.get(n, 100), n))
 
 
@@ -57,6 +63,15 @@ def describe(workload):
     if m:
         return "TLS echo ping-pong, %s-byte messages, %s connection%s (`loadgen -tls`)" % (
             m.group(1), m.group(2), "" if m.group(2) == "1" else "s")
+    m = re.match(r"handshake-resumed-c(\d+)$", workload)
+    if m:
+        return ("new connections with resumed handshakes: %s clients, each connecting, "
+                "offering the session ticket its previous connection received (TLS 1.3 PSK "
+                "with a new X25519 exchange: no certificate, no signature), sending one HTTP "
+                "GET, reading the answer and closing, again and again (`loadgen -tls -http "
+                "-resume -mode connect`); *resumed* is the share of the measured connections "
+                "that did resume (a server that refuses a ticket makes a full handshake)"
+                % m.group(1))
     m = re.match(r"handshake-c(\d+)$", workload)
     if m:
         return ("new connections: %s clients, each connecting, making a full TLS 1.3 handshake, "
@@ -79,7 +94,25 @@ def read_checks(results):
         return [tuple(line.rstrip("\n").split("\t", 3)) for line in f if line.count("\t") >= 3]
 
 
-def summary(w, table):
+def resumed_share(runs, workload, server):
+    """The share of the measured connections that resumed, over the server's ok runs of a
+    resumed-handshake workload; None elsewhere."""
+    done = [r for r in runs if r["workload"] == workload and r["server"] == server and
+            r["status"] == "ok" and "resumed" in r and r.get("requests")]
+    if not done:
+        return None
+    return sum(r["resumed"] for r in done) / sum(r["requests"] for r in done)
+
+
+def resumed_note(runs, workload, server):
+    """" (N % resumed)" after a resumed-handshake figure below RESUMED_ENOUGH, else ""."""
+    share = resumed_share(runs, workload, server)
+    if share is None or share >= RESUMED_ENOUGH:
+        return ""
+    return " (%.0f %% resumed)" % (100 * share)
+
+
+def summary(w, table, runs):
     """One row per workload: each server's headline median (per server CPU-second; RSS per
     connection for idle) and weft io_uring's against the best peer and nginx."""
     w("## Summary")
@@ -87,8 +120,11 @@ def summary(w, table):
     w("Requests (HTTPS, echo) or new connections (handshake) per server CPU-second, medians; "
       "for idle, KiB of RSS per connection (lower is better). *weft* is `https_hello` (HTTPS, "
       "handshake, idle) or `tls_echo_server` (echo); *vs best peer* divides weft io_uring's "
-      "figure by the best of Go and tokio, *vs nginx* by nginx's (above 1: weft does more "
-      "per CPU-second; for idle, above 1: weft holds more memory).")
+      "figure by the best of Go, tokio (rustls or OpenSSL) and Asio, *vs nginx* by nginx's "
+      "(above 1: weft does more per CPU-second; for idle, above 1: weft holds more memory). "
+      "In handshake-resumed, a figure marked *(N %% resumed)* comes from a server that "
+      "resumed fewer than %.0f %% of its connections (the rest were full handshakes)." %
+      (100 * RESUMED_ENOUGH))
     w("")
     w("| workload | " + " | ".join(label for label, _ in COLUMNS) + " | vs best peer | vs nginx |")
     w("|---|" + "---|" * (len(COLUMNS) + 2))
@@ -100,7 +136,9 @@ def summary(w, table):
         names = [weft_server(wl, b) if b in ("uring", "epoll") else b for _, b in COLUMNS]
         weft = cell(names[0])
         w("| %s | %s | %s | %s |" % (
-            wl, " | ".join(io.fmt(cell(n), 2 if idle else 0) for n in names),
+            wl, " | ".join(io.fmt(cell(n), 2 if idle else 0) +
+                           (resumed_note(runs, wl, n) if cell(n) is not None else "")
+                           for n in names),
             io.ratio(weft, io.best(servers, PEERS, m, lower=idle)),
             io.ratio(weft, cell("nginx"))))
     w("")
@@ -132,7 +170,7 @@ def charts(table, images, out_dir):
     )
     color = lambda s: "#d95f02" if s.startswith("weft") else "#1b9e77" if s == "nginx" else "#7570b3"
     return io.bar_charts(table, images, out_dir, plots, (workload_order, server_order), color,
-                         "purple: Go/tokio, green: nginx, orange: weft", "weft-tls")
+                         "purple: Go/tokio/Asio, green: nginx, orange: weft", "weft-tls")
 
 
 def report(a):
@@ -143,7 +181,8 @@ def report(a):
 
     md = []
     w = md.append
-    io.header(w, a, runs, "TLS benchmarks: weft's TLS servers against nginx, Go and tokio", "tls")
+    io.header(w, a, runs, "TLS benchmarks: weft's TLS servers against nginx, Go, tokio and Asio",
+              "tls")
     if a.repetitions <= 1 or float(a.duration) < 3:
         w("**A smoke run** (%d repetition%s of %s s): it shows that every server builds, "
           "serves and is measured, not how they compare." % (
@@ -158,7 +197,11 @@ def report(a):
       "on weft::TlsStream and the system's OpenSSL; **nginx** (HTTPS only) is Debian's "
       "nginx-light, one worker, `return 200 \"hello\"`, the same OpenSSL; **go** is "
       "`crypto/tls` with a goroutine per connection; **tokio** is tokio-rustls (rustls on "
-      "its ring provider) on the current_thread runtime. Sources: `benchmark/io/peers/` "
+      "its ring provider) on the current_thread runtime, **tokio-openssl** the same program "
+      "with tokio-openssl on the system's OpenSSL; **asio** is standalone Asio's "
+      "`ssl::stream` with C++20 coroutines on one `io_context` (epoll), the same OpenSSL. "
+      "nginx, tokio-openssl, Asio and weft share one OpenSSL, so that between them the "
+      "runtime is what differs. Sources: `benchmark/io/peers/` "
       "(BENCH_TLS_CERT and BENCH_TLS_KEY turn TLS on). Each keeps its library's defaults "
       "(versions, session tickets sent after a handshake); the HTTP servers other than nginx "
       "answer each request with the same fixed 5-byte body.")
@@ -167,8 +210,9 @@ def report(a):
       "`openssl` command, for every server. Every client speaks TLS 1.3 with "
       "TLS_AES_128_GCM_SHA256 and X25519 only (wrk and `openssl s_client` through an "
       "OPENSSL_CONF the script writes; `benchmark/io/loadgen -tls` by its configuration) "
-      "and resumes no session, so each connection makes a full handshake, signed with "
-      "ECDSA P-256. The check below confirms what each server negotiated.")
+      "and, but in handshake-resumed, resumes no session, so each connection makes a full "
+      "handshake, signed with ECDSA P-256. The check below confirms what each server "
+      "negotiated.")
     w("")
     w("Each run starts a fresh server pinned with `taskset` to CPU %s and the client "
       "pinned to CPU %s. HTTPS uses `wrk -t1 --latency` after a warm-up run of the same "
@@ -186,7 +230,7 @@ def report(a):
       "succeeded. The machine has 2 cores: expect noise of tens of percent between runs." %
       (a.server_cpus, a.client_cpus))
     w("")
-    summary(w, table)
+    summary(w, table, runs)
     servers_checked(w, read_checks(a.results))
     io.chart_links(w, images)
     for wl in workload_order(table):
@@ -200,6 +244,11 @@ def report(a):
         else:
             io.throughput_table(w, servers, server_order(servers), REFS,
                                 "conn" if kind(wl) == "handshake" else "req")
+        shares = [(n, resumed_share(runs, wl, n)) for n in server_order(servers)]
+        shares = [(n, v) for n, v in shares if v is not None]
+        if shares:
+            w("")
+            w("Resumed: %s." % ", ".join("%s %.0f %%" % (n, 100 * v) for n, v in shares))
         negotiated = sorted({r["tls"] for r in runs if r["workload"] == wl and r.get("tls")})
         if negotiated:
             w("")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compares weft's TLS servers (examples/https_hello, examples/tls_echo_server) with nginx,
-# Go and tokio on 127.0.0.1 and writes docs/tls-benchmarks.md with its charts in
-# docs/images/tls-*.svg.
+# Go, tokio (tokio-rustls and tokio-openssl) and Asio on 127.0.0.1 and writes
+# docs/tls-benchmarks.md with its charts in docs/images/tls-*.svg.
 #
 #   benchmark/tls/run.sh
 #
@@ -9,9 +9,10 @@
 #   1. install missing Debian packages (WEFT_NO_INSTALL=1: none); build weft's two TLS
 #      examples in ${WEFT_BUILD} (configured there first if it is not a build tree yet),
 #      the Go and tokio peers and the load generator under build/io-peers/ (as
-#      benchmark/io/run.sh does); make a key and a self-signed certificate for this run
-#      with the openssl command (ECDSA P-256, under build/tls-bench-results/: no key is
-#      committed)
+#      benchmark/io/run.sh does), the tokio peer a second time with tokio-openssl
+#      (build/io-peers/tokio-openssl/) and the Asio peer with TLS (g++ -O2 -DBENCH_TLS=1,
+#      -lssl -lcrypto); make a key and a self-signed certificate for this run with the
+#      openssl command (ECDSA P-256, under build/tls-bench-results/: no key is committed)
 #   2. check every server once per protocol before measuring: HTTPS with curl (the
 #      certificate verified, the body "hello") and openssl s_client, echo with python's
 #      ssl (512 bytes back, three times); what was negotiated must be TLS 1.3,
@@ -24,19 +25,23 @@
 #
 # Servers: weft's examples/https_hello (HTTP) and examples/tls_echo_server (echo), each
 # with WEFT_IO_BACKEND=io_uring and =epoll; nginx (HTTP only, benchmark/io/peers/nginx, one
-# worker); Go crypto/tls and tokio-rustls (benchmark/io/peers/go and tokio, both protocols).
-# Every server gets the certificate and key (weft's as arguments, the peers' in
-# BENCH_TLS_CERT and BENCH_TLS_KEY), one thread, CPU 0; each keeps its own defaults for the
-# rest (TLS 1.2 and 1.3 accepted, session tickets).
+# worker); Go crypto/tls, tokio-rustls, tokio-openssl and Asio ssl::stream
+# (benchmark/io/peers/go, tokio and asio, both protocols). nginx, tokio-openssl, Asio and
+# weft share the system's OpenSSL: between them the runtime is what differs. Every server
+# gets the certificate and key (weft's as arguments, the peers' in BENCH_TLS_CERT and
+# BENCH_TLS_KEY), one thread, CPU 0; each keeps its own defaults for the rest (TLS 1.2 and
+# 1.3 accepted, session tickets).
 #
 # Workloads (the client on CPU 1): HTTPS hello keep-alive with wrk -t1 at 10, 100 and 400
 # connections; TLS echo ping-pong of 512 bytes at 1, 100 and 1,000 connections
 # (benchmark/io/loadgen -tls); new connections: 16 loadgen clients, each connecting, making
 # a full handshake, sending one HTTP GET, reading the answer and closing, again and again
-# (handshakes per server CPU-second); 2,000 idle HTTPS connections, each after one request
+# (handshakes per server CPU-second); the same with resumed handshakes (loadgen -resume:
+# each client offers the session ticket its previous connection received; the report
+# gives the share that did resume); 2,000 idle HTTPS connections, each after one request
 # (RSS per connection). Every client speaks TLS 1.3 with only TLS_AES_128_GCM_SHA256 and
-# X25519 and resumes no session: wrk and s_client through an OPENSSL_CONF the script
-# writes, loadgen by its own configuration.
+# X25519 and, but in the resumed workload, resumes no session: wrk and s_client through an
+# OPENSSL_CONF the script writes, loadgen by its own configuration.
 #
 # Environment:
 #   WEFT_BUILD=dir                  where weft's examples are (default build/gcc-release)
@@ -54,7 +59,7 @@
 #   WEFT_NO_INSTALL=1               install no package
 # Raw results: build/tls-bench-results/ (one JSON file per run, server logs, build logs,
 # checks.tsv). It takes build/io-bench.lock, as benchmark/io/run.sh does: the two share the
-# peers' build and must not share the CPUs. With the defaults: about 25 minutes.
+# peers' build and must not share the CPUs. With the defaults: about 40 minutes.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -80,7 +85,8 @@ bench_start "${repo}/build/io-bench.lock"
 raise_fd_limit "${idle_conns}"
 
 # --- 1. packages, builds, the certificate --------------------------------------------------
-install_packages g++ cmake ninja-build libssl-dev openssl curl nginx-light wrk python3-matplotlib
+install_packages g++ cmake ninja-build libssl-dev openssl curl nginx-light wrk python3-matplotlib \
+  libasio-dev pkgconf
 
 banner "building weft's TLS examples, the peers and the load generator (logs in ${results}/logs/build-*.log)"
 weft_targets=(weft_examples_https_hello weft_examples_tls_echo_server)
@@ -91,6 +97,17 @@ fi
 [[ -f "${weft_build}/CMakeCache.txt" ]] &&
   { build weft cmake --build "${weft_build}" --target "${weft_targets[@]}" -j2 || true; }
 build_go_and_tokio
+# A peer that fails to build must not run last time's binary.
+rm -f "${peers}/asio_tls_peer" "${peers}/tokio-openssl/release/tokio-peer"
+build asio-tls "${CXX:-g++}" -std=c++20 -O2 -DNDEBUG -pthread -DBENCH_TLS=1 \
+  -o "${peers}/asio_tls_peer" benchmark/io/peers/asio/main.cc -lssl -lcrypto || true
+if command -v cargo >/dev/null; then
+  # The tokio peer with tokio-openssl in place of tokio-rustls (openssl-sys finds the
+  # system's OpenSSL with pkg-config).
+  build tokio-openssl cargo build --release --locked --no-default-features --features openssl \
+    --manifest-path benchmark/io/peers/tokio/Cargo.toml --target-dir "${peers}/tokio-openssl" ||
+    true
+fi
 command -v nginx >/dev/null || note nginx "nginx is not installed (Debian nginx-light)"
 command -v wrk >/dev/null || note - "wrk is not installed (Debian wrk): HTTPS workloads skipped"
 
@@ -129,6 +146,8 @@ servers=(
   "weft-echo-epoll|echo|WEFT_IO_BACKEND=epoll|${weft_build}/examples/tls_echo_server @PORT@ ${cert} ${key}"
   "go|echo,http||${peers}/go-peer"
   "tokio|echo,http||${peers}/tokio/release/tokio-peer"
+  "tokio-openssl|echo,http||${peers}/tokio-openssl/release/tokio-peer"
+  "asio|echo,http||${peers}/asio_tls_peer"
   "nginx|http||${repo}/benchmark/io/peers/nginx/serve.sh"
 )
 select_servers WEFT_TLS_BENCH_SERVERS
@@ -232,6 +251,7 @@ workloads=(
   "tls-echo-512B-c100|echo|1|loadgen|-tls -mode pingpong -size 512 -conns 100|"
   "tls-echo-512B-c1000|echo|1|loadgen|-tls -mode pingpong -size 512 -conns 1000|"
   "handshake-c16|http|1|loadgen|-tls -http -mode connect -conns 16|"
+  "handshake-resumed-c16|http|1|loadgen|-tls -http -resume -mode connect -conns 16|"
   "idle-c${idle_conns}|http|1|loadgen|-tls -http -mode idle -conns ${idle_conns}|"
 )
 

@@ -21,6 +21,13 @@
 // only key exchange group and no session cache, so that each connection makes a full
 // handshake (in -mode connect: one handshake per request). The server's certificate is
 // not verified: benchmark/tls/run.sh makes a self-signed one for each run.
+// -resume (with -tls): a session cache, so that each new connection offers a session
+// ticket the server sent to an earlier one (a resumed TLS 1.3 handshake: PSK with a new
+// X25519 exchange, no certificate, no signature); in -mode connect each client has its
+// own cache, so its next connection offers the ticket its last one received. In -mode
+// connect the result's "resumed" counts the measured connections that did resume: a
+// server that sends no ticket, or refuses it, makes full handshakes, and the report says
+// so.
 // -http (with -mode connect or idle): the message is an HTTP/1.1 GET and the answer one
 // HTTP response (any headers, its Content-Length body), in place of -size bytes echoed.
 //
@@ -160,6 +167,7 @@ type result struct {
 	FirstError   string  `json:"first_error,omitempty"`
 	ServerAlive  bool    `json:"server_alive"`
 	TLS          string  `json:"tls,omitempty"`
+	Resumed      *uint64 `json:"resumed,omitempty"` // -resume: measured connections that resumed
 }
 
 var (
@@ -178,19 +186,23 @@ func fail(err error) {
 // ---- dialing, and one request and its answer ----
 
 var (
-	tlsConfig     *tls.Config  // nil: plain TCP
-	httpExchanges bool         // -http
-	negotiated    atomic.Value // the first TLS connection's version and cipher suite
+	tlsConfig     *tls.Config   // nil: plain TCP
+	httpExchanges bool          // -http
+	negotiated    atomic.Value  // the first TLS connection's version and cipher suite
+	resumed       atomic.Uint64 // -mode connect: measured connections that resumed a session
 	httpRequest   = []byte("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 )
 
 // dial connects to addr and, with -tls, completes the handshake before it returns.
-func dial(addr string) (net.Conn, error) {
+func dial(addr string) (net.Conn, error) { return dialWith(addr, tlsConfig) }
+
+// dialWith is dial with this TLS configuration (nil: plain TCP).
+func dialWith(addr string, config *tls.Config) (net.Conn, error) {
 	c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
-	if err != nil || tlsConfig == nil {
+	if err != nil || config == nil {
 		return c, err
 	}
-	t := tls.Client(c, tlsConfig)
+	t := tls.Client(c, config)
 	t.SetDeadline(time.Now().Add(5 * time.Second))
 	if err := t.Handshake(); err != nil {
 		c.Close()
@@ -363,13 +375,25 @@ func connect(addr string, clients, size int, warmup, duration time.Duration, pid
 			defer wg.Done()
 			out := make([]byte, size)
 			in := make([]byte, size)
+			// -resume: each client its own session cache, as a client process has: its
+			// next connection offers the ticket its last one received (a server may take
+			// each ticket once: rustls does).
+			config := tlsConfig
+			if config != nil && config.ClientSessionCache != nil {
+				config = tlsConfig.Clone()
+				config.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+			}
 			var n uint64
 			for !stopped.Load() {
 				t := time.Now()
-				c, err := dial(addr)
+				c, err := dialWith(addr, config)
+				didResume := false
 				if err == nil {
 					c.SetDeadline(time.Now().Add(5 * time.Second))
 					err = exchange(c, out, in)
+					if t, ok := c.(*tls.Conn); ok {
+						didResume = t.ConnectionState().DidResume
+					}
 					c.Close()
 				}
 				if err != nil {
@@ -381,6 +405,9 @@ func connect(addr string, clients, size int, warmup, duration time.Duration, pid
 				if measuring.Load() {
 					h.record(time.Since(t))
 					n++
+					if didResume {
+						resumed.Add(1)
+					}
 				}
 			}
 			total.Add(n)
@@ -446,6 +473,7 @@ func main() {
 	pidList := flag.String("pids", "", "comma-separated pids of the server's processes")
 	useTLS := flag.Bool("tls", false, "TLS 1.3 on every connection (the certificate is not verified)")
 	flag.BoolVar(&httpExchanges, "http", false, "connect, idle: an HTTP GET and its response")
+	resume := flag.Bool("resume", false, "with -tls: resume sessions (one cache for all connections)")
 	flag.Parse()
 	if *useTLS {
 		tlsConfig = &tls.Config{
@@ -457,6 +485,13 @@ func main() {
 			CurvePreferences: []tls.CurveID{tls.X25519},
 			// No ClientSessionCache: no resumption, every connection a full handshake.
 		}
+		if *resume {
+			// Keyed by the server's address (-mode connect: one per client, see there).
+			tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+		}
+	} else if *resume {
+		fmt.Fprintln(os.Stderr, "loadgen: -resume goes with -tls")
+		os.Exit(2)
 	}
 	if httpExchanges && *mode != "connect" && *mode != "idle" {
 		fmt.Fprintln(os.Stderr, "loadgen: -http goes with -mode connect or idle")
@@ -500,6 +535,10 @@ func main() {
 	r.ServerAlive = len(pids) == 0 || alive(pids)
 	if v, ok := negotiated.Load().(string); ok {
 		r.TLS = v
+	}
+	if *resume {
+		n := resumed.Load()
+		r.Resumed = &n
 	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))

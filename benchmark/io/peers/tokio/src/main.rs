@@ -2,19 +2,22 @@
 //! SIGINT/SIGTERM. WEFT_THREADS (default 1): 1 -> current_thread runtime, n -> multi-thread
 //! with n workers. BENCH_PROTOCOL=echo|http (default echo). READ_TIMEOUT_MS bounds each
 //! echo read (tokio::time::timeout); the connection is closed when it expires.
-//! BENCH_TLS_CERT=chain.pem BENCH_TLS_KEY=key.pem: every connection is TLS (tokio-rustls,
-//! rustls's defaults on the ring provider: TLS 1.2 and 1.3; ALPN http/1.1 for http),
-//! the handshake in the connection's own task.
+//! BENCH_TLS_CERT=chain.pem BENCH_TLS_KEY=key.pem: every connection is TLS, the handshake
+//! in the connection's own task, ALPN http/1.1 for http. Built with the default feature
+//! `rustls`: tokio-rustls, rustls's defaults on the ring provider (TLS 1.2 and 1.3). Built
+//! with `--no-default-features --features openssl`: tokio-openssl on the system's OpenSSL,
+//! configured the way the openssl crate recommends for servers
+//! (SslAcceptor::mozilla_intermediate_v5: TLS 1.2 and 1.3, OpenSSL's session tickets).
 
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::TlsAcceptor;
+
+#[cfg(all(feature = "rustls", feature = "openssl"))]
+compile_error!("features `rustls` and `openssl` are two TLS stacks: build with one of them");
+#[cfg(not(any(feature = "rustls", feature = "openssl")))]
+compile_error!("a TLS stack is needed: feature `rustls` (the default) or `openssl`");
 
 const RESPONSE: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
@@ -83,31 +86,94 @@ async fn http<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) {
     }
 }
 
+// TLS by tokio-rustls.
+#[cfg(feature = "rustls")]
+mod tls {
+    use std::sync::Arc;
+    use tokio::net::TcpStream;
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    pub type Acceptor = tokio_rustls::TlsAcceptor;
+
+    pub fn acceptor(cert: &str, key: &str, is_http: bool) -> Acceptor {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .and_then(|certs| certs.collect())
+            .unwrap_or_else(|e| panic!("BENCH_TLS_CERT {cert}: {e}"));
+        let key = PrivateKeyDer::from_pem_file(key)
+            .unwrap_or_else(|e| panic!("BENCH_TLS_KEY {key}: {e}"));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("certificate and key");
+        if is_http {
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        }
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+
+    pub async fn accept(
+        acceptor: &Acceptor,
+        s: TcpStream,
+    ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+        acceptor.accept(s).await.ok()
+    }
+}
+
+// TLS by tokio-openssl.
+#[cfg(feature = "openssl")]
+mod tls {
+    use openssl::ssl::{select_next_proto, AlpnError, Ssl, SslAcceptor, SslFiletype, SslMethod};
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use tokio::net::TcpStream;
+
+    pub type Acceptor = Arc<SslAcceptor>;
+
+    pub fn acceptor(cert: &str, key: &str, is_http: bool) -> Acceptor {
+        let mut builder =
+            SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).expect("SSL_CTX");
+        builder
+            .set_certificate_chain_file(cert)
+            .unwrap_or_else(|e| panic!("BENCH_TLS_CERT {cert}: {e}"));
+        builder
+            .set_private_key_file(key, SslFiletype::PEM)
+            .unwrap_or_else(|e| panic!("BENCH_TLS_KEY {key}: {e}"));
+        builder
+            .check_private_key()
+            .expect("the key does not match the certificate");
+        if is_http {
+            builder.set_alpn_select_callback(|_, client| {
+                select_next_proto(b"\x08http/1.1", client).ok_or(AlpnError::NOACK)
+            });
+        }
+        Arc::new(builder.build())
+    }
+
+    pub async fn accept(
+        acceptor: &Acceptor,
+        s: TcpStream,
+    ) -> Option<tokio_openssl::SslStream<TcpStream>> {
+        let ssl = Ssl::new(acceptor.context()).ok()?;
+        let mut stream = tokio_openssl::SslStream::new(ssl, s).ok()?;
+        Pin::new(&mut stream).accept().await.ok()?;
+        Some(stream)
+    }
+}
+
 // The TLS acceptor when BENCH_TLS_CERT and BENCH_TLS_KEY name a chain and its key.
-fn tls_acceptor(is_http: bool) -> Option<TlsAcceptor> {
-    let (cert, key) = match (
+fn tls_acceptor(is_http: bool) -> Option<tls::Acceptor> {
+    match (
         std::env::var("BENCH_TLS_CERT"),
         std::env::var("BENCH_TLS_KEY"),
     ) {
-        (Ok(c), Ok(k)) => (c, k),
-        _ => return None,
-    };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
-        .and_then(|certs| certs.collect())
-        .unwrap_or_else(|e| panic!("BENCH_TLS_CERT {cert}: {e}"));
-    let key =
-        PrivateKeyDer::from_pem_file(&key).unwrap_or_else(|e| panic!("BENCH_TLS_KEY {key}: {e}"));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("certificate and key");
-    if is_http {
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        (Ok(cert), Ok(key)) => Some(tls::acceptor(&cert, &key, is_http)),
+        _ => None,
     }
-    Some(TlsAcceptor::from(Arc::new(config)))
 }
 
 async fn serve(port: u16) {
@@ -133,7 +199,7 @@ async fn serve(port: u16) {
                     (Some(acceptor), _) => {
                         let acceptor = acceptor.clone();
                         tokio::spawn(async move {
-                            let Ok(s) = acceptor.accept(s).await else { return };
+                            let Some(s) = tls::accept(&acceptor, s).await else { return };
                             if is_http { http(s).await } else { echo(s, timeout).await }
                         });
                     }
