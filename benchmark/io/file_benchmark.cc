@@ -13,7 +13,8 @@
 // whole process's CPU time per operation, blocking-pool threads included).
 //
 // The file is made in TMPDIR (default /tmp) and removed at exit. WEFT_BENCH_ITERATIONS=n
-// fixes the iteration counts, as in tcp_stream_benchmark.
+// fixes the iteration counts, as in tcp_stream_benchmark; WEFT_BENCH_SMOKE=1 runs 640
+// operations per iteration instead of 20,000.
 
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -37,7 +38,10 @@ namespace {
 using weft::Lazy;
 
 constexpr std::uint64_t kFileSize = 64ull << 20;
-constexpr std::int64_t kOperations = 20000;
+
+// Operations per iteration: 20,000, or 640 under WEFT_BENCH_SMOKE=1 (test/run.sh's crash
+// check of every benchmark).
+const std::int64_t kOperations = std::getenv("WEFT_BENCH_SMOKE") != nullptr ? 640 : 20000;
 
 void fixIterations(benchmark::internal::Benchmark* b) {
   const char* fixed = std::getenv("WEFT_BENCH_ITERATIONS");
