@@ -374,7 +374,7 @@ class TcpStream {
   // fine too. Precondition: no operation in flight. noexcept.
   int release() noexcept {
     const int fd = std::exchange(fd_, -1);
-    IoLoop::retireDescriptor(fd);
+    detail::releaseDescriptor(fd);
     return fd;
   }
 
