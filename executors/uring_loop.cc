@@ -345,7 +345,7 @@ class UringLoop final : public IoLoopBase {
       // kernel (cancelled, timed out) with its completion waiting for this loop's turn, as
       // epoll's ready ops.
       const bool neverTookEffect = slot.where != Where::kReady;
-      const bool timer = slot.timer;
+      const bool timer = slot.timer && !consumed(slot.timerTail);
       remove(listOf(slot), op);
       retire(op, index);
       releaseHeldBuffer(op);
@@ -454,6 +454,7 @@ class UringLoop final : public IoLoopBase {
     Where where = Where::kKernel;
     bool timer = false;  // the operation's own timer is in the kernel (kTimerBit)
     bool arrived = false;  // a kReceiveMultishot has delivered an arrival
+    std::uint32_t timerTail = 0;  // the submission queue's tail just past its timer's entry
   };
   // Operations linked through loopNext/loopPrev: a lane (the head in the kernel, the
   // others queued behind it) or ready_.
@@ -533,6 +534,7 @@ class UringLoop final : public IoLoopBase {
       io_uring_prep_timeout(sqe, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0, 0);
       io_uring_sqe_set_data64(sqe, op.loopKey | kTimerBit);
       slot.timer = true;
+      slot.timerTail = ring_.sq.sqe_tail;
     }
     append(lanes_[lane], op);
     ++inFlight_;
@@ -567,6 +569,7 @@ class UringLoop final : public IoLoopBase {
       io_uring_prep_timeout(sqe, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0, 0);
       io_uring_sqe_set_data64(sqe, op.loopKey | kTimerBit);
       slot.timer = true;
+      slot.timerTail = ring_.sq.sqe_tail;
     }
     append(parked_, op);
     ++inFlight_;
@@ -686,6 +689,15 @@ class UringLoop final : public IoLoopBase {
     setTimespec(op);
     io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
     io_uring_sqe_set_data64(timeout, kCancelKey);
+  }
+
+  // Whether the kernel has taken in the submission queue's entries up to `tail` (an entry
+  // it has taken, it has read: a timer's timespec is copied when its entry is prepared in
+  // the kernel), so that memory they point to may go. Acquire: pairs with the kernel's
+  // release of its head.
+  bool consumed(std::uint32_t tail) const noexcept {
+    const unsigned head = __atomic_load_n(ring_.sq.khead, __ATOMIC_ACQUIRE);
+    return static_cast<std::int32_t>(head - tail) >= 0;
   }
 
   static void setTimespec(IoOperation& op) noexcept {
@@ -934,7 +946,7 @@ class UringLoop final : public IoLoopBase {
     IoOperation& op = *ready_.head;
     remove(ready_, op);
     const std::uint32_t index = indexOf(op.loopKey);
-    const bool timer = slots_[index].timer;
+    const bool timer = slots_[index].timer && !consumed(slots_[index].timerTail);
     retire(op, index);
     releaseHeldBuffer(op);
     // The kernel may not have read its timer's entry yet, which points into `op`, and the
