@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cstddef>
 
 #include "weft/io/detail/fd_waits.h"
 
@@ -24,9 +25,25 @@ struct FdEntry {
   std::atomic<StreamInbox*> inbox{nullptr};
 };
 
+// The table: 2^19 chunk pointers (4 MiB of zero-initialised memory that only costs pages
+// where used) of 2^12 entries each, so every number up to INT_MAX has a place and a chunk
+// is allocated the first time a number in its range is used (fdEntryFirstUse).
+inline constexpr std::size_t kFdChunkBits = 12;
+inline constexpr std::size_t kFdChunkSize = std::size_t{1} << kFdChunkBits;
+inline constexpr std::size_t kFdChunks = (std::size_t{1} << 31) >> kFdChunkBits;
+extern std::atomic<FdEntry*> gFdChunks[kFdChunks];
+FdEntry& fdEntryFirstUse(int fd) noexcept;
+
 // The entry of `fd` (>= 0). noexcept: weft aborts with a message when the table cannot
 // get the memory for a new range of numbers.
-FdEntry& fdEntry(int fd) noexcept;
+inline FdEntry& fdEntry(int fd) noexcept {
+  const auto number = static_cast<std::size_t>(fd);
+  // Acquire: pairs with the release of the thread that installed the chunk, so its
+  // entries are seen constructed.
+  FdEntry* chunk = gFdChunks[number >> kFdChunkBits].load(std::memory_order_acquire);
+  if (chunk == nullptr) [[unlikely]] return fdEntryFirstUse(fd);
+  return chunk[number & (kFdChunkSize - 1)];
+}
 
 // Holds an entry's spin lock (held for a few pointer updates, and for the cancellation
 // requests and submissions of the operations it decides on).

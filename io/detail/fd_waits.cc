@@ -14,16 +14,6 @@ namespace weft::detail {
 
 namespace {
 
-// A two-level table indexed by descriptor number: 2^19 chunk pointers (4 MiB of
-// zero-initialised memory that only costs pages where used) of 2^12 entries each, so every
-// number up to INT_MAX has a place and a chunk is allocated the first time a number in
-// its range waits.
-constexpr std::size_t kChunkBits = 12;
-constexpr std::size_t kChunkSize = std::size_t{1} << kChunkBits;
-constexpr std::size_t kChunks = (std::size_t{1} << 31) >> kChunkBits;
-
-std::atomic<FdEntry*> gChunks[kChunks];
-
 // Gives the number back to the kernel. Retired first: an epoll loop must not trust its
 // registration for the number once another file may get it (IoLoop::retireDescriptor).
 void retireAndClose(int fd) noexcept {
@@ -38,14 +28,14 @@ void cancelForClose(FdWait& wait) noexcept {
 
 }  // namespace
 
-FdEntry& fdEntry(int fd) noexcept {
+constinit std::atomic<FdEntry*> gFdChunks[kFdChunks] = {};
+
+FdEntry& fdEntryFirstUse(int fd) noexcept {
   const auto number = static_cast<std::size_t>(fd);
-  std::atomic<FdEntry*>& slot = gChunks[number >> kChunkBits];
-  // Acquire: pairs with the release of the thread that installed the chunk, so its
-  // entries are seen constructed.
+  std::atomic<FdEntry*>& slot = gFdChunks[number >> kFdChunkBits];
   FdEntry* chunk = slot.load(std::memory_order_acquire);
-  if (chunk == nullptr) [[unlikely]] {
-    FdEntry* fresh = new (std::nothrow) FdEntry[kChunkSize];
+  if (chunk == nullptr) {
+    FdEntry* fresh = new (std::nothrow) FdEntry[kFdChunkSize];
     if (fresh == nullptr) {
       std::fprintf(stderr, "weft: out of memory for the table of I/O waits\n");
       std::abort();
@@ -57,7 +47,7 @@ FdEntry& fdEntry(int fd) noexcept {
       delete[] fresh;
     }
   }
-  return chunk[number & (kChunkSize - 1)];
+  return chunk[number & (kFdChunkSize - 1)];
 }
 
 void DeferredClose::run() noexcept {
