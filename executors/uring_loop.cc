@@ -53,6 +53,24 @@
 // as a plain recvmsg does (the multishot form would put them at the start of the buffer
 // instead, in io_uring_recvmsg_out's layout).
 //
+// Receives kept armed (kReceiveMultishot: io/detail/stream_reads.cc keeps one per stream
+// that receive() reads). A recv with IORING_RECV_MULTISHOT names the same ring; each
+// completion with IORING_CQE_F_MORE is an arrival, whose buffer is lent into op.lent and
+// handed to op.complete at once (`more` set), the operation staying in flight in its slot,
+// in no lane (its stream's owner sees to it that nothing else receives on the socket
+// meanwhile); the completion without F_MORE ends it as any operation ends. A multishot
+// that finds the ring empty ends with ENOBUFS, and is treated as a single receive is: it
+// goes on in its place as a plain recv into a buffer of its own, whose completion is its
+// last, and the ring grows; cancelled meanwhile, it ends with ECANCELED. Whether the kernel
+// takes the multishot form is probed once per process (probeIoUring: a recv on a socket
+// pair with a byte waiting); a kernel that rejects one anyway (EINVAL before any arrival)
+// turns it off for the loop (EOPNOTSUPP, and multishotReceive() false), and
+// WEFT_IO_URING_SETUP's `singleshot` leaves it out. What it saved is in docs/io.md, "The
+// io_uring ring". A reader that waits for a stream's arrival with a time limit or a
+// cancellable token is parked in a kWait: no entry in the kernel, a slot on parked_, with
+// a timer of its own as a queued operation's, ended by cancel() (whoever has its arrival)
+// or by the timer.
+//
 // Ring set-up asks for DEFER_TASKRUN (Linux 6.1: completion work runs only when the worker
 // enters the kernel to wait or reap, in batches, never interrupting it) with SINGLE_ISSUER
 // (only the worker submits), TASKRUN_FLAG and SUBMIT_ALL; a kernel that refuses (EINVAL)

@@ -77,7 +77,9 @@ void releaseDescriptor(int fd) noexcept;
 // Closes `fd` (a descriptor that weft's awaitables use): at once when no operation
 // waits on it; otherwise every waiting operation is cancelled (each ends with its own
 // result if it completed first, else as cancelled, with FdWait::closed set) and the
-// descriptor is closed when the last of them has ended. Does nothing for fd < 0.
+// descriptor is closed when the last of them has ended. A stream's armed receive
+// (stream_reads.cc) is one of them; its inbox, with the buffers it kept, is freed with the
+// descriptor. Does nothing for fd < 0.
 // noexcept: cancellation requests and close(2) cannot fail in a way worth reporting.
 // Thread safety: any thread, concurrently with the operations on `fd` that wait.
 void closeDescriptor(int fd) noexcept;
