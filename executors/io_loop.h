@@ -83,8 +83,9 @@ enum class IoOpcode : std::uint8_t {
   // limit passes (-ETIMEDOUT), for an awaitable that waits for an event of its own (a
   // stream's arrival, delivered by another operation's completion) with the loop's time
   // limits, cancellation from any thread and withdrawal. `fd` is not used. A loop that
-  // does not offer it completes it at once with -EOPNOTSUPP (weft submits it only to loops
-  // whose multishotReceive() is true).
+  // does not offer it completes it at once with -EOPNOTSUPP: weft submits it only for a
+  // read of a stream whose receive a loop keeps armed (multishotReceive()), which fails
+  // with that error on a loop without it.
   kWait,
 };
 

@@ -598,6 +598,7 @@ class UringLoop final : public IoLoopBase {
   // else receives on the socket meanwhile), with no time limit.
   [[gnu::noinline]] bool submitMultishot(IoOperation& op) noexcept {
     if (!multishot_ || (!ringReady_ && !setUpBufferRing())) {
+      multishot_ = false;  // no buffer ring: single receives, each into a buffer it holds
       op.result = -EOPNOTSUPP;
       return true;
     }
