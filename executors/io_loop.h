@@ -83,9 +83,9 @@ enum class IoOpcode : std::uint8_t {
   // limit passes (-ETIMEDOUT), for an awaitable that waits for an event of its own (a
   // stream's arrival, delivered by another operation's completion) with the loop's time
   // limits, cancellation from any thread and withdrawal. `fd` is not used. A loop that
-  // does not offer it completes it at once with -EOPNOTSUPP: weft submits it only for a
-  // read of a stream whose receive a loop keeps armed (multishotReceive()), which fails
-  // with that error on a loop without it.
+  // does not offer it (weft's epoll loop) completes it at once with -EOPNOTSUPP: weft
+  // submits it only for a read of a stream whose receive a loop keeps armed
+  // (multishotReceive()), which then fails with that error.
   kWait,
 };
 
@@ -305,10 +305,11 @@ class IoLoop {
   // True while operations are in flight (run() has something to wait for).
   virtual bool hasWork() const noexcept = 0;
 
-  // True when this loop serves IoOpcode::kReceiveMultishot and kWait (weft's io_uring
-  // loop, unless WEFT_IO_URING_SETUP says `singleshot` or the kernel lacks multishot
-  // receive); weft's streams then keep one receive armed per stream instead of
-  // submitting one per receive(). False by default. noexcept: reads a flag.
+  // True when this loop serves IoOpcode::kReceiveMultishot, and then kWait too (weft's
+  // io_uring loop, unless WEFT_IO_URING_SETUP says `singleshot` or the kernel lacks
+  // multishot receive; it serves kWait either way): weft's streams then keep one receive
+  // armed per stream instead of submitting one per receive(). False by default.
+  // noexcept: reads a flag.
   virtual bool multishotReceive() const noexcept { return false; }
 
   // How many buffers this loop has lent (kReceiveLent, kReceiveMessageLent) that have not
