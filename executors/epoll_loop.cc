@@ -165,6 +165,10 @@ class EpollLoop final : public IoLoopBase {
       return true;
     }
     op.loopKey = 0;
+    if (op.opcode == IoOpcode::kReceiveMultishot || op.opcode == IoOpcode::kWait) [[unlikely]] {
+      op.result = -EOPNOTSUPP;  // multishotReceive() is false: not submitted by weft
+      return true;
+    }
     if (op.fd < 0) {
       op.result = -EBADF;
       return true;
@@ -516,6 +520,9 @@ class EpollLoop final : public IoLoopBase {
       case IoOpcode::kPollReadable:
       case IoOpcode::kPollWritable:
         break;  // never attempted: readiness waits complete from their epoll event
+      case IoOpcode::kReceiveMultishot:
+      case IoOpcode::kWait:
+        return -EOPNOTSUPP;  // refused by submit
     }
     return -EINVAL;
   }

@@ -65,6 +65,28 @@ enum class IoOpcode : std::uint8_t {
   // none) and leaves `lent` empty. As for kReceiveLent, the loop picks the buffer only when
   // a datagram is there, so a wait holds none.
   kReceiveMessageLent,
+  // recv(fd, buffers the loop lends, flags) on a stream socket, kept armed: one request in
+  // the kernel that receives every time data arrives, until it ends. `complete` runs once
+  // per arrival with `more` set (result: the bytes, > 0, which `lent` holds; the
+  // completion function must take them out of `lent`), the request staying armed, and a
+  // last time with `more` clear: then `result` is the bytes of a last arrival (> 0, in
+  // `lent`), 0 at the end of the stream, -ECANCELED when cancel() ended it (or
+  // -ETIMEDOUT, never: it has no time limit, timeoutNs must be negative), or -errno. Only
+  // the last completion counts as the operation's completion for IoLoop's rules (it is
+  // in flight until then; cancel() may come at any time and ends it). A loop that keeps
+  // no such requests (IoLoop::multishotReceive() false) completes it at once with
+  // -EOPNOTSUPP, and so does a loop whose kernel turns out not to offer it. While it is
+  // armed, no other receive on `fd` may be in flight on any loop: the kernel would serve
+  // them in no defined order (weft's streams see to it, io/detail/stream_reads.cc).
+  kReceiveMultishot,
+  // No system call: the operation waits until cancel() ends it (-ECANCELED) or its time
+  // limit passes (-ETIMEDOUT), for an awaitable that waits for an event of its own (a
+  // stream's arrival, delivered by another operation's completion) with the loop's time
+  // limits, cancellation from any thread and withdrawal. `fd` is not used. A loop that
+  // does not offer it (weft's epoll loop) completes it at once with -EOPNOTSUPP: weft
+  // submits it only for a read of a stream whose receive a loop keeps armed
+  // (multishotReceive()), which then fails with that error.
+  kWait,
 };
 
 struct IoOperation {
@@ -116,6 +138,9 @@ struct IoOperation {
   // result; the awaitable takes it. One left here is given back when the operation is
   // destroyed.
   LentBuffer lent;
+  // kReceiveMultishot: set by the loop before each run of `complete`: true while the
+  // request stays armed (more completions follow), false for its last completion.
+  bool more = false;
   // Set by the loop when it completed the operation because the loop is shutting down
   // (its executor is stopping): result is then -ECANCELED, and the awaitable should
   // report ExecutorShutDown rather than a cancellation.
@@ -280,6 +305,13 @@ class IoLoop {
 
   // True while operations are in flight (run() has something to wait for).
   virtual bool hasWork() const noexcept = 0;
+
+  // True when this loop serves IoOpcode::kReceiveMultishot, and then kWait too (weft's
+  // io_uring loop, unless WEFT_IO_URING_SETUP says `singleshot` or the kernel lacks
+  // multishot receive; it serves kWait either way): weft's streams then keep one receive
+  // armed per stream instead of submitting one per receive(). False by default.
+  // noexcept: reads a flag.
+  virtual bool multishotReceive() const noexcept { return false; }
 
   // How many buffers this loop has lent (kReceiveLent, kReceiveMessageLent) that have not
   // come back (on any thread). For tests and metrics; on the loop's thread. A loop that

@@ -53,6 +53,24 @@
 // as a plain recvmsg does (the multishot form would put them at the start of the buffer
 // instead, in io_uring_recvmsg_out's layout).
 //
+// Receives kept armed (kReceiveMultishot: io/detail/stream_reads.cc keeps one per stream
+// that receive() reads). A recv with IORING_RECV_MULTISHOT names the same ring; each
+// completion with IORING_CQE_F_MORE is an arrival, whose buffer is lent into op.lent and
+// handed to op.complete at once (`more` set), the operation staying in flight in its slot,
+// in no lane (its stream's owner sees to it that nothing else receives on the socket
+// meanwhile); the completion without F_MORE ends it as any operation ends. A multishot
+// that finds the ring empty ends with ENOBUFS, and is treated as a single receive is: it
+// goes on in its place as a plain recv into a buffer of its own, whose completion is its
+// last, and the ring grows; cancelled meanwhile, it ends with ECANCELED. Whether the kernel
+// takes the multishot form is probed once per process (probeIoUring: a recv on a socket
+// pair with a byte waiting); a kernel that rejects one anyway (EINVAL before any arrival)
+// turns it off for the loop (EOPNOTSUPP, and multishotReceive() false), and
+// WEFT_IO_URING_SETUP's `singleshot` leaves it out. What it saved is in docs/io.md, "The
+// io_uring ring". A reader that waits for a stream's arrival with a time limit or a
+// cancellable token is parked in a kWait: no entry in the kernel, a slot on parked_, with
+// a timer of its own as a queued operation's, ended by cancel() (whoever has its arrival)
+// or by the timer.
+//
 // Ring set-up asks for DEFER_TASKRUN (Linux 6.1: completion work runs only when the worker
 // enters the kernel to wait or reap, in batches, never interrupting it) with SINGLE_ISSUER
 // (only the worker submits), TASKRUN_FLAG and SUBMIT_ALL; a kernel that refuses (EINVAL)
@@ -80,11 +98,13 @@
 #include <liburing.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -143,6 +163,8 @@ constexpr std::uint8_t direction(IoOpcode opcode) noexcept {
     case IoOpcode::kReadAt:
     case IoOpcode::kWriteAt:
     case IoOpcode::kSync:
+    case IoOpcode::kReceiveMultishot:  // alone on its stream's reads (see io_loop.h)
+    case IoOpcode::kWait:
       return 0;
   }
   return 0;
@@ -164,11 +186,13 @@ constexpr std::uint32_t kNoLane = 0xffffffffu;
 
 // Which of the ring's features to leave out, for measuring each against the older way:
 // WEFT_IO_URING_SETUP is a comma-separated list of `coop` (COOP_TASKRUN instead of
-// DEFER_TASKRUN) and `unregistered` (the ring entered by its descriptor, not registered).
+// DEFER_TASKRUN), `unregistered` (the ring entered by its descriptor, not registered) and
+// `singleshot` (a recv submitted per receive() instead of one kept armed per stream).
 // Another word is a misuse: weft says so and aborts.
 struct LeftOut {
   bool deferTaskRun = false;
   bool registeredRing = false;
+  bool multishotReceive = false;
 };
 const LeftOut& leftOut() noexcept {
   static const LeftOut value = [] {
@@ -183,10 +207,12 @@ const LeftOut& leftOut() noexcept {
         out.deferTaskRun = true;
       } else if (word == "unregistered") {
         out.registeredRing = true;
+      } else if (word == "singleshot") {
+        out.multishotReceive = true;
       } else if (!word.empty()) {
         std::fprintf(stderr,
                      "weft: WEFT_IO_URING_SETUP: unknown word '%.*s' (expected a comma-separated "
-                     "list of: coop, unregistered)\n",
+                     "list of: coop, unregistered, singleshot)\n",
                      static_cast<int>(word.size()), word.data());
         std::abort();
       }
@@ -196,6 +222,11 @@ const LeftOut& leftOut() noexcept {
   return value;
 }
 bool deferTaskRunWanted() noexcept { return !leftOut().deferTaskRun; }
+
+// Whether the kernel takes a multishot recv (IORING_RECV_MULTISHOT, Linux 6.0): found by
+// probeIoUring, which runs once per process before any loop is created (IoLoop::create
+// resolves the backend first). Relaxed: written once, before the loops that read it.
+std::atomic<bool> gKernelMultishotReceive{false};
 
 int setUpRing(io_uring& ring, unsigned entries, unsigned completionEntries) noexcept {
   io_uring_params params{};
@@ -244,6 +275,8 @@ class UringLoop final : public IoLoopBase {
     // (16 rings), enters by descriptor, as before.
     ringRegistered_ = !leftOut().registeredRing && io_uring_register_ring_fd(&ring_) == 1;
     owner_ = ::pthread_self();
+    multishot_ = gKernelMultishotReceive.load(std::memory_order_relaxed) &&
+                 !leftOut().multishotReceive;
   }
   ~UringLoop() override {
     if (ringRegistered_ && ::pthread_equal(owner_, ::pthread_self()) == 0) {
@@ -261,6 +294,8 @@ class UringLoop final : public IoLoopBase {
 
   IoBackend backend() const noexcept override { return IoBackend::kIoUring; }
 
+  bool multishotReceive() const noexcept override { return multishot_; }
+
   bool submit(IoOperation& op) noexcept override {
     op.loopShutDown = false;
     if (shutDown_) {
@@ -269,6 +304,9 @@ class UringLoop final : public IoLoopBase {
       return true;
     }
     op.loopBuffer = BufferPool::kNone;
+    if (op.opcode >= IoOpcode::kReceiveMultishot) [[unlikely]] {
+      return op.opcode == IoOpcode::kWait ? park(op) : submitMultishot(op);
+    }
     if (receivesLent(op.opcode) && !ringReady_) [[unlikely]] {
       if (!setUpBufferRing()) {
         // No buffer ring on this kernel: a plain recv into a buffer held while it waits.
@@ -321,11 +359,12 @@ class UringLoop final : public IoLoopBase {
     }
     Slot& slot = slots_[index];
     if (slot.where != Where::kKernel) [[unlikely]] {
-      // Queued behind another operation, or ended without reaching the kernel (cancelled,
-      // timed out) with its completion waiting for this loop's turn, as epoll's ready ops.
-      const bool neverTookEffect = slot.where == Where::kQueued;
-      const bool timer = slot.timer;
-      remove(neverTookEffect ? lanes_[slot.lane] : ready_, op);
+      // Queued behind another operation, parked (kWait), or ended without reaching the
+      // kernel (cancelled, timed out) with its completion waiting for this loop's turn, as
+      // epoll's ready ops.
+      const bool neverTookEffect = slot.where != Where::kReady;
+      const bool timer = slot.timer && !consumed(slot.timerTail);
+      remove(listOf(slot), op);
       retire(op, index);
       releaseHeldBuffer(op);
       // The kernel may not have read its timer's entry yet, which points into `op`.
@@ -392,7 +431,15 @@ class UringLoop final : public IoLoopBase {
   void shutdown() noexcept override {
     if (shutDown_) return;
     shutDown_ = true;
-    // Operations queued behind a lane's head never reached the kernel: they end now.
+    // Operations queued behind a lane's head, and parked ones (kWait), never reached the
+    // kernel: they end now.
+    while (parked_.head != nullptr) {
+      IoOperation& op = *parked_.head;
+      remove(parked_, op);
+      op.result = -ECANCELED;
+      op.loopShutDown = true;
+      makeReady(op);
+    }
     for (List& lane : lanes_) {
       while (lane.head != nullptr && lane.head->loopNext != nullptr) {
         IoOperation& op = *lane.head->loopNext;
@@ -414,6 +461,7 @@ class UringLoop final : public IoLoopBase {
   enum class Where : std::uint8_t {
     kKernel,  // its entry is in the kernel (or in the submission queue, bound for it)
     kQueued,  // in its lane, behind the head
+    kParked,  // a kWait, on parked_
     kReady,   // on ready_: ended without reaching the kernel, completion not yet run
   };
   struct Slot {
@@ -423,6 +471,8 @@ class UringLoop final : public IoLoopBase {
     std::uint32_t lane = kNoLane;  // the operation's lane, or kNoLane
     Where where = Where::kKernel;
     bool timer = false;  // the operation's own timer is in the kernel (kTimerBit)
+    bool arrived = false;  // a kReceiveMultishot has delivered an arrival
+    std::uint32_t timerTail = 0;  // the submission queue's tail just past its timer's entry
   };
   // Operations linked through loopNext/loopPrev: a lane (the head in the kernel, the
   // others queued behind it) or ready_.
@@ -449,6 +499,7 @@ class UringLoop final : public IoLoopBase {
     slot.lane = lane;
     slot.where = Where::kKernel;
     slot.timer = false;
+    slot.arrived = false;
     return (std::uint64_t{slot.generation} << 32) | index;
   }
   void releaseSlot(std::uint32_t index) noexcept {
@@ -501,9 +552,97 @@ class UringLoop final : public IoLoopBase {
       io_uring_prep_timeout(sqe, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0, 0);
       io_uring_sqe_set_data64(sqe, op.loopKey | kTimerBit);
       slot.timer = true;
+      slot.timerTail = ring_.sq.sqe_tail;
     }
     append(lanes_[lane], op);
     ++inFlight_;
+    return false;
+  }
+
+  // The list an operation that holds a slot but is not in the kernel is on.
+  List& listOf(const Slot& slot) noexcept {
+    switch (slot.where) {
+      case Where::kQueued: return lanes_[slot.lane];
+      case Where::kParked: return parked_;
+      default: return ready_;
+    }
+  }
+
+  // Submits a kWait: it holds a slot, on parked_, with a timer of its own for its time
+  // limit, until cancel() or the timer ends it (see enqueue, which it mirrors).
+  [[gnu::noinline]] bool park(IoOperation& op) noexcept {
+    op.loopCancelled = false;
+    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
+    op.loopKey = takeSlot(op, kNoLane);
+    Slot& slot = slots_[indexOf(op.loopKey)];
+    slot.where = Where::kParked;
+    if (op.timeoutNs >= 0) {
+      io_uring_sqe* sqe = nextSqe();
+      if (sqe == nullptr) {
+        releaseSlot(indexOf(op.loopKey));
+        op.result = -EBUSY;
+        return true;
+      }
+      setTimespec(op);
+      io_uring_prep_timeout(sqe, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0, 0);
+      io_uring_sqe_set_data64(sqe, op.loopKey | kTimerBit);
+      slot.timer = true;
+      slot.timerTail = ring_.sq.sqe_tail;
+    }
+    append(parked_, op);
+    ++inFlight_;
+    return false;
+  }
+
+  // Submits a kReceiveMultishot: in no lane (its stream's owner sees to it that nothing
+  // else receives on the socket meanwhile), with no time limit.
+  [[gnu::noinline]] bool submitMultishot(IoOperation& op) noexcept {
+    if (!multishot_ || (!ringReady_ && !setUpBufferRing())) {
+      multishot_ = false;  // no buffer ring: single receives, each into a buffer it holds
+      op.result = -EOPNOTSUPP;
+      return true;
+    }
+    io_uring_sqe* sqe = nextSqe();
+    if (sqe == nullptr) {
+      op.result = -EBUSY;
+      return true;
+    }
+    prepare(sqe, op);
+    op.loopCancelled = false;
+    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
+    op.loopKey = takeSlot(op, kNoLane);
+    io_uring_sqe_set_data64(sqe, op.loopKey);
+    ++inFlight_;
+    return false;
+  }
+
+  // A completion of the kReceiveMultishot `op` (in the kernel at `slot`). An arrival that
+  // leaves the request armed (IORING_CQE_F_MORE) is delivered now (`more` set) and true is
+  // returned. So is true when the request ended with ENOBUFS (the ring was empty) and
+  // goes on as a plain recv into a buffer of its own, in its place (the rule of
+  // kReceiveLent, see the top), whose completion is then the last. Otherwise the request
+  // has ended: false, with the bytes of the last arrival lent into op.lent and `res` the
+  // result to complete it with (-ECANCELED for an ENOBUFS that a cancellation stopped,
+  // -EOPNOTSUPP when the kernel refused the multishot form: the loop then offers it no
+  // more).
+  bool multishotCompletion(IoOperation& op, Slot& slot, int& res, std::uint32_t flags) noexcept {
+    if ((flags & IORING_CQE_F_MORE) != 0) [[likely]] {
+      takeReceived(op, res, flags);
+      op.result = res;
+      op.more = true;
+      slot.arrived = true;
+      op.complete(op);  // may cancel `op`, never withdraws or resubmits it
+      return true;
+    }
+    op.more = false;
+    if (res == -ENOBUFS && (flags & IORING_CQE_F_BUFFER) == 0) [[unlikely]] {
+      if (resubmitWithoutRingBuffer(op, slot)) return true;
+      if (op.loopCancelled || shutDown_) res = -ECANCELED;
+    } else if (res == -EINVAL && !slot.arrived && op.loopBuffer == BufferPool::kNone) [[unlikely]] {
+      multishot_ = false;  // a kernel that refuses IORING_RECV_MULTISHOT after all
+      res = -EOPNOTSUPP;
+    }
+    takeReceived(op, res, flags);
     return false;
   }
 
@@ -569,6 +708,15 @@ class UringLoop final : public IoLoopBase {
     setTimespec(op);
     io_uring_prep_link_timeout(timeout, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0);
     io_uring_sqe_set_data64(timeout, kCancelKey);
+  }
+
+  // Whether the kernel has taken in the submission queue's entries up to `tail` (an entry
+  // it has taken, it has read: a timer's timespec is copied when its entry is prepared in
+  // the kernel), so that memory they point to may go. Acquire: pairs with the kernel's
+  // release of its head.
+  bool consumed(std::uint32_t tail) const noexcept {
+    const unsigned head = __atomic_load_n(ring_.sq.khead, __ATOMIC_ACQUIRE);
+    return static_cast<std::int32_t>(head - tail) >= 0;
   }
 
   static void setTimespec(IoOperation& op) noexcept {
@@ -641,6 +789,18 @@ class UringLoop final : public IoLoopBase {
         sqe->flags |= IOSQE_BUFFER_SELECT;
         sqe->buf_group = kBufferGroup;
         return;
+      case IoOpcode::kReceiveMultishot:
+        if (op.loopBuffer != BufferPool::kNone) [[unlikely]] {  // after ENOBUFS (see the top)
+          io_uring_prep_recv(sqe, op.fd, pool_->address(op.loopBuffer), pool_->bufferSize(),
+                             op.flags);
+          return;
+        }
+        io_uring_prep_recv_multishot(sqe, op.fd, nullptr, 0, op.flags);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = kBufferGroup;
+        return;
+      case IoOpcode::kWait:
+        break;  // never prepared: parked (see park)
       case IoOpcode::kReceiveMessageLent:
         // A single-shot recvmsg: the kernel writes the sender, its length and msg_flags
         // (MSG_TRUNC) into the caller's msghdr, as for kReceiveMessage. With a ring
@@ -673,8 +833,9 @@ class UringLoop final : public IoLoopBase {
     if (index >= slots_.size() || slots_[index].op != &op) return;  // completing already
     if (slots_[index].where != Where::kKernel) [[unlikely]] {
       if (slots_[index].where == Where::kReady) return;  // completing already
-      // Queued: it never reached the kernel, and ends now (its completion runs from run()).
-      remove(lanes_[slots_[index].lane], op);
+      // Queued or parked: it never reached the kernel, and ends now (its completion runs
+      // from run()).
+      remove(listOf(slots_[index]), op);
       op.result = -ECANCELED;
       op.loopCancelled = true;
       makeReady(op);
@@ -734,7 +895,12 @@ class UringLoop final : public IoLoopBase {
         // kernel before `op` resumes.
         Slot& slot = slots_[index];
         IoOperation& op = *slot.op;
-        if (receivesLent(op.opcode)) {
+        if (op.opcode == IoOpcode::kReceiveMultishot) {
+          if (multishotCompletion(op, slot, done[i].res, done[i].flags)) {
+            ++n;
+            continue;  // an arrival (the request stays armed), or in the kernel again
+          }
+        } else if (receivesLent(op.opcode)) {
           if (done[i].res == -ENOBUFS && (done[i].flags & IORING_CQE_F_BUFFER) == 0 &&
               resubmitWithoutRingBuffer(op, slot)) [[unlikely]] {
             continue;  // in the kernel again, still at the head of its lane
@@ -799,7 +965,7 @@ class UringLoop final : public IoLoopBase {
     IoOperation& op = *ready_.head;
     remove(ready_, op);
     const std::uint32_t index = indexOf(op.loopKey);
-    const bool timer = slots_[index].timer;
+    const bool timer = slots_[index].timer && !consumed(slots_[index].timerTail);
     retire(op, index);
     releaseHeldBuffer(op);
     // The kernel may not have read its timer's entry yet, which points into `op`, and the
@@ -821,8 +987,8 @@ class UringLoop final : public IoLoopBase {
     Slot& slot = slots_[index];
     slot.timer = false;
     IoOperation& op = *slot.op;
-    if (slot.where == Where::kQueued) {
-      remove(lanes_[slot.lane], op);
+    if (slot.where == Where::kQueued || slot.where == Where::kParked) {
+      remove(listOf(slot), op);
       op.result = -ETIMEDOUT;
       makeReady(op);
     } else if (slot.where == Where::kKernel) {
@@ -966,11 +1132,13 @@ class UringLoop final : public IoLoopBase {
   bool ringReady_ = false;      // registered
   bool ringFailed_ = false;     // cannot be: plain recvs
   bool grewThisTurn_ = false;   // the ring grew for an ENOBUFS in this loop turn
+  bool multishot_ = false;      // kReceiveMultishot is served (multishotReceive())
   io_uring ring_{};
   std::vector<Slot> slots_;
   std::vector<List> lanes_;  // indexed by lane number (2 * fd + direction)
   std::uint32_t laneCount_ = 0;  // lanes_.size()
   List ready_;
+  List parked_;  // kWait operations
   std::uint32_t freeHead_ = kNoFree;
   std::uint64_t wakeValue_ = 0;
   bool wakeArmed_ = false;
@@ -981,6 +1149,64 @@ class UringLoop final : public IoLoopBase {
 }  // namespace
 
 std::unique_ptr<IoLoop> makeUringLoop() { return std::make_unique<UringLoop>(); }
+
+namespace {
+
+// Whether `ring` takes a multishot recv: one byte waits in a socket pair, and a multishot
+// recv into a ring of one buffer must receive it and stay armed (IORING_CQE_F_MORE); a
+// kernel without it fails the request with EINVAL. A few system calls, once per process.
+bool probeMultishotReceive(io_uring& ring) noexcept {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) != 0) return false;
+  constexpr unsigned kProbeEntries = 1;
+  constexpr std::uint16_t kProbeGroup = 1;
+  void* memory = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  bool supported = false;
+  if (memory != MAP_FAILED) {
+    auto* bufferRing = static_cast<io_uring_buf_ring*>(memory);
+    io_uring_buf_ring_init(bufferRing);
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<std::uint64_t>(bufferRing);
+    reg.ring_entries = kProbeEntries;
+    reg.bgid = kProbeGroup;
+    const char byte = 1;
+    if (io_uring_register_buf_ring(&ring, &reg, 0) == 0 && ::write(fds[1], &byte, 1) == 1) {
+      io_uring_buf_ring_add(bufferRing, static_cast<char*>(memory) + 2048, 16, 0,
+                            io_uring_buf_ring_mask(kProbeEntries), 0);
+      io_uring_buf_ring_advance(bufferRing, 1);
+      if (io_uring_sqe* sqe = io_uring_get_sqe(&ring); sqe != nullptr) {
+        io_uring_prep_recv_multishot(sqe, fds[0], nullptr, 0, 0);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = kProbeGroup;
+        io_uring_sqe_set_data64(sqe, 1);
+        io_uring_cqe* cqe = nullptr;
+        __kernel_timespec limit{};
+        limit.tv_sec = 5;  // the byte is there: the answer comes at once
+        if (io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &limit, nullptr) >= 0 &&
+            cqe != nullptr) {
+          supported = cqe->res == 1 && (cqe->flags & IORING_CQE_F_MORE) != 0;
+          io_uring_cqe_seen(&ring, cqe);
+        }
+        // Ended before the buffer ring goes (its final completion is left in the ring).
+        io_uring_sync_cancel_reg cancel{};
+        cancel.addr = 1;
+        cancel.fd = -1;
+        cancel.timeout.tv_sec = -1;
+        cancel.timeout.tv_nsec = -1;
+        (void)io_uring_register_sync_cancel(&ring, &cancel);
+      }
+    }
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
+  if (memory != MAP_FAILED) {
+    (void)io_uring_unregister_buf_ring(&ring, kProbeGroup);
+    ::munmap(memory, 4096);
+  }
+  return supported;
+}
+
+}  // namespace
 
 int probeIoUring() noexcept {
   io_uring ring{};
@@ -1007,6 +1233,9 @@ int probeIoUring() noexcept {
     r = io_uring_register_sync_cancel(&ring, &reg);
     if (r != -ENOENT) result = r < 0 ? -r : EOPNOTSUPP;
     if (result == EINVAL) result = EOPNOTSUPP;
+  }
+  if (result == 0) {
+    gKernelMultishotReceive.store(probeMultishotReceive(ring), std::memory_order_relaxed);
   }
   io_uring_queue_exit(&ring);
   return result;

@@ -14,6 +14,7 @@
 
 #include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/socket_util.h"
+#include "weft/io/detail/stream_reads.h"
 
 namespace weft {
 
@@ -116,6 +117,22 @@ std::optional<std::size_t> TcpStream::tryRead(std::span<std::byte> buffer) const
   // An empty buffer: 0 at once, no system call (recv(2) of 0 bytes would return 0, the end
   // of the stream to the caller, when data is pending, and EAGAIN when none is).
   if (buffer.empty() && fd_ >= 0) return 0;
+  if (fd_ >= 0 && detail::streamReadsActive(fd_)) [[unlikely]] {
+    // What receive()'s armed request took comes first (io/detail/stream_reads.cc).
+    std::size_t n = 0;
+    int error = 0;
+    switch (detail::readInbox(fd_, buffer, n, error)) {
+      case detail::InboxRead::kBytes:
+        return n;
+      case detail::InboxRead::kFinal:
+        if (error == 0) return 0;
+        throw std::system_error(error, std::system_category(), "weft: read from a TcpStream");
+      case detail::InboxRead::kNothing:
+        return std::nullopt;
+      case detail::InboxRead::kSocket:
+        break;
+    }
+  }
   return transferNow(fd_, "read from a TcpStream",
                      [&] { return ::recv(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT); });
 }

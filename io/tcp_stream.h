@@ -173,8 +173,12 @@ class TcpStream {
   //   }
   // It takes its place among the reads (issue order) and honours the read time limit,
   // cancellation and close as read() does: a receive that got data returns it, even when
-  // a cancellation raced it. Errors: as read(); ENOBUFS (std::system_error) only when
-  // memory for buffers runs out.
+  // a cancellation raced it. On io_uring the first receive() arms one multishot receive
+  // for the stream and keeps it armed: what arrives while no receive() waits is kept, in
+  // order (at most 4 buffers or 256 KiB; then the socket holds the peer back), and the
+  // next read of any kind takes it first, without a system call; a receive() on another
+  // worker moves the armed receive there (io/detail/stream_reads.cc, docs/io.md).
+  // Errors: as read(); ENOBUFS (std::system_error) only when memory for buffers runs out.
   detail::ReceiveLentAwaitable receive() const noexcept {
     return {"receive from a TcpStream", fd_, readTimeoutNs_};
   }
@@ -256,7 +260,9 @@ class TcpStream {
   }
   // Reads at most buffer.size() bytes that are there now, without waiting and without the
   // event loop (any thread may call it): the bytes read, 0 at the end of the stream, or
-  // std::nullopt when nothing is there yet. An empty buffer returns 0 at once (not the
+  // std::nullopt when nothing is there yet. Bytes that receive()'s armed receive kept
+  // (io_uring) come first; while it is armed, nothing else is there for tryRead (it returns
+  // std::nullopt until an arrival is kept: readable() waits for one). An empty buffer returns 0 at once (not the
   // end of the stream, as for read()), without a system call.
   // Errors: std::system_error with the errno (ECONNRESET...), EBADF when closed.
   std::optional<std::size_t> tryRead(std::span<std::byte> buffer) const;
@@ -371,10 +377,14 @@ class TcpStream {
   // Gives up ownership of the socket (the stream is closed, the fd is not): the caller
   // closes it. The event loops forget what they knew of it (IoLoop::retireDescriptor), so
   // the number may be closed and reused freely; adopting the fd again (TcpStream(fd)) is
-  // fine too. Precondition: no operation in flight. noexcept.
+  // fine too. A receive that receive() kept armed (io_uring) is cancelled; bytes it had
+  // kept for the next read cannot go with the descriptor: weft reports that misuse and
+  // aborts (read them first; bytes arriving while it is cancelled are dropped), so a
+  // stream that will be released is best read with read(). Precondition: no operation in
+  // flight. noexcept.
   int release() noexcept {
     const int fd = std::exchange(fd_, -1);
-    IoLoop::retireDescriptor(fd);
+    detail::releaseDescriptor(fd);
     return fd;
   }
 

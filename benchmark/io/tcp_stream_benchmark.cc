@@ -4,6 +4,9 @@
 //  - BM_TcpStream_PingPong/<backend>/<connections>: `connections` client Lazys and as
 //    many server Lazys on a ThreadPool(1); every client writes a 64-byte message and
 //    reads the echo back. Time per round trip (all connections together), wall clock.
+//  - BM_TcpStream_PingPongReceive/<backend>/<connections>: the same exchange in the plain
+//    style, both ends reading with receive() (buffers the loop lends; on io_uring a
+//    multishot receive kept armed per stream) instead of read() into their own buffers.
 //  - BM_Baseline_BlockingSockets_PingPong: the same exchange on one connection between
 //    two threads using blocking send/recv (no event loop): what the kernel alone costs,
 //    plus two thread wake-ups per round trip.
@@ -28,6 +31,7 @@
 #include "weft/coro/collect.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/sync_await.h"
+#include "weft/executors/lent_buffer.h"
 #include "weft/executors/thread_pool.h"
 #include "weft/io/tcp_listener.h"
 #include "weft/io/tcp_stream.h"
@@ -102,6 +106,73 @@ void BM_TcpStream_PingPong(benchmark::State& state) {
       static_cast<double>(total), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_TcpStream_PingPong)
+    ->ArgNames({"epoll", "conns"})
+    ->Args({0, 1})
+    ->Args({1, 1})
+    ->Args({0, 100})
+    ->Args({1, 100})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Apply(fixIterations);
+
+Lazy<void> serveReceive(weft::TcpStream stream) {
+  for (;;) {  // the plain style
+    weft::LentBuffer data = co_await stream.receive();
+    if (data.empty()) break;
+    co_await stream.writeAll(data);
+  }
+}
+
+Lazy<void> clientReceive(weft::TcpStream stream, std::int64_t roundTrips) {
+  std::array<std::byte, kMessage> message{};
+  for (std::int64_t i = 0; i < roundTrips; ++i) {
+    message[0] = static_cast<std::byte>(i);
+    co_await stream.writeAll(message);
+    std::size_t got = 0;
+    while (got < kMessage) {
+      weft::LentBuffer echo = co_await stream.receive();
+      check(!echo.empty() && (got != 0 || echo.data()[0] == message[0]),
+            "BM_TcpStream_PingPongReceive");
+      got += echo.size();
+    }
+  }
+  stream.shutdownWrite();
+}
+
+Lazy<void> pingPongReceive(weft::TcpListener& listener, int connections,
+                           std::int64_t roundTrips) {
+  std::vector<Lazy<void>> work;
+  const weft::SocketAddress address = listener.localAddress();
+  for (int i = 0; i < connections; ++i) {
+    weft::TcpStream out = co_await weft::TcpStream::connect(address);
+    weft::TcpStream in = co_await listener.accept();
+    work.push_back(serveReceive(std::move(in)));
+    work.push_back(clientReceive(std::move(out), roundTrips));
+  }
+  auto results = co_await weft::collectAll(std::move(work));
+  for (auto& r : results) r.value();
+}
+
+void BM_TcpStream_PingPongReceive(benchmark::State& state) {
+  const auto backend = state.range(0) == 0 ? weft::IoBackendChoice::kIoUring : weft::IoBackendChoice::kEpoll;
+  if (backend == weft::IoBackendChoice::kIoUring && !weft::IoLoop::available(weft::IoBackend::kIoUring)) {
+    state.SkipWithError("io_uring is not available");
+    return;
+  }
+  const int connections = static_cast<int>(state.range(1));
+  weft::ThreadPool pool(weft::ThreadPoolOptions{1, "bench", backend});
+  auto listener = weft::TcpListener::bind(weft::SocketAddress::loopbackV4(0));
+  const std::int64_t perConnection = 20000 / connections;
+  std::int64_t total = 0;
+  for (auto _ : state) {
+    weft::syncAwait(pingPongReceive(listener, connections, perConnection).via(&pool));
+    total += perConnection * connections;
+  }
+  state.SetItemsProcessed(total);
+  state.counters["us/roundtrip"] = benchmark::Counter(
+      static_cast<double>(total), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_TcpStream_PingPongReceive)
     ->ArgNames({"epoll", "conns"})
     ->Args({0, 1})
     ->Args({1, 1})

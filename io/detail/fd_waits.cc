@@ -1,6 +1,5 @@
 #include "weft/io/detail/fd_waits.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -9,66 +8,11 @@
 #include <cstdlib>
 #include <new>
 
+#include "weft/io/detail/fd_entry.h"
+
 namespace weft::detail {
 
 namespace {
-
-// The waits on one descriptor number.
-struct Entry {
-  std::atomic<bool> locked{false};
-  bool closing = false;     // closeDescriptor() came while waits were pending
-  FdWait* head = nullptr;   // the waits, newest first
-};
-
-// A two-level table indexed by descriptor number: 2^19 chunk pointers (4 MiB of
-// zero-initialised memory that only costs pages where used) of 2^12 entries each, so every
-// number up to INT_MAX has a place and a chunk is allocated the first time a number in
-// its range waits.
-constexpr std::size_t kChunkBits = 12;
-constexpr std::size_t kChunkSize = std::size_t{1} << kChunkBits;
-constexpr std::size_t kChunks = (std::size_t{1} << 31) >> kChunkBits;
-
-std::atomic<Entry*> gChunks[kChunks];
-
-Entry& entryFor(int fd) noexcept {
-  const auto number = static_cast<std::size_t>(fd);
-  std::atomic<Entry*>& slot = gChunks[number >> kChunkBits];
-  // Acquire: pairs with the release of the thread that installed the chunk, so its
-  // entries are seen constructed.
-  Entry* chunk = slot.load(std::memory_order_acquire);
-  if (chunk == nullptr) [[unlikely]] {
-    Entry* fresh = new (std::nothrow) Entry[kChunkSize];
-    if (fresh == nullptr) {
-      std::fprintf(stderr, "weft: out of memory for the table of I/O waits\n");
-      std::abort();
-    }
-    // acq_rel: publishes `fresh` (release), or reads the winner's chunk (acquire).
-    if (slot.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
-      chunk = fresh;
-    } else {
-      delete[] fresh;
-    }
-  }
-  return chunk[number & (kChunkSize - 1)];
-}
-
-// A spin lock held for a few pointer updates (and, by closeDescriptor, for the
-// cancellation requests of the waits it ends).
-class EntryLock {
- public:
-  explicit EntryLock(Entry& entry) noexcept : entry_(entry) {
-    // Acquire: sees what the previous holder wrote before its release.
-    while (entry_.locked.exchange(true, std::memory_order_acquire)) {
-      while (entry_.locked.load(std::memory_order_relaxed)) sched_yield();
-    }
-  }
-  ~EntryLock() { entry_.locked.store(false, std::memory_order_release); }
-  EntryLock(const EntryLock&) = delete;
-  EntryLock& operator=(const EntryLock&) = delete;
-
- private:
-  Entry& entry_;
-};
 
 // Gives the number back to the kernel. Retired first: an epoll loop must not trust its
 // registration for the number once another file may get it (IoLoop::retireDescriptor).
@@ -84,9 +28,34 @@ void cancelForClose(FdWait& wait) noexcept {
 
 }  // namespace
 
-void trackWait(FdWait& wait) noexcept {
-  Entry& entry = entryFor(wait.op->fd);
-  EntryLock lock(entry);
+constinit std::atomic<FdEntry*> gFdChunks[kFdChunks] = {};
+
+FdEntry& fdEntryFirstUse(int fd) noexcept {
+  const auto number = static_cast<std::size_t>(fd);
+  std::atomic<FdEntry*>& slot = gFdChunks[number >> kFdChunkBits];
+  FdEntry* chunk = slot.load(std::memory_order_acquire);
+  if (chunk == nullptr) {
+    FdEntry* fresh = new (std::nothrow) FdEntry[kFdChunkSize];
+    if (fresh == nullptr) {
+      std::fprintf(stderr, "weft: out of memory for the table of I/O waits\n");
+      std::abort();
+    }
+    // acq_rel: publishes `fresh` (release), or reads the winner's chunk (acquire).
+    if (slot.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
+      chunk = fresh;
+    } else {
+      delete[] fresh;
+    }
+  }
+  return chunk[number & (kFdChunkSize - 1)];
+}
+
+void DeferredClose::run() noexcept {
+  if (fd >= 0) retireAndClose(fd);
+  if (inbox != nullptr) destroyInbox(inbox);
+}
+
+void trackLocked(FdEntry& entry, FdWait& wait) noexcept {
   wait.prev = nullptr;
   wait.next = entry.head;
   if (entry.head != nullptr) entry.head->prev = &wait;
@@ -94,42 +63,67 @@ void trackWait(FdWait& wait) noexcept {
   if (entry.closing) cancelForClose(wait);
 }
 
+void unlinkLocked(FdEntry& entry, FdWait& wait) noexcept {
+  (wait.prev == nullptr ? entry.head : wait.prev->next) = wait.next;
+  if (wait.next != nullptr) wait.next->prev = wait.prev;
+  wait.next = wait.prev = nullptr;
+}
+
+DeferredClose closeIfDoneLocked(FdEntry& entry, int fd) noexcept {
+  DeferredClose deferred;
+  if (entry.closing && entry.head == nullptr) {
+    entry.closing = false;
+    deferred.fd = fd;
+    deferred.inbox = entry.inbox.exchange(nullptr, std::memory_order_relaxed);  // under the lock
+  }
+  return deferred;
+}
+
+void trackWait(FdWait& wait) noexcept {
+  FdEntry& entry = fdEntry(wait.op->fd);
+  FdEntryLock lock(entry);
+  trackLocked(entry, wait);
+}
+
 void untrackWait(FdWait& wait) noexcept {
-  const int fd = wait.op->fd;
-  Entry& entry = entryFor(fd);
-  bool closeNow = false;
+  FdEntry& entry = fdEntry(wait.op->fd);
+  DeferredClose deferred;
   {
-    EntryLock lock(entry);
-    (wait.prev == nullptr ? entry.head : wait.prev->next) = wait.next;
-    if (wait.next != nullptr) wait.next->prev = wait.prev;
-    wait.next = wait.prev = nullptr;
-    if (entry.closing && entry.head == nullptr) {
-      entry.closing = false;
-      closeNow = true;
-    }
+    FdEntryLock lock(entry);
+    deferred = untrackLocked(entry, wait);
   }
   // After the lock: once closed, the number may be reused and tracked by another thread.
-  if (closeNow) retireAndClose(fd);
+  deferred.run();
 }
 
 bool closeRequested(FdWait& wait) noexcept {
-  Entry& entry = entryFor(wait.op->fd);
-  EntryLock lock(entry);
+  FdEntry& entry = fdEntry(wait.op->fd);
+  FdEntryLock lock(entry);
   return wait.closed;
+}
+
+constinit std::atomic<std::size_t> gStreamInboxes{0};
+
+bool streamHasInbox(int fd) noexcept {
+  // Acquire: pairs with the release that published the inbox (see FdEntry::inbox).
+  return fd >= 0 && fdEntry(fd).inbox.load(std::memory_order_acquire) != nullptr;
 }
 
 void closeDescriptor(int fd) noexcept {
   if (fd < 0) return;
-  Entry& entry = entryFor(fd);
+  FdEntry& entry = fdEntry(fd);
+  DeferredClose deferred;
   {
-    EntryLock lock(entry);
+    FdEntryLock lock(entry);
     if (entry.head != nullptr) {
       entry.closing = true;
       for (FdWait* wait = entry.head; wait != nullptr; wait = wait->next) cancelForClose(*wait);
       return;  // the last untrackWait closes it
     }
+    deferred.fd = fd;
+    deferred.inbox = entry.inbox.exchange(nullptr, std::memory_order_relaxed);  // under the lock
   }
-  retireAndClose(fd);
+  deferred.run();
 }
 
 }  // namespace weft::detail

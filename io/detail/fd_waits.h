@@ -1,5 +1,8 @@
 #pragma once
 
+#include <atomic>
+#include <cstddef>
+
 #include "weft/executors/io_loop.h"
 
 namespace weft::detail {
@@ -47,10 +50,36 @@ void untrackWait(FdWait& wait) noexcept;
 // is tracked.
 bool closeRequested(FdWait& wait) noexcept;
 
+// How many streams have an inbox (stream_reads.cc), process-wide: while none has, no
+// read needs to look for one (epoll, or io_uring with multishot receive left out).
+extern std::atomic<std::size_t> gStreamInboxes;
+bool streamHasInbox(int fd) noexcept;
+
+// Whether a stream's reads on `fd` go through its inbox (stream_reads.cc: a receive() on
+// io_uring kept a receive armed, whose arrivals read(), readable() and tryRead must see
+// first). Once true it stays so until the descriptor is closed or released. noexcept: a
+// load, and two more where inboxes exist. Thread safety: any thread; a hint unless the
+// caller's reads are ordered after the receive() that made it true (one reader at a
+// time, as streams are read).
+inline bool streamReadsActive(int fd) noexcept {
+  // Relaxed: the receive() that gave `fd` its inbox happened before this read (see above),
+  // which orders the count's increment before it too.
+  return gStreamInboxes.load(std::memory_order_relaxed) != 0 && streamHasInbox(fd);
+}
+
+// Gives up `fd` (TcpStream::release()): ends a receive its stream kept armed and forgets
+// its inbox, then retires the number (IoLoop::retireDescriptor). Bytes the stream received
+// and no read returned cannot be handed over with the descriptor: weft reports that as a
+// misuse and aborts (bytes that arrive while the armed receive is being cancelled are
+// dropped). Precondition: no operation in flight on `fd`. noexcept. Does nothing for fd < 0.
+void releaseDescriptor(int fd) noexcept;
+
 // Closes `fd` (a descriptor that weft's awaitables use): at once when no operation
 // waits on it; otherwise every waiting operation is cancelled (each ends with its own
 // result if it completed first, else as cancelled, with FdWait::closed set) and the
-// descriptor is closed when the last of them has ended. Does nothing for fd < 0.
+// descriptor is closed when the last of them has ended. A stream's armed receive
+// (stream_reads.cc) is one of them; its inbox, with the buffers it kept, is freed with the
+// descriptor. Does nothing for fd < 0.
 // noexcept: cancellation requests and close(2) cannot fail in a way worth reporting.
 // Thread safety: any thread, concurrently with the operations on `fd` that wait.
 void closeDescriptor(int fd) noexcept;

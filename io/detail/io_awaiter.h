@@ -19,6 +19,9 @@
 
 namespace weft::detail {
 
+struct StreamReads;
+struct StreamInbox;
+
 // The loop of the calling thread, or a clear error when it has none.
 // Errors: std::logic_error naming the operation; std::system_error if the loop cannot be
 // created (ThreadPool creates a worker's loop on its first I/O).
@@ -72,6 +75,13 @@ inline IoLoop& requireIoLoop(const char* what) {
 // cannot be withdrawn: weft reports that and aborts, as for every awaitable. On another
 // thread the withdrawal cannot be done safely at all, so weft reports that too.
 //
+// Streams with an inbox: on a loop that keeps a receive armed per stream
+// (IoLoop::multishotReceive(), io_uring), a stream's receive() (kReceiveLent) takes
+// what the stream's armed request received, and its read(), readExactly() and readable()
+// (kReceive, kPollReadable) see those bytes first: they go through the stream's inbox
+// (StreamReads, stream_reads.cc), which says there how they wait, complete, and are
+// cancelled, timed, closed and withdrawn under the rules above.
+//
 // A `whole` operation (transferWhole(): IoOperation::whole) resumes the coroutine once,
 // when its buffer has moved in full or it failed: weft's loops carry it on after each
 // partial transfer themselves. A loop of one's own that ignores IoOperation::whole
@@ -113,6 +123,22 @@ class IoAwaiter {
     op_.complete = &IoAwaiter::onComplete;
     op_.owner = this;
     waiter_ = waiter;
+    if (readsStream(loop)) {
+      switch (suspendOnStream(loop)) {
+        case StreamStep::kDone:
+          return false;
+        case StreamStep::kWaiting:
+          // Parked or in the kernel: cancellable as any operation (a direct wait is one
+          // whose token cannot be cancelled). Nothing resumes it before this returns: its
+          // completions run on this thread.
+          if (token_->canBeCancelled() && !waitsDirectly()) {
+            onCancel_.emplace(*token_, [this] { loop_->cancel(op_); });
+          }
+          return true;
+        case StreamStep::kNotStream:
+          break;
+      }
+    }
     while (loop.submit(op_)) {  // done at once
       if (!whole_ || !stoppedPartWay()) [[likely]] return false;
       op_.whole = true;  // the rest (see the class comment)
@@ -150,6 +176,10 @@ class IoAwaiter {
  private:
   static void onComplete(IoOperation& op) noexcept {
     IoAwaiter* self = static_cast<Operation&>(op).owner;
+    if (self->reader_.mode != 0) [[unlikely]] {  // a stream read (see the class comment)
+      if (streamCompleted(*self)) self->waiter_.resume();
+      return;
+    }
     if (self->whole_ && self->stoppedPartWay() && self->submitRest()) [[unlikely]] return;
     self->inFlight_ = false;
     untrackWait(self->fdWait_);
@@ -188,6 +218,26 @@ class IoAwaiter {
     return false;
   }
 
+  // The stream path (stream_reads.cc): whether this read goes through its stream's inbox;
+  // taking it there (kNotStream: the stream has none after all, the plain path serves it);
+  // a completion of its operation there (true: resume); its withdrawal.
+  enum class StreamStep : std::uint8_t { kDone, kWaiting, kNotStream };
+  bool readsStream(IoLoop& loop) const noexcept {
+    switch (op_.opcode) {
+      case IoOpcode::kReceiveLent:
+        return loop.multishotReceive() || streamReadsActive(op_.fd);
+      case IoOpcode::kReceive:
+      case IoOpcode::kPollReadable:
+        return streamReadsActive(op_.fd);
+      default:
+        return false;
+    }
+  }
+  bool waitsDirectly() const noexcept;
+  StreamStep suspendOnStream(IoLoop& loop);
+  static bool streamCompleted(IoAwaiter& self) noexcept;
+  void withdrawFromStream() noexcept;
+
   void withdraw() noexcept {
     onCancel_.reset();  // waits for a cancellation callback running on another thread
     if (IoLoop::currentIfAny() != loop_) {
@@ -197,6 +247,10 @@ class IoAwaiter {
                    "its buffers. Destroy it on that thread, or cancel it and let it finish\n",
                    what_);
       std::abort();
+    }
+    if (reader_.mode != 0) {
+      withdrawFromStream();
+      return;
     }
     if (!loop_->withdraw(op_)) {
       // The kernel had already performed the operation (bytes read, a connection
@@ -211,6 +265,25 @@ class IoAwaiter {
     IoAwaiter* owner;
   };
 
+  // A read in its stream's inbox (stream_reads.cc), under the inbox's lock: its place among
+  // the stream's readers, how it waits (mode: 0 not in an inbox, then kDirect, kParked,
+  // kKernel there), its own opcode (op_ is a kWait while it is parked), and what the
+  // stream's request gave it.
+  // Only `mode` is set for every awaiter; the rest when it enters an inbox.
+  struct Reader {
+    IoAwaiter* next;
+    IoAwaiter* prev;
+    std::int64_t result;      // its result, when served
+    std::uint32_t handout;    // which of the inbox's hand-outs it was served
+    IoOpcode opcode;
+    std::uint8_t mode = 0;
+    bool served;              // given its result by the stream's request
+    bool retry;               // woken to look at the inbox again
+  };
+
+  friend struct StreamReads;
+  friend struct StreamInbox;
+
   Operation op_;
   const char* what_;
   Executor* executor_;
@@ -220,6 +293,7 @@ class IoAwaiter {
   bool inFlight_ = false;
   bool whole_ = false;
   FdWait fdWait_;
+  Reader reader_;
   std::optional<CancellationCallback> onCancel_;
 };
 

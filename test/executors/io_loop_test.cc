@@ -378,9 +378,117 @@ TEST_P(IoLoopTest, DestroyingAnotherThreadsLoopLeavesThisThreadsLoopWorking) {
   }
 }
 
+// An IoOperation that records its completions (result, `more`, the bytes lent).
+struct RecordingOperation : IoOperation {
+  struct Completion {
+    std::int64_t result;
+    bool more;
+    bool shutDown;
+    std::string bytes;
+  };
+  std::vector<Completion> completions;
+  RecordingOperation() {
+    complete = [](IoOperation& op) noexcept {
+      auto& self = static_cast<RecordingOperation&>(op);
+      self.completions.push_back({op.result, op.more, op.loopShutDown, std::string(op.lent.text())});
+      op.lent.reset();
+    };
+  }
+};
+
+// Runs `loop` until `op` has `n` completions (a hang is the watchdog's).
+void runUntil(IoLoop& loop, const RecordingOperation& op, std::size_t n) {
+  while (op.completions.size() < n) loop.run(-1);
+}
+
+// kReceiveMultishot, driven raw: one request, one completion per arrival with `more` set,
+// and a last one without when cancel() ends it or the stream ends. A loop that keeps no
+// such requests (epoll) refuses it at once.
+TEST_P(IoLoopTest, KeepsAReceiveArmedWhereItOffersTo) {
+  test::Watchdog watchdog(std::chrono::seconds(60), "KeepsAReceiveArmed");
+  auto loop = IoLoop::create(GetParam());
+  IoLoop::CurrentScope scope(loop.get());
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  test::OwnedFd mine(fds[0]);
+  test::OwnedFd peer(fds[1]);
+  RecordingOperation op;
+  op.opcode = IoOpcode::kReceiveMultishot;
+  op.fd = mine.get();
+  if (!loop->multishotReceive()) {
+    ASSERT_TRUE(loop->submit(op));
+    EXPECT_EQ(op.result, -EOPNOTSUPP);
+    return;
+  }
+  ASSERT_FALSE(loop->submit(op));
+  EXPECT_TRUE(loop->hasWork());
+  ASSERT_TRUE(test::sendAllBlocking(peer.get(), "ab", 2));
+  runUntil(*loop, op, 1);
+  ASSERT_TRUE(test::sendAllBlocking(peer.get(), "cd", 2));
+  runUntil(*loop, op, 2);
+  EXPECT_EQ(op.completions[0].bytes, "ab");
+  EXPECT_TRUE(op.completions[0].more);
+  EXPECT_EQ(op.completions[1].bytes, "cd");
+  EXPECT_TRUE(op.completions[1].more);
+  std::thread([&] { loop->cancel(op); }).join();  // from another thread
+  runUntil(*loop, op, 3);
+  EXPECT_EQ(op.completions[2].result, -ECANCELED);
+  EXPECT_FALSE(op.completions[2].more);
+  EXPECT_FALSE(loop->hasWork());
+  // Armed again, then the end of the stream ends it.
+  op.completions.clear();
+  ASSERT_FALSE(loop->submit(op));
+  ASSERT_TRUE(test::sendAllBlocking(peer.get(), "e", 1));
+  ::shutdown(peer.get(), SHUT_WR);
+  runUntil(*loop, op, 2);
+  while (op.completions.back().more) runUntil(*loop, op, op.completions.size() + 1);
+  EXPECT_EQ(op.completions.front().bytes, "e");
+  EXPECT_EQ(op.completions.back().result, 0);
+  EXPECT_FALSE(loop->hasWork());
+  EXPECT_EQ(loop->lentBuffers(), 0u);
+}
+
+// kWait, driven raw: no system call; it ends when cancel() ends it (here from another
+// thread), when its time limit passes, when it is withdrawn, or at shutdown.
+TEST_P(IoLoopTest, AWaitEndsByCancelTimeLimitWithdrawalOrShutdown) {
+  test::Watchdog watchdog(std::chrono::seconds(60), "AWaitEnds");
+  auto loop = IoLoop::create(GetParam());
+  IoLoop::CurrentScope scope(loop.get());
+  RecordingOperation op;
+  op.opcode = IoOpcode::kWait;
+  if (loop->backend() == IoBackend::kEpoll) {  // offered by io_uring only
+    ASSERT_TRUE(loop->submit(op));
+    EXPECT_EQ(op.result, -EOPNOTSUPP);
+    return;
+  }
+  ASSERT_FALSE(loop->submit(op));
+  EXPECT_EQ(loop->run(0), 0u);
+  std::thread([&] { loop->cancel(op); }).join();
+  runUntil(*loop, op, 1);
+  EXPECT_EQ(op.completions[0].result, -ECANCELED);
+
+  op.timeoutNs = 1000000;  // 1 ms
+  ASSERT_FALSE(loop->submit(op));
+  runUntil(*loop, op, 2);
+  EXPECT_EQ(op.completions[1].result, -ETIMEDOUT);
+
+  op.timeoutNs = std::int64_t{3600} * 1000000000;
+  ASSERT_FALSE(loop->submit(op));
+  EXPECT_TRUE(loop->withdraw(op));  // never took effect
+  EXPECT_FALSE(loop->hasWork());
+
+  ASSERT_FALSE(loop->submit(op));
+  loop->shutdown();
+  runUntil(*loop, op, 3);
+  EXPECT_EQ(op.completions[2].result, -ECANCELED);
+  EXPECT_TRUE(op.completions[2].shutDown);
+  while (loop->hasWork()) loop->run(-1);
+  EXPECT_EQ(op.completions.size(), 3u);
+}
+
 // WEFT_IO_URING_SETUP (a comma-separated list of features to leave out, for measuring
-// them) names only `coop` and `unregistered`: another word is reported when the first ring
-// is set up, never ignored.
+// them) names only `coop`, `unregistered` and `singleshot`: another word is reported when
+// the first ring is set up, never ignored.
 TEST(IoLoopSetupDeathTest, AnUnknownWordInWeftIoUringSetupIsReported) {
   // The child re-executes this program (threadsafe style), with the variable set before
   // anything reads it (it is read once per process).
