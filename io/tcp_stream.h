@@ -379,9 +379,10 @@ class TcpStream {
   // the number may be closed and reused freely; adopting the fd again (TcpStream(fd)) is
   // fine too. A receive that receive() kept armed (io_uring) is cancelled; bytes it had
   // kept for the next read cannot go with the descriptor: weft reports that misuse and
-  // aborts (read them first; bytes arriving while it is cancelled are dropped), so a
-  // stream that will be released is best read with read(). Precondition: no operation in
-  // flight. noexcept.
+  // aborts (read them first), and so it does if bytes arrive while the request is being
+  // cancelled (they are never dropped silently): release a stream read with receive() only
+  // when its peer sends nothing more, or read it with read(). Precondition: no operation
+  // in flight. noexcept.
   int release() noexcept {
     const int fd = std::exchange(fd_, -1);
     detail::releaseDescriptor(fd);

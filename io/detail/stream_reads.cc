@@ -62,6 +62,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -97,6 +98,19 @@ bool isRead(IoOpcode opcode) noexcept {
     default:
       return false;
   }
+}
+
+// Bytes the armed receive took from the socket after TcpStream::release() gave the
+// descriptor away: they cannot follow it, and dropping them would corrupt the new owner's
+// stream silently. Reported, and the process aborts (the misuse rule).
+[[noreturn]] void lostAfterRelease(int fd, std::int64_t bytes) noexcept {
+  std::fprintf(stderr,
+               "weft: %lld bytes arrived on descriptor %d after TcpStream::release(): the "
+               "receive that receive() kept armed (io_uring) took them while it was being "
+               "cancelled, and they cannot follow the descriptor. Release a stream read "
+               "with receive() only when its peer sends nothing more, or read it with read()\n",
+               static_cast<long long>(bytes), fd);
+  std::abort();
 }
 
 }  // namespace
@@ -472,7 +486,7 @@ struct StreamReads {
         direct = h;
       } else if (op.more) {
         if (in->orphaned) {
-          op.lent.reset();  // released: nobody can read it any more
+          lostAfterRelease(in->fd, op.result);
         } else {
           in->pushBack(std::move(op.lent));
           serveReaders(entry, *in, direct, false, false);
@@ -484,6 +498,7 @@ struct StreamReads {
         // the readers have seen that the descriptor is closing.
         unlinkLocked(entry, in->requestWait);
         if (in->orphaned) {
+          if (op.result > 0) lostAfterRelease(in->fd, op.result);
           op.lent.reset();
           destroy = true;
         } else {
