@@ -23,6 +23,7 @@
 #include "weft/stackful/await.h"
 #include "weft/stackful/in_fiber.h"
 #include "test/support/timer_probe_executor.h"
+#include "test/support/wait_until.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -32,7 +33,6 @@ using namespace std::chrono_literals;
 using test::TimerProbeExecutor;
 using test::Watchdog;
 
-// Far below the 10 s waits the tests cancel, far above a loaded machine's delays.
 // A wait that only a cancellation ends: if one is not delivered, the test hangs until
 // ctest's timeout instead of passing (no timing is judged).
 constexpr auto kForever = std::chrono::hours(1);
@@ -318,7 +318,7 @@ TEST(TaskGroupDeathTest, DestroyingAGroupWithAFailureNobodyJoinedAborts) {
           throw std::runtime_error("lost unless joined");
           co_return;
         }());
-        while (group.running() != 0) std::this_thread::sleep_for(1ms);
+        test::waitUntil([&] { return group.running() == 0; });  // the failure is stored
       },
       "failure nobody joined: lost unless joined");
 }

@@ -425,7 +425,10 @@ TEST_P(IoCancellationTest, CancellationTogetherWithTheDataLosesNothing) {
     {
       WorkerHold hold(pool);
       ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), message.data(), message.size()));
-      if (round % 2 == 0) std::this_thread::sleep_for(1ms);  // vary the order the loop sees
+      // Stays a sleep: a deliberate jitter that varies what the loop finds on its next turn
+      // (io_uring may complete the read in the kernel meanwhile; the outcome is checked
+      // either way). The hold above, not the sleep, makes both arrive in one turn.
+      if (round % 2 == 0) std::this_thread::sleep_for(1ms);
       source.requestCancellation();
       hold.release([] {});
     }

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "test/support/watchdog.h"
+
 namespace weft::detail {
 namespace {
 
@@ -244,6 +246,7 @@ struct Rearming {
   static void deliver(void* context, TimerEntry& entry) noexcept {
     auto* self = static_cast<Rearming*>(context);
     const int n = self->delivered.fetch_add(1) + 1;
+    self->delivered.notify_all();
     if (n < 50) {
       TaggedEntry& next = self->entries.emplace_back();
       next.deadline = Clock::now();
@@ -258,14 +261,16 @@ struct Rearming {
 };
 
 TEST(TimerQueueTest, DeliveryMayArmAndCancelTimers) {
+  test::Watchdog watchdog(60s, "TimerQueueTest.DeliveryMayArmAndCancelTimers");
   Rearming rearming;
   TimerQueue queue("test-timer", &Rearming::deliver, &rearming);
   rearming.queue = &queue;
   TaggedEntry first;
   first.deadline = Clock::now();
   ASSERT_TRUE(queue.add(first));
-  for (int i = 0; i < 60000 && rearming.delivered.load() < 50; ++i) {
-    std::this_thread::sleep_for(1ms);
+  // Woken by each delivery's notify_all; the 50th arms no more (the watchdog bounds a hang).
+  for (int n = rearming.delivered.load(); n < 50; n = rearming.delivered.load()) {
+    rearming.delivered.wait(n);
   }
   EXPECT_EQ(rearming.delivered.load(), 50);
   queue.stop(false);
@@ -311,11 +316,14 @@ struct SelfStopping {
   std::atomic<int> delivered{0};
   static void deliver(void* context, TimerEntry&) noexcept {
     auto* self = static_cast<SelfStopping*>(context);
-    if (self->delivered.fetch_add(1) == 0) self->queue->stop(/*deliverPending=*/true);
+    const bool first = self->delivered.fetch_add(1) == 0;
+    self->delivered.notify_all();
+    if (first) self->queue->stop(/*deliverPending=*/true);
   }
 };
 
 TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
+  test::Watchdog watchdog(60s, "TimerQueueTest.StopFromADeliveryOnTheTimerThreadDoesNotJoinItself");
   // Never destroyed (like the process-wide queue): the detached timer thread still
   // relocks the queue's mutex on its way out, after stop() has returned. A new pair for
   // each run of the test (--gtest_repeat: the last run's queue is stopped), all kept
@@ -332,8 +340,9 @@ TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
   pending.deadline = Clock::now() + 1h;
   ASSERT_TRUE(queue.add(pending));
   ASSERT_TRUE(queue.add(first));
-  for (int i = 0; i < 60000 && selfStopping.delivered.load() < 2; ++i) {
-    std::this_thread::sleep_for(1ms);
+  // Woken by each delivery's notify_all (the watchdog bounds a hang).
+  for (int n = selfStopping.delivered.load(); n < 2; n = selfStopping.delivered.load()) {
+    selfStopping.delivered.wait(n);
   }
   EXPECT_EQ(selfStopping.delivered.load(), 2);  // `first`, then `pending` flushed by stop
   EXPECT_TRUE(pending.shutDown);
