@@ -251,6 +251,34 @@ TEST(TaskGroupTest, ACancelledNextThrowsAndLeavesTheResults) {
   EXPECT_EQ(syncAwait(body(), &pool), 5);
 }
 
+// The cancellation comes while next() waits (before, it throws without waiting: above).
+// collectAll starts its second branch once the first has suspended in next(), on the one
+// worker: a hand-shake. (A next() cancelled while it waited used to abort in its
+// awaiter's destructor: found by test/testing/cancellation_contracts_test.cc.)
+TEST(TaskGroupTest, ANextCancelledWhileItWaitsThrowsAndLeavesTheResults) {
+  ThreadPool pool(1);
+  CancellationSource source;
+  Channel<int> go;
+  auto body = [&]() -> Lazy<int> {
+    TaskGroup<int> group(co_await currentExecutor());
+    group.spawn([](Channel<int>& ch) -> Lazy<int> { co_return *co_await ch.receive(); }(go));
+    auto waitForNext = [&]() -> Lazy<void> {
+      EXPECT_THROW((void)co_await withCancellation(source.token(), group.next()),
+                   OperationCancelled);
+    };
+    auto cancel = [&]() -> Lazy<void> {
+      source.requestCancellation();
+      co_return;
+    };
+    co_await collectAll(waitForNext(), cancel());
+    co_await go.send(5);
+    std::optional<Try<int>> r = co_await group.next();
+    co_await group.join();
+    co_return r ? r->value() : -1;
+  };
+  EXPECT_EQ(syncAwait(body(), &pool), 5);
+}
+
 TEST(TaskGroupTest, JoinWithNothingRunningAndAgainAfterMoreSpawns) {
   ThreadPool pool(1);
   std::atomic<int> runs{0};
