@@ -359,9 +359,10 @@ TEST_P(IoCancellationTest, InFiberReadTimeoutEndsTheFibersReadAtOnce) {
       }
     });
   };
-  const auto start = std::chrono::steady_clock::now();
+  // No time is judged: the read, not the timeout, is what could fail to end. The peer
+  // writes nothing, so only the cancellation can end it (else the watchdog fires), and
+  // sawCancellation says it did.
   EXPECT_THROW(syncAwait(withTimeout(task(), 50ms), &pool), TimeoutError);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // far below a hang
   EXPECT_TRUE(sawCancellation.load());
   const std::string message = "after the timeout";
   ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), message.data(), message.size()));
