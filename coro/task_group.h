@@ -303,11 +303,11 @@ class TaskGroup {
     }
     std::optional<Try<T>> await_resume() {
       onCancel_.reset();  // waits for a callback that is running right now
+      // Resumed: nothing is left for the destructor to withdraw, also when the wait was
+      // cancelled (the callback took it out of the list).
+      const bool wasSuspended = std::exchange(suspended_, false);
       if (waiter_.cancelled) throw OperationCancelled();
-      if (suspended_) {
-        suspended_ = false;
-        return std::move(delivered_);  // handed over by the task that woke us
-      }
+      if (wasSuspended) return std::move(delivered_);  // handed over by the task that woke us
       std::lock_guard guard(group_.mutex_);
       if (group_.results_.empty()) return std::nullopt;
       Try<T> result = std::move(group_.results_.front());

@@ -92,23 +92,28 @@ struct Simulation::State {
   // loop without waiting (when nothing is runnable, and otherwise one time in four, as
   // the generator says). False when nothing ran and the loop completed nothing: every
   // task is durably blocked, or finished.
+  //
+  // One lock when the loop has nothing in flight (the common case), two when it is polled
+  // first; the generator's draws are the same either way (the seed's order does not
+  // depend on it).
   bool step() {
-    std::size_t items = 0;
-    {
-      std::lock_guard lock(mutex);
-      collectDueLocked();
-      items = runnable.size() + due.size();
-    }
-    if (loop->hasWork() && (items == 0 || scheduler.below(4) == 0)) {
-      if (loop->run(0) > 0) return true;
-    }
-    if (items == 0) return false;
+    const bool ioInFlight = loop->hasWork();  // the loop is this thread's: no lock needed
     WorkItem item;
     TimerEntry* timer = nullptr;
     {
-      std::lock_guard lock(mutex);
-      const std::size_t total = runnable.size() + due.size();
-      if (total == 0) return true;  // another thread cancelled the timer meanwhile
+      std::unique_lock lock(mutex);
+      collectDueLocked();
+      std::size_t total = runnable.size() + due.size();
+      if (ioInFlight && (total == 0 || scheduler.below(4) == 0)) {
+        lock.unlock();
+        if (loop->run(0) > 0) return true;
+        if (total == 0) return false;
+        lock.lock();
+        total = runnable.size() + due.size();
+        if (total == 0) return true;  // another thread cancelled the timer meanwhile
+      } else if (total == 0) {
+        return false;
+      }
       const std::size_t index = static_cast<std::size_t>(scheduler.below(total));
       if (index < runnable.size()) {
         item = runnable[index];

@@ -147,7 +147,9 @@ TEST(AsyncBacktraceDeathTest, ALostExceptionIsReportedWithWhereItWasThrown) {
       {
         weft::ThreadPool pool(1);
         { auto handle = weft::spawn(&pool, throwMiddle()); }  // dropped: nobody awaits
-        std::this_thread::sleep_for(std::chrono::seconds(10));  // the report aborts first
+        // Stays a sleep: the statement must not end before the report aborts (a statement
+        // that returns is "failed to die"); 10 s only bounds a report that never comes.
+        std::this_thread::sleep_for(std::chrono::seconds(10));
       },
       "nobody awaited: lost failure\nweft: where it was thrown \\(async backtrace, innermost "
       "first\\):\n  #0 coroutine [^\n]*throwDeep\\(\\)[^\n]*\n  #1 coroutine "

@@ -259,17 +259,26 @@ TEST(CollectAllFailFastTest, FirstFailureCancelsTheOthersAndEveryTryIsReported) 
   std::atomic<int> cancelled{0};
   std::atomic<int> started{0};
   test::Watchdog watchdog(std::chrono::seconds(60), "CollectAllFailFastTest.FirstFailure");
-  auto [a, b, c] = syncAwait(collectAllFailFast(sleepsForever(cancelled, &started),
-                                                failsAfter(std::chrono::milliseconds(1)),
-                                                sleepsForever(cancelled, &started)));
+  // Hand-shake: the second branch fails once both others have started (the third starts
+  // only after the second suspends), so the failure finds two waits to cancel, on any
+  // machine. (Branches not started by the first failure are never started: see below.)
+  test::ManualEvent failNow;
+  auto failsWhenReleased = [&]() -> Lazy<int> {
+    co_await failNow;
+    throw std::runtime_error("first failure");
+  };
+  std::thread releaser([&] {
+    while (started.load() < 2) std::this_thread::yield();  // the watchdog bounds it
+    failNow.release();  // the failure runs here, and cancels the others from here
+  });
+  auto [a, b, c] = syncAwait(collectAllFailFast(
+      sleepsForever(cancelled, &started), failsWhenReleased(), sleepsForever(cancelled, &started)));
+  releaser.join();
   EXPECT_THROW(a.value(), OperationCancelled);
   EXPECT_THROW(b.value(), std::runtime_error);
   EXPECT_THROW(c.value(), OperationCancelled);
-  // The third branch starts only after the second suspends; on a slow machine (qemu) the
-  // 1 ms failure may come first, and then it is not started at all: its Try holds
-  // OperationCancelled either way. Every branch that started was cancelled.
-  EXPECT_GE(started.load(), 1);
-  EXPECT_EQ(cancelled.load(), started.load());
+  EXPECT_EQ(started.load(), 2);
+  EXPECT_EQ(cancelled.load(), 2);
   EXPECT_EQ(Counted::alive(), 0);
 }
 
@@ -350,15 +359,31 @@ Lazy<int> tracked(InFlight& inFlight, int v, std::chrono::microseconds hold) {
   co_return v;
 }
 
+// Holds its slot until `open` is released, then lets it go.
+Lazy<int> heldUntil(InFlight& inFlight, test::ManualEvent& open, int v) {
+  inFlight.enter();
+  co_await open;
+  inFlight.leave();
+  co_return v;
+}
+
 TEST(CollectAllWindowedTest, NeverRunsMoreThanTheWindowAndKeepsOrder) {
   InFlight inFlight;
+  test::ManualEvent open;
   std::vector<Lazy<int>> range;
-  for (int i = 0; i < 12; ++i) range.push_back(tracked(inFlight, i, std::chrono::milliseconds(10)));
+  for (int i = 0; i < 12; ++i) range.push_back(heldUntil(inFlight, open, i));
+  // Hand-shake: the branches hold their slots until the window is full (three are
+  // waiting); then each finishes, the next starts, and (the event released) it finishes at
+  // once, so the window never holds more than three.
+  test::Watchdog watchdog(std::chrono::seconds(60), "CollectAllWindowedTest.NeverRunsMore");
+  std::thread opener([&] {
+    while (open.waiting() < 3) std::this_thread::yield();
+    open.release();
+  });
   std::vector<Try<int>> results = syncAwait(collectAllWindowed(3, std::move(range)));
+  opener.join();
   ASSERT_EQ(results.size(), 12u);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(results[i].value(), i);
-  // Branches hold their slot on a timer far longer than starting three takes, so the
-  // window fills, and never overflows.
   EXPECT_EQ(inFlight.peak.load(), 3);
 }
 

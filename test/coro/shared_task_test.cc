@@ -13,7 +13,6 @@
 #include "weft/coro/collect.h"
 #include "weft/coro/event.h"
 #include "weft/coro/lazy.h"
-#include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/task.h"
 #include "weft/coro/with_cancellation.h"
@@ -31,17 +30,26 @@ using namespace std::chrono_literals;
 using test::Watchdog;
 
 TEST(SharedTaskTest, ManyAwaitersOneRunEveryoneGetsTheValue) {
+  constexpr int kAwaiters = 200;
   ThreadPool pool(2);
   std::atomic<int> runs{0};
+  // Hand-shake: the work finishes only once every awaiter has arrived (the last one sets
+  // `allArrived` just before its own co_await), so the awaiters find it running and wait,
+  // whatever the machine's speed (a few may still be on their way: they find it done).
+  std::atomic<int> arrived{0};
+  Event allArrived;
   auto work = [&]() -> Lazy<int> {
     runs.fetch_add(1);
-    co_await sleep(5ms);
+    co_await allArrived.wait();
     co_return 42;
   };
   SharedTask<int> shared = share(work());
-  auto awaiter = [](SharedTask<int> s) -> Lazy<int> { co_return co_await s; };
+  auto awaiter = [&](SharedTask<int> s) -> Lazy<int> {
+    if (arrived.fetch_add(1) + 1 == kAwaiters) allArrived.set();
+    co_return co_await s;
+  };
   std::vector<Lazy<int>> awaiters;
-  for (int i = 0; i < 200; ++i) awaiters.push_back(awaiter(shared));
+  for (int i = 0; i < kAwaiters; ++i) awaiters.push_back(awaiter(shared));
   Watchdog watchdog(60s, "SharedTaskTest.ManyAwaitersOneRunEveryoneGetsTheValue");
   for (auto& r : syncAwait(collectAllPara(std::move(awaiters)), &pool)) EXPECT_EQ(r.value(), 42);
   EXPECT_EQ(runs.load(), 1);
@@ -131,7 +139,8 @@ TEST(SharedTaskTest, TheWorkFinishesEvenIfEveryCopyIsDropped) {
   auto work = [finished, &started, &release]() -> Lazy<void> {
     started = true;
     co_await release.wait();
-    *finished = true;
+    finished->store(true);
+    finished->notify_all();
   };
   {
     SharedTask<void> shared = share(work());
@@ -141,7 +150,7 @@ TEST(SharedTaskTest, TheWorkFinishesEvenIfEveryCopyIsDropped) {
   EXPECT_FALSE(finished->load());
   release.set();
   Watchdog watchdog(60s, "SharedTaskTest.TheWorkFinishesEvenIfEveryCopyIsDropped");
-  while (!finished->load()) std::this_thread::sleep_for(1ms);
+  finished->wait(false);  // woken by the work's notify_all
   EXPECT_TRUE(started.load());
 }
 

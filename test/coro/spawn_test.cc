@@ -74,11 +74,12 @@ TEST(SpawnTest, TheTaskRunsWhileTheSpawnerDoesOtherWork) {
 }
 
 TEST(SpawnTest, HandlesAwaitedInAnyOrderAndNever) {
+  std::atomic<int> finished{0};  // outlives the pool: a task's notify_all may come late
   ThreadPool pool(2);
-  std::atomic<int> finished{0};
   auto work = [&](int v) -> Lazy<int> {
     co_await sleep(std::chrono::milliseconds(v % 3));
     finished.fetch_add(1);
+    finished.notify_all();
     co_return v;
   };
   auto body = [&]() -> Lazy<int> {
@@ -91,7 +92,8 @@ TEST(SpawnTest, HandlesAwaitedInAnyOrderAndNever) {
   };
   EXPECT_EQ(syncAwait(body(), &pool), 2500);
   Watchdog watchdog(60s, "SpawnTest.HandlesAwaitedInAnyOrderAndNever");
-  while (finished.load() != 100) std::this_thread::sleep_for(1ms);
+  // The dropped (even) ones run on: wait for them, woken by each task's notify_all.
+  for (int n = finished.load(); n != 100; n = finished.load()) finished.wait(n);
 }
 
 TEST(SpawnTest, CancelEndsTheTaskAndTheAwaitReportsIt) {
@@ -178,13 +180,14 @@ TEST(SpawnTest, ANullExecutorIsRejected) {
 }
 
 TEST(SpawnTest, ADroppedHandleOfACancelledTaskEndsQuietly) {
+  std::atomic<bool> ended{false};  // outlives the pool: the task's notify_all may come late
   ThreadPool pool(1);
-  std::atomic<bool> ended{false};
   auto task = [&]() -> Lazy<void> {
     try {
       co_await sleep(kForever);
     } catch (const OperationCancelled&) {
       ended = true;
+      ended.notify_all();
       throw;
     }
   };
@@ -193,7 +196,7 @@ TEST(SpawnTest, ADroppedHandleOfACancelledTaskEndsQuietly) {
     handle.cancel();
   }  // dropped: its OperationCancelled is the expected end, not a lost failure
   Watchdog watchdog(60s, "SpawnTest.ADroppedHandleOfACancelledTaskEndsQuietly");
-  while (!ended.load()) std::this_thread::sleep_for(1ms);
+  ended.wait(false);  // woken by the task's notify_all
 }
 
 TEST(SpawnDeathTest, ADroppedHandleWhoseTaskFailsAborts) {
@@ -207,7 +210,9 @@ TEST(SpawnDeathTest, ADroppedHandleWhoseTaskFailsAborts) {
             throw std::runtime_error("nobody awaits this");
           }());
         }
-        std::this_thread::sleep_for(10s);  // the report aborts long before
+        // Stays a sleep: the statement must not end before the report aborts (a statement
+        // that returns is "failed to die"); 10 s only bounds a report that never comes.
+        std::this_thread::sleep_for(10s);
       },
       "JoinHandle was dropped ended with an exception nobody awaited: nobody awaits this");
 }

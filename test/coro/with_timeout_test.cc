@@ -16,6 +16,7 @@
 #include "weft/coro/cancellation.h"
 #include "weft/coro/channel.h"
 #include "weft/coro/collect.h"
+#include "weft/coro/event.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/mutex.h"
 #include "weft/coro/semaphore.h"
@@ -32,6 +33,7 @@
 #include "test/support/manual_event.h"
 #include "test/support/manual_timer_executor.h"
 #include "test/support/timer_probe_executor.h"
+#include "test/support/wait_until.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -45,14 +47,23 @@ using test::Watchdog;
 TEST(WithTimeoutTest, WorkFinishingFirstReturnsItsValueAndDisarmsTheTimer) {
   ThreadPool pool(2);
   TimerProbeExecutor probe(pool);
-  auto work = []() -> Lazy<int> {
-    co_await sleep(20ms);  // long enough to be armed however slow the machine
+  // Hand-shake: the work finishes only once the timeout is armed (withTimeout arms it
+  // once the work has suspended), whatever the machine's speed.
+  Event timeoutArmed;
+  auto work = [&]() -> Lazy<int> {
+    co_await timeoutArmed.wait();
     co_return 42;
   };
+  std::thread releaser([&] {
+    test::waitUntil([&] { return probe.armed.load() == 1; });
+    timeoutArmed.set();
+  });
   auto body = [&]() -> Lazy<int> { co_return co_await withTimeout(work(), 1h); };
+  Watchdog watchdog(60s, "WithTimeoutTest.WorkFinishingFirstReturnsItsValueAndDisarmsTheTimer");
   EXPECT_EQ(syncAwait(body().via(&probe)), 42);
-  EXPECT_EQ(probe.armed.load(), 2);     // the work's sleep and the timeout
-  EXPECT_EQ(probe.disarmed.load(), 1);  // the timeout left the heap at once
+  releaser.join();
+  EXPECT_EQ(probe.armed.load(), 1);     // the timeout
+  EXPECT_EQ(probe.disarmed.load(), 1);  // left the heap at once
 }
 
 TEST(WithTimeoutTest, SynchronousWorkArmsNoTimer) {

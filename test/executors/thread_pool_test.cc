@@ -714,16 +714,14 @@ TEST(ThreadPoolTest, IdleWorkersSleepInsteadOfSpinning) {
   ThreadPool pool(2, "sleepy");
   for (int i = 0; i < 100; ++i) pool.schedule([&] { ran.arrive(); });
   ASSERT_TRUE(ran.waitFor());
-  // Spinning workers would keep showing up as running ('R'); sleeping ones as 'S'.
-  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  // Spinning workers would keep showing up as running ('R'); sleeping ones as 'S'. Polled
+  // with yield until both sleep at once (false after a minute: they never did).
   std::vector<char> states;
-  for (;;) {
+  const bool asleep = test::yieldUntil([&] {
     states = test::threadStates("sleepy-");
-    if (states.size() == 2 && states[0] == 'S' && states[1] == 'S') break;
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-        << "workers still not asleep: " << std::string(states.begin(), states.end());
-    std::this_thread::sleep_for(10ms);
-  }
+    return states.size() == 2 && states[0] == 'S' && states[1] == 'S';
+  });
+  ASSERT_TRUE(asleep) << "workers still not asleep: " << std::string(states.begin(), states.end());
 }
 #endif
 

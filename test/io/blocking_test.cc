@@ -30,6 +30,7 @@
 #include "test/support/io_support.h"
 #include "test/support/manual_executor.h"
 #include "test/support/manual_timer_executor.h"
+#include "test/support/thread_states.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -53,15 +54,11 @@ using test::Watchdog;
   return ThreadPool::current();
 }
 
-// Spins (yielding) until `done()` or 10 s; returns done().
+// Spins (yielding) until `done()`: a hand-shake with the pool's threads. False after a
+// minute (a bound for a hang, not a timing claim), for an ASSERT_TRUE.
 template <class Done>
 bool eventually(Done done) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
+  return test::yieldUntil(done);
 }
 
 // Resumes a Lazy's frame once (it runs until its first suspension), bound to `executor`
@@ -147,8 +144,12 @@ TEST(BlockingTest, PlainLazyOnAPoolWorkerResumesOnThatPool) {
   ThreadPool pool(2, "plain");
   std::atomic<int> done{0};
   std::atomic<bool> onPool{false};
+  // fn waits until the Lazy has suspended (start() returned on the worker): a fn that
+  // finished first would have the Lazy continue on the worker without suspending, and
+  // the test would prove nothing.
+  std::latch suspended(1);
   auto body = [&]() -> Lazy<void> {
-    co_await blocking([] { std::this_thread::sleep_for(1ms); });
+    co_await blocking([&] { suspended.wait(); });
     onPool = currentPool() == &pool;
   };
   pool.schedule([&] {
@@ -156,6 +157,7 @@ TEST(BlockingTest, PlainLazyOnAPoolWorkerResumesOnThatPool) {
       EXPECT_TRUE(result.hasValue());
       done = 1;
     });
+    suspended.count_down();
   });
   ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
   EXPECT_TRUE(onPool.load());
@@ -521,7 +523,15 @@ TEST(BlockingPoolTest, ShutdownRunsQueuedCallsThenRefuses) {
   }
   started.wait();
   EXPECT_EQ(pool.queuedCount(), 2u);
-  std::thread closer([&] { pool.shutdown(); });
+  std::atomic<pid_t> closerId{0};
+  std::thread closer([&] {
+    closerId = test::currentThreadId();
+    pool.shutdown();
+  });
+  // Hand-shake: the closer sleeps in the kernel, in shutdown() waiting for the running
+  // call (or on a lock on its way there: the probes below then go on until it has begun).
+  ASSERT_TRUE(test::yieldUntil([&] { return closerId.load() != 0; }));
+  ASSERT_TRUE(test::waitUntilBlocked(closerId.load()));
   // A call made once shutdown() has begun is refused (synchronously: the callback runs
   // inside start()); the ones made before it are queued, and run.
   std::atomic<int> probesRan{0};
@@ -541,7 +551,7 @@ TEST(BlockingPoolTest, ShutdownRunsQueuedCallsThenRefuses) {
         ADD_FAILURE() << "another exception";
       }
     });
-    std::this_thread::sleep_for(1ms);
+    if (refusal.empty()) std::this_thread::yield();
   }
   EXPECT_NE(refusal.find("'closing'"), std::string::npos) << refusal;
   gate.count_down();
@@ -693,10 +703,13 @@ TEST(BlockingCancelTest, WithTimeoutKeepsTheValueOfAStartedFn) {
     auto fn = [&ran, token] {
       ran = true;
       // Runs on until the timeout has fired (and cancelled the call): too late to stop it.
-      const auto giveUp = std::chrono::steady_clock::now() + 10s;
-      while (!token.isCancellationRequested() && std::chrono::steady_clock::now() < giveUp) {
-        std::this_thread::sleep_for(1ms);
-      }
+      // Woken by a callback on the token (the watchdog bounds a timeout that never fires).
+      std::atomic<bool> cancelled{false};
+      CancellationCallback onCancel(token, [&cancelled] {
+        cancelled.store(true);
+        cancelled.notify_all();
+      });
+      cancelled.wait(false);
       return 6;
     };
     co_return co_await blocking(pool, std::move(fn));

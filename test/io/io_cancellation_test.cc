@@ -359,9 +359,10 @@ TEST_P(IoCancellationTest, InFiberReadTimeoutEndsTheFibersReadAtOnce) {
       }
     });
   };
-  const auto start = std::chrono::steady_clock::now();
+  // No time is judged: the read, not the timeout, is what could fail to end. The peer
+  // writes nothing, so only the cancellation can end it (else the watchdog fires), and
+  // sawCancellation says it did.
   EXPECT_THROW(syncAwait(withTimeout(task(), 50ms), &pool), TimeoutError);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // far below a hang
   EXPECT_TRUE(sawCancellation.load());
   const std::string message = "after the timeout";
   ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), message.data(), message.size()));
@@ -425,7 +426,10 @@ TEST_P(IoCancellationTest, CancellationTogetherWithTheDataLosesNothing) {
     {
       WorkerHold hold(pool);
       ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), message.data(), message.size()));
-      if (round % 2 == 0) std::this_thread::sleep_for(1ms);  // vary the order the loop sees
+      // Stays a sleep: a deliberate jitter that varies what the loop finds on its next turn
+      // (io_uring may complete the read in the kernel meanwhile; the outcome is checked
+      // either way). The hold above, not the sleep, makes both arrive in one turn.
+      if (round % 2 == 0) std::this_thread::sleep_for(1ms);
       source.requestCancellation();
       hold.release([] {});
     }

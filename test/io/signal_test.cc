@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstddef>
 #include <memory>
 #include <unistd.h>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/current_executor.h"
+#include "weft/coro/latch.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
@@ -33,17 +35,22 @@ namespace {
 using namespace std::chrono_literals;
 using test::Watchdog;
 
-// Raises `s` at the process from another thread once `ready` is set (the waiters are in
-// place), again every 10 ms until `stop`: a wait that starts late still gets one.
+// Raises `s` at the process once, from another thread, as soon as `waiters` more signal
+// waiters are linked than when it was constructed (detail::linkedSignalWaiterCount): the
+// waiters are in place, so that the one signal reaches every one of them (the dispatcher
+// resumes every waiter linked for it). A hand-shake, not a rate: construct it before the
+// waiters start. Its destructor stops a raiser that still waits (a test that failed
+// before its waiters were linked).
 class Raiser {
  public:
-  Raiser(int s, std::atomic<bool>& ready) : thread_([this, s, &ready] {
-    while (!ready.load()) std::this_thread::sleep_for(1ms);
-    while (!stop_.load()) {
-      ::kill(::getpid(), s);
-      std::this_thread::sleep_for(10ms);
-    }
-  }) {}
+  Raiser(int s, std::size_t waiters)
+      : before_(detail::linkedSignalWaiterCount()), thread_([this, s, waiters] {
+          while (detail::linkedSignalWaiterCount() < before_ + waiters) {
+            if (stop_.load()) return;
+            std::this_thread::yield();
+          }
+          ::kill(::getpid(), s);
+        }) {}
   ~Raiser() {
     stop_ = true;
     thread_.join();
@@ -51,17 +58,17 @@ class Raiser {
 
  private:
   std::atomic<bool> stop_{false};
+  const std::size_t before_;
   std::thread thread_;
 };
 
 TEST(SignalTest, AWaitReturnsTheSignalDelivered) {
   ThreadPool pool(2);  // its threads exist before the first signal(): no mask needed
-  std::atomic<bool> ready{true};
   // Until weft's handler is installed (the first signal() for SIGUSR1), SIGUSR1 would
   // take its default action and end the process: install it before raising.
   auto wait = signal(SIGUSR2, SIGUSR1);
   auto body = [&]() -> Lazy<int> { co_return co_await wait; };
-  Raiser raiser(SIGUSR1, ready);
+  Raiser raiser(SIGUSR1, 1);
   Watchdog watchdog(60s, "SignalTest.AWaitReturnsTheSignalDelivered");
   EXPECT_EQ(syncAwait(body(), &pool), SIGUSR1);
 }
@@ -69,13 +76,14 @@ TEST(SignalTest, AWaitReturnsTheSignalDelivered) {
 TEST(SignalTest, EveryWaiterForTheSignalIsWokenAndOthersAreNot) {
   ThreadPool pool(2);
   std::atomic<int> woken{0};
-  std::atomic<bool> ready{false};
+  Latch allWoken(4);
   (void)signal(SIGUSR1);  // installed before the raiser starts
   auto body = [&]() -> Lazy<void> {
     TaskGroup<> group(co_await currentExecutor());
     auto waiter = [&]() -> Lazy<void> {
       EXPECT_EQ(co_await signal(SIGUSR1), SIGUSR1);
       woken.fetch_add(1);
+      allWoken.countDown();
     };
     for (int i = 0; i < 4; ++i) group.spawn(waiter());
     // A waiter for another signal only: still waiting when the group is cancelled.
@@ -85,12 +93,13 @@ TEST(SignalTest, EveryWaiterForTheSignalIsWokenAndOthersAreNot) {
                    OperationCancelled);
     };
     group.spawn(otherWaiter());
-    ready = true;
-    while (woken.load() < 4) co_await sleep(1ms);
+    // The one SIGUSR1 comes once all five waits are linked: it wakes the four for it; the
+    // SIGUSR2 waiter, still waiting after they have all woken, is then cancelled.
+    co_await allWoken.wait();
     other.requestCancellation();
     co_await group.join();
   };
-  Raiser raiser(SIGUSR1, ready);
+  Raiser raiser(SIGUSR1, 5);
   Watchdog watchdog(60s, "SignalTest.EveryWaiterForTheSignalIsWokenAndOthersAreNot");
   syncAwait(body(), &pool);
   EXPECT_EQ(woken.load(), 4);
@@ -127,9 +136,8 @@ TEST(SignalTest, AWaitIsCancellableAndTakesNothing) {
 
 TEST(SignalTest, FromAFiber) {
   ThreadPool pool(2);
-  std::atomic<bool> ready{true};
   (void)signal(SIGUSR1);  // installed before the raiser starts
-  Raiser raiser(SIGUSR1, ready);
+  Raiser raiser(SIGUSR1, 1);
   auto fiber = spawnFiber(&pool, [] { return weft::await(signal(SIGUSR1)); });
   Watchdog watchdog(60s, "SignalTest.FromAFiber");
   EXPECT_EQ(syncAwait(std::move(fiber)), SIGUSR1);

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "weft/coro/lazy.h"
+#include "weft/coro/sleep.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
@@ -50,6 +51,7 @@
 #include "weft/io/tcp_listener.h"
 #include "weft/io/tcp_stream.h"
 #include "test/support/io_support.h"
+#include "test/support/manual_timer_executor.h"
 #include "test/support/one_worker.h"
 #include "test/support/watchdog.h"
 
@@ -104,8 +106,8 @@ struct Outcome {
 
 // T from `outcome` alone: writeAll's awaitable converts to the Lazy.
 template <class T>
-void startOn(ThreadPool& pool, std::type_identity_t<Lazy<T>> lazy, Outcome<T>& outcome) {
-  std::move(lazy).via(&pool).start([&outcome](Try<T> result) {
+void startOn(Executor& executor, std::type_identity_t<Lazy<T>> lazy, Outcome<T>& outcome) {
+  std::move(lazy).via(&executor).start([&outcome](Try<T> result) {
     outcome.result = std::move(result);
     outcome.done.store(true);
     outcome.done.notify_all();
@@ -167,12 +169,8 @@ TEST_P(TcpFailureTest, ResetAfterUnreadDataDeliversTheDataThenConnectionReset) {
   ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), data, sizeof data));
   // The data is in our receive queue before the reset follows it (loopback delivers it
   // within send(); polled to be sure, not timed).
-  for (int i = 0; i < 10000; ++i) {
-    int pending = 0;
-    ASSERT_EQ(::ioctl(pair.stream.nativeHandle(), FIONREAD, &pending), 0);
-    if (pending == sizeof data) break;
-    std::this_thread::sleep_for(1ms);
-  }
+  const int sent = static_cast<int>(sizeof data);
+  test::waitUntil([&] { return test::queuedToRead(pair.stream.nativeHandle()) == sent; });
   resetConnection(pair.peer);
   // Linux keeps what was received: the data first, then the reset, then the end.
   std::byte buffer[64];
@@ -350,8 +348,10 @@ TEST_P(TcpFailureTest, IoAwaitedOnAThreadWithoutAnEventLoopThrowsLogicError) {
 
 // accept() out of descriptors: in a child whose RLIMIT_NOFILE is lowered until no new
 // descriptor fits. The listener must keep serving the connection it has, must not spin
-// (the hang/spin guard below), and must accept the pending connection once a
-// descriptor is freed.
+// (each failed attempt waits for a backoff timer), and must accept the pending connection
+// once a descriptor is freed. The backoff sleeps are armed on a ManualTimerExecutor, so
+// they fire when the test says: "no retry until the backoff ends" is a hand-shake, not a
+// measure of CPU time over a window of real time.
 //
 // Child exit codes: 0 success; 20+ a step that failed (see the returns).
 TEST_P(TcpFailureTest, AcceptOutOfDescriptorsKeepsServingAndResumesWithoutSpinning) {
@@ -359,6 +359,9 @@ TEST_P(TcpFailureTest, AcceptOutOfDescriptorsKeepsServingAndResumesWithoutSpinni
   const int status = test::runInChild([backend]() -> int {
     ::alarm(60);  // hang guard: SIGALRM
     ThreadPool pool(ThreadPoolOptions{1, "emfile", backend});
+    // The accept's executor: the pool's worker runs it, and its backoff sleeps wait here
+    // until fireAll().
+    test::ManualTimerExecutor timers(pool);
     TcpListener listener = TcpListener::bind(SocketAddress::loopbackV4(0));
     const SocketAddress address = listener.localAddress();
     test::OwnedFd clientA = test::connectBlocking(address);
@@ -390,21 +393,17 @@ TEST_P(TcpFailureTest, AcceptOutOfDescriptorsKeepsServingAndResumesWithoutSpinni
     };
     if (!roundTrip(clientA.get(), '0')) return 21;
 
-    // The pool's timer thread (the backstop of the accept's backoff sleeps) has started
-    // and run before the limit drops: UBSan's vptr check of the new thread's state, in
-    // its first instructions, makes a pipe to probe memory, which EMFILE would turn into
-    // a false report. A timer armed outside the pool is fired by that thread.
-    struct FiredByTimerThread : TimerEntry {
-      FiredByTimerThread() {
-        complete = [](detail::Job* job, bool) noexcept {
-          static_cast<FiredByTimerThread*>(job)->fired.store(true, std::memory_order_release);
-        };
-      }
-      std::atomic<bool> fired{false};
-    } started;
-    started.deadline = TimerEntry::Clock::now();
-    pool.scheduleTimer(started);
-    test::waitUntil([&] { return started.fired.load(std::memory_order_acquire); });
+    // UBSan's vptr check makes a pipe to probe memory the first time it meets a dynamic
+    // type, which EMFILE would turn into a false report: the manual executor's members
+    // that the accept calls out of descriptors (schedule, scheduleTimer) and a timer's
+    // fire path are called here first, by a sleep armed on it and fired by hand.
+    Outcome<void> warmUp;
+    auto sleepAnHour = []() -> Lazy<void> { co_await sleep(1h); };
+    startOn(timers, sleepAnHour(), warmUp);
+    if (!timers.waitUntilArmed(1)) return 21;
+    timers.fireAll();
+    warmUp.wait();
+    if (!warmUp.result.hasValue()) return 21;
     // The same holds for the first virtual call on an error category (the accept's EMFILE
     // becomes a std::system_error): make it here, while a pipe can still be made.
     (void)std::system_error(EMFILE, std::system_category()).code().message();
@@ -427,40 +426,29 @@ TEST_P(TcpFailureTest, AcceptOutOfDescriptorsKeepsServingAndResumesWithoutSpinni
     if (::dup(0) >= 0 || errno != EMFILE) return 25;
 
     Outcome<TcpStream> acceptB;
-    startOn(pool, listener.accept(), acceptB);
+    startOn(timers, listener.accept(), acceptB);
     if (::connect(clientB.get(), address.native(), address.nativeLength()) != 0) return 26;
 
-    // ~300 ms of EMFILE with a connection pending. A spin guard, not a timing claim: a
-    // listener that retried at once would keep the worker busy for most of the window;
-    // one that backs off uses a few milliseconds. Half the window is a generous bound.
-    rusage before{};
-    ::getrusage(RUSAGE_SELF, &before);
-    const auto start = std::chrono::steady_clock::now();
-    int served = 0;
-    while (std::chrono::steady_clock::now() - start < 300ms) {
-      if (!roundTrip(clientA.get(), static_cast<char>('a' + served % 26))) return 27;
-      ++served;
-      std::this_thread::sleep_for(20ms);
+    // Rounds of EMFILE with a connection pending: each failed attempt arms one backoff
+    // timer and waits for it. While it is held the listener tries nothing (a listener that
+    // retried at once would never arm a timer: the alarm would end the child), the worker
+    // serves connection A, and the accept has not ended; firing it makes the next
+    // attempt, which fails the same way and arms the next backoff.
+    for (int round = 0; round < 3; ++round) {
+      if (!timers.waitUntilArmed(1)) return 27;
+      if (!roundTrip(clientA.get(), static_cast<char>('a' + round))) return 27;
+      if (acceptB.done.load()) {
+        std::fprintf(stderr, "child: accept ended during EMFILE: %s\n", acceptB.what().c_str());
+        return 28;
+      }
+      if (timers.armed() != 1) return 29;  // one attempt, one backoff
+      timers.fireAll();
     }
-    rusage after{};
-    ::getrusage(RUSAGE_SELF, &after);
-    const auto wall = std::chrono::steady_clock::now() - start;
-    auto cpu = [](const rusage& r) {
-      return std::chrono::seconds(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
-             std::chrono::microseconds(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
-    };
-    const auto used = cpu(after) - cpu(before);
-    const auto wallUs = std::chrono::duration_cast<std::chrono::microseconds>(wall).count();
-    std::fprintf(stderr, "child: %d round trips served during EMFILE; CPU %lld us of %lld us\n",
-                 served, static_cast<long long>(used.count()), static_cast<long long>(wallUs));
-    if (acceptB.done.load()) {
-      std::fprintf(stderr, "child: accept ended during EMFILE: %s\n", acceptB.what().c_str());
-      return 28;
-    }
-    if (used * 2 > wall) return 29;
+    if (!timers.waitUntilArmed(1)) return 29;
 
-    spare.reset();  // one descriptor free: the pending connection can be accepted
-    acceptB.wait();  // the backoff is at most 1 s; the alarm guards a hang
+    spare.reset();     // one descriptor free: the pending connection can be accepted
+    timers.fireAll();  // the backoff ends: the next attempt accepts it
+    acceptB.wait();
     if (!acceptB.result.hasValue()) {
       std::fprintf(stderr, "child: accept failed: %s\n", acceptB.what().c_str());
       return 30;

@@ -132,6 +132,9 @@ TEST_P(TcpStreamTest, ReadTimeoutNeverLosesOrDuplicatesData) {
     std::uint32_t state = 12345;
     for (int i = 0; i < kMessages; ++i) {
       state = state * 1103515245u + 12345u;
+      // Stays a sleep: a deliberate jitter (0 to 2 ms, around the reads' 1 ms limit) that
+      // varies which reads time out on the real loops of both backends. The race itself is
+      // made exact in virtual time by ReadTimeoutRacingDataAtTheSameInstantLosesNothing.
       std::this_thread::sleep_for(std::chrono::microseconds((state >> 16) % 2000));
       const unsigned char byte = static_cast<unsigned char>(i);
       ASSERT_EQ(::send(streams.first.nativeHandle(), &byte, 1, MSG_NOSIGNAL), 1);
@@ -223,7 +226,7 @@ TEST_P(TcpStreamTest, TryWriteUntilFullThenWritableWaitsForRoom) {
   std::vector<unsigned char> received;
   makeBlocking(streams.second.nativeHandle());
   std::thread reader([&] {  // drains the peer only once the writer found the buffer full
-    while (!full) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    full.wait(false);       // woken by the writer's notify_all
     std::array<unsigned char, 65536> buffer;
     for (;;) {
       const ssize_t n = ::recv(streams.second.nativeHandle(), buffer.data(), buffer.size(), 0);
@@ -249,6 +252,7 @@ TEST_P(TcpStreamTest, TryWriteUntilFullThenWritableWaitsForRoom) {
       if (target == 0) {
         target = written + (1u << 20);
         full = true;
+        full.notify_all();
       }
       co_await client.writable();
     }

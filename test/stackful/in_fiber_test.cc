@@ -32,8 +32,6 @@ using namespace std::chrono_literals;
 using test::TimerProbeExecutor;
 using test::Watchdog;
 
-// A generous bound for "at once": far below the waits the tests cancel (10 s), far above
-// any scheduling delay of a loaded machine. Not a timing assertion beyond that.
 // A wait that only a cancellation ends: if one is not delivered, the test hangs until
 // ctest's timeout instead of passing (no timing is judged).
 constexpr auto kForever = std::chrono::hours(1);

@@ -26,6 +26,7 @@
 #include "weft/stackful/fiber_local.h"
 #include "test/support/counted.h"
 #include "test/support/manual_event.h"
+#include "test/support/wait_until.h"
 #include "test/support/watchdog.h"
 
 namespace weft {
@@ -135,7 +136,7 @@ TEST(SpawnFiberTest, ForeignAwaitableResumesTheFiberOnItsExecutor) {
     await(event);
     return inPool(pool);
   });
-  while (event.waiting() == 0) std::this_thread::sleep_for(1ms);
+  test::waitUntil([&] { return event.waiting() == 1; });  // the fiber waits on the event
   std::thread([&] { event.release(); }).join();
   EXPECT_TRUE(syncAwait(std::move(future)));
 }
@@ -274,14 +275,15 @@ TEST(SpawnFiberTest, AwaitAnotherSpawnedFiber) {
 
 TEST(SpawnFiberTest, DetachedFiberRunsToTheEnd) {
   Watchdog watchdog(60s, "DetachedFiberRunsToTheEnd");
+  std::atomic<bool> finished{false};  // outlives the pool: the notify_all may come late
   ThreadPool pool(2);
-  std::atomic<bool> finished{false};
   spawnFiber(&pool, [&] {
     await(answerLater(1));
     this_fiber::yield();
     finished = true;
+    finished.notify_all();
   }).detach();
-  while (!finished) std::this_thread::sleep_for(1ms);
+  finished.wait(false);  // woken by the fiber's notify_all
 }
 
 TEST(SpawnFiberTest, LocalsAreDestroyedWhenTheFiberEnds) {
@@ -333,6 +335,8 @@ TEST(SpawnFiberDeathTest, DetachedFiberExceptionIsReported) {
       {
         ThreadPool pool(1, "reporter");
         spawnFiber(&pool, [] { throw std::runtime_error("lost?"); }).detach();
+        // Stays a sleep: the statement must not end before the report aborts (a statement
+        // that returns is "failed to die"); 10 s only bounds a report that never comes.
         std::this_thread::sleep_for(10s);
       },
       "weft: detached fiber [0-9]+ \\(spawnFiber on executor 'reporter'\\) ended with an "

@@ -36,6 +36,7 @@
 #include "weft/io/tcp_stream.h"
 #include "test/support/counted.h"
 #include "test/support/io_backends.h"
+#include "test/support/wait_until.h"
 
 namespace weft::test {
 
@@ -101,13 +102,6 @@ class IoLeakCheckedTest : public IoBackendTest {
   }
   int fdsBefore_ = 0;
 };
-
-// Spins (yielding) until `predicate()` holds: a hand-shake with another thread or the
-// kernel, never a timing.
-template <class Predicate>
-void waitUntil(Predicate predicate) {
-  while (!predicate()) std::this_thread::yield();
-}
 
 // Bytes waiting in `fd`'s receive queue (FIONREAD).
 inline int queuedToRead(int fd) {

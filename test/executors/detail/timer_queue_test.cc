@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "test/support/watchdog.h"
+
 namespace weft::detail {
 namespace {
 
@@ -89,28 +91,38 @@ TEST(TimerQueueTest, EntriesThatNeverExpireStartNoThread) {
 }
 
 TEST(TimerQueueTest, DeliversOnItsOwnThreadInDeadlineOrder) {
-  Recorder recorder;
-  TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
   constexpr int kEntries = 100;
-  std::vector<TaggedEntry> entries(kEntries);
   std::vector<int> order(kEntries);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(1));
-  const auto base = Clock::now() + 50ms;
-  for (int i : order) {  // armed in shuffled order
-    entries[i].tag = i;
-    entries[i].deadline = base + i * 100us;
-    ASSERT_TRUE(queue.add(entries[i]));
+  // Every entry must be armed before the first deadline (an entry armed after a later one
+  // was delivered would come out of order, rightly): the deadlines start `margin` ahead,
+  // and a run that took longer than that to arm them all proves nothing and is repeated
+  // with a larger margin. No timing is judged.
+  for (auto margin = 50ms;; margin *= 2) {
+    ASSERT_LT(margin, 10min) << "arming 100 timers never took less than the margin";
+    Recorder recorder;
+    TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
+    std::vector<TaggedEntry> entries(kEntries);
+    const auto base = Clock::now() + margin;
+    for (int i : order) {  // armed in shuffled order
+      entries[i].tag = i;
+      entries[i].deadline = base + i * 100us;
+      ASSERT_TRUE(queue.add(entries[i]));
+    }
+    const bool allArmedInTime = Clock::now() < base;
+    ASSERT_TRUE(recorder.waitFor(kEntries));
+    if (!allArmedInTime) continue;
+    std::vector<int> expected(kEntries);
+    std::iota(expected.begin(), expected.end(), 0);
+    EXPECT_EQ(recorder.delivered, expected);
+    for (std::size_t i = 0; i < recorder.threads.size(); ++i) {
+      EXPECT_NE(recorder.threads[i], std::this_thread::get_id());
+      EXPECT_FALSE(recorder.flushed[i]);
+    }
+    EXPECT_EQ(queue.size(), 0u);
+    return;
   }
-  ASSERT_TRUE(recorder.waitFor(kEntries));
-  std::vector<int> expected(kEntries);
-  std::iota(expected.begin(), expected.end(), 0);
-  EXPECT_EQ(recorder.delivered, expected);
-  for (std::size_t i = 0; i < recorder.threads.size(); ++i) {
-    EXPECT_NE(recorder.threads[i], std::this_thread::get_id());
-    EXPECT_FALSE(recorder.flushed[i]);
-  }
-  EXPECT_EQ(queue.size(), 0u);
 }
 
 TEST(TimerQueueTest, EqualDeadlinesKeepArmingOrder) {
@@ -130,20 +142,27 @@ TEST(TimerQueueTest, EqualDeadlinesKeepArmingOrder) {
 TEST(TimerQueueTest, CancelRemovesAnArmedTimerAndNeverDeliversIt) {
   Recorder recorder;
   TimerQueue queue("test-timer", &Recorder::deliver, &recorder);
-  TaggedEntry never, soon;
+  // Two far timers, so that the heap holds both when one is cancelled (a near one could
+  // fire between two lines on a slow machine, and change the sizes seen).
+  TaggedEntry never, later, soon;
   never.tag = 1;
   never.deadline = Clock::now() + 1h;
+  later.tag = 3;
+  later.deadline = Clock::now() + 2h;
   soon.tag = 2;
-  soon.deadline = Clock::now() + 1ms;
   ASSERT_TRUE(queue.add(never));
-  ASSERT_TRUE(queue.add(soon));
+  ASSERT_TRUE(queue.add(later));
   EXPECT_EQ(queue.size(), 2u);
   EXPECT_TRUE(queue.cancel(never));
   EXPECT_EQ(queue.size(), 1u);
   EXPECT_FALSE(queue.cancel(never));  // not armed any more
+  // The queue goes on delivering what is due, and never the cancelled timer.
+  soon.deadline = Clock::now();
+  ASSERT_TRUE(queue.add(soon));
   ASSERT_TRUE(recorder.waitFor(1));
   EXPECT_FALSE(queue.cancel(soon));  // already delivered
   EXPECT_EQ(recorder.delivered, std::vector<int>{2});
+  EXPECT_TRUE(queue.cancel(later));
 }
 
 // Random adds and cancels: the heap keeps its order through removals from the middle.
@@ -244,6 +263,7 @@ struct Rearming {
   static void deliver(void* context, TimerEntry& entry) noexcept {
     auto* self = static_cast<Rearming*>(context);
     const int n = self->delivered.fetch_add(1) + 1;
+    self->delivered.notify_all();
     if (n < 50) {
       TaggedEntry& next = self->entries.emplace_back();
       next.deadline = Clock::now();
@@ -258,14 +278,16 @@ struct Rearming {
 };
 
 TEST(TimerQueueTest, DeliveryMayArmAndCancelTimers) {
+  test::Watchdog watchdog(60s, "TimerQueueTest.DeliveryMayArmAndCancelTimers");
   Rearming rearming;
   TimerQueue queue("test-timer", &Rearming::deliver, &rearming);
   rearming.queue = &queue;
   TaggedEntry first;
   first.deadline = Clock::now();
   ASSERT_TRUE(queue.add(first));
-  for (int i = 0; i < 60000 && rearming.delivered.load() < 50; ++i) {
-    std::this_thread::sleep_for(1ms);
+  // Woken by each delivery's notify_all; the 50th arms no more (the watchdog bounds a hang).
+  for (int n = rearming.delivered.load(); n < 50; n = rearming.delivered.load()) {
+    rearming.delivered.wait(n);
   }
   EXPECT_EQ(rearming.delivered.load(), 50);
   queue.stop(false);
@@ -311,11 +333,14 @@ struct SelfStopping {
   std::atomic<int> delivered{0};
   static void deliver(void* context, TimerEntry&) noexcept {
     auto* self = static_cast<SelfStopping*>(context);
-    if (self->delivered.fetch_add(1) == 0) self->queue->stop(/*deliverPending=*/true);
+    const bool first = self->delivered.fetch_add(1) == 0;
+    self->delivered.notify_all();
+    if (first) self->queue->stop(/*deliverPending=*/true);
   }
 };
 
 TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
+  test::Watchdog watchdog(60s, "TimerQueueTest.StopFromADeliveryOnTheTimerThreadDoesNotJoinItself");
   // Never destroyed (like the process-wide queue): the detached timer thread still
   // relocks the queue's mutex on its way out, after stop() has returned. A new pair for
   // each run of the test (--gtest_repeat: the last run's queue is stopped), all kept
@@ -332,8 +357,9 @@ TEST(TimerQueueTest, StopFromADeliveryOnTheTimerThreadDoesNotJoinItself) {
   pending.deadline = Clock::now() + 1h;
   ASSERT_TRUE(queue.add(pending));
   ASSERT_TRUE(queue.add(first));
-  for (int i = 0; i < 60000 && selfStopping.delivered.load() < 2; ++i) {
-    std::this_thread::sleep_for(1ms);
+  // Woken by each delivery's notify_all (the watchdog bounds a hang).
+  for (int n = selfStopping.delivered.load(); n < 2; n = selfStopping.delivered.load()) {
+    selfStopping.delivered.wait(n);
   }
   EXPECT_EQ(selfStopping.delivered.load(), 2);  // `first`, then `pending` flushed by stop
   EXPECT_TRUE(pending.shutDown);

@@ -6,11 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "weft/executors/executor_clock.h"
 #include "weft/io/tcp_stream.h"
 #include "weft/testing/deadlock.h"
+#include "weft/testing/for_each_seed.h"
 #include "weft/testing/gtest.h"
 #include "weft/testing/simulation.h"
 
@@ -190,6 +193,61 @@ TEST(VirtualIoLoopTest, ShutdownEndsIoInFlight) {
   sim.runUntilBlocked();
   sim.shutdown();
   EXPECT_TRUE(shutDown);
+}
+
+// A read's time limit and the byte it waits for, due at the same virtual instant: which
+// comes first is the seed's choice. TcpStreamTest.ReadTimeoutNeverLosesOrDuplicatesData
+// races them in real time, with a writer jittered around the limit; here every read
+// (1 ms limit, started at a whole millisecond) meets a byte written at exactly its limit,
+// and each seed replays its outcome. Whatever each read's fate (the byte, or ETIMEDOUT
+// and the byte for the next read), every byte arrives once and in order, at the
+// virtual time it was written; among the seeds the race goes both ways.
+TEST(VirtualIoLoopTest, AReadTimeLimitRacingItsDataAtTheSameInstantLosesNothing) {
+  constexpr int kBytes = 20;
+  int fewestTimeouts = kBytes + 1;
+  int mostTimeouts = -1;
+  weft::testing::forEachSeed(200, [&](Simulation& sim) {
+    auto streams = streamPair();
+    TcpStream& reader = streams.first;
+    TcpStream& writer = streams.second;
+    std::string received;
+    std::vector<Simulation::Duration> arrivals;  // when each byte was returned
+    int timeouts = 0;
+    sim.run([&]() -> Lazy<void> {
+      auto read = [&]() -> Lazy<void> {
+        reader.setReadTimeout(1ms);
+        std::array<char, 64> buffer{};
+        for (;;) {
+          try {
+            const std::size_t n = co_await reader.read(buffer.data(), buffer.size());
+            if (n == 0) co_return;
+            received.append(buffer.data(), n);
+            arrivals.insert(arrivals.end(), n, elapsed());
+          } catch (const std::system_error& e) {
+            EXPECT_EQ(errorOf(e), ETIMEDOUT);
+            ++timeouts;
+          }
+        }
+      };
+      auto write = [&]() -> Lazy<void> {
+        for (int i = 0; i < kBytes; ++i) {
+          co_await weft::sleep(1ms);  // due with the limit of the read under way
+          const char byte = static_cast<char>('a' + i);
+          co_await writer.writeAll(std::string_view(&byte, 1));
+        }
+        writer.shutdownWrite();
+      };
+      co_await weft::collectAll(read(), write());
+    }());
+    EXPECT_EQ(received, std::string("abcdefghijklmnopqrst"));
+    ASSERT_EQ(arrivals.size(), static_cast<std::size_t>(kBytes));
+    for (int i = 0; i < kBytes; ++i) EXPECT_EQ(arrivals[i], (i + 1) * 1ms) << "byte " << i;
+    EXPECT_EQ(sim.elapsed(), kBytes * 1ms);
+    fewestTimeouts = std::min(fewestTimeouts, timeouts);
+    mostTimeouts = std::max(mostTimeouts, timeouts);
+  });
+  // Some reads lost the race to their limit and some won it, in different seeds.
+  EXPECT_LT(fewestTimeouts, mostTimeouts);
 }
 
 }  // namespace
