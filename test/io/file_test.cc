@@ -349,12 +349,14 @@ TEST_P(FileTest, ReadsOfCachedDataNeedNoBlockingThread) {
   defaultPool.setMaxThreads(1);
   std::atomic<bool> started{false}, release{false};
   test::Outcome<void> held;
-  test::startOn(pool(), [&]() -> Lazy<void> {
+  // Named: the coroutine reads its captures through the closure, which must outlive it.
+  auto hold = [&]() -> Lazy<void> {
     co_await blocking([&] {
       started = true;
       release.wait(false);
     });
-  }(), held);
+  };
+  test::startOn(pool(), hold(), held);
   test::waitUntil([&] { return started.load(); });
   const std::int64_t fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // File::open would queue
   ASSERT_GE(fd, 0);
