@@ -405,6 +405,7 @@ void runUntil(IoLoop& loop, const RecordingOperation& op, std::size_t n) {
 // and a last one without when cancel() ends it or the stream ends. A loop that keeps no
 // such requests (epoll) refuses it at once.
 TEST_P(IoLoopTest, KeepsAReceiveArmedWhereItOffersTo) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
   test::Watchdog watchdog(std::chrono::seconds(60), "KeepsAReceiveArmed");
   auto loop = IoLoop::create(GetParam());
   IoLoop::CurrentScope scope(loop.get());
@@ -451,6 +452,7 @@ TEST_P(IoLoopTest, KeepsAReceiveArmedWhereItOffersTo) {
 // kWait, driven raw: no system call; it ends when cancel() ends it (here from another
 // thread), when its time limit passes, when it is withdrawn, or at shutdown.
 TEST_P(IoLoopTest, AWaitEndsByCancelTimeLimitWithdrawalOrShutdown) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
   test::Watchdog watchdog(std::chrono::seconds(60), "AWaitEnds");
   auto loop = IoLoop::create(GetParam());
   IoLoop::CurrentScope scope(loop.get());
