@@ -20,7 +20,19 @@ class SplitMix64 {
   // Uniform in [0, bound) by the multiply-high method (bias below 2^-64 * bound); 0 for 0.
   std::uint64_t below(std::uint64_t bound) noexcept {
     if (bound == 0) return 0;
-    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next()) * bound) >> 64);
+    return multiplyHigh(next(), bound);
+  }
+
+  // The high 64 bits of the 128-bit product a * b, in standard C++ (no __int128, which
+  // -Wpedantic refuses in users' builds). The halves' cross sum cannot overflow: at most
+  // (2^32 - 1)^2 + 2 (2^32 - 1) = 2^64 - 1.
+  static std::uint64_t multiplyHigh(std::uint64_t a, std::uint64_t b) noexcept {
+    const std::uint64_t aLow = a & 0xFFFFFFFFu, aHigh = a >> 32;
+    const std::uint64_t bLow = b & 0xFFFFFFFFu, bHigh = b >> 32;
+    const std::uint64_t lowLow = aLow * bLow, highLow = aHigh * bLow;
+    const std::uint64_t lowHigh = aLow * bHigh, highHigh = aHigh * bHigh;
+    const std::uint64_t cross = (lowLow >> 32) + (highLow & 0xFFFFFFFFu) + lowHigh;
+    return highHigh + (highLow >> 32) + (cross >> 32);
   }
 
  private:
