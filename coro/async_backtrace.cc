@@ -34,11 +34,10 @@ const void* codeOfPromise(const LazyPromiseBase* promise) noexcept {
 }
 
 // Where `promise`, a suspended coroutine, waits: the suspend point of its published wait
-// when its root task's slot publishes one of its (it is the task's innermost coroutine,
-// on anything but a Lazy: the note holds while it waits), else, when the chain reached it
-// from the Lazy it awaits (`awaitsLazy`), the point it recorded for that await, else
-// unknown (null).
-const void* suspendPointOf(const LazyPromiseBase* promise, bool awaitsLazy) noexcept {
+// when its root task's slot publishes one of its (it is the task's innermost coroutine:
+// the note holds while it waits), else unknown (null): a coroutine awaiting a Lazy does
+// not record where.
+const void* suspendPointOf(const LazyPromiseBase* promise) noexcept {
   if (const RegistrySlot* slot = promise->rootSlot()) {
     // acquire: pairs with publishWait's release.
     const std::uintptr_t wait = slot->wait.load(std::memory_order_acquire);
@@ -47,7 +46,7 @@ const void* suspendPointOf(const LazyPromiseBase* promise, bool awaitsLazy) noex
       if (note->waiter == promise) return note->suspendPoint;
     }
   }
-  return awaitsLazy ? promise->suspendPoint() : nullptr;
+  return nullptr;
 }
 
 }  // namespace
@@ -56,21 +55,18 @@ void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from, bool fromSuspende
   SnapshotReads snapshot;  // the chain's coroutines may run on other threads meanwhile
   AsyncParent at = from;
   bool suspended = fromSuspended;
-  bool awaitsLazy = false;  // reached from the promise of the Lazy it awaits
   for (int depth = 0; at; ++depth) {
     if (depth == kMaxAsyncDepth) {
       trace.addMarker("... (chain cut at " + std::to_string(kMaxAsyncDepth) + " frames)");
       return;
     }
     if (const LazyPromiseBase* promise = at.promise()) {
-      // Suspended: where; running: not known (what it recorded is an earlier await's).
-      trace.addCoroutine(codeOfPromise(promise),
-                         suspended ? suspendPointOf(promise, awaitsLazy) : nullptr);
-      suspended = awaitsLazy = true;  // every coroutine above awaits the one below
+      // Suspended: where, if known; running: not known.
+      trace.addCoroutine(codeOfPromise(promise), suspended ? suspendPointOf(promise) : nullptr);
+      suspended = true;  // every coroutine above awaits the one below
       at = promise->asyncParent();
     } else if (const CompletionSink* sink = at.sink()) {
       suspended = true;  // whoever waits for the sink's coroutine is suspended on it
-      awaitsLazy = false;  // and not in an await of a Lazy
       if (sink->traceFiber_ != nullptr) {
         if (AppendFiber appendFiber = fiberTracer.load(std::memory_order_acquire)) {
           appendFiber(trace, sink->traceFiber_);

@@ -92,12 +92,12 @@ class AsyncBacktrace {
 namespace detail {
 
 // Adds the chain from `from` up to its root to `trace` (at most kMaxAsyncDepth steps: a
-// corrupt or cyclic chain cannot hang the caller). Each coroutine above the first is
-// suspended (it awaits the one below it), and is shown where (its suspend point); the
-// first is too when `fromSuspended` says it is suspended (a task's innermost coroutine
-// on its published wait, a coroutine in `co_await asyncBacktrace()`), else (it runs, or
-// may: where an exception leaves it, a task's root that waits on nothing) only by its
-// name. noexcept: see addCoroutine.
+// corrupt or cyclic chain cannot hang the caller). A suspended coroutine whose wait its
+// root task publishes (the task's innermost one, with WEFT_TASK_TRACKING) is shown where
+// it waits (its co_await); the others by their name (and definition). `fromSuspended`:
+// whether the first coroutine is suspended (a task's innermost coroutine on its published
+// wait, a coroutine in `co_await asyncBacktrace()`) or runs, or may (where an exception
+// leaves it, a task's root that waits on nothing). noexcept: see addCoroutine.
 // Precondition: the chain stays alive while it is read: it is the calling coroutine's
 // (or fiber's), or a task dump reads it inside a DumpRead (coro/detail/dump_gate.h).
 inline constexpr int kMaxAsyncDepth = 256;

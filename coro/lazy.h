@@ -75,9 +75,10 @@ class LazyAwaiter {
   // Starts the awaited Lazy by symmetric transfer; it transfers back when it finishes.
   // A Lazy awaited inside a weft coroutine inherits that coroutine's executor,
   // cancellation token and root task (whose registry slot its own waits are published
-  // in, for task dumps); it records who awaits it (for async backtraces), and the
-  // awaiting coroutine records where it waits (its suspend point). noexcept: only
-  // stores. Forced inline into the awaiting coroutine's body, where that point is.
+  // in, for task dumps); it records who awaits it (for async backtraces). Where the
+  // awaiting coroutine waits on it (the co_await's address) is not recorded: that would
+  // cost two instructions per await (docs/debugging.md, "Cost"); async backtraces show
+  // such a coroutine by its definition. noexcept: only stores.
   template <class Promise>
   [[gnu::always_inline]] std::coroutine_handle<> await_suspend(
       std::coroutine_handle<Promise> awaiting) noexcept {
@@ -87,10 +88,7 @@ class LazyAwaiter {
     if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       promise.setExecutor(awaiting.promise().executor());
       promise.setCancellationToken(awaiting.promise().cancellationTokenPointer());
-      if constexpr (WEFT_TASK_TRACKING) {
-        promise.setRootSlot(awaiting.promise().rootSlot());
-        awaiting.promise().setSuspendPoint(WEFT_CODE_ADDRESS());
-      }
+      promise.setRootSlot(awaiting.promise().rootSlot());
     }
     return handle_;
   }

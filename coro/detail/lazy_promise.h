@@ -288,27 +288,6 @@ class LazyPromiseBase : public FrameAllocated {
     (void)slot;
 #endif
   }
-  // Where the coroutine waits on the Lazy it awaits (WEFT_CODE_ADDRESS at its co_await,
-  // recorded by LazyAwaiter), which async backtraces show as file:line. Meaningful only
-  // while the coroutine is suspended on that Lazy, that is, when an async chain reaches it
-  // from the promise of the Lazy it awaits (a Lazy that an awaiter of another kind runs
-  // for it, as a Task's or a generator's, clears it: forgetSuspendPoint). Waits on
-  // anything else say where in their own note (LazyWaitNote), inside a root task. Null
-  // without WEFT_TASK_TRACKING.
-  const void* suspendPoint() const noexcept {
-#if WEFT_TASK_TRACKING
-    return suspendPoint_;
-#else
-    return nullptr;
-#endif
-  }
-  void setSuspendPoint(const void* point) noexcept {
-#if WEFT_TASK_TRACKING
-    suspendPoint_ = point;
-#else
-    (void)point;
-#endif
-  }
   // What a coroutine awaited by this one records as its parent: this coroutine.
   // (FiberDriverPromise answers its fiber instead.)
   AsyncParent asAsyncParent() const noexcept { return AsyncParent::promise(this); }
@@ -356,10 +335,6 @@ class LazyPromiseBase : public FrameAllocated {
   RegistrySlot* rootSlot_ = nullptr;
 #endif
   const CancellationToken* token_ = &kNoCancellationToken;
-#if WEFT_TASK_TRACKING
-  // Not initialised: written by each await of a Lazy, read only while it lasts.
-  const void* suspendPoint_;
-#endif
 };
 
 template <class Awaiter>
@@ -380,20 +355,6 @@ template <class Promise>
   } catch (...) {
     if (slot != nullptr) slot->withdrawWait();
     throw;
-  }
-}
-
-// For an awaiter that runs a Lazy of its own whose async parent is the awaiting weft
-// coroutine (a Task's on the same executor, a condition variable's wait loop, a
-// generator's body): the awaiting coroutine's recorded suspend point is an earlier await
-// of a Lazy's, not this one: it is cleared, so that async backtraces do not show it.
-// noexcept: a store (nothing without WEFT_TASK_TRACKING).
-template <class Promise>
-void forgetSuspendPoint(std::coroutine_handle<Promise> awaiting) noexcept {
-  if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
-    awaiting.promise().setSuspendPoint(nullptr);
-  } else {
-    (void)awaiting;
   }
 }
 

@@ -54,8 +54,7 @@ _KIND_SHARED = 1
 # type name -> {field: fallback offset}. The debug information wins when it has the type.
 _FALLBACK = {
     "weft::detail::LazyPromiseBase": {
-        "continuation_": 0, "asyncParent_": 8, "executor_": 16, "rootSlot_": 24, "token_": 32,
-        "suspendPoint_": 40},
+        "continuation_": 0, "asyncParent_": 8, "executor_": 16, "rootSlot_": 24, "token_": 32},
     "weft::detail::CompletionSink": {
         "onComplete_": 0, "traceLabel_": 8, "traceFiber_": 16, "traceParent_": 24},
     "weft::detail::WaitNote": {"describe": 0, "awaiter": 8},
@@ -438,18 +437,14 @@ def _published_note(promise):
     return wait if wait != 0 and not wait & 1 else 0
 
 
-def _suspend_point(promise, awaits_lazy):
+def _suspend_point(promise):
     """Where a suspended coroutine waits (coro/async_backtrace.cc suspendPointOf): its
-    published wait's suspend point when the note is its own, else, when the chain reached
-    it from the Lazy it awaits, the point it recorded (LazyPromiseBase::suspendPoint_),
-    else None (not known, or the program keeps no notes: WEFT_TASK_TRACKING off)."""
+    published wait's suspend point when the note is its own, else None (a coroutine
+    awaiting a Lazy records none; nor does a program without WEFT_TASK_TRACKING)."""
     note = _published_note(promise)
     if note and _u64(note + _off("weft::detail::LazyWaitNote", "waiter")) == promise:
         return _u64(note + _off("weft::detail::LazyWaitNote", "suspendPoint")) or None
-    if not awaits_lazy or not _layout.has_field("weft::detail::LazyPromiseBase",
-                                                "suspendPoint_"):
-        return None
-    return _u64(promise + _off("weft::detail::LazyPromiseBase", "suspendPoint_")) or None
+    return None
 
 
 def _async_parent(promise):
@@ -461,15 +456,13 @@ def _async_parent(promise):
     return _u64(promise + _off("weft::detail::LazyPromiseBase", "asyncParent_"))
 
 
-def _append_async_chain(entries, word, first_suspended=True, first_awaits_lazy=False):
+def _append_async_chain(entries, word, first_suspended=True):
     """coro/async_backtrace.cc appendAsyncChain, from an AsyncParent word up to its root.
     Every coroutine above the first is suspended; the first too unless `first_suspended`
-    is False (it runs, or may). `first_awaits_lazy`: `word` was read from a Lazy that the
-    first coroutine awaits (its asyncParent_)."""
+    is False (it runs, or may)."""
     at = word
     depth = 0
     suspended = first_suspended
-    awaits_lazy = first_awaits_lazy  # reached from the promise of the Lazy it awaits
     try:
         while at:
             if depth == _MAX_ASYNC_DEPTH:
@@ -480,13 +473,13 @@ def _append_async_chain(entries, word, first_suspended=True, first_awaits_lazy=F
             tag = at & _TAG_MASK
             pointer = at & ~_TAG_MASK
             if tag == _TAG_PROMISE:
-                point = _suspend_point(pointer, awaits_lazy) if suspended else None
+                point = _suspend_point(pointer) if suspended else None
                 entries.append(_Entry("coroutine", _code_of_frame(pointer - _PROMISE_IN_FRAME),
                                       suspend_point=point))
-                suspended = awaits_lazy = True
+                suspended = True
                 at = _async_parent(pointer)
             elif tag == _TAG_SINK and pointer != 0:
-                suspended, awaits_lazy = True, False
+                suspended = True
                 sink = pointer
                 fiber = _u64(sink + _off("weft::detail::CompletionSink", "traceFiber_"))
                 if fiber != 0:
@@ -1196,8 +1189,7 @@ then whoever awaits it."""
                         lines.append("   (weft: its frame pointer is optimized out; the frame at "
                                      "0x%x was found as %s)" % (promise - _PROMISE_IN_FRAME, how))
                     chain = []
-                    # From the running coroutine's parent, which awaits it if it is a Lazy.
-                    _append_async_chain(chain, _async_parent(promise), first_awaits_lazy=True)
+                    _append_async_chain(chain, _async_parent(promise))
                     break
                 lines.append("weft: the promise of this coroutine cannot be read (%s): its "
                              "async chain is unknown; the native frames follow" % how)
