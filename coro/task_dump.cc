@@ -64,17 +64,16 @@ void dumpTask(RegistrySlot& slot, std::uintptr_t subject, TaskDumpEntry& entry) 
   }
 }
 
-void collect(RegistrySlot& slot, void* context) {
+void collectTask(RegistrySlot& slot, void* context) {
   auto& out = *static_cast<Collected*>(context);
   try {
     if (!DumpSession::canRead()) {
       // Without membarrier a subject may be freed under the dump: only the slot is read.
       const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
       if (subject == 0 || subject == kSlotEnd) return;
-      const bool fiber = (subject & kFiberSubject) != 0;
-      TaskDumpEntry& entry = (fiber ? out.fibers : out.tasks).emplace_back();
-      entry.order = fiber ? slot.id.load(std::memory_order_relaxed) : numberTask(slot, subject);
-      entry.title = (fiber ? "fiber " : "task ") + std::to_string(entry.order);
+      TaskDumpEntry& entry = out.tasks.emplace_back();
+      entry.order = numberTask(slot, subject);
+      entry.title = "task " + std::to_string(entry.order);
       entry.state = kWaitNotRead;
       return;
     }
@@ -82,14 +81,31 @@ void collect(RegistrySlot& slot, void* context) {
     // acquire: pairs with the claim's release (the slot's fields as written for it).
     const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
     if (subject == 0 || subject == kSlotEnd) return;  // released since the first look
-    if ((subject & kFiberSubject) != 0) {
-      if (DumpFiber dumpFiber = fiberDumper()) {
-        TaskDumpEntry& entry = out.fibers.emplace_back();
-        dumpFiber(reinterpret_cast<const void*>(subject & ~kFiberSubject), entry);
-      }
+    dumpTask(slot, subject, out.tasks.emplace_back());
+  } catch (...) {
+    // No memory: the entry stays as far as it got.
+  }
+}
+
+void collectFiber(FiberSlot& slot, void* context) {
+  auto& out = *static_cast<Collected*>(context);
+  try {
+    if (!DumpSession::canRead()) {
+      // Without membarrier the fiber may be freed under the dump: not read at all.
+      const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
+      if (subject == 0 || subject == kSlotEnd) return;
+      TaskDumpEntry& entry = out.fibers.emplace_back();
+      entry.title = "fiber";
+      entry.state = kWaitNotRead;
       return;
     }
-    dumpTask(slot, subject, out.tasks.emplace_back());
+    DumpRead read;
+    // acquire: pairs with registerFiber's release (the fiber as constructed).
+    const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
+    if (subject == 0 || subject == kSlotEnd) return;  // released since the first look
+    if (DumpFiber dumpFiber = fiberDumper()) {
+      dumpFiber(reinterpret_cast<const void*>(subject), out.fibers.emplace_back());
+    }
   } catch (...) {
     // No memory: the entry stays as far as it got.
   }
@@ -114,7 +130,7 @@ void dumpTasks(std::ostream& out) {
     detail::DumpSession session;
     detail::SnapshotReads snapshot;
     readWaits = detail::DumpSession::canRead();
-    detail::forEachRegistrySlot(&detail::collect, &collected);
+    detail::forEachRegistrySlot(&detail::collectTask, &detail::collectFiber, &collected);
   }
   const std::int64_t now = detail::coarseMilliseconds();
   auto byOrder = [](const detail::TaskDumpEntry& a, const detail::TaskDumpEntry& b) {

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/dump_gate.h"
@@ -11,10 +12,11 @@ namespace weft::detail {
 // The registry of live work that weft::dumpTasks() (coro/task_dump.h) and gdb's
 // `weft tasks` / `weft fibers` (tools/gdb/weft.py) list: every root task (a Lazy started
 // by syncAwait, start(), spawn() or TaskGroup::spawn(), with WEFT_TASK_TRACKING) and
-// every fiber. Each thread that registers something owns a ring of slots
-// (task_registry.cc) and claims the next free one with no lock and no atomic
-// read-modify-write: a task or fiber is registered where it is started, and its slot
-// may be released from any thread.
+// every fiber. Each thread that registers something owns rings of slots
+// (task_registry.cc), one kind for tasks (RegistrySlot, 32 bytes) and one for fibers
+// (FiberSlot, 8 bytes: a fiber costs one word more than it did in a list of its own),
+// and claims the next free slot with no lock and no atomic read-modify-write: a task or
+// fiber is registered where it is started, and its slot may be released from any thread.
 //
 //  - Claiming (the owner thread only): the slot under the thread's cursor, if free, is
 //    taken and the cursor moves on: a load, a test, a few stores, all in the thread's own
@@ -30,11 +32,12 @@ namespace weft::detail {
 // Rings are never freed (they are the registry's memory); a thread that exits leaves its
 // rings to the next thread that registers something, slots still taken included.
 
-// One slot: 32 bytes, two per cache line. Every field is read by dumps on other threads.
+// A root task's slot: 32 bytes, two per cache line. Every field is read by dumps on other
+// threads.
 struct RegistrySlot {
-  // 0: free. kSlotEnd: the word after a ring's last slot. A root task: its promise (a
-  // LazyPromiseBase*, tag 0). A fiber: its FiberCore* | kFiberSubject. Written last when
-  // claimed (release: the fields below first), cleared first when released.
+  // 0: free. kSlotEnd: the word after a ring's last slot. Else the root task's promise (a
+  // LazyPromiseBase*). Written last when claimed (release: the fields below first),
+  // cleared first when released.
   std::atomic<std::uintptr_t> subject{0};
   // A root task:
   //  - odd: it has not waited yet; the rest is the number a dump gave it (0: none yet).
@@ -43,9 +46,9 @@ struct RegistrySlot {
   //  - else: what its innermost coroutine waits on (a LazyWaitNote*,
   //    coro/detail/lazy_promise.h) while it is suspended.
   std::atomic<std::uintptr_t> wait{0};
-  // Once `wait` is even (a root task that has waited), or for a fiber: its number (id),
-  // and, for a task, CLOCK_MONOTONIC_COARSE in milliseconds at its first wait (its age in
-  // dumps). Written before `wait` turns even (release), or before the subject.
+  // Once `wait` is even (the task has waited): its number, and CLOCK_MONOTONIC_COARSE in
+  // milliseconds at its first wait (its age in dumps). Written before `wait` turns even
+  // (release).
   std::atomic<std::uint64_t> id{0};
   std::atomic<std::int64_t> firstWaitMs{0};
 
@@ -74,16 +77,24 @@ struct RegistrySlot {
 };
 static_assert(sizeof(RegistrySlot) == 32);
 
+// A fiber's slot: its subject only (0: free; kSlotEnd: the end of a ring; else the
+// FiberCore*), written when the fiber is created, cleared when it is freed.
+struct FiberSlot {
+  std::atomic<std::uintptr_t> subject{0};
+};
+static_assert(sizeof(FiberSlot) == 8);
+
 inline constexpr std::uintptr_t kNeverWaited = 1;
 inline constexpr std::uintptr_t kSlotEnd = 1;
-inline constexpr std::uintptr_t kFiberSubject = 2;
 
-// A thread's position in its ring, and the ids it hands out. Thread-local; only its
+// A thread's position in its rings, and the ids it hands out. Thread-local; only its
 // thread reads or writes it.
 struct RegistryCursor {
-  // The slot the next claim tries first. Until the thread's first claim: a slot that
-  // reads as taken (gNoRegistrySlot), so that the claim takes the slow path.
+  // The slots the next claims try first, of each kind. Until the thread's first claim of
+  // a kind: a slot that reads as taken (gNoRegistrySlot, gNoFiberSlot), so that the claim
+  // takes the slow path.
   RegistrySlot* next;
+  FiberSlot* nextFiber;
   // Task numbers and fiber ids: blocks of the process-wide sequences, refilled when used
   // up.
   std::uint64_t nextTaskId;
@@ -93,12 +104,15 @@ struct RegistryCursor {
 };
 
 extern constinit RegistrySlot gNoRegistrySlot;
+extern constinit FiberSlot gNoFiberSlot;
 
 #if WEFT_INLINE_TLS_ADDRESS
 [[gnu::used, gnu::tls_model("initial-exec")]] inline constinit thread_local RegistryCursor
-    tRegistryCursor asm("weft_detail_registry_cursor"){&gNoRegistrySlot, 0, 0, 0, 0};
+    tRegistryCursor asm("weft_detail_registry_cursor"){&gNoRegistrySlot, &gNoFiberSlot, 0, 0,
+                                                       0, 0};
 #else
-inline constinit thread_local RegistryCursor tRegistryCursor{&gNoRegistrySlot, 0, 0, 0, 0};
+inline constinit thread_local RegistryCursor tRegistryCursor{&gNoRegistrySlot, &gNoFiberSlot,
+                                                             0, 0, 0, 0};
 #endif
 
 // The calling thread's cursor. A task's registration may be inlined into a coroutine's
@@ -129,29 +143,43 @@ inline RegistryCursor& localRegistryCursor() noexcept {
 WEFT_OPAQUE_CALL inline RegistryCursor& localRegistryCursor() noexcept { return tRegistryCursor; }
 #endif
 
-// The claim's slow path (task_registry.cc): sets the thread up on its first claim, skips
-// taken slots, wraps around, grows the ring. Returns a free slot of the thread's ring;
-// the caller moves the cursor past it. Aborts with a message if no memory is left for a
-// ring. noexcept: see that.
-RegistrySlot* claimSlotSlow(RegistryCursor& cursor) noexcept;
+// The claim's slow path (task_registry.cc), for `Slot` RegistrySlot or FiberSlot: sets
+// the thread up on its first claim, skips taken slots, wraps around, grows the ring.
+// Returns a free slot of the thread's ring; the caller moves the cursor past it. Aborts
+// with a message if no memory is left for a ring. noexcept: see that.
+template <class Slot>
+Slot* claimSlotSlow(RegistryCursor& cursor) noexcept;
 
-// A free slot of the calling thread's ring, taken by the caller: it fills the slot's
-// fields, then stores its subject (release). noexcept: loads and stores (the slow path
-// aborts when out of memory).
-[[gnu::always_inline]] inline RegistrySlot* claimSlot(RegistryCursor& cursor) noexcept {
-  RegistrySlot* slot = cursor.next;
+// Where the cursor of `Slot`s is.
+template <class Slot>
+[[gnu::always_inline]] inline Slot*& cursorOf(RegistryCursor& cursor) noexcept {
+  if constexpr (std::is_same_v<Slot, FiberSlot>) {
+    return cursor.nextFiber;
+  } else {
+    return cursor.next;
+  }
+}
+
+// A free slot of the calling thread's ring of `Slot`s, taken by the caller: it fills the
+// slot's other fields, then stores its subject (release). noexcept: loads and stores (the
+// slow path aborts when out of memory).
+template <class Slot>
+[[gnu::always_inline]] inline Slot* claimSlot(RegistryCursor& cursor) noexcept {
+  Slot*& next = cursorOf<Slot>(cursor);
+  Slot* slot = next;
   // acquire: a slot released by another thread is reused after everything that thread
   // did with it (releaseSlot's release).
   if (slot->subject.load(std::memory_order_acquire) != 0) [[unlikely]]
-    slot = claimSlotSlow(cursor);
-  cursor.next = slot + 1;
+    slot = claimSlotSlow<Slot>(cursor);
+  next = slot + 1;
   return slot;
 }
 
 // Gives a claimed slot back, from any thread: its subject leaves the registry, and once
 // this returns no dump reads it (passDumpGate). noexcept: a store and the gate's bounded
 // wait.
-inline void releaseSlot(RegistrySlot& slot) noexcept {
+template <class Slot>
+inline void releaseSlot(Slot& slot) noexcept {
   // release: the owner's next claim of the slot (acquire) follows what we did.
   slot.subject.store(0, std::memory_order_release);
   passDumpGate(slot.subject);

@@ -7,40 +7,51 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <type_traits>
 
 namespace weft::detail {
 
-// A ring of slots: this header, then `capacity` slots, then one whose subject is kSlotEnd.
-// Not in an anonymous namespace, like what follows: gdb's `weft tasks` and `weft fibers`
-// read them by name (tools/gdb/weft.py).
+// A ring of slots (RegistrySlots or FiberSlots): this header, then `capacity` slots, then
+// one whose subject is kSlotEnd. Not in an anonymous namespace, like what follows: gdb's
+// `weft tasks` and `weft fibers` read them by name (tools/gdb/weft.py).
 struct RegistryRing {
-  RegistryRing* next;      // the thread's older rings (a ring is never freed)
+  RegistryRing* next;      // the thread's older rings of the same kind (never freed)
   std::uint64_t capacity;  // slots, the end marker not counted
   std::uint64_t padding[2];  // the slots start at a 32-byte boundary, two per cache line
 
-  RegistrySlot* slots() noexcept { return reinterpret_cast<RegistrySlot*>(this + 1); }
+  template <class Slot>
+  Slot* slots() noexcept {
+    return reinterpret_cast<Slot*>(this + 1);
+  }
 };
 static_assert(sizeof(RegistryRing) == 32);
+
+// A thread's rings of one kind, and where its claims are (its owner's only).
+struct RegistryRings {
+  std::atomic<RegistryRing*> rings{nullptr};  // newest first
+  RegistryRing* current = nullptr;  // the ring claims come from
+  void* savedNext = nullptr;        // the cursor, while no thread owns the rings
+  std::uint64_t takenThisLap = 0;   // taken slots the claims of this lap stepped over
+};
 
 // The rings of one thread, from its first claim to its end; then of the next thread that
 // adopts them (`owned` false in between). Never freed.
 struct RegistryThread {
-  RegistryThread* nextThread = nullptr;    // every RegistryThread: gRegistryThreads
-  std::atomic<RegistryRing*> rings{nullptr};  // newest first
-  // Below: its owner's only.
-  RegistryRing* current = nullptr;  // the ring claims come from
-  RegistrySlot* savedNext = nullptr;  // the cursor, while no thread owns it
-  std::uint64_t takenThisLap = 0;   // taken slots the claims of this lap stepped over
+  RegistryThread* nextThread = nullptr;  // every RegistryThread: gRegistryThreads
+  RegistryRings tasks;   // of RegistrySlots
+  RegistryRings fibers;  // of FiberSlots
   std::atomic<bool> owned{true};
 };
 
 constinit RegistrySlot gNoRegistrySlot{kSlotEnd, 0, 0, 0};
+constinit FiberSlot gNoFiberSlot{kSlotEnd};
 // Every RegistryThread, newest first (release when one is added).
 constinit std::atomic<RegistryThread*> gRegistryThreads{nullptr};
 
 namespace {
 
-constexpr std::uint64_t kFirstRingSlots = 128;  // 4 KiB
+constexpr std::uint64_t kFirstTaskSlots = 128;   // 4 KiB
+constexpr std::uint64_t kFirstFiberSlots = 128;  // 1 KiB
 constexpr std::uint64_t kFiberIdBlock = 64;
 constexpr std::uint64_t kTaskIdBlock = 64;
 
@@ -56,33 +67,45 @@ constinit thread_local RegistryThread* tRegistryThread = nullptr;
   std::abort();
 }
 
+template <class Slot>
 RegistryRing* newRing(std::uint64_t capacity) noexcept {
-  const std::size_t bytes = sizeof(RegistryRing) + (capacity + 1) * sizeof(RegistrySlot);
+  const std::size_t bytes = sizeof(RegistryRing) + (capacity + 1) * sizeof(Slot);
   void* memory = ::operator new(bytes, std::align_val_t{64}, std::nothrow);
   if (memory == nullptr) abortOutOfMemory();
   auto* ring = ::new (memory) RegistryRing{nullptr, capacity, {0, 0}};
-  RegistrySlot* slots = ring->slots();
-  for (std::uint64_t i = 0; i < capacity; ++i) ::new (&slots[i]) RegistrySlot();
-  ::new (&slots[capacity]) RegistrySlot{kSlotEnd, 0, 0, 0};
+  Slot* slots = ring->slots<Slot>();
+  for (std::uint64_t i = 0; i < capacity; ++i) ::new (&slots[i]) Slot();
+  ::new (&slots[capacity]) Slot();
+  slots[capacity].subject.store(kSlotEnd, std::memory_order_relaxed);
   return ring;
 }
 
-// Adds `ring` to `thread`'s rings and claims from it from now on.
-void useRing(RegistryThread& thread, RegistryRing* ring) noexcept {
-  ring->next = thread.current;
-  thread.current = ring;
+// Adds `ring` to `rings` and claims from it from now on.
+void useRing(RegistryRings& rings, RegistryRing* ring) noexcept {
+  ring->next = rings.current;
+  rings.current = ring;
   // release: a dump that finds the ring (acquire) finds its slots initialised.
-  thread.rings.store(ring, std::memory_order_release);
+  rings.rings.store(ring, std::memory_order_release);
 }
 
-// The cursor at the start of a lap of the thread's ring: a larger ring when the last lap
-// found half of it taken.
-RegistrySlot* startLap(RegistryThread& thread) noexcept {
-  if (thread.takenThisLap * 2 > thread.current->capacity) {
-    useRing(thread, newRing(thread.current->capacity * 2));
+template <class Slot>
+RegistryRings& ringsOf(RegistryThread& thread) noexcept {
+  if constexpr (std::is_same_v<Slot, FiberSlot>) {
+    return thread.fibers;
+  } else {
+    return thread.tasks;
   }
-  thread.takenThisLap = 0;
-  return thread.current->slots();
+}
+
+// The cursor at the start of a lap of a ring: a larger ring when the last lap found half
+// of it taken.
+template <class Slot>
+Slot* startLap(RegistryRings& rings) noexcept {
+  if (rings.takenThisLap * 2 > rings.current->capacity) {
+    useRing(rings, newRing<Slot>(rings.current->capacity * 2));
+  }
+  rings.takenThisLap = 0;
+  return rings.current->slots<Slot>();
 }
 
 // A task number, unique in the process, from the calling thread's block.
@@ -103,8 +126,10 @@ struct ThreadReleaser {
     RegistryThread* thread = tRegistryThread;
     if (thread == nullptr) return;
     RegistryCursor& cursor = localRegistryCursor();
-    thread->savedNext = cursor.next;
+    thread->tasks.savedNext = cursor.next;
+    thread->fibers.savedNext = cursor.nextFiber;
     cursor.next = &gNoRegistrySlot;
+    cursor.nextFiber = &gNoFiberSlot;
     tRegistryThread = nullptr;
     // release: the adopter (acquire) continues from where this thread left.
     thread->owned.store(false, std::memory_order_release);
@@ -132,36 +157,43 @@ RegistryThread& attachThread(RegistryCursor& cursor) noexcept {
     if (thread == nullptr) {
       thread = new (std::nothrow) RegistryThread();
       if (thread == nullptr) abortOutOfMemory();
-      useRing(*thread, newRing(kFirstRingSlots));
-      thread->savedNext = thread->current->slots();
+      useRing(thread->tasks, newRing<RegistrySlot>(kFirstTaskSlots));
+      thread->tasks.savedNext = thread->tasks.current->slots<RegistrySlot>();
+      useRing(thread->fibers, newRing<FiberSlot>(kFirstFiberSlots));
+      thread->fibers.savedNext = thread->fibers.current->slots<FiberSlot>();
       thread->nextThread = gRegistryThreads.load(std::memory_order_relaxed);
       // release: a dump that finds the thread (acquire) finds its first ring.
       gRegistryThreads.store(thread, std::memory_order_release);
     }
   }
   tRegistryThread = thread;
-  cursor.next = thread->savedNext;
+  cursor.next = static_cast<RegistrySlot*>(thread->tasks.savedNext);
+  cursor.nextFiber = static_cast<FiberSlot*>(thread->fibers.savedNext);
   return *thread;
 }
 
 }  // namespace
 
-RegistrySlot* claimSlotSlow(RegistryCursor& cursor) noexcept {
+template <class Slot>
+Slot* claimSlotSlow(RegistryCursor& cursor) noexcept {
   RegistryThread* thread = tRegistryThread;
   if (thread == nullptr) thread = &attachThread(cursor);
-  RegistrySlot* slot = cursor.next;
+  RegistryRings& rings = ringsOf<Slot>(*thread);
+  Slot* slot = cursorOf<Slot>(cursor);
   for (;;) {
     // acquire: as in claimSlot().
     const std::uintptr_t subject = slot->subject.load(std::memory_order_acquire);
     if (subject == 0) return slot;
     if (subject == kSlotEnd) {
-      slot = startLap(*thread);
+      slot = startLap<Slot>(rings);
     } else {
-      ++thread->takenThisLap;
+      ++rings.takenThisLap;
       ++slot;
     }
   }
 }
+template RegistrySlot* claimSlotSlow<RegistrySlot>(RegistryCursor& cursor) noexcept;
+template FiberSlot* claimSlotSlow<FiberSlot>(RegistryCursor& cursor) noexcept;
 
 std::uint64_t refillFiberIds(RegistryCursor& cursor) noexcept {
   // Relaxed: ids need only be unique.
@@ -219,18 +251,31 @@ std::uint64_t numberTask(RegistrySlot& slot, std::uintptr_t subject) noexcept {
   return number;
 }
 
-void forEachRegistrySlot(void (*visit)(RegistrySlot& slot, void* context), void* context) {
-  // acquire: each thread and ring is read as it was initialised (useRing, attachThread).
+namespace {
+
+template <class Slot>
+void forEachSlot(const RegistryRings& rings, void (*visit)(Slot& slot, void* context),
+                 void* context) {
+  // acquire: each ring is read as it was initialised (useRing).
+  for (RegistryRing* ring = rings.rings.load(std::memory_order_acquire); ring != nullptr;
+       ring = ring->next) {
+    Slot* slots = ring->slots<Slot>();
+    for (std::uint64_t i = 0; i < ring->capacity; ++i) {
+      // Relaxed: a first look; `visit` reads it again inside its DumpRead.
+      if (slots[i].subject.load(std::memory_order_relaxed) != 0) visit(slots[i], context);
+    }
+  }
+}
+
+}  // namespace
+
+void forEachRegistrySlot(void (*visitTask)(RegistrySlot& slot, void* context),
+                         void (*visitFiber)(FiberSlot& slot, void* context), void* context) {
+  // acquire: each thread is read as it was initialised (attachThread).
   for (RegistryThread* thread = gRegistryThreads.load(std::memory_order_acquire);
        thread != nullptr; thread = thread->nextThread) {
-    for (RegistryRing* ring = thread->rings.load(std::memory_order_acquire); ring != nullptr;
-         ring = ring->next) {
-      RegistrySlot* slots = ring->slots();
-      for (std::uint64_t i = 0; i < ring->capacity; ++i) {
-        // Relaxed: a first look; `visit` reads it again inside its DumpRead.
-        if (slots[i].subject.load(std::memory_order_relaxed) != 0) visit(slots[i], context);
-      }
-    }
+    forEachSlot(thread->tasks, visitTask, context);
+    forEachSlot(thread->fibers, visitFiber, context);
   }
 }
 

@@ -32,13 +32,15 @@ std::int64_t coarseMilliseconds() noexcept;
 // loads, an exchange, and an atomic add per block of numbers.
 std::uint64_t numberTask(RegistrySlot& slot, std::uintptr_t subject) noexcept;
 
-// Calls visit(slot, context) for every slot of every thread's rings that is not free, in
-// a DumpSession; `visit` makes its own DumpRead and reads the slot's subject again inside
-// it (the slot may have been released, or claimed by something else, since).
-void forEachRegistrySlot(void (*visit)(RegistrySlot& slot, void* context), void* context);
+// Calls visitTask(slot, context) for every task slot and visitFiber(slot, context) for
+// every fiber slot of every thread's rings that is not free, in a DumpSession; each makes
+// its own DumpRead and reads the slot's subject again inside it (the slot may have been
+// released, or claimed by something else, since).
+void forEachRegistrySlot(void (*visitTask)(RegistrySlot& slot, void* context),
+                         void (*visitFiber)(FiberSlot& slot, void* context), void* context);
 
-// Set by weft::stackful: fills the entry of a fiber (a slot's subject without its tag),
-// inside the caller's DumpRead, which keeps it alive. noexcept: a diagnostic.
+// Set by weft::stackful: fills the entry of a fiber (a fiber slot's subject), inside the
+// caller's DumpRead, which keeps it alive. noexcept: a diagnostic.
 using DumpFiber = void (*)(const void* fiber, TaskDumpEntry& entry) noexcept;
 void setFiberDumper(DumpFiber dumper) noexcept;
 DumpFiber fiberDumper() noexcept;
@@ -58,7 +60,7 @@ DumpFiber fiberDumper() noexcept;
 // unregisterRootTask: `root` was registered and is not unregistered yet.
 [[gnu::always_inline]] inline void registerRootTask(LazyPromiseBase& root) noexcept {
 #if WEFT_TASK_TRACKING
-  RegistrySlot* slot = claimSlot(localRegistryCursor());
+  RegistrySlot* slot = claimSlot<RegistrySlot>(localRegistryCursor());
   slot->wait.store(kNeverWaited, std::memory_order_relaxed);
   // release: a dump that reads the subject (acquire) reads `wait` as written here.
   slot->subject.store(reinterpret_cast<std::uintptr_t>(&root), std::memory_order_release);

@@ -343,7 +343,7 @@ class FiberCore {
 
   // Its slot in the registry of tasks and fibers (fiber_registry.h), from creation until
   // it is freed or unregister()ed.
-  RegistrySlot* registrySlot_ = nullptr;
+  FiberSlot* registrySlot_ = nullptr;
   // While the fiber is suspended: its own context (what resume() jumps to). While it
   // runs: the context that resumed it (what it jumps back to). Each side stores the
   // other's handle as it gains control, so one word serves both.

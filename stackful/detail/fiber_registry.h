@@ -16,25 +16,23 @@ namespace weft::detail {
 class FiberCore;
 
 // Lists `fiber` (at its creation, on the creating thread) under a new id, which it
-// stores in `id`: claims a slot of the thread's ring, whose subject is the fiber, tagged.
-// Returns the slot: one word in the fiber, the whole cost of being listed. noexcept:
-// loads and stores (an atomic add per block of ids; the claim's slow path aborts when out
-// of memory).
-inline RegistrySlot* registerFiber(const FiberCore* fiber, std::uint64_t& id) noexcept {
+// stores in `id`: claims a fiber slot of the thread's ring, whose subject is the fiber.
+// Returns the slot: with the word the fiber keeps it in, the whole cost of being listed
+// (two words, as a list of fibers' links took). noexcept: loads and stores (an atomic add
+// per block of ids; the claim's slow path aborts when out of memory).
+inline FiberSlot* registerFiber(const FiberCore* fiber, std::uint64_t& id) noexcept {
   RegistryCursor& cursor = localRegistryCursor();
   id = cursor.nextFiberId != cursor.fiberIdEnd ? cursor.nextFiberId++ : refillFiberIds(cursor);
-  RegistrySlot* slot = claimSlot(cursor);
-  slot->id.store(id, std::memory_order_relaxed);
-  // release: a dump that reads the subject (acquire) reads the id.
-  slot->subject.store(reinterpret_cast<std::uintptr_t>(fiber) | kFiberSubject,
-                      std::memory_order_release);
+  FiberSlot* slot = claimSlot<FiberSlot>(cursor);
+  // release: a dump that reads the subject (acquire) reads the fiber as constructed.
+  slot->subject.store(reinterpret_cast<std::uintptr_t>(fiber), std::memory_order_release);
   return slot;
 }
 
 // Takes the fiber off the registry (at its destruction, or earlier when its driver is
 // destroyed while it is parked: a second call does nothing): once this returns, no dump
 // reads the fiber. From any thread. noexcept: a store and the dump gate's bounded wait.
-inline void unregisterFiber(RegistrySlot*& slot) noexcept {
+inline void unregisterFiber(FiberSlot*& slot) noexcept {
   if (slot != nullptr) releaseSlot(*std::exchange(slot, nullptr));
 }
 

@@ -43,8 +43,8 @@ _MAX_NATIVE_FRAMES = 512
 _PROMISE_IN_FRAME = 16
 # AsyncParent tags (coro/detail/lazy_promise.h).
 _TAG_PROMISE, _TAG_SINK, _TAG_FOREIGN, _TAG_MASK = 0, 1, 2, 3
-# RegistrySlot::subject values and tags (coro/detail/registry_slot.h).
-_SLOT_FREE, _SLOT_END, _SUBJECT_FIBER = 0, 1, 2
+# RegistrySlot::subject and FiberSlot::subject values (coro/detail/registry_slot.h).
+_SLOT_FREE, _SLOT_END = 0, 1
 
 # FiberCore::State (stackful/detail/fiber_core.h) and FiberStack::Kind (fiber_stack.h).
 _FIBER_STATES = {0: "created", 1: "suspended", 2: "running", 3: "done"}
@@ -63,8 +63,12 @@ _FALLBACK = {
     # registry_slot.h and task_registry.cc: the registry of tasks and fibers.
     "weft::detail::RegistrySlot": {"subject": 0, "wait": 8, "id": 16, "firstWaitMs": 24,
                                    "sizeof": 32},
+    "weft::detail::FiberSlot": {"subject": 0, "sizeof": 8},
     "weft::detail::RegistryRing": {"next": 0, "capacity": 8, "sizeof": 32},
-    "weft::detail::RegistryThread": {"nextThread": 0, "rings": 8},
+    # RegistryThread {nextThread; RegistryRings tasks; RegistryRings fibers; ...}, each
+    # RegistryRings {atomic<RegistryRing*> rings; ...; 32 bytes}.
+    "weft::detail::RegistryThread": {"nextThread": 0, "tasks": 8, "fibers": 40},
+    "weft::detail::RegistryRings": {"rings": 0},
     # FiberCore is polymorphic: its vtable pointer comes first, then its registry slot.
     "weft::detail::FiberCore": {
         "registrySlot_": 8, "context_": 16, "extras_": 40, "parkLink_": 48, "id_": 56,
@@ -674,21 +678,24 @@ def _global_address(name):
         return None
 
 
-def _registry_slots():
-    """The taken slots of the registry of tasks and fibers (coro/detail/task_registry.cc:
-    gRegistryThreads, each thread's rings of RegistrySlots), as (slot, subject) pairs, or
-    None when the program has no registry (it uses neither Lazys nor fibers)."""
+def _registry_slots(kind):
+    """The taken slots of one kind ("tasks": RegistrySlots, "fibers": FiberSlots) of the
+    registry of tasks and fibers (coro/detail/task_registry.cc: gRegistryThreads, each
+    thread's rings of each kind), as (slot, subject) pairs, or None when the program has
+    no registry (it uses neither Lazys nor fibers)."""
     head = _global_address("weft::detail::gRegistryThreads")
     if head is None:
         return None
-    slot_size = _off("weft::detail::RegistrySlot", "sizeof")
+    slot_type = "weft::detail::RegistrySlot" if kind == "tasks" else "weft::detail::FiberSlot"
+    slot_size = _off(slot_type, "sizeof")
+    subject_offset = _off(slot_type, "subject")
     ring_header = _off("weft::detail::RegistryRing", "sizeof")
-    subject_offset = _off("weft::detail::RegistrySlot", "subject")
     taken = []
     thread = _u64(head)
     threads = 0
     while thread != 0 and threads < 100000:
-        ring = _u64(thread + _off("weft::detail::RegistryThread", "rings"))
+        rings = thread + _off("weft::detail::RegistryThread", kind)
+        ring = _u64(rings + _off("weft::detail::RegistryRings", "rings"))
         while ring != 0:
             capacity = _u64(ring + _off("weft::detail::RegistryRing", "capacity"))
             slots = ring + ring_header
@@ -708,19 +715,16 @@ def _registry_slots():
 def _task_slots():
     """The registry slots of root tasks (subject: the root's promise), as weft::dumpTasks
     reads them, or None without a registry."""
-    slots = _registry_slots()
-    if slots is None:
-        return None
-    return [(slot, subject) for slot, subject in slots if not subject & _SUBJECT_FIBER]
+    return _registry_slots("tasks")
 
 
 def _fibers():
     """Every live fiber's FiberCore address (the registry's fiber slots), by id as
     weft::dumpTasks lists them, or None without a registry."""
-    slots = _registry_slots()
+    slots = _registry_slots("fibers")
     if slots is None:
         return None
-    cores = [subject & ~_SUBJECT_FIBER for _, subject in slots if subject & _SUBJECT_FIBER]
+    cores = [subject for _, subject in slots]
     return sorted(cores, key=lambda core: _u64(core + _off("weft::detail::FiberCore", "id_")))
 
 
