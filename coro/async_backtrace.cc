@@ -33,23 +33,40 @@ const void* codeOfPromise(const LazyPromiseBase* promise) noexcept {
           .address());
 }
 
+// Where `promise`, a suspended coroutine, waits: the suspend point of its published wait
+// when its root task's slot publishes one of its (it is the task's innermost coroutine:
+// the note holds while it waits), else unknown (null): a coroutine awaiting a Lazy does
+// not record where.
+const void* suspendPointOf(const LazyPromiseBase* promise) noexcept {
+  if (const RegistrySlot* slot = promise->rootSlot()) {
+    // acquire: pairs with publishWait's release.
+    const std::uintptr_t wait = slot->wait.load(std::memory_order_acquire);
+    if (wait != 0 && (wait & 1) == 0) {
+      const auto* note = reinterpret_cast<const LazyWaitNote*>(wait);
+      if (note->waiter == promise) return note->suspendPoint;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
-void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept {
+void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from, bool fromSuspended) noexcept {
   SnapshotReads snapshot;  // the chain's coroutines may run on other threads meanwhile
   AsyncParent at = from;
+  bool suspended = fromSuspended;
   for (int depth = 0; at; ++depth) {
     if (depth == kMaxAsyncDepth) {
       trace.addMarker("... (chain cut at " + std::to_string(kMaxAsyncDepth) + " frames)");
       return;
     }
     if (const LazyPromiseBase* promise = at.promise()) {
-      // Suspended (it waits on something): where; running: not known.
-      const LazyPromiseBase::Wait wait = promise->currentWait();
-      const bool suspended = wait.note != nullptr || wait.awaitedLazy != nullptr;
-      trace.addCoroutine(codeOfPromise(promise), suspended ? promise->suspendPoint() : nullptr);
+      // Suspended: where, if known; running: not known.
+      trace.addCoroutine(codeOfPromise(promise), suspended ? suspendPointOf(promise) : nullptr);
+      suspended = true;  // every coroutine above awaits the one below
       at = promise->asyncParent();
     } else if (const CompletionSink* sink = at.sink()) {
+      suspended = true;  // whoever waits for the sink's coroutine is suspended on it
       if (sink->traceFiber_ != nullptr) {
         if (AppendFiber appendFiber = fiberTracer.load(std::memory_order_acquire)) {
           appendFiber(trace, sink->traceFiber_);
@@ -106,7 +123,8 @@ void noteExceptionOrigin(const LazyPromiseBase& promise) noexcept {
     // Seen already: rethrown by an await from the coroutine it left first.
     if (!current || findOrigin(current, nullptr)) return;
     AsyncBacktrace trace;
-    appendAsyncChain(trace, AsyncParent::promise(&promise));
+    // The coroutine the exception leaves is running: its suspend point is an old one.
+    appendAsyncChain(trace, AsyncParent::promise(&promise), false);
     recordOrigin(std::move(current), std::move(trace));
   } catch (...) {
     // No memory: the origin stays unknown.

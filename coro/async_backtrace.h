@@ -92,11 +92,16 @@ class AsyncBacktrace {
 namespace detail {
 
 // Adds the chain from `from` up to its root to `trace` (at most kMaxAsyncDepth steps: a
-// corrupt or cyclic chain cannot hang the caller). noexcept: see addCoroutine.
+// corrupt or cyclic chain cannot hang the caller). A suspended coroutine whose wait its
+// root task publishes (the task's innermost one, with WEFT_TASK_TRACKING) is shown where
+// it waits (its co_await); the others by their name (and definition). `fromSuspended`:
+// whether the first coroutine is suspended (a task's innermost coroutine on its published
+// wait, a coroutine in `co_await asyncBacktrace()`) or runs, or may (where an exception
+// leaves it, a task's root that waits on nothing). noexcept: see addCoroutine.
 // Precondition: the chain stays alive while it is read: it is the calling coroutine's
 // (or fiber's), or a task dump reads it inside a DumpRead (coro/detail/dump_gate.h).
 inline constexpr int kMaxAsyncDepth = 256;
-void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from) noexcept;
+void appendAsyncChain(AsyncBacktrace& trace, AsyncParent from, bool fromSuspended = true) noexcept;
 
 // toString() of many traces with one symbolizer run for all of them; each line starts
 // with `indent`.

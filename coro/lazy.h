@@ -64,23 +64,21 @@ class LazyAwaiter {
   LazyAwaiter& operator=(LazyAwaiter&&) = delete;
   // Frees the frame: finished once the await has resumed, or suspended (or never started)
   // when the awaiting coroutine is destroyed while it waits here, which destroys the
-  // awaited chain with it. First, either way, the awaiting coroutine's note that it waits
-  // on this frame is cleared (and the dump gate passed: coro/detail/dump_gate.h), so that
-  // no task dump follows the note into the frame once it is freed or reused.
-  ~LazyAwaiter() {
-    if constexpr (WEFT_TASK_TRACKING) {
-      if (LazyPromiseBase* awaiting = handle_.promise().awaitingPromise()) awaiting->clearWait();
-    }
-    handle_.destroy();
-  }
+  // awaited chain with it. Nothing published leads here: a task dump reaches a chain's
+  // coroutines only upwards, from the innermost one's published wait, which is withdrawn
+  // before that coroutine goes on (NotedAwaiter), or from the root, whose record is
+  // released before its frame is destroyed.
+  ~LazyAwaiter() { handle_.destroy(); }
 
   bool await_ready() const noexcept { return false; }
 
   // Starts the awaited Lazy by symmetric transfer; it transfers back when it finishes.
-  // A Lazy awaited inside a weft coroutine inherits that coroutine's executor and
-  // cancellation token; it records who awaits it (for async backtraces), and the awaiting
-  // coroutine notes that it waits on it (for task dumps). noexcept: only stores.
-  // Forced inline into the awaiting coroutine's body, where the suspend point it notes is.
+  // A Lazy awaited inside a weft coroutine inherits that coroutine's executor,
+  // cancellation token and root task (whose registry slot its own waits are published
+  // in, for task dumps); it records who awaits it (for async backtraces). Where the
+  // awaiting coroutine waits on it (the co_await's address) is not recorded: that would
+  // cost two instructions per await (docs/debugging.md, "Cost"); async backtraces show
+  // such a coroutine by its definition. noexcept: only stores.
   template <class Promise>
   [[gnu::always_inline]] std::coroutine_handle<> await_suspend(
       std::coroutine_handle<Promise> awaiting) noexcept {
@@ -90,14 +88,11 @@ class LazyAwaiter {
     if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       promise.setExecutor(awaiting.promise().executor());
       promise.setCancellationToken(awaiting.promise().cancellationTokenPointer());
-      if constexpr (WEFT_TASK_TRACKING) {
-        awaiting.promise().noteWaitOnLazy(&promise, WEFT_CODE_ADDRESS());
-      }
+      promise.setRootSlot(awaiting.promise().rootSlot());
     }
     return handle_;
   }
 
-  // The awaiting coroutine's note is cleared by the destructor, just after.
   T await_resume() {
     if constexpr (std::is_void_v<T>) {
       handle_.promise().result_.value();
@@ -117,15 +112,26 @@ class StartSink final : public CompletionSink {
   StartSink(std::coroutine_handle<LazyPromise<T>> handle, Callback&& callback)
       : CompletionSink(&StartSink::complete, "start()"),
         handle_(handle),
-        callback_(std::move(callback)),
-        record_(kStartRoot, handle.promise()) {}
+        callback_(std::move(callback)) {}
+
+  // Sets the root's completion sink to this one and lists the task in task dumps, until it
+  // finishes (or abandon()). noexcept: stores.
+  void attach() noexcept {
+    handle_.promise().setCompletionSink(this);
+    registerRootTask(handle_.promise());
+  }
+  // The task was never run (its executor refused it): frees the sink, not the frame.
+  void abandon() noexcept {
+    unregisterRootTask(handle_.promise());
+    delete this;
+  }
 
  private:
   // noexcept: runs inside the final suspend. A callback that throws has nobody to
   // report to, so weft says so and aborts.
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<StartSink*>(sink);
-    self->record_.finish();
+    unregisterRootTask(self->handle_.promise());
     Try<T> result = std::move(self->handle_.promise().result_);
     self->handle_.destroy();
     Callback callback = std::move(self->callback_);
@@ -141,7 +147,6 @@ class StartSink final : public CompletionSink {
 
   std::coroutine_handle<LazyPromise<T>> handle_;
   Callback callback_;
-  RootTaskRecord record_;  // listed in task dumps until it finishes
 };
 
 }  // namespace detail
@@ -212,7 +217,7 @@ class [[nodiscard]] Lazy {
     if (!handle_) detail::abortInvalidLazy("start()");
     auto* sink = new detail::StartSink<T, std::decay_t<Callback>>(
         handle_, std::decay_t<Callback>(std::forward<Callback>(callback)));
-    handle_.promise().setCompletionSink(sink);
+    sink->attach();
     std::exchange(handle_, nullptr).resume();
   }
 

@@ -39,8 +39,7 @@ class SpawnedTask final : public CompletionSink {
   explicit SpawnedTask(std::coroutine_handle<LazyPromise<T>> handle)
       : CompletionSink(&SpawnedTask::complete, "spawn()"),
         handle_(handle),
-        token_(source_.token()),
-        record_(kSpawnRoot, handle.promise()) {}
+        token_(source_.token()) {}
 
   std::coroutine_handle<LazyPromise<T>> handle_;  // until the task completes
   CancellationSource source_;
@@ -49,7 +48,6 @@ class SpawnedTask final : public CompletionSink {
   std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
   Executor* awaiterExecutor_ = nullptr;  // idem
   std::atomic<int> state_{kRunning};
-  RootTaskRecord record_;  // listed in task dumps until the task finishes
 
   // The handle is dropped: frees the state if the task has finished, else lets it run on.
   void detach() noexcept {
@@ -74,7 +72,7 @@ class SpawnedTask final : public CompletionSink {
   // noexcept: runs inside the task's final suspend.
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<SpawnedTask*>(sink);
-    self->record_.finish();
+    unregisterRootTask(self->handle_.promise());  // listed in task dumps since spawn()
     self->result_ = std::move(self->handle_.promise().result_);
     std::exchange(self->handle_, nullptr).destroy();
     // acq_rel: release publishes the result; acquire sees the awaiter's handle (written
@@ -301,12 +299,14 @@ auto spawn(Executor* executor, W&& work) {
   auto* state = new detail::SpawnedTask<T>(handle);
   handle.promise().setCancellationToken(&state->token_);
   handle.promise().setCompletionSink(state);
+  detail::registerRootTask(handle.promise());
   if (taskExecutor->currentThreadInExecutor()) {
     detail::LazyAccess::release(lazy).resume();  // may finish it: the state records that
   } else {
     try {
       taskExecutor->schedule(handle);
     } catch (...) {
+      detail::unregisterRootTask(handle.promise());
       delete state;  // not started: the task still owns (and frees) the frame
       throw;
     }

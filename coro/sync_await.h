@@ -37,8 +37,17 @@ namespace detail {
 // happens under the mutex, which the waiter must reacquire before it returns.
 class SyncWaitSink final : public CompletionSink {
  public:
-  explicit SyncWaitSink(const LazyPromiseBase& root) noexcept
-      : CompletionSink(&SyncWaitSink::complete, "syncAwait"), record_(kSyncAwaitRoot, root) {}
+  // Sets `root`'s completion sink to this one and lists the task in task dumps while the
+  // waiter waits.
+  explicit SyncWaitSink(LazyPromiseBase& root) noexcept
+      : CompletionSink(&SyncWaitSink::complete, "syncAwait"), root_(root) {
+    root.setCompletionSink(this);
+    registerRootTask(root);
+  }
+  SyncWaitSink(const SyncWaitSink&) = delete;
+  SyncWaitSink& operator=(const SyncWaitSink&) = delete;
+  // Before the root's frame is destroyed (syncAwait's Lazy outlives its sink).
+  ~SyncWaitSink() { unregisterRootTask(root_); }
 
   void wait() {
     // acquire: pairs with the release in complete(), so the result stored in the frame
@@ -68,7 +77,7 @@ class SyncWaitSink final : public CompletionSink {
   std::mutex mutex_;
   std::condition_variable woken_;
   bool wakeUp_ = false;
-  RootTaskRecord record_;  // listed in task dumps while the waiter waits
+  LazyPromiseBase& root_;  // listed in task dumps while the waiter waits
 };
 
 template <class T>
@@ -115,7 +124,6 @@ T syncAwait(Lazy<T> lazy) {
   auto handle = detail::LazyAccess::handle(lazy);
   if (!handle) detail::abortInvalidLazy("syncAwait");
   detail::SyncWaitSink sink(handle.promise());
-  handle.promise().setCompletionSink(&sink);
   handle.resume();
   sink.wait();
   return detail::takeResult(handle.promise());

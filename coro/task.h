@@ -146,7 +146,7 @@ class [[nodiscard]] Task {
     Executor* executor = handle.promise().executor();
     auto* sink = new detail::StartSink<T, std::decay_t<Callback>>(
         handle, std::decay_t<Callback>(std::forward<Callback>(callback)));
-    handle.promise().setCompletionSink(sink);
+    sink->attach();
     if (executor->currentThreadInExecutor()) {
       detail::LazyAccess::release(lazy_).resume();
       return;
@@ -154,7 +154,7 @@ class [[nodiscard]] Task {
     try {
       executor->schedule(handle);
     } catch (...) {
-      delete sink;  // not started: lazy_ still owns (and frees) the frame
+      sink->abandon();  // not started: lazy_ still owns (and frees) the frame
       throw;
     }
     detail::LazyAccess::release(lazy_);

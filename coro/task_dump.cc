@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -23,51 +24,91 @@
 #include "weft/coro/detail/snapshot_reads.h"
 #include "weft/coro/detail/task_registry.h"
 
-
 namespace weft {
 namespace detail {
 namespace {
 
-// A root Lazy: what it waits on is found by going down the Lazys it awaits to the one
-// that waits on something else (or on nothing: it runs, or is queued to run). The record
-// (its shard is locked) keeps the root's frame alive; the DumpRead keeps the frames below
-// it and the awaiter it waits on (coro/detail/dump_gate.h).
-void dumpLazyRoot(const TaskRecord& record, TaskDumpEntry& entry) noexcept {
+// What the dump collects, slot by slot.
+struct Collected {
+  std::vector<TaskDumpEntry> tasks;
+  std::vector<TaskDumpEntry> fibers;
+};
+
+// A root task: what its innermost coroutine waits on (the wait its registry slot
+// publishes) and the chain from that coroutine up; or, when nothing is published (it
+// runs, or is queued to run), the root alone. The DumpRead keeps the slot's subject, the
+// root's frame, and what the published note leads to (the awaiter, the chain above it)
+// alive and unchanged (coro/detail/dump_gate.h).
+void dumpTask(RegistrySlot& slot, std::uintptr_t subject, TaskDumpEntry& entry) {
+  const auto& root = *reinterpret_cast<const LazyPromiseBase*>(subject);
+  entry.order = numberTask(slot, subject);
+  entry.title = "task " + std::to_string(entry.order);
+  const CompletionSink* sink = root.completionSink();
+  if (sink != nullptr && sink->traceLabel_ != nullptr) {
+    entry.title += " (";
+    entry.title += sink->traceLabel_;
+    entry.title += ')';
+  }
+  // acquire: pairs with publishWait's release (the note as written for this wait, and
+  // the time of the task's first wait).
+  const std::uintptr_t wait = slot.wait.load(std::memory_order_acquire);
+  if ((wait & 1) == 0) entry.firstWaitMs = slot.firstWaitMs.load(std::memory_order_relaxed);
+  if (wait != 0 && (wait & 1) == 0) {
+    const auto* note = reinterpret_cast<const LazyWaitNote*>(wait);
+    entry.state = "waiting on ";
+    note->describe(note->awaiter, entry.state);
+    appendAsyncChain(entry.trace, AsyncParent::promise(note->waiter));
+  } else {
+    entry.state = "running or runnable";
+    appendAsyncChain(entry.trace, AsyncParent::promise(&root), false);
+  }
+}
+
+void collectTask(RegistrySlot& slot, void* context) {
+  auto& out = *static_cast<Collected*>(context);
   try {
-    entry.title = "task " + std::to_string(record.id) + " (" + record.type->origin + ")";
     if (!DumpSession::canRead()) {
+      // Without membarrier a subject may be freed under the dump: only the slot is read.
+      const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
+      if (subject == 0 || subject == kSlotEnd) return;
+      TaskDumpEntry& entry = out.tasks.emplace_back();
+      entry.order = numberTask(slot, subject);
+      entry.title = "task " + std::to_string(entry.order);
       entry.state = kWaitNotRead;
       return;
     }
     DumpRead read;
-    const auto* leaf = static_cast<const LazyPromiseBase*>(record.subject);
-    LazyPromiseBase::Wait wait = leaf->currentWait();
-    for (int depth = 0; wait.awaitedLazy != nullptr && depth < kMaxAsyncDepth; ++depth) {
-      leaf = wait.awaitedLazy;
-      wait = leaf->currentWait();
-    }
-    if (wait.note != nullptr) {
-      entry.state = "waiting on ";
-      wait.note->describe(wait.note->awaiter, entry.state);
-    } else {
-      entry.state = "running or runnable";
-    }
-    appendAsyncChain(entry.trace, AsyncParent::promise(leaf));
+    // acquire: pairs with the claim's release (the slot's fields as written for it).
+    const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
+    if (subject == 0 || subject == kSlotEnd) return;  // released since the first look
+    dumpTask(slot, subject, out.tasks.emplace_back());
   } catch (...) {
     // No memory: the entry stays as far as it got.
   }
 }
 
-struct Collected {
-  std::vector<TaskDumpEntry> entries;
-  std::vector<std::int64_t> created;  // per task (the fibers follow the tasks)
-};
-
-void collect(const TaskRecord& record, void* context) {
+void collectFiber(FiberSlot& slot, void* context) {
   auto& out = *static_cast<Collected*>(context);
-  out.entries.emplace_back();
-  out.created.push_back(record.createdMs);
-  record.type->dump(record, out.entries.back());
+  try {
+    if (!DumpSession::canRead()) {
+      // Without membarrier the fiber may be freed under the dump: not read at all.
+      const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
+      if (subject == 0 || subject == kSlotEnd) return;
+      TaskDumpEntry& entry = out.fibers.emplace_back();
+      entry.title = "fiber";
+      entry.state = kWaitNotRead;
+      return;
+    }
+    DumpRead read;
+    // acquire: pairs with registerFiber's release (the fiber as constructed).
+    const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
+    if (subject == 0 || subject == kSlotEnd) return;  // released since the first look
+    if (DumpFiber dumpFiber = fiberDumper()) {
+      dumpFiber(reinterpret_cast<const void*>(subject), out.fibers.emplace_back());
+    }
+  } catch (...) {
+    // No memory: the entry stays as far as it got.
+  }
 }
 
 std::string formatAge(std::int64_t milliseconds) {
@@ -78,32 +119,32 @@ std::string formatAge(std::int64_t milliseconds) {
 }
 
 }  // namespace
-
-const TaskRecordType kSyncAwaitRoot{"syncAwait", &dumpLazyRoot};
-const TaskRecordType kStartRoot{"start()", &dumpLazyRoot};
-const TaskRecordType kSpawnRoot{"spawn()", &dumpLazyRoot};
-const TaskRecordType kTaskGroupRoot{"TaskGroup::spawn()", &dumpLazyRoot};
-
 }  // namespace detail
 
 void dumpTasks(std::ostream& out) {
   detail::Collected collected;
   bool readWaits;
   {
-    // Reads tasks that other threads run: each while their owners wait at the dump gate.
+    // Reads tasks and fibers that other threads run: each while their owners wait at the
+    // dump gate.
     detail::DumpSession session;
     detail::SnapshotReads snapshot;
     readWaits = detail::DumpSession::canRead();
-    detail::forEachTask(&detail::collect, &collected);
-    if (detail::ListFibers listFibers = detail::fiberLister()) listFibers(collected.entries);
+    detail::forEachRegistrySlot(&detail::collectTask, &detail::collectFiber, &collected);
   }
   const std::int64_t now = detail::coarseMilliseconds();
+  auto byOrder = [](const detail::TaskDumpEntry& a, const detail::TaskDumpEntry& b) {
+    return a.order < b.order;
+  };
+  std::sort(collected.tasks.begin(), collected.tasks.end(), byOrder);
+  std::sort(collected.fibers.begin(), collected.fibers.end(), byOrder);
   std::vector<const AsyncBacktrace*> traces;
-  traces.reserve(collected.entries.size());
-  for (const detail::TaskDumpEntry& entry : collected.entries) traces.push_back(&entry.trace);
+  traces.reserve(collected.tasks.size() + collected.fibers.size());
+  for (const detail::TaskDumpEntry& entry : collected.tasks) traces.push_back(&entry.trace);
+  for (const detail::TaskDumpEntry& entry : collected.fibers) traces.push_back(&entry.trace);
   const std::vector<std::string> texts = detail::formatAsyncBacktraces(traces, true, "  ");
-  const std::size_t tasks = collected.created.size();
-  const std::size_t fibers = collected.entries.size() - tasks;
+  const std::size_t tasks = collected.tasks.size();
+  const std::size_t fibers = collected.fibers.size();
   std::string text = "weft: " + std::to_string(tasks) + (tasks == 1 ? " task, " : " tasks, ") +
                      std::to_string(fibers) + (fibers == 1 ? " fiber" : " fibers") +
                      (WEFT_TASK_TRACKING ? ""
@@ -113,13 +154,15 @@ void dumpTasks(std::ostream& out) {
                                 : " (what they wait on is not read: the kernel offers no "
                                   "membarrier, which a dump needs to read other threads' "
                                   "tasks safely)\n");
-  for (std::size_t i = 0; i < collected.entries.size(); ++i) {
-    const detail::TaskDumpEntry& entry = collected.entries[i];
-    text += '\n';
-    text += entry.title;
-    if (i < tasks) text += ", age " + detail::formatAge(now - collected.created[i]);
-    text += ": " + entry.state + '\n';
-    text += texts[i];
+  std::size_t i = 0;
+  for (const auto* list : {&collected.tasks, &collected.fibers}) {
+    for (const detail::TaskDumpEntry& entry : *list) {
+      text += '\n';
+      text += entry.title;
+      if (entry.firstWaitMs != 0) text += ", age " + detail::formatAge(now - entry.firstWaitMs);
+      text += ": " + entry.state + '\n';
+      text += texts[i++];
+    }
   }
   out << text;
   out.flush();

@@ -6,9 +6,11 @@
 namespace weft {
 
 // dumpTasks(out): writes every live root task and every fiber of the process to `out`,
-// as Go writes its goroutines: what each is, how long it has existed, what it waits on,
-// and its async backtrace (coro/async_backtrace.h) from the coroutine that waits up to
-// its root.
+// as Go writes its goroutines: what each is, how long since it first waited (a task's
+// age: weft reads the clock once per task, at its first wait), what it waits on, and its
+// async backtrace (coro/async_backtrace.h) from the coroutine that waits up to its root.
+// Tasks are listed by number (a task takes it at its first wait, or from the first dump
+// that lists it before), then fibers by id.
 //
 //   weft: 2 tasks, 1 fiber
 //
@@ -17,21 +19,22 @@ namespace weft {
 //     #1 coroutine handleRequest(Request) at src/server.cc:88
 //     #2 start()
 //
-//   fiber 3 "reader", age 0.510 s: parked on Channel::receive (channel 0x5616f410),
+//   fiber 3 "reader": parked on Channel::receive (channel 0x5616f410),
 //   stack 1.2 KiB of 256 KiB in use
 //     #0 native consume(weft::Channel<int>&) at src/reader.cc:19
 //     #1 fiber 3 "reader"
 //
 // Root tasks are the Lazys started by syncAwait, start() (a Task's too), spawn() and
-// TaskGroup::spawn(); a Lazy awaited by another is shown in its root's backtrace, and
-// the branches of a collect behind the collect ("waiting on collectAll of 3 branches").
-// A task whose innermost coroutine waits on nothing is "running or runnable".
+// TaskGroup::spawn() (listed with WEFT_TASK_TRACKING); a Lazy awaited by another is shown
+// in its root's backtrace, and the branches of a collect behind the collect ("waiting on
+// collectAll of 3 branches"). A task whose innermost coroutine waits on nothing is
+// "running or runnable", shown by its root coroutine.
 //
 // Consistency: a dump of a busy process is a snapshot taken one task at a time. Each
-// task, and each fiber, is read at one instant: the chain of Lazys it awaits, what the
-// innermost one waits on and the async backtrace are those of one moment, and a wait the
-// dump has seen cannot end until the dump has read that task (whoever resumes it waits
-// at the dump gate, coro/detail/dump_gate.h, no longer than the dump takes to read one
+// task, and each fiber, is read at one instant: what its innermost coroutine waits on
+// and the async backtrace are those of one moment, and a wait (or a task) the dump has
+// seen cannot end until the dump has read that task (whoever resumes or ends it waits at
+// the dump gate, coro/detail/dump_gate.h, no longer than the dump takes to read one
 // task: a few words per coroutine of its chain and a line describing its wait). Different
 // tasks are read at different instants, so two tasks that hand work to each other may
 // both show as waiting; a task that started or finished during the dump may be missing
@@ -39,10 +42,10 @@ namespace weft {
 // finished child's frame, an awaiter whose wait ended, a fiber's stack): waits are
 // published and unpublished in an order that, with one membarrier() when the dump
 // starts, lets it read them safely. Running tasks pay a load and a branch where a wait
-// ends, and nothing else unless a dump runs. A kernel without membarrier (before 4.3,
-// or a seccomp filter that refuses it): tasks and fibers are listed without what they
-// wait on, and the first line says why. Symbolizing (addr2line, see AsyncBacktrace) is
-// done after letting go of the tasks.
+// or a task ends, and nothing else unless a dump runs. A kernel without membarrier
+// (before 4.3, or a seccomp filter that refuses it): tasks and fibers are listed by
+// number only, and the first line says why. Symbolizing (addr2line, see AsyncBacktrace)
+// is done after letting go of the tasks.
 // Errors: what writing to `out` throws. Thread safety: any thread, any time, including
 // from inside a task (which then shows itself as running); concurrent dumps take turns.
 //

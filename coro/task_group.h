@@ -348,18 +348,14 @@ class TaskGroup {
   template <class U>
   struct ChildSink final : detail::CompletionSink, detail::FrameAllocated {
     ChildSink(TaskGroup* g, std::coroutine_handle<detail::LazyPromise<U>> h) noexcept
-        : CompletionSink(&ChildSink::complete, "TaskGroup::spawn()"),
-          group(g),
-          handle(h),
-          record(detail::kTaskGroupRoot, h.promise()) {}
+        : CompletionSink(&ChildSink::complete, "TaskGroup::spawn()"), group(g), handle(h) {}
     TaskGroup* group;
     std::coroutine_handle<detail::LazyPromise<U>> handle;
-    detail::RootTaskRecord record;  // listed in task dumps until the task finishes
 
     // noexcept: runs inside the task's final suspend.
     static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
       auto* self = static_cast<ChildSink*>(sink);
-      self->record.finish();
+      detail::unregisterRootTask(self->handle.promise());  // listed since startTask()
       Try<U> result = std::move(self->handle.promise().result_);
       self->handle.destroy();
       TaskGroup* group = self->group;
@@ -379,6 +375,7 @@ class TaskGroup {
     handle.promise().setCancellationToken(&token_);
     auto* sink = new ChildSink<U>(this, handle);
     handle.promise().setCompletionSink(sink);
+    detail::registerRootTask(handle.promise());
     {
       std::lock_guard guard(mutex_);
       ++running_;
@@ -390,6 +387,7 @@ class TaskGroup {
     try {
       executor->schedule(handle);
     } catch (...) {
+      detail::unregisterRootTask(handle.promise());
       delete sink;  // not started: the task still owns (and frees) the frame
       std::lock_guard guard(mutex_);
       --running_;  // refused by its executor: it never ran

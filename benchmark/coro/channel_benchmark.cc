@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "benchmark/support/echo_ring.h"
+#include "benchmark/support/fixed_iterations.h"
 #include "weft/coro/channel.h"
 #include "weft/coro/collect.h"
 #include "weft/coro/lazy.h"
@@ -91,7 +92,7 @@ void BM_Channel_PingPong(benchmark::State& state) {
   runOn(pool, std::move(all));
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_Channel_PingPong)->UseRealTime();
+BENCHMARK(BM_Channel_PingPong)->UseRealTime()->Apply(weft::bench::fixIterations);
 
 void BM_Select_PingPong(benchmark::State& state) {
   weft::ThreadPool pool(1, "pingpong");
@@ -119,7 +120,7 @@ void BM_Select_PingPong(benchmark::State& state) {
   runOn(pool, std::move(all));
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_Select_PingPong)->UseRealTime();
+BENCHMARK(BM_Select_PingPong)->UseRealTime()->Apply(weft::bench::fixIterations);
 
 // The baseline: two coroutines hand control to each other through the pool's queue,
 // with no channel: each "message" is a schedule of the other side and a suspension.
@@ -183,7 +184,7 @@ void BM_Baseline_PoolHop_PingPong(benchmark::State& state) {
   check(messages >= state.iterations(), "BM_Baseline_PoolHop_PingPong");
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_Baseline_PoolHop_PingPong)->UseRealTime();
+BENCHMARK(BM_Baseline_PoolHop_PingPong)->UseRealTime()->Apply(weft::bench::fixIterations);
 
 // ---------------------------------------------------------------------------------------
 // The 30,000-task echo ring.
@@ -248,7 +249,7 @@ void BM_FiberChannel_PingPong(benchmark::State& state) {
   weft::syncAwait(std::move(echo));
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_FiberChannel_PingPong)->UseRealTime();
+BENCHMARK(BM_FiberChannel_PingPong)->UseRealTime()->Apply(weft::bench::fixIterations);
 
 // 16 KiB stacks, all kept between repetitions (30,000 guarded stacks are 60,000 kernel
 // mappings: mapping them again for every repetition would dominate the setup).

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "benchmark/support/fixed_iterations.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/mutex.h"
 #include "weft/coro/sync_await.h"
@@ -172,9 +173,9 @@ void BM_Baseline_Handoff_CondvarPingPong(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_Mutex_Uncontended);
-BENCHMARK(BM_Mutex_UncontendedScoped);
-BENCHMARK(BM_Baseline_StdMutex_Uncontended);
+BENCHMARK(BM_Mutex_Uncontended)->Apply(weft::bench::fixIterations);
+BENCHMARK(BM_Mutex_UncontendedScoped)->Apply(weft::bench::fixIterations);
+BENCHMARK(BM_Baseline_StdMutex_Uncontended)->Apply(weft::bench::fixIterations);
 BENCHMARK(BM_Mutex_Contended)->Threads(2)->UseRealTime()->MeasureProcessCPUTime();
 BENCHMARK(BM_Baseline_StdMutex_Contended)->Threads(2)->UseRealTime()->MeasureProcessCPUTime();
 BENCHMARK(BM_Baseline_Handoff_CondvarPingPong)->UseRealTime();

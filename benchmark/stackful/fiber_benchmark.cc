@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "benchmark/support/fixed_iterations.h"
 #include "weft/coro/collect.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/sync_await.h"
@@ -58,7 +59,7 @@ void BM_Fiber_CreateRunDestroy(benchmark::State& state) {
   }
   if (runs != static_cast<std::int64_t>(state.iterations())) fail("a fiber did not run");
 }
-BENCHMARK(BM_Fiber_CreateRunDestroy);
+BENCHMARK(BM_Fiber_CreateRunDestroy)->Apply(weft::bench::fixIterations);
 
 void BM_Fiber_ResumeYield(benchmark::State& state) {
   bool stop = false;
@@ -80,7 +81,7 @@ void BM_Fiber_ResumeYield(benchmark::State& state) {
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.SetLabel("time per iteration = round trip; one_way_ns = round trip / 2");
 }
-BENCHMARK(BM_Fiber_ResumeYield);
+BENCHMARK(BM_Fiber_ResumeYield)->Apply(weft::bench::fixIterations);
 
 // Keeps `bytes` of locals live across every yield (the compiler cannot drop them: they
 // are written before and read after).
@@ -122,10 +123,10 @@ void BM_SharedStackFiber_Switch(benchmark::State& state) {
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.SetLabel("one_way_ns = iteration / 4 (each resume saves one stack, restores one)");
 }
-BENCHMARK(BM_SharedStackFiber_Switch<64>)->Name("BM_SharedStackFiber_Switch/copy:64");
-BENCHMARK(BM_SharedStackFiber_Switch<256>)->Name("BM_SharedStackFiber_Switch/copy:256");
-BENCHMARK(BM_SharedStackFiber_Switch<1024>)->Name("BM_SharedStackFiber_Switch/copy:1024");
-BENCHMARK(BM_SharedStackFiber_Switch<4096>)->Name("BM_SharedStackFiber_Switch/copy:4096");
+BENCHMARK(BM_SharedStackFiber_Switch<64>)->Name("BM_SharedStackFiber_Switch/copy:64")->Apply(weft::bench::fixIterations);
+BENCHMARK(BM_SharedStackFiber_Switch<256>)->Name("BM_SharedStackFiber_Switch/copy:256")->Apply(weft::bench::fixIterations);
+BENCHMARK(BM_SharedStackFiber_Switch<1024>)->Name("BM_SharedStackFiber_Switch/copy:1024")->Apply(weft::bench::fixIterations);
+BENCHMARK(BM_SharedStackFiber_Switch<4096>)->Name("BM_SharedStackFiber_Switch/copy:4096")->Apply(weft::bench::fixIterations);
 
 // Two fibers on ThreadPool(1), each yielding `perFiber` times; returns the total.
 std::int64_t alternateFibers(weft::ThreadPool& pool, std::int64_t perFiber) {
@@ -148,7 +149,7 @@ void BM_Fiber_YieldViaExecutor(benchmark::State& state) {
   }
   state.SetLabel("time per yield (one fiber-to-fiber switch through the executor)");
 }
-BENCHMARK(BM_Fiber_YieldViaExecutor)->UseRealTime();
+BENCHMARK(BM_Fiber_YieldViaExecutor)->UseRealTime()->Apply(weft::bench::fixIterations);
 
 weft::Lazy<std::int64_t> lazyYielder(std::int64_t perLazy) {
   std::int64_t n = 0;
@@ -176,7 +177,7 @@ void BM_Baseline_Lazy_YieldViaExecutor(benchmark::State& state) {
   }
   state.SetLabel("time per yield (one Lazy-to-Lazy switch through the executor)");
 }
-BENCHMARK(BM_Baseline_Lazy_YieldViaExecutor)->UseRealTime();
+BENCHMARK(BM_Baseline_Lazy_YieldViaExecutor)->UseRealTime()->Apply(weft::bench::fixIterations);
 
 weft::Lazy<std::int64_t> spawnAndAwaitFibers(std::int64_t n) {
   weft::Executor* executor = co_await weft::currentExecutor();
@@ -203,10 +204,10 @@ void runFibersFromLazy(benchmark::State& state) {
 }
 
 void BM_SpawnFiber_AwaitFromLazy(benchmark::State& state) { runFibersFromLazy<spawnAndAwaitFibers>(state); }
-BENCHMARK(BM_SpawnFiber_AwaitFromLazy)->UseRealTime();
+BENCHMARK(BM_SpawnFiber_AwaitFromLazy)->UseRealTime()->Apply(weft::bench::fixIterations);
 
 void BM_InFiber_AwaitFromLazy(benchmark::State& state) { runFibersFromLazy<inFiberAwaits>(state); }
-BENCHMARK(BM_InFiber_AwaitFromLazy)->UseRealTime();
+BENCHMARK(BM_InFiber_AwaitFromLazy)->UseRealTime()->Apply(weft::bench::fixIterations);
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include "weft/coro/detail/dump_gate.h"
 #include "weft/coro/detail/dump_signal_hook.h"
 #include "weft/coro/detail/frame_allocator.h"
+#include "weft/coro/detail/registry_slot.h"
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/detail/wait_note.h"
 #include "weft/coro/try.h"
@@ -138,8 +139,30 @@ template <class A>
 using BoundAwaitable = decltype(bindAwaitable(std::declval<A>(), std::declval<Executor*>(),
                                               std::declval<const CancellationToken&>()));
 
-// An awaiter as a Lazy awaits it, noting in the promise what the coroutine waits on while
-// it is suspended (LazyPromiseBase::noteWait). `Awaiter` may be a reference type.
+// What a suspended coroutine of a root task waits on, as the task's registry slot
+// publishes it (RegistrySlot::wait, coro/detail/registry_slot.h): the awaiter and how to
+// describe it, the coroutine that waits (where a dump starts its async backtrace) and
+// where (its co_await, WEFT_CODE_ADDRESS, which async backtraces show as file:line).
+// Lives beside the awaiter, in the waiting coroutine's frame. No member initializers: a
+// NotedAwaiter fills one in only when it publishes it.
+struct LazyWaitNote {
+  DescribeWait describe;  // as WaitNote's
+  const void* awaiter;
+  const LazyPromiseBase* waiter;
+  const void* suspendPoint;
+};
+
+// An awaiter as a Lazy awaits it with WEFT_TASK_TRACKING: when the coroutine belongs to a
+// root task (its promise has the task's registry slot) and suspends, the wait is
+// published in the task's slot, and withdrawn when the co_await is over. `Awaiter` may be
+// a reference type.
+//
+// Cost: an await that does not suspend (await_ready) pays one store (`slot` cleared,
+// after the awaiter's own await_ready, which lets the compiler drop the test in
+// await_resume on that path). One that suspends outside a root task (a collect's
+// branches, a fiber's driver) tests the promise's slot and `slot`; inside one, writes the
+// note (four words), publishes it, and withdraws it when resumed (a store, and the dump
+// gate's load and branch).
 template <class Awaiter>
 struct NotedAwaiter {
   using Plain = std::remove_cvref_t<Awaiter>;
@@ -147,25 +170,34 @@ struct NotedAwaiter {
   // constructor rather than aggregate initialisation: g++ zero-fills a whole aggregate
   // (awaiter included) before initialising it, which an uncontended Mutex::lock felt.
   template <class Make>
-  [[gnu::always_inline]] NotedAwaiter(Make&& make, LazyPromiseBase* owner)
-      : awaiter(std::forward<Make>(make)()), promise(owner) {}
+  [[gnu::always_inline]] explicit NotedAwaiter(Make&& make)
+      : awaiter(std::forward<Make>(make)()) {}
   NotedAwaiter(const NotedAwaiter&) = delete;
   NotedAwaiter& operator=(const NotedAwaiter&) = delete;
 
   Awaiter awaiter;
-  LazyPromiseBase* promise;
-  WaitNote note;  // filled in only when the coroutine suspends
+  // The slot the wait is published in; null: not published (set on every path before
+  // await_resume reads it).
+  RegistrySlot* slot;
+  LazyWaitNote note;  // filled in only when published
 
   // All forced inline: g++ stops inlining into a coroutine's body past a size, and the
   // wrapper must not be what pushes the awaiter's own members out of line. The suspend
   // point noted is then in the coroutine's body, too.
-  [[gnu::always_inline]] bool await_ready() { return awaiter.await_ready(); }
+  [[gnu::always_inline]] bool await_ready() {
+    const bool ready = awaiter.await_ready();
+    slot = nullptr;
+    return ready;
+  }
   template <class Promise>
   [[gnu::always_inline]] decltype(auto) await_suspend(std::coroutine_handle<Promise> self);
-  [[gnu::always_inline]] decltype(auto) await_resume() { return awaiter.await_resume(); }
-  // The note is cleared when the co_await is over, resumed or not (await_suspend threw),
-  // before the awaiter is destroyed.
-  [[gnu::always_inline]] ~NotedAwaiter();
+  // The wait is withdrawn before the awaiter's own await_resume and destruction. A
+  // coroutine destroyed while suspended here never gets here: its root task's record is
+  // released first (unregisterRootTask), so no dump reads the slot any more.
+  [[gnu::always_inline]] decltype(auto) await_resume() {
+    if (slot != nullptr) [[unlikely]] slot->withdrawWait();
+    return awaiter.await_resume();
+  }
 };
 
 // What every Lazy promise shares: the lazy start, the continuation word, the executor
@@ -198,25 +230,21 @@ class LazyPromiseBase : public FrameAllocated {
   // Every co_await in a Lazy goes through here: bindAwaitable (above) gives it our
   // executor and token.
   //
-  // With WEFT_TASK_TRACKING, the awaiter of anything but a Lazy (whose awaiter notes the
-  // wait itself) is wrapped in a NotedAwaiter, which notes what this coroutine waits on
-  // while it is suspended.
+  // With WEFT_TASK_TRACKING, the awaiter of anything but a Lazy (whose awaiter passes the
+  // root task's slot on to the awaited Lazy) is wrapped in a NotedAwaiter, which publishes
+  // what this coroutine waits on while it is suspended.
   template <class A>
   decltype(auto) await_transform(A&& awaitable) {
     if constexpr (kIsLazy<std::remove_cvref_t<A>> || !WEFT_TASK_TRACKING) {
       return bindAwaitable(std::forward<A>(awaitable), executor_, *token_);
     } else if constexpr (kHeldByValue<BoundAwaitable<A>>) {
-      return NotedAwaiter<BoundAwaitable<A>>(
-          [&]() -> decltype(auto) {
-            return bindAwaitable(std::forward<A>(awaitable), executor_, *token_);
-          },
-          this);
+      return NotedAwaiter<BoundAwaitable<A>>([&]() -> decltype(auto) {
+        return bindAwaitable(std::forward<A>(awaitable), executor_, *token_);
+      });
     } else {
-      return NotedAwaiter<AwaiterOf<BoundAwaitable<A>>>(
-          [&]() -> decltype(auto) {
-            return getAwaiter(bindAwaitable(std::forward<A>(awaitable), executor_, *token_));
-          },
-          this);
+      return NotedAwaiter<AwaiterOf<BoundAwaitable<A>>>([&]() -> decltype(auto) {
+        return getAwaiter(bindAwaitable(std::forward<A>(awaitable), executor_, *token_));
+      });
     }
   }
 
@@ -240,77 +268,25 @@ class LazyPromiseBase : public FrameAllocated {
     return asyncParent_;
   }
   void setAsyncParent(AsyncParent parent) noexcept { asyncParent_ = parent; }
-  // The weft coroutine that awaits this one (null: a sink, a foreign coroutine or none).
-  LazyPromiseBase* awaitingPromise() const noexcept {
-    return const_cast<LazyPromiseBase*>(asyncParent_.promise());
-  }
 
-  // What this coroutine waits on while it is suspended, for task dumps: a WaitNote, or a
-  // Lazy it awaits (whose own note a dump reads next); set as it suspends, cleared when
-  // the co_await is over (by await_transform's NotedAwaiter and by LazyAwaiter). One
-  // word, so a dump never reads half of one note and half of another. `suspendPoint`: an
-  // address in the coroutine's body at the co_await (WEFT_CODE_ADDRESS), which async
-  // backtraces show as file:line.
-  //
-  // A dump on another thread reads the note while the owner may be writing it
-  // (coro/detail/dump_gate.h tells how it never reads what the note led to once that is
-  // gone). The note is published with a release store: a dump that reads it (acquire)
-  // also reads what was written before, the WaitNote or the awaited Lazy's promise, not
-  // what an earlier use of that memory left there (on x86-64 this costs no instruction,
-  // only the compiler's ordering). clearWait() unpublishes it, then passes the dump gate:
-  // call it before the awaiter or the awaited Lazy's frame goes.
-  // Kept only with WEFT_TASK_TRACKING (every caller is): without it the promise has no
-  // room for them, a Lazy's frame is two words smaller, and there is never a note.
-  void noteWait(const WaitNote* note, const void* suspendPoint) noexcept {
+  // The registry slot of the root task this coroutine runs in (coro/detail/registry_slot.h),
+  // where its NotedAwaiters publish what it waits on: set on the root by
+  // registerRootTask, passed on to each Lazy it awaits (LazyAwaiter). Null outside a root
+  // task (a collect's branches, a Task awaited by another coroutine, a fiber's driver):
+  // nothing is published then. Only with WEFT_TASK_TRACKING.
+  RegistrySlot* rootSlot() const noexcept {
 #if WEFT_TASK_TRACKING
-    suspendPoint_ = suspendPoint;
-    publishWait(reinterpret_cast<std::uintptr_t>(note));
-#else
-    (void)note;
-    (void)suspendPoint;
-#endif
-  }
-  void noteWaitOnLazy(const LazyPromiseBase* awaited, const void* suspendPoint) noexcept {
-#if WEFT_TASK_TRACKING
-    suspendPoint_ = suspendPoint;
-    publishWait(reinterpret_cast<std::uintptr_t>(awaited) | 1u);
-#else
-    (void)awaited;
-    (void)suspendPoint;
-#endif
-  }
-  // noexcept: a store, and passDumpGate's bounded wait while a dump reads.
-  void clearWait() noexcept {
-#if WEFT_TASK_TRACKING
-    // A plain store: passDumpGate orders it before its load (dump_gate.h).
-    waitNote_ = 0;
-    passDumpGate(waitNote_);
-#endif
-  }
-  // Where the coroutine is suspended: meaningful while a note is set.
-  const void* suspendPoint() const noexcept {
-#if WEFT_TASK_TRACKING
-    return suspendPoint_;
+    return rootSlot_;
 #else
     return nullptr;
 #endif
   }
-  // The current note: at most one of the two is set. A dump on another thread reads it
-  // only while it holds a DumpRead (coro/detail/dump_gate.h).
-  struct Wait {
-    const WaitNote* note;
-    const LazyPromiseBase* awaitedLazy;
-  };
-  Wait currentWait() const noexcept {
+  void setRootSlot(RegistrySlot* slot) noexcept {
 #if WEFT_TASK_TRACKING
-    // acquire: pairs with publishWait's release (the note and what it points to).
-    const std::uintptr_t word = std::atomic_ref<std::uintptr_t>(
-        const_cast<std::uintptr_t&>(waitNote_)).load(std::memory_order_acquire);
+    rootSlot_ = slot;
 #else
-    const std::uintptr_t word = 0;
+    (void)slot;
 #endif
-    if ((word & 1u) != 0) return {nullptr, reinterpret_cast<const LazyPromiseBase*>(word - 1)};
-    return {reinterpret_cast<const WaitNote*>(word), nullptr};
   }
   // What a coroutine awaited by this one records as its parent: this coroutine.
   // (FiberDriverPromise answers its fiber instead.)
@@ -349,20 +325,15 @@ class LazyPromiseBase : public FrameAllocated {
   static constexpr bool kHeldByValue =
       !std::is_reference_v<Transformed> && std::is_reference_v<AwaiterOf<Transformed>>;
 
-#if WEFT_TASK_TRACKING
-  // release: see noteWait.
-  void publishWait(std::uintptr_t word) noexcept {
-    std::atomic_ref<std::uintptr_t>(waitNote_).store(word, std::memory_order_release);
-  }
-#endif
-
   std::uintptr_t continuation_ = 0;
   AsyncParent asyncParent_;
-#if WEFT_TASK_TRACKING
-  std::uintptr_t waitNote_ = 0;
-  const void* suspendPoint_ = nullptr;
-#endif
+  // What an awaited Lazy inherits (LazyAwaiter): its executor, its root task (whose
+  // registry slot its waits are published in), its cancellation token. The executor and
+  // the root side by side: both null in a new frame, one 16-byte store.
   Executor* executor_ = nullptr;
+#if WEFT_TASK_TRACKING
+  RegistrySlot* rootSlot_ = nullptr;
+#endif
   const CancellationToken* token_ = &kNoCancellationToken;
 };
 
@@ -370,16 +341,21 @@ template <class Awaiter>
 template <class Promise>
 [[gnu::always_inline]] inline decltype(auto) NotedAwaiter<Awaiter>::await_suspend(
     std::coroutine_handle<Promise> self) {
-  note = WaitNote{&describeAwaiter<Plain>, std::addressof(awaiter)};
-  promise->noteWait(&note, WEFT_CODE_ADDRESS());
-  return awaiter.await_suspend(self);
-}
-
-template <class Awaiter>
-[[gnu::always_inline]] inline NotedAwaiter<Awaiter>::~NotedAwaiter() {
-  // It suspended (or tried to). Before the awaiter goes (it is destroyed after this body),
-  // and with it what a dump reading the note would describe.
-  if (note.describe != nullptr) promise->clearWait();
+  LazyPromiseBase& promise = self.promise();
+  if (RegistrySlot* root = promise.rootSlot(); root != nullptr) {
+    note = LazyWaitNote{&describeAwaiter<Plain>, std::addressof(awaiter), &promise,
+                        WEFT_CODE_ADDRESS()};
+    slot = root;
+    root->publishWait(&note);
+  }
+  // If await_suspend throws, the coroutine goes on (to its handler) without await_resume:
+  // the wait is withdrawn here.
+  try {
+    return awaiter.await_suspend(self);
+  } catch (...) {
+    if (slot != nullptr) slot->withdrawWait();
+    throw;
+  }
 }
 
 // The parent a coroutine awaited from `awaiting` records: the awaiting weft coroutine

@@ -3,33 +3,205 @@
 #include <time.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <new>
+#include <type_traits>
 
 namespace weft::detail {
 
-// The registry's shards, each a circular list around its `head`. Not in an anonymous
-// namespace: gdb's `weft tasks` reads it (tools/gdb/weft.py) by this name.
-struct TaskRegistryShard {
-  SpinLock lock;
-  std::uint64_t nextId = 0;
-  TaskRecord head;
+// A ring of slots (RegistrySlots or FiberSlots): this header, then `capacity` slots, then
+// one whose subject is kSlotEnd. Not in an anonymous namespace, like what follows: gdb's
+// `weft tasks` and `weft fibers` read them by name (tools/gdb/weft.py).
+struct RegistryRing {
+  RegistryRing* next;      // the thread's older rings of the same kind (never freed)
+  std::uint64_t capacity;  // slots, the end marker not counted
+  std::uint64_t padding[2];  // the slots start at a 32-byte boundary, two per cache line
+
+  template <class Slot>
+  Slot* slots() noexcept {
+    return reinterpret_cast<Slot*>(this + 1);
+  }
 };
-inline constexpr std::uint32_t kTaskRegistryShards = 16;
-alignas(64) TaskRegistryShard gTaskRegistry[kTaskRegistryShards];
+static_assert(sizeof(RegistryRing) == 32);
+
+// A thread's rings of one kind, and where its claims are (its owner's only).
+struct RegistryRings {
+  std::atomic<RegistryRing*> rings{nullptr};  // newest first
+  RegistryRing* current = nullptr;  // the ring claims come from
+  void* savedNext = nullptr;        // the cursor, while no thread owns the rings
+  std::uint64_t takenThisLap = 0;   // taken slots the claims of this lap stepped over
+};
+
+// The rings of one thread, from its first claim to its end; then of the next thread that
+// adopts them (`owned` false in between). Never freed.
+struct RegistryThread {
+  RegistryThread* nextThread = nullptr;  // every RegistryThread: gRegistryThreads
+  RegistryRings tasks;   // of RegistrySlots
+  RegistryRings fibers;  // of FiberSlots
+  std::atomic<bool> owned{true};
+};
+
+constinit RegistrySlot gNoRegistrySlot{kSlotEnd, 0, 0, 0};
+constinit FiberSlot gNoFiberSlot{kSlotEnd};
+// Every RegistryThread, newest first (release when one is added).
+constinit std::atomic<RegistryThread*> gRegistryThreads{nullptr};
 
 namespace {
 
-// The calling thread's shard: threads take shards in turn, so that two threads rarely
-// share one lock.
-std::uint32_t shardOfThisThread() noexcept {
-  static std::atomic<std::uint32_t> nextShard{0};
-  // Relaxed: only hands out distinct numbers.
-  thread_local const std::uint32_t shard =
-      nextShard.fetch_add(1, std::memory_order_relaxed) % kTaskRegistryShards;
-  return shard;
+constexpr std::uint64_t kFirstTaskSlots = 128;   // 4 KiB
+constexpr std::uint64_t kFirstFiberSlots = 128;  // 1 KiB
+constexpr std::uint64_t kFiberIdBlock = 64;
+constexpr std::uint64_t kTaskIdBlock = 64;
+
+std::mutex gThreadsMutex;  // adds to gRegistryThreads, adopts released ones
+constinit std::atomic<std::uint64_t> gNextTaskId{1};
+constinit std::atomic<std::uint64_t> gNextFiberId{1};
+constinit std::atomic<DumpFiber> gFiberDumper{nullptr};
+
+constinit thread_local RegistryThread* tRegistryThread = nullptr;
+
+[[noreturn]] void abortOutOfMemory() noexcept {
+  std::fputs("weft: out of memory for the registry of tasks and fibers\n", stderr);
+  std::abort();
+}
+
+template <class Slot>
+RegistryRing* newRing(std::uint64_t capacity) noexcept {
+  const std::size_t bytes = sizeof(RegistryRing) + (capacity + 1) * sizeof(Slot);
+  void* memory = ::operator new(bytes, std::align_val_t{64}, std::nothrow);
+  if (memory == nullptr) abortOutOfMemory();
+  auto* ring = ::new (memory) RegistryRing{nullptr, capacity, {0, 0}};
+  Slot* slots = ring->slots<Slot>();
+  for (std::uint64_t i = 0; i < capacity; ++i) ::new (&slots[i]) Slot();
+  ::new (&slots[capacity]) Slot();
+  slots[capacity].subject.store(kSlotEnd, std::memory_order_relaxed);
+  return ring;
+}
+
+// Adds `ring` to `rings` and claims from it from now on.
+void useRing(RegistryRings& rings, RegistryRing* ring) noexcept {
+  ring->next = rings.current;
+  rings.current = ring;
+  // release: a dump that finds the ring (acquire) finds its slots initialised.
+  rings.rings.store(ring, std::memory_order_release);
+}
+
+template <class Slot>
+RegistryRings& ringsOf(RegistryThread& thread) noexcept {
+  if constexpr (std::is_same_v<Slot, FiberSlot>) {
+    return thread.fibers;
+  } else {
+    return thread.tasks;
+  }
+}
+
+// The cursor at the start of a lap of a ring: a larger ring when the last lap found half
+// of it taken.
+template <class Slot>
+Slot* startLap(RegistryRings& rings) noexcept {
+  if (rings.takenThisLap * 2 > rings.current->capacity) {
+    useRing(rings, newRing<Slot>(rings.current->capacity * 2));
+  }
+  rings.takenThisLap = 0;
+  return rings.current->slots<Slot>();
+}
+
+// A task number, unique in the process, from the calling thread's block.
+std::uint64_t nextTaskId() noexcept {
+  RegistryCursor& cursor = localRegistryCursor();
+  if (cursor.nextTaskId == cursor.taskIdEnd) {
+    // Relaxed: numbers need only be unique.
+    cursor.nextTaskId = gNextTaskId.fetch_add(kTaskIdBlock, std::memory_order_relaxed);
+    cursor.taskIdEnd = cursor.nextTaskId + kTaskIdBlock;
+  }
+  return cursor.nextTaskId++;
+}
+
+// Gives the thread's rings to the next thread that registers something, when the thread
+// exits. Constructed on the thread's first claim.
+struct ThreadReleaser {
+  ~ThreadReleaser() {
+    RegistryThread* thread = tRegistryThread;
+    if (thread == nullptr) return;
+    RegistryCursor& cursor = localRegistryCursor();
+    thread->tasks.savedNext = cursor.next;
+    thread->fibers.savedNext = cursor.nextFiber;
+    cursor.next = &gNoRegistrySlot;
+    cursor.nextFiber = &gNoFiberSlot;
+    tRegistryThread = nullptr;
+    // release: the adopter (acquire) continues from where this thread left.
+    thread->owned.store(false, std::memory_order_release);
+  }
+};
+thread_local ThreadReleaser tThreadReleaser;
+
+// The calling thread's first claim: a RegistryThread that another thread left, or a new
+// one. Sets the cursor.
+RegistryThread& attachThread(RegistryCursor& cursor) noexcept {
+  [[maybe_unused]] ThreadReleaser* volatile releaser = &tThreadReleaser;  // constructs it
+  RegistryThread* thread = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(gThreadsMutex);
+    for (RegistryThread* t = gRegistryThreads.load(std::memory_order_relaxed); t != nullptr;
+         t = t->nextThread) {
+      bool expected = false;
+      // acquire: pairs with ThreadReleaser's release.
+      if (t->owned.compare_exchange_strong(expected, true, std::memory_order_acquire,
+                                           std::memory_order_relaxed)) {
+        thread = t;
+        break;
+      }
+    }
+    if (thread == nullptr) {
+      thread = new (std::nothrow) RegistryThread();
+      if (thread == nullptr) abortOutOfMemory();
+      useRing(thread->tasks, newRing<RegistrySlot>(kFirstTaskSlots));
+      thread->tasks.savedNext = thread->tasks.current->slots<RegistrySlot>();
+      useRing(thread->fibers, newRing<FiberSlot>(kFirstFiberSlots));
+      thread->fibers.savedNext = thread->fibers.current->slots<FiberSlot>();
+      thread->nextThread = gRegistryThreads.load(std::memory_order_relaxed);
+      // release: a dump that finds the thread (acquire) finds its first ring.
+      gRegistryThreads.store(thread, std::memory_order_release);
+    }
+  }
+  tRegistryThread = thread;
+  cursor.next = static_cast<RegistrySlot*>(thread->tasks.savedNext);
+  cursor.nextFiber = static_cast<FiberSlot*>(thread->fibers.savedNext);
+  return *thread;
 }
 
 }  // namespace
+
+template <class Slot>
+Slot* claimSlotSlow(RegistryCursor& cursor) noexcept {
+  RegistryThread* thread = tRegistryThread;
+  if (thread == nullptr) thread = &attachThread(cursor);
+  RegistryRings& rings = ringsOf<Slot>(*thread);
+  Slot* slot = cursorOf<Slot>(cursor);
+  for (;;) {
+    // acquire: as in claimSlot().
+    const std::uintptr_t subject = slot->subject.load(std::memory_order_acquire);
+    if (subject == 0) return slot;
+    if (subject == kSlotEnd) {
+      slot = startLap<Slot>(rings);
+    } else {
+      ++rings.takenThisLap;
+      ++slot;
+    }
+  }
+}
+template RegistrySlot* claimSlotSlow<RegistrySlot>(RegistryCursor& cursor) noexcept;
+template FiberSlot* claimSlotSlow<FiberSlot>(RegistryCursor& cursor) noexcept;
+
+std::uint64_t refillFiberIds(RegistryCursor& cursor) noexcept {
+  // Relaxed: ids need only be unique.
+  const std::uint64_t first = gNextFiberId.fetch_add(kFiberIdBlock, std::memory_order_relaxed);
+  cursor.nextFiberId = first + 1;
+  cursor.fiberIdEnd = first + kFiberIdBlock;
+  return first;
+}
 
 std::int64_t coarseMilliseconds() noexcept {
   timespec now{};
@@ -37,50 +209,79 @@ std::int64_t coarseMilliseconds() noexcept {
   return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
 }
 
+void RegistrySlot::publishFirstWait(const void* note, std::uintptr_t previous) noexcept {
+  // Relaxed: published by the release below.
+  firstWaitMs.store(coarseMilliseconds(), std::memory_order_relaxed);
+  std::uint64_t own = 0;
+  for (;;) {
+    // A dump's number if one gave it one (the word's upper bits), else one of its own.
+    std::uint64_t number = previous >> 1;
+    if (number == 0) {
+      if (own == 0) own = nextTaskId();
+      number = own;
+    }
+    id.store(number, std::memory_order_relaxed);
+    // release: a dump that reads the note (acquire) reads the number and the time. The
+    // word changes meanwhile only if a dump numbers the task: then again, with its number.
+    if (wait.compare_exchange_weak(previous, reinterpret_cast<std::uintptr_t>(note),
+                                   std::memory_order_release, std::memory_order_relaxed)) {
+      return;
+    }
+  }
+}
+
+std::uint64_t numberTask(RegistrySlot& slot, std::uintptr_t subject) noexcept {
+  // acquire: an even word was published after the number (publishFirstWait).
+  std::uintptr_t word = slot.wait.load(std::memory_order_acquire);
+  if ((word & 1) == 0) return slot.id.load(std::memory_order_relaxed);
+  if (word != kNeverWaited) return word >> 1;
+  const std::uint64_t number = nextTaskId();
+  if (!slot.wait.compare_exchange_strong(word, (number << 1) | 1, std::memory_order_acq_rel,
+                                         std::memory_order_acquire)) {
+    // The task first waited meanwhile: its own number.
+    return (word & 1) == 0 ? slot.id.load(std::memory_order_relaxed) : word >> 1;
+  }
+  // The slot may have been released and claimed for another task before the exchange
+  // (its owner does not wait for this read to reuse it): the number is then that task's,
+  // taken back if it has not waited since.
+  if (slot.subject.load(std::memory_order_acquire) != subject) {
+    std::uintptr_t given = (number << 1) | 1;
+    slot.wait.compare_exchange_strong(given, kNeverWaited, std::memory_order_relaxed);
+  }
+  return number;
+}
+
 namespace {
-std::atomic<ListFibers> gFiberLister{nullptr};
+
+template <class Slot>
+void forEachSlot(const RegistryRings& rings, void (*visit)(Slot& slot, void* context),
+                 void* context) {
+  // acquire: each ring is read as it was initialised (useRing).
+  for (RegistryRing* ring = rings.rings.load(std::memory_order_acquire); ring != nullptr;
+       ring = ring->next) {
+    Slot* slots = ring->slots<Slot>();
+    for (std::uint64_t i = 0; i < ring->capacity; ++i) {
+      // Relaxed: a first look; `visit` reads it again inside its DumpRead.
+      if (slots[i].subject.load(std::memory_order_relaxed) != 0) visit(slots[i], context);
+    }
+  }
+}
+
 }  // namespace
 
-void setFiberLister(ListFibers lister) noexcept {
-  gFiberLister.store(lister, std::memory_order_release);
-}
-ListFibers fiberLister() noexcept { return gFiberLister.load(std::memory_order_acquire); }
-
-void registerTask(TaskRecord& record, const TaskRecordType& type, const void* subject) noexcept {
-  const std::uint32_t index = shardOfThisThread();
-  TaskRegistryShard& shard = gTaskRegistry[index];
-  record.type = &type;
-  record.subject = subject;
-  record.shard = index;
-  record.createdMs = coarseMilliseconds();
-  std::lock_guard<SpinLock> lock(shard.lock);
-  if (shard.head.next == nullptr) shard.head.next = shard.head.prev = &shard.head;
-  // Ids: the shard's count times the shard count, plus the shard: unique, no shared atomic.
-  record.id = ++shard.nextId * kTaskRegistryShards + index;
-  record.prev = &shard.head;
-  record.next = shard.head.next;
-  shard.head.next->prev = &record;
-  shard.head.next = &record;
-}
-
-void unregisterTask(TaskRecord& record) noexcept {
-  TaskRegistryShard& shard = gTaskRegistry[record.shard];
-  {
-    std::lock_guard<SpinLock> lock(shard.lock);
-    record.prev->next = record.next;
-    record.next->prev = record.prev;
-  }
-  record.prev = record.next = nullptr;
-  record.type = nullptr;
-}
-
-void forEachTask(void (*visit)(const TaskRecord& record, void* context), void* context) {
-  for (TaskRegistryShard& shard : gTaskRegistry) {
-    std::lock_guard<SpinLock> lock(shard.lock);
-    if (shard.head.next == nullptr) continue;
-    // Oldest first: records are pushed at the head.
-    for (const TaskRecord* r = shard.head.prev; r != &shard.head; r = r->prev) visit(*r, context);
+void forEachRegistrySlot(void (*visitTask)(RegistrySlot& slot, void* context),
+                         void (*visitFiber)(FiberSlot& slot, void* context), void* context) {
+  // acquire: each thread is read as it was initialised (attachThread).
+  for (RegistryThread* thread = gRegistryThreads.load(std::memory_order_acquire);
+       thread != nullptr; thread = thread->nextThread) {
+    forEachSlot(thread->tasks, visitTask, context);
+    forEachSlot(thread->fibers, visitFiber, context);
   }
 }
+
+void setFiberDumper(DumpFiber dumper) noexcept {
+  gFiberDumper.store(dumper, std::memory_order_release);
+}
+DumpFiber fiberDumper() noexcept { return gFiberDumper.load(std::memory_order_acquire); }
 
 }  // namespace weft::detail

@@ -2,102 +2,79 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "weft/coro/async_backtrace.h"
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/registry_slot.h"
 
 namespace weft::detail {
 
-// The registry of live work that weft::dumpTasks() (coro/task_dump.h) and gdb's
-// `weft tasks` / `weft fibers` (tools/gdb/weft.py) list: every root task (a Lazy started
-// by syncAwait, start(), spawn() or TaskGroup::spawn()) and every fiber. A record is
-// embedded in what it describes (the root's completion sink, the fiber) and linked while
-// that lives. Lazys awaited by others are not roots: a dump reaches them from their root.
-//
-// Cost: registering and unregistering lock one of kTaskRegistryShards spin locks (the
-// calling thread's shard, so threads rarely meet) and read the coarse monotonic clock.
-// Nothing is done per await or per switch. Root tasks are registered only with
-// WEFT_TASK_TRACKING (coro/detail/config.h); fibers always.
+// What weft::dumpTasks() and gdb's `weft tasks` list: the registry of root tasks and
+// fibers (coro/detail/registry_slot.h tells how it works). Root tasks are registered only
+// with WEFT_TASK_TRACKING (coro/detail/config.h); fibers always.
 
-struct TaskRecord;
-
-// What a dump shows of one record.
+// What a dump shows of one task or fiber.
 struct TaskDumpEntry {
   std::string title;    // "task 12 (start())", "fiber 3 \"reader\""
   std::string state;    // "waiting on Mutex::lock", "parked on ...", "running or runnable"
   AsyncBacktrace trace;  // from what it waits on up to its root
+  std::uint64_t order = 0;   // tasks by number, fibers by id, in the dump
+  std::int64_t firstWaitMs = 0;  // a task that has waited: when it first did (its age)
 };
 
-// The kind of a record: where it comes from ("start()", "fiber") and how to dump it. One
-// static instance per kind.
-struct TaskRecordType {
-  const char* origin;
-  // Fills `entry` (title, state, trace) from the record. Runs with the record's shard
-  // locked, so the record's subject is alive, inside a DumpSession; what it reaches from
-  // there it reads inside a DumpRead (coro/detail/dump_gate.h), which keeps it from being
-  // freed or reused meanwhile. noexcept: a diagnostic.
-  void (*dump)(const TaskRecord& record, TaskDumpEntry& entry) noexcept;
-};
-
-struct TaskRecord {
-  TaskRecord* prev = nullptr;
-  TaskRecord* next = nullptr;
-  const TaskRecordType* type = nullptr;
-  const void* subject = nullptr;  // a root coroutine's LazyPromiseBase, a FiberCore...
-  std::uint64_t id = 0;           // task number (fibers use their fiber id)
-  std::int64_t createdMs = 0;     // CLOCK_MONOTONIC_COARSE, milliseconds
-  std::uint32_t shard = 0;
-};
-
-// Links `record` (of `type`, describing `subject`) into the registry and gives it an id
-// and its creation time. unregisterTask unlinks it and clears its type. noexcept: a lock, pointer stores and a clock read.
-// Thread safety: any thread; a record is unregistered at most once, after registering.
-void registerTask(TaskRecord& record, const TaskRecordType& type, const void* subject) noexcept;
-void unregisterTask(TaskRecord& record) noexcept;
-
-// CLOCK_MONOTONIC_COARSE in milliseconds: what records' creation times are read with.
+// CLOCK_MONOTONIC_COARSE in milliseconds: what ages are read with.
 std::int64_t coarseMilliseconds() noexcept;
 
-// Calls visit(record, context) for every registered record, one shard at a time with its
-// lock held: `visit` must not register, unregister or block.
-void forEachTask(void (*visit)(const TaskRecord& record, void* context), void* context);
+// The number of the root task in `slot`, whose subject a dump read as `subject`, inside
+// its DumpRead: the one it took at its first wait, else the one a dump gave it, else a
+// new one (the first dump that lists a task which has not waited numbers it). noexcept:
+// loads, an exchange, and an atomic add per block of numbers.
+std::uint64_t numberTask(RegistrySlot& slot, std::uintptr_t subject) noexcept;
 
-// Set by weft::stackful: adds an entry per live fiber (fibers have a registry of their
-// own, stackful/detail/fiber_registry.cc, two words per fiber). May throw std::bad_alloc.
-using ListFibers = void (*)(std::vector<TaskDumpEntry>& entries);
-void setFiberLister(ListFibers lister) noexcept;
-ListFibers fiberLister() noexcept;
+// Calls visitTask(slot, context) for every task slot and visitFiber(slot, context) for
+// every fiber slot of every thread's rings that is not free, in a DumpSession; each makes
+// its own DumpRead and reads the slot's subject again inside it (the slot may have been
+// released, or claimed by something else, since).
+void forEachRegistrySlot(void (*visitTask)(RegistrySlot& slot, void* context),
+                         void (*visitFiber)(FiberSlot& slot, void* context), void* context);
 
-// A record for a root Lazy (the subject is its promise): its dump follows what the root
-// waits on down to the coroutine that waits on something else, and shows that
-// coroutine's chain. One per origin ("syncAwait", "start()", "spawn()",
-// "TaskGroup::spawn()").
-extern const TaskRecordType kSyncAwaitRoot;
-extern const TaskRecordType kStartRoot;
-extern const TaskRecordType kSpawnRoot;
-extern const TaskRecordType kTaskGroupRoot;
+// Set by weft::stackful: fills the entry of a fiber (a fiber slot's subject), inside the
+// caller's DumpRead, which keeps it alive. noexcept: a diagnostic.
+using DumpFiber = void (*)(const void* fiber, TaskDumpEntry& entry) noexcept;
+void setFiberDumper(DumpFiber dumper) noexcept;
+DumpFiber fiberDumper() noexcept;
 
-// A root task's record (a completion sink holds one): registered from construction until
-// finish(), which its owner calls before the root's frame is destroyed, or destruction.
-class RootTaskRecord {
- public:
-  // Registered only with WEFT_TASK_TRACKING (coro/detail/config.h).
-  RootTaskRecord(const TaskRecordType& type, const LazyPromiseBase& root) noexcept {
-    if constexpr (WEFT_TASK_TRACKING) registerTask(record_, type, &root);
-  }
-  RootTaskRecord(const RootTaskRecord&) = delete;
-  RootTaskRecord& operator=(const RootTaskRecord&) = delete;
-  ~RootTaskRecord() { finish(); }
-
-  void finish() noexcept {
-    if (record_.type != nullptr) unregisterTask(record_);
-  }
-
- private:
-  TaskRecord record_;
-};
+// A root task's registration, from registerRootTask(), called once the root's completion
+// sink is set (the sink's trace label names the task's origin: "syncAwait", "start()",
+// "spawn()", "TaskGroup::spawn()"), to unregisterRootTask(), called once, before the
+// root's frame is destroyed. Both do nothing without WEFT_TASK_TRACKING.
+//
+// Cost: registering claims a slot of the calling thread's ring (registry_slot.h), writes
+// two words and points the root at the slot, where the coroutines of the task publish
+// what they wait on; unregistering clears one word and passes the dump gate. No lock, no
+// atomic read-modify-write, no clock: the task gets its number and its age when it first
+// waits (or from the first dump that lists it, a number).
+//
+// noexcept: stores (the slow path of a claim aborts when out of memory). Precondition of
+// unregisterRootTask: `root` was registered and is not unregistered yet.
+[[gnu::always_inline]] inline void registerRootTask(LazyPromiseBase& root) noexcept {
+#if WEFT_TASK_TRACKING
+  RegistrySlot* slot = claimSlot<RegistrySlot>(localRegistryCursor());
+  slot->wait.store(kNeverWaited, std::memory_order_relaxed);
+  // release: a dump that reads the subject (acquire) reads `wait` as written here.
+  slot->subject.store(reinterpret_cast<std::uintptr_t>(&root), std::memory_order_release);
+  root.setRootSlot(slot);
+#else
+  (void)root;
+#endif
+}
+[[gnu::always_inline]] inline void unregisterRootTask(LazyPromiseBase& root) noexcept {
+#if WEFT_TASK_TRACKING
+  releaseSlot(*root.rootSlot());
+#else
+  (void)root;
+#endif
+}
 
 }  // namespace weft::detail

@@ -14,10 +14,11 @@
 
 namespace weft::detail {
 
+// Set when fiber_registry.cc, which installs the fiber tracers and the task dump's
+// fiber entries, is linked: referring to it here links it wherever fibers are used.
+extern const bool gFiberHooksInstalled;
 namespace {
-
-std::atomic<std::uint64_t> gNextFiberId{1};
-
+[[gnu::used]] const bool* const gLinkFiberHooks = &gFiberHooksInstalled;
 }  // namespace
 
 FiberCore* FiberCore::current() noexcept { return running_; }
@@ -31,8 +32,6 @@ EhState* FiberCore::lookUpEhGlobals() noexcept {
 FiberCore::~FiberCore() { delete extras_; }
 
 void FiberCore::initCommon(const FiberOptions& options) {
-  // relaxed: ids only need to be unique, not ordered with anything.
-  id_ = gNextFiberId.fetch_add(1, std::memory_order_relaxed);
   if (!options.name.empty()) {
     // On std::bad_alloc the fiber stays unnamed (its id is printed instead): better than
     // leaking the half-made fiber.
@@ -42,7 +41,8 @@ void FiberCore::initCommon(const FiberOptions& options) {
     } catch (...) {
     }
   }
-  registerFiber(this);
+  // After the name: a dump may read the fiber from now on.
+  registrySlot_ = registerFiber(this, id_);
 }
 
 void FiberCore::abortMisuse(const char* what) const noexcept {
@@ -239,7 +239,7 @@ void FiberCore::destroy() noexcept {
 }
 
 void FiberCore::freeStorage() noexcept {
-  unregisterFiber(this);
+  unregisterFiber(registrySlot_);
 #if WEFT_TSAN
   tsanDestroyFiber(tsanFiber_);
 #endif

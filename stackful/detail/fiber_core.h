@@ -60,7 +60,7 @@ struct EhState {
 // What a fiber of spawnFiber and its driver exchange across a switch (fiber_park.h).
 struct ParkLink;
 
-class FiberCore : public FiberListHook {
+class FiberCore {
  public:
   enum class State : std::uint8_t { kCreated, kSuspended, kRunning, kDone };
 
@@ -212,6 +212,11 @@ class FiberCore : public FiberListHook {
 #endif
   }
 
+  // Takes the fiber off the registry of tasks and fibers now, before it is freed (a
+  // fiber whose driver is destroyed while it is parked); freeing it does it otherwise.
+  // noexcept: see unregisterFiber.
+  void unregister() noexcept { unregisterFiber(registrySlot_); }
+
   ParkLink* parkLink() const noexcept { return parkLink_; }
   void setParkLink(ParkLink* link) noexcept { parkLink_ = link; }
   // While suspended: its context (its stack pointer). noexcept: reads a member.
@@ -336,6 +341,9 @@ class FiberCore : public FiberListHook {
   // runtime and a __tls_get_addr. noexcept: the runtime's lookup cannot fail.
   static EhState* lookUpEhGlobals() noexcept;
 
+  // Its slot in the registry of tasks and fibers (fiber_registry.h), from creation until
+  // it is freed or unregister()ed.
+  FiberSlot* registrySlot_ = nullptr;
   // While the fiber is suspended: its own context (what resume() jumps to). While it
   // runs: the context that resumed it (what it jumps back to). Each side stores the
   // other's handle as it gains control, so one word serves both.

@@ -64,7 +64,7 @@ class FiberDriverPromise final : public LazyPromiseBase {
   // noexcept: a destructor.
   ~FiberDriverPromise() {
     if (!returned_ && onAbandoned_ != nullptr) [[unlikely]] {
-      if (fiber_ != nullptr) unregisterFiber(fiber_);
+      if (fiber_ != nullptr) fiber_->unregister();
       onAbandoned_(abandonedArg_);
     }
   }

@@ -1,13 +1,10 @@
 #include "weft/stackful/detail/fiber_registry.h"
 
 #include <cstdio>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "weft/coro/async_backtrace.h"
 #include "weft/coro/detail/dump_gate.h"
-#include "weft/coro/detail/spin_lock.h"
 #include "weft/coro/detail/task_registry.h"
 #include "weft/stackful/detail/fiber_core.h"
 #include "weft/stackful/detail/fiber_park.h"
@@ -49,27 +46,19 @@ void appendRunningFiber(AsyncBacktrace& trace) noexcept {
   if (const FiberCore* fiber = FiberCore::current()) appendFiberChain(trace, fiber);
 }
 
-// Installed when this file is linked, that is, when fibers are used.
-const bool gFiberTracersSet = [] {
-  setRunningFiberTracer(&appendRunningFiber);
-  setFiberTracer(&appendFiber);
-  return true;
-}();
-
 }  // namespace
 
 // A task dump's entry for a fiber: its state, its stack, where it is parked and who
-// awaits it. The registry's lock (held by the caller) keeps the fiber, its stack and its
-// shared state alive; the DumpRead keeps a parked fiber parked, so that the awaiter on its
-// stack is the one its note names (coro/detail/dump_gate.h).
-void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
+// awaits it. Called inside the dump's DumpRead of the fiber's registry slot, which keeps
+// the fiber, its stack and its shared state alive (unregisterFiber waits for it), and a
+// parked fiber parked, so that the awaiter on its stack is the one its note names
+// (coro/detail/dump_gate.h).
+namespace {
+void dumpFiber(const void* subject, TaskDumpEntry& entry) noexcept {
+  const auto* fiber = static_cast<const FiberCore*>(subject);
   try {
+    entry.order = fiber->id();
     entry.title = fiberLabel(fiber->id(), fiber->name());
-    if (!DumpSession::canRead()) {
-      entry.state = kWaitNotRead;
-      return;
-    }
-    DumpRead read;
     const ParkLink* link = fiber->parkLink();
     const FiberCore::State state = fiber->stateForDump();
     switch (state) {
@@ -103,54 +92,17 @@ void dumpFiber(const FiberCore* fiber, TaskDumpEntry& entry) noexcept {
     // No memory: the entry stays as far as it got.
   }
 }
+}  // namespace
 
-// The registry of live fibers: shards (by the fiber's address), each a circular list
-// around its head. Not in an anonymous namespace: gdb's `weft fibers` reads it by name.
-struct FiberRegistryShard {
-  SpinLock lock;
-  FiberListHook head;
-};
-inline constexpr std::size_t kFiberRegistryShards = 16;
-alignas(64) FiberRegistryShard gFiberRegistry[kFiberRegistryShards];
-
-FiberRegistryShard& shardOf(const FiberCore* fiber) noexcept {
-  return gFiberRegistry[(reinterpret_cast<std::uintptr_t>(fiber) >> 6) % kFiberRegistryShards];
-}
-
-void listFibers(std::vector<TaskDumpEntry>& entries) {
-  for (FiberRegistryShard& shard : gFiberRegistry) {
-    std::lock_guard<SpinLock> lock(shard.lock);
-    if (shard.head.listNext == nullptr) continue;
-    for (const FiberListHook* h = shard.head.listPrev; h != &shard.head; h = h->listPrev) {
-      entries.emplace_back();
-      dumpFiber(static_cast<const FiberCore*>(h), entries.back());
-    }
-  }
-}
-
-const bool gFiberListerSet = [] {
-  setFiberLister(&listFibers);
+// Installed when this file is linked: fiber_core.cc refers to this, so whenever fibers
+// are used.
+extern const bool gFiberHooksInstalled;
+const bool gFiberHooksInstalled = [] {
+  setRunningFiberTracer(&appendRunningFiber);
+  setFiberTracer(&appendFiber);
+  setFiberDumper(&dumpFiber);
   return true;
 }();
-
-void registerFiber(FiberCore* fiber) noexcept {
-  FiberRegistryShard& shard = shardOf(fiber);
-  std::lock_guard<SpinLock> lock(shard.lock);
-  if (shard.head.listNext == nullptr) shard.head.listNext = shard.head.listPrev = &shard.head;
-  fiber->listPrev = &shard.head;
-  fiber->listNext = shard.head.listNext;
-  shard.head.listNext->listPrev = fiber;
-  shard.head.listNext = fiber;
-}
-
-void unregisterFiber(FiberCore* fiber) noexcept {
-  FiberRegistryShard& shard = shardOf(fiber);
-  std::lock_guard<SpinLock> lock(shard.lock);
-  if (fiber->listPrev == nullptr) return;  // taken off already
-  fiber->listPrev->listNext = fiber->listNext;
-  fiber->listNext->listPrev = fiber->listPrev;
-  fiber->listPrev = fiber->listNext = nullptr;
-}
 
 std::string fiberLabel(std::uint64_t id, const char* name) {
   std::string label = "fiber " + std::to_string(id);

@@ -1,28 +1,40 @@
 #pragma once
 
-// The registry of live fibers, which task dumps (weft::dumpTasks) and gdb's `weft fibers`
-// walk, and how they and async backtraces name a fiber.
+// How fibers are listed in the registry of tasks and fibers (coro/detail/registry_slot.h),
+// which task dumps (weft::dumpTasks) and gdb's `weft fibers` read, and how they and async
+// backtraces name a fiber.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+
+#include "weft/coro/detail/registry_slot.h"
 
 namespace weft::detail {
 
 class FiberCore;
 
-// The links of every live fiber in the registry (gFiberRegistry in fiber_registry.cc,
-// read by name by tools/gdb/weft.py): two words, the whole cost of being listed (a parked
-// fiber on a shared stack costs one heap block of 288 bytes). FiberCore's first base.
-struct FiberListHook {
-  FiberListHook* listPrev = nullptr;
-  FiberListHook* listNext = nullptr;
-};
+// Lists `fiber` (at its creation, on the creating thread) under a new id, which it
+// stores in `id`: claims a fiber slot of the thread's ring, whose subject is the fiber.
+// Returns the slot: with the word the fiber keeps it in, the whole cost of being listed
+// (two words, as a list of fibers' links took). noexcept: loads and stores (an atomic add
+// per block of ids; the claim's slow path aborts when out of memory).
+inline FiberSlot* registerFiber(const FiberCore* fiber, std::uint64_t& id) noexcept {
+  RegistryCursor& cursor = localRegistryCursor();
+  id = cursor.nextFiberId != cursor.fiberIdEnd ? cursor.nextFiberId++ : refillFiberIds(cursor);
+  FiberSlot* slot = claimSlot<FiberSlot>(cursor);
+  // release: a dump that reads the subject (acquire) reads the fiber as constructed.
+  slot->subject.store(reinterpret_cast<std::uintptr_t>(fiber), std::memory_order_release);
+  return slot;
+}
 
-// Lists `fiber` (at creation) / takes it off the list (at destruction, or earlier when
-// its driver is destroyed while it is parked: a second call does nothing). noexcept: a
-// spin lock and a few stores.
-void registerFiber(FiberCore* fiber) noexcept;
-void unregisterFiber(FiberCore* fiber) noexcept;
+// Takes the fiber off the registry (at its destruction, or earlier when its driver is
+// destroyed while it is parked: a second call does nothing): once this returns, no dump
+// reads the fiber. From any thread. noexcept: a store and the dump gate's bounded wait.
+inline void unregisterFiber(FiberSlot*& slot) noexcept {
+  if (slot != nullptr) releaseSlot(*std::exchange(slot, nullptr));
+}
 
 // How messages and async backtraces name a fiber: `fiber 3` or `fiber 3 "reader"`. Throws
 // std::bad_alloc.

@@ -43,6 +43,8 @@ _MAX_NATIVE_FRAMES = 512
 _PROMISE_IN_FRAME = 16
 # AsyncParent tags (coro/detail/lazy_promise.h).
 _TAG_PROMISE, _TAG_SINK, _TAG_FOREIGN, _TAG_MASK = 0, 1, 2, 3
+# RegistrySlot::subject and FiberSlot::subject values (coro/detail/registry_slot.h).
+_SLOT_FREE, _SLOT_END = 0, 1
 
 # FiberCore::State (stackful/detail/fiber_core.h) and FiberStack::Kind (fiber_stack.h).
 _FIBER_STATES = {0: "created", 1: "suspended", 2: "running", 3: "done"}
@@ -52,23 +54,25 @@ _KIND_SHARED = 1
 # type name -> {field: fallback offset}. The debug information wins when it has the type.
 _FALLBACK = {
     "weft::detail::LazyPromiseBase": {
-        "continuation_": 0, "asyncParent_": 8, "waitNote_": 16, "suspendPoint_": 24},
+        "continuation_": 0, "asyncParent_": 8, "executor_": 16, "rootSlot_": 24, "token_": 32},
     "weft::detail::CompletionSink": {
         "onComplete_": 0, "traceLabel_": 8, "traceFiber_": 16, "traceParent_": 24},
     "weft::detail::WaitNote": {"describe": 0, "awaiter": 8},
-    "weft::detail::TaskRecord": {
-        "prev": 0, "next": 8, "type": 16, "subject": 24, "id": 32, "createdMs": 40},
-    "weft::detail::TaskRecordType": {"origin": 0, "dump": 8},
-    # task_registry.cc: {SpinLock lock; uint64 nextId; TaskRecord head;}, 72 bytes.
-    "weft::detail::TaskRegistryShard": {"head": 16, "sizeof": 72},
-    # fiber_registry.cc: {SpinLock lock; FiberListHook head;}, 24 bytes.
-    "weft::detail::FiberRegistryShard": {"head": 8, "sizeof": 24},
-    "weft::detail::FiberListHook": {"listPrev": 0, "listNext": 8},
-    # FiberCore is polymorphic: its vtable pointer comes first, then the FiberListHook
-    # base, so a list hook is the fiber's address + 8.
+    "weft::detail::LazyWaitNote": {"describe": 0, "awaiter": 8, "waiter": 16,
+                                   "suspendPoint": 24},
+    # registry_slot.h and task_registry.cc: the registry of tasks and fibers.
+    "weft::detail::RegistrySlot": {"subject": 0, "wait": 8, "id": 16, "firstWaitMs": 24,
+                                   "sizeof": 32},
+    "weft::detail::FiberSlot": {"subject": 0, "sizeof": 8},
+    "weft::detail::RegistryRing": {"next": 0, "capacity": 8, "sizeof": 32},
+    # RegistryThread {nextThread; RegistryRings tasks; RegistryRings fibers; ...}, each
+    # RegistryRings {atomic<RegistryRing*> rings; ...; 32 bytes}.
+    "weft::detail::RegistryThread": {"nextThread": 0, "tasks": 8, "fibers": 40},
+    "weft::detail::RegistryRings": {"rings": 0},
+    # FiberCore is polymorphic: its vtable pointer comes first, then its registry slot.
     "weft::detail::FiberCore": {
-        "weft::detail::FiberListHook": 8, "context_": 24, "extras_": 48, "parkLink_": 56,
-        "id_": 64, "stack_": 72, "state_": 106},
+        "registrySlot_": 8, "context_": 16, "extras_": 40, "parkLink_": 48, "id_": 56,
+        "stack_": 64, "state_": 98},
     # FiberStack {union {OwnSlot own_ (a ProtectedStack first); SharedSlot shared_ (a
     # SharedStack* first);}; Kind kind_; ...}.
     "weft::detail::FiberStack": {"own_": 0, "shared_": 0, "kind_": 32},
@@ -425,15 +429,26 @@ def _code_of_frame(frame):
     return resume if resume != 0 else _u64(frame + _PTR)
 
 
+def _published_note(promise):
+    """The wait note its root task's registry slot publishes (LazyWaitNote*), if the
+    program keeps task registries (WEFT_TASK_TRACKING) and `promise` has a root; else 0."""
+    if not _layout.has_field("weft::detail::LazyPromiseBase", "rootSlot_"):
+        return 0
+    slot = _u64(promise + _off("weft::detail::LazyPromiseBase", "rootSlot_"))
+    if slot == 0:
+        return 0
+    wait = _u64(slot + _off("weft::detail::RegistrySlot", "wait"))
+    return wait if wait != 0 and not wait & 1 else 0
+
+
 def _suspend_point(promise):
-    """Where a suspended coroutine waits (LazyPromiseBase::suspendPoint_), or None when it
-    waits on nothing (it runs) or the program keeps no notes (WEFT_TASK_TRACKING off: the
-    debug information then has no such member)."""
-    if not _layout.has_field("weft::detail::LazyPromiseBase", "waitNote_"):
-        return None
-    if _u64(promise + _off("weft::detail::LazyPromiseBase", "waitNote_")) == 0:
-        return None
-    return _u64(promise + _off("weft::detail::LazyPromiseBase", "suspendPoint_")) or None
+    """Where a suspended coroutine waits (coro/async_backtrace.cc suspendPointOf): its
+    published wait's suspend point when the note is its own, else None (a coroutine
+    awaiting a Lazy records none; nor does a program without WEFT_TASK_TRACKING)."""
+    note = _published_note(promise)
+    if note and _u64(note + _off("weft::detail::LazyWaitNote", "waiter")) == promise:
+        return _u64(note + _off("weft::detail::LazyWaitNote", "suspendPoint")) or None
+    return None
 
 
 def _async_parent(promise):
@@ -445,10 +460,13 @@ def _async_parent(promise):
     return _u64(promise + _off("weft::detail::LazyPromiseBase", "asyncParent_"))
 
 
-def _append_async_chain(entries, word):
-    """coro/async_backtrace.cc appendAsyncChain, from an AsyncParent word up to its root."""
+def _append_async_chain(entries, word, first_suspended=True):
+    """coro/async_backtrace.cc appendAsyncChain, from an AsyncParent word up to its root.
+    Every coroutine above the first is suspended; the first too unless `first_suspended`
+    is False (it runs, or may)."""
     at = word
     depth = 0
+    suspended = first_suspended
     try:
         while at:
             if depth == _MAX_ASYNC_DEPTH:
@@ -459,10 +477,13 @@ def _append_async_chain(entries, word):
             tag = at & _TAG_MASK
             pointer = at & ~_TAG_MASK
             if tag == _TAG_PROMISE:
+                point = _suspend_point(pointer) if suspended else None
                 entries.append(_Entry("coroutine", _code_of_frame(pointer - _PROMISE_IN_FRAME),
-                                      suspend_point=_suspend_point(pointer)))
+                                      suspend_point=point))
+                suspended = True
                 at = _async_parent(pointer)
             elif tag == _TAG_SINK and pointer != 0:
+                suspended = True
                 sink = pointer
                 fiber = _u64(sink + _off("weft::detail::CompletionSink", "traceFiber_"))
                 if fiber != 0:
@@ -650,9 +671,6 @@ def _describe_wait_note(note):
 
 # --- registries -------------------------------------------------------------------------
 
-_SHARDS = 16  # kTaskRegistryShards, kFiberRegistryShards
-
-
 def _global_address(name):
     try:
         return int(gdb.parse_and_eval("(unsigned long)&'%s'" % name))
@@ -660,47 +678,54 @@ def _global_address(name):
         return None
 
 
-def _registry_nodes(registry_name, shard_type, node_type, prev_field, next_field):
-    """The nodes of one of weft's sharded registries (circular lists around each shard's
-    head; a head whose `next` is null was never used), oldest first per shard, as the
-    in-process walks visit them. None when the program has no such registry."""
-    registry = _global_address(registry_name)
-    if registry is None:
+def _registry_slots(kind):
+    """The taken slots of one kind ("tasks": RegistrySlots, "fibers": FiberSlots) of the
+    registry of tasks and fibers (coro/detail/task_registry.cc: gRegistryThreads, each
+    thread's rings of each kind), as (slot, subject) pairs, or None when the program has
+    no registry (it uses neither Lazys nor fibers)."""
+    head = _global_address("weft::detail::gRegistryThreads")
+    if head is None:
         return None
-    shard_size = _off(shard_type, "sizeof")
-    head_offset = _off(shard_type, "head")
-    prev_off = _off(node_type, prev_field)
-    next_off = _off(node_type, next_field)
-    nodes = []
-    for index in range(_SHARDS):
-        head = registry + index * shard_size + head_offset
-        if _u64(head + next_off) == 0:
-            continue  # never used
-        node = _u64(head + prev_off)
-        steps = 0
-        while node != head and node != 0 and steps < 1000000:
-            nodes.append(node)
-            node = _u64(node + prev_off)
-            steps += 1
-    return nodes
+    slot_type = "weft::detail::RegistrySlot" if kind == "tasks" else "weft::detail::FiberSlot"
+    slot_size = _off(slot_type, "sizeof")
+    subject_offset = _off(slot_type, "subject")
+    ring_header = _off("weft::detail::RegistryRing", "sizeof")
+    taken = []
+    thread = _u64(head)
+    threads = 0
+    while thread != 0 and threads < 100000:
+        rings = thread + _off("weft::detail::RegistryThread", kind)
+        ring = _u64(rings + _off("weft::detail::RegistryRings", "rings"))
+        while ring != 0:
+            capacity = _u64(ring + _off("weft::detail::RegistryRing", "capacity"))
+            slots = ring + ring_header
+            if capacity > 1 << 24:
+                break  # not a ring: a corrupt list
+            data = _memory(slots, capacity * slot_size)
+            for index in range(capacity):
+                subject = struct.unpack_from("<Q", data, index * slot_size + subject_offset)[0]
+                if subject not in (_SLOT_FREE, _SLOT_END):
+                    taken.append((slots + index * slot_size, subject))
+            ring = _u64(ring + _off("weft::detail::RegistryRing", "next"))
+        thread = _u64(thread + _off("weft::detail::RegistryThread", "nextThread"))
+        threads += 1
+    return taken
 
 
-def _task_records():
-    """The task registry's records (coro/detail/task_registry.cc), as forEachTask visits
-    them."""
-    return _registry_nodes("weft::detail::gTaskRegistry", "weft::detail::TaskRegistryShard",
-                           "weft::detail::TaskRecord", "prev", "next")
+def _task_slots():
+    """The registry slots of root tasks (subject: the root's promise), as weft::dumpTasks
+    reads them, or None without a registry."""
+    return _registry_slots("tasks")
 
 
 def _fibers():
-    """Every live fiber's FiberCore address (stackful/detail/fiber_registry.cc gFiberRegistry), in the
-    order weft::dumpTasks lists them."""
-    hooks = _registry_nodes("weft::detail::gFiberRegistry", "weft::detail::FiberRegistryShard",
-                            "weft::detail::FiberListHook", "listPrev", "listNext")
-    if hooks is None:
+    """Every live fiber's FiberCore address (the registry's fiber slots), by id as
+    weft::dumpTasks lists them, or None without a registry."""
+    slots = _registry_slots("fibers")
+    if slots is None:
         return None
-    hook_in_core = _off("weft::detail::FiberCore", "weft::detail::FiberListHook")
-    return [hook - hook_in_core for hook in hooks]
+    cores = [subject for _, subject in slots]
+    return sorted(cores, key=lambda core: _u64(core + _off("weft::detail::FiberCore", "id_")))
 
 
 class _Fiber:
@@ -772,8 +797,8 @@ class _Fiber:
 def _find_fiber(argument):
     fibers = _fibers()
     if fibers is None:
-        raise gdb.GdbError("weft: no fiber registry (weft::detail::gFiberRegistry) in this "
-                           "program: it does not use weft's fibers")
+        raise gdb.GdbError("weft: no registry of fibers (weft::detail::gRegistryThreads) in "
+                           "this program: it does not use weft's fibers")
     for core in fibers:
         fiber = _Fiber(core)
         if str(fiber.id) == argument or (fiber.name is not None and fiber.name == argument):
@@ -1220,7 +1245,7 @@ size, name, and what a suspended fiber is parked on."""
         _reset()
         fibers = _fibers()
         if fibers is None:
-            print("weft: no fiber registry (weft::detail::gFiberRegistry): this program does "
+            print("weft: no registry of fibers (weft::detail::gRegistryThreads): this program does "
                   "not use weft's fibers")
             return
         rows = [("Id", "State", "Stack in use", "Name", "Parked on")]
@@ -1297,69 +1322,79 @@ a shared stack that another fiber occupies has its frames saved off-stack."""
 class _WeftTasks(gdb.Command):
     """Every pending root task (syncAwait, start(), spawn(), TaskGroup::spawn()) and every
 fiber: what it waits on, then its async chain, innermost first, as weft::dumpTasks()
-prints in-process. On a core file, ages are not known: the creation time is shown."""
+prints in-process. On a core file, ages are not known: when each task first waited is
+shown."""
 
     def __init__(self):
         super().__init__("weft tasks", gdb.COMMAND_STACK)
 
     def invoke(self, argument, from_tty):
         _reset()
-        records = _task_records()
-        if records is None:
-            raise gdb.GdbError("weft: no task registry (weft::detail::gTaskRegistry) in this "
-                               "program: is it linked with weft?")
+        slots = _task_slots()
+        if slots is None:
+            raise gdb.GdbError("weft: no registry of tasks (weft::detail::gRegistryThreads) in "
+                               "this program: is it linked with weft?")
         fibers = _fibers() or []
         now = None
         if _is_live():
             # CLOCK_MONOTONIC_COARSE (6 on Linux; Python's time module may not name it).
             clock = getattr(time, "CLOCK_MONOTONIC_COARSE", 6)
             now = time.clock_gettime_ns(clock) // 1000000
-        blocks = []
-        for record in records:
-            blocks.append(self._task(record, now))
+        tasks = sorted((self._task(slot, subject, now) for slot, subject in slots),
+                       key=lambda task: task[0])
+        blocks = [lines for _, lines in tasks]
         for core in fibers:
             blocks.append(self._fiber(core))
-        tasks, count = len(records), len(fibers)
-        print("weft: %d task%s, %d fiber%s" % (tasks, "" if tasks == 1 else "s", count,
-                                                "" if count == 1 else "s"))
+        count = len(fibers)
+        # As in-process: a program built without WEFT_TASK_TRACKING registers no root task.
+        untracked = not _layout.has_field("weft::detail::LazyPromiseBase", "rootSlot_")
+        print("weft: %d task%s, %d fiber%s%s" % (
+            len(tasks), "" if len(tasks) == 1 else "s", count, "" if count == 1 else "s",
+            " (root tasks are listed in builds with WEFT_TASK_TRACKING=1)" if untracked
+            else ""))
         for block in blocks:
             print("")
             for line in block:
                 print(line)
 
     @staticmethod
-    def _task(record, now):
-        """coro/task_dump.cc dumpLazyRoot: down the Lazys the root awaits to the one that
-        waits on something else, then that one's chain."""
+    def _task(slot, root, now):
+        """coro/task_dump.cc dumpTask: (its number, its lines). What its slot publishes: the
+        innermost coroutine's wait and the chain from it, or, when nothing is published (it
+        runs or is queued), the root alone."""
         try:
-            type_ = _u64(record + _off("weft::detail::TaskRecord", "type"))
-            origin = _cstring(_u64(type_ + _off("weft::detail::TaskRecordType", "origin")))
-            task_id = _u64(record + _off("weft::detail::TaskRecord", "id"))
-            created = struct.unpack("<q", _memory(
-                record + _off("weft::detail::TaskRecord", "createdMs"), 8))[0]
-            title = "task %d (%s)" % (task_id, origin)
-            if now is not None:
-                age = now - created
-                title += ", age %d.%03d s" % (age // 1000, age % 1000)
+            wait = _u64(slot + _off("weft::detail::RegistrySlot", "wait"))
+            if wait & 1:
+                number = wait >> 1  # it has not waited: what a dump numbered it, if one did
             else:
-                title += ", created at %d.%03d s (monotonic clock)" % (created // 1000,
-                                                                       created % 1000)
-            leaf = _u64(record + _off("weft::detail::TaskRecord", "subject"))
-            wait_offset = _off("weft::detail::LazyPromiseBase", "waitNote_")
-            word = _u64(leaf + wait_offset)
-            depth = 0
-            while word & 1 and depth < _MAX_ASYNC_DEPTH:
-                leaf = word - 1
-                word = _u64(leaf + wait_offset)
-                depth += 1
-            state = "running or runnable"
-            if word != 0 and not word & 1:
-                state = "waiting on " + (_describe_wait_note(word) or "?")
+                number = _u64(slot + _off("weft::detail::RegistrySlot", "id"))
+            title = "task %s" % (number if number else "?")
+            continuation = _u64(root + _off("weft::detail::LazyPromiseBase", "continuation_"))
+            if continuation & 1:
+                label = _u64((continuation & ~1) + _off("weft::detail::CompletionSink",
+                                                        "traceLabel_"))
+                if label != 0:
+                    title += " (%s)" % _cstring(label)
+            if not wait & 1:
+                first = struct.unpack("<q", _memory(
+                    slot + _off("weft::detail::RegistrySlot", "firstWaitMs"), 8))[0]
+                if now is not None:
+                    age = now - first
+                    title += ", age %d.%03d s" % (age // 1000, age % 1000)
+                else:
+                    title += ", first waited at %d.%03d s (monotonic clock)" % (
+                        first // 1000, first % 1000)
             entries = []
-            _append_async_chain(entries, leaf)  # AsyncParent::promise(leaf)
+            if wait != 0 and not wait & 1:
+                state = "waiting on " + (_describe_wait_note(wait) or "?")
+                waiter = _u64(wait + _off("weft::detail::LazyWaitNote", "waiter"))
+                _append_async_chain(entries, waiter)  # AsyncParent::promise(waiter)
+            else:
+                state = "running or runnable"
+                _append_async_chain(entries, root, first_suspended=False)
         except gdb.MemoryError as e:
-            return ["task record at 0x%x: unreadable (%s)" % (record, e)]
-        return ["%s: %s" % (title, state)] + _format_entries(entries, 0, "  ")
+            return (0, ["task slot at 0x%x: unreadable (%s)" % (slot, e)])
+        return (number, ["%s: %s" % (title, state)] + _format_entries(entries, 0, "  "))
 
     @staticmethod
     def _fiber(core):

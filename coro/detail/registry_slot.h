@@ -1,0 +1,192 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "weft/coro/detail/config.h"
+#include "weft/coro/detail/dump_gate.h"
+
+namespace weft::detail {
+
+// The registry of live work that weft::dumpTasks() (coro/task_dump.h) and gdb's
+// `weft tasks` / `weft fibers` (tools/gdb/weft.py) list: every root task (a Lazy started
+// by syncAwait, start(), spawn() or TaskGroup::spawn(), with WEFT_TASK_TRACKING) and
+// every fiber. Each thread that registers something owns rings of slots
+// (task_registry.cc), one kind for tasks (RegistrySlot, 32 bytes) and one for fibers
+// (FiberSlot, 8 bytes: a fiber costs one word more than it did in a list of its own),
+// and claims the next free slot with no lock and no atomic read-modify-write: a task or
+// fiber is registered where it is started, and its slot may be released from any thread.
+//
+//  - Claiming (the owner thread only): the slot under the thread's cursor, if free, is
+//    taken and the cursor moves on: a load, a test, a few stores, all in the thread's own
+//    ring. An occupied slot (a long-lived task) or the end of the ring sends the claim to
+//    the slow path, which looks further, wraps around, or gives the thread a ring twice
+//    as large when half of it is taken.
+//  - Releasing (any thread): the slot's subject is set to 0, then the dump gate is passed
+//    (coro/detail/dump_gate.h), so that no dump still reads what the slot led to once
+//    the caller frees it. The owner reuses the slot when its cursor comes back to it.
+//  - Dumps read every slot of every ring, each inside a DumpRead: a slot they find
+//    taken stays taken, and what its subject points to alive, until the read ends.
+//
+// Rings are never freed (they are the registry's memory); a thread that exits leaves its
+// rings to the next thread that registers something, slots still taken included.
+
+// A root task's slot: 32 bytes, two per cache line. Every field is read by dumps on other
+// threads.
+struct RegistrySlot {
+  // 0: free. kSlotEnd: the word after a ring's last slot. Else the root task's promise (a
+  // LazyPromiseBase*). Written last when claimed (release: the fields below first),
+  // cleared first when released.
+  std::atomic<std::uintptr_t> subject{0};
+  // A root task:
+  //  - odd: it has not waited yet; the rest is the number a dump gave it (0: none yet).
+  //    kNeverWaited when registered: one store registers the task, no clock is read.
+  //  - 0: it runs, or is queued to run, and has waited before;
+  //  - else: what its innermost coroutine waits on (a LazyWaitNote*,
+  //    coro/detail/lazy_promise.h) while it is suspended.
+  std::atomic<std::uintptr_t> wait{0};
+  // Once `wait` is even (the task has waited): its number, and CLOCK_MONOTONIC_COARSE in
+  // milliseconds at its first wait (its age in dumps). Written before `wait` turns even
+  // (release).
+  std::atomic<std::uint64_t> id{0};
+  std::atomic<std::int64_t> firstWaitMs{0};
+
+  // The task's innermost coroutine suspends on `note` (a LazyWaitNote*). release: a dump
+  // that reads the word (acquire) reads the note as written for this wait. noexcept:
+  // a load and a store; on the task's first wait also a number and a clock read.
+  [[gnu::always_inline]] void publishWait(const void* note) noexcept {
+    const std::uintptr_t previous = wait.load(std::memory_order_relaxed);
+    if ((previous & 1) != 0) [[unlikely]] {
+      publishFirstWait(note, previous);
+      return;
+    }
+    wait.store(reinterpret_cast<std::uintptr_t>(note), std::memory_order_release);
+  }
+  // That coroutine resumed: the note is withdrawn, then the dump gate passed, before the
+  // awaiter it describes goes. noexcept: a store and passDumpGate's bounded wait.
+  [[gnu::always_inline]] void withdrawWait() noexcept {
+    // Relaxed: passDumpGate orders it before its load (dump_gate.h).
+    wait.store(0, std::memory_order_relaxed);
+    passDumpGate(wait);
+  }
+
+ private:
+  [[gnu::cold]] WEFT_NOINLINE void publishFirstWait(const void* note,
+                                                    std::uintptr_t previous) noexcept;
+};
+static_assert(sizeof(RegistrySlot) == 32);
+
+// A fiber's slot: its subject only (0: free; kSlotEnd: the end of a ring; else the
+// FiberCore*), written when the fiber is created, cleared when it is freed.
+struct FiberSlot {
+  std::atomic<std::uintptr_t> subject{0};
+};
+static_assert(sizeof(FiberSlot) == 8);
+
+inline constexpr std::uintptr_t kNeverWaited = 1;
+inline constexpr std::uintptr_t kSlotEnd = 1;
+
+// A thread's position in its rings, and the ids it hands out. Thread-local; only its
+// thread reads or writes it.
+struct RegistryCursor {
+  // The slots the next claims try first, of each kind. Until the thread's first claim of
+  // a kind: a slot that reads as taken (gNoRegistrySlot, gNoFiberSlot), so that the claim
+  // takes the slow path.
+  RegistrySlot* next;
+  FiberSlot* nextFiber;
+  // Task numbers and fiber ids: blocks of the process-wide sequences, refilled when used
+  // up.
+  std::uint64_t nextTaskId;
+  std::uint64_t taskIdEnd;
+  std::uint64_t nextFiberId;
+  std::uint64_t fiberIdEnd;
+};
+
+extern constinit RegistrySlot gNoRegistrySlot;
+extern constinit FiberSlot gNoFiberSlot;
+
+#if WEFT_INLINE_TLS_ADDRESS
+[[gnu::used, gnu::tls_model("initial-exec")]] inline constinit thread_local RegistryCursor
+    tRegistryCursor asm("weft_detail_registry_cursor"){&gNoRegistrySlot, &gNoFiberSlot, 0, 0,
+                                                       0, 0};
+#else
+inline constinit thread_local RegistryCursor tRegistryCursor{&gNoRegistrySlot, &gNoFiberSlot,
+                                                             0, 0, 0, 0};
+#endif
+
+// The calling thread's cursor. A task's registration may be inlined into a coroutine's
+// body, which can continue on another thread after a co_await: the address is computed
+// afresh at each call, as localFrameCache() does (coro/detail/frame_allocator.h), by an
+// asm statement the compiler cannot merge with an earlier one (x86-64 and aarch64 ELF),
+// else by an opaque call.
+#if WEFT_INLINE_TLS_ADDRESS
+inline RegistryCursor& localRegistryCursor() noexcept {
+  RegistryCursor* cursor;
+#if defined(__x86_64__)
+  asm volatile(
+      "movq %%fs:0, %0\n\t"
+      "addq weft_detail_registry_cursor@gottpoff(%%rip), %0"
+      : "=r"(cursor));
+#else  // aarch64
+  void* offset;
+  asm volatile(
+      "mrs %0, tpidr_el0\n\t"
+      "adrp %1, :gottprel:weft_detail_registry_cursor\n\t"
+      "ldr %1, [%1, #:gottprel_lo12:weft_detail_registry_cursor]\n\t"
+      "add %0, %0, %1"
+      : "=r"(cursor), "=r"(offset));
+#endif
+  return *cursor;
+}
+#else
+WEFT_OPAQUE_CALL inline RegistryCursor& localRegistryCursor() noexcept { return tRegistryCursor; }
+#endif
+
+// The claim's slow path (task_registry.cc), for `Slot` RegistrySlot or FiberSlot: sets
+// the thread up on its first claim, skips taken slots, wraps around, grows the ring.
+// Returns a free slot of the thread's ring; the caller moves the cursor past it. Aborts
+// with a message if no memory is left for a ring. noexcept: see that.
+template <class Slot>
+Slot* claimSlotSlow(RegistryCursor& cursor) noexcept;
+
+// Where the cursor of `Slot`s is.
+template <class Slot>
+[[gnu::always_inline]] inline Slot*& cursorOf(RegistryCursor& cursor) noexcept {
+  if constexpr (std::is_same_v<Slot, FiberSlot>) {
+    return cursor.nextFiber;
+  } else {
+    return cursor.next;
+  }
+}
+
+// A free slot of the calling thread's ring of `Slot`s, taken by the caller: it fills the
+// slot's other fields, then stores its subject (release). noexcept: loads and stores (the
+// slow path aborts when out of memory).
+template <class Slot>
+[[gnu::always_inline]] inline Slot* claimSlot(RegistryCursor& cursor) noexcept {
+  Slot*& next = cursorOf<Slot>(cursor);
+  Slot* slot = next;
+  // acquire: a slot released by another thread is reused after everything that thread
+  // did with it (releaseSlot's release).
+  if (slot->subject.load(std::memory_order_acquire) != 0) [[unlikely]]
+    slot = claimSlotSlow<Slot>(cursor);
+  next = slot + 1;
+  return slot;
+}
+
+// Gives a claimed slot back, from any thread: its subject leaves the registry, and once
+// this returns no dump reads it (passDumpGate). noexcept: a store and the gate's bounded
+// wait.
+template <class Slot>
+inline void releaseSlot(Slot& slot) noexcept {
+  // release: the owner's next claim of the slot (acquire) follows what we did.
+  slot.subject.store(0, std::memory_order_release);
+  passDumpGate(slot.subject);
+}
+
+// A fiber id, unique in the process, when the calling thread's block is used up: takes a
+// new block (an atomic add) and returns its first id. noexcept: that add.
+std::uint64_t refillFiberIds(RegistryCursor& cursor) noexcept;
+
+}  // namespace weft::detail
