@@ -119,11 +119,11 @@ struct IoOperation {
   bool whole = false;
   int fd = -1;
   int flags = 0;
+  socklen_t addressLength = 0;  // kAccept: capacity in, length out; kConnect: length
   void* buffer = nullptr;
   std::size_t length = 0;
   std::uint64_t offset = 0;
   sockaddr* address = nullptr;  // kAccept: where the peer's address goes; kConnect: the target
-  socklen_t addressLength = 0;  // kAccept: capacity in, length out; kConnect: length
   msghdr* message = nullptr;    // kReceiveMessage, kSendMessage
   // When >= 0: the loop stops the operation if it has not completed this many
   // nanoseconds after submit, with result -ETIMEDOUT (once the kernel has let go of the
@@ -138,13 +138,6 @@ struct IoOperation {
   // result; the awaitable takes it. One left here is given back when the operation is
   // destroyed.
   LentBuffer lent;
-  // kReceiveMultishot: set by the loop before each run of `complete`: true while the
-  // request stays armed (more completions follow), false for its last completion.
-  bool more = false;
-  // Set by the loop when it completed the operation because the loop is shutting down
-  // (its executor is stopping): result is then -ECANCELED, and the awaitable should
-  // report ExecutorShutDown rather than a cancellation.
-  bool loopShutDown = false;
 
   // Runs exactly once on the loop's thread when the operation is complete, unless submit
   // completed it at once (returned true) or withdraw() took it back. noexcept: it runs
@@ -165,6 +158,16 @@ struct IoOperation {
   // 0: not in flight or in flight; 1: a cancellation from another thread is queued;
   // 2: complete. See IoLoop::cancel.
   std::atomic<std::uint8_t> loopState{0};
+
+  // Set by the loop for the awaitable, like `result` (here, beside the loop's small fields,
+  // so that the operation has no holes):
+  // kReceiveMultishot: set by the loop before each run of `complete`: true while the
+  // request stays armed (more completions follow), false for its last completion.
+  bool more = false;
+  // Set by the loop when it completed the operation because the loop is shutting down
+  // (its executor is stopping): result is then -ECANCELED, and the awaitable should
+  // report ExecutorShutDown rather than a cancellation.
+  bool loopShutDown = false;
 };
 
 // IoLoop: an event loop on one thread, the part of an executor that performs I/O.

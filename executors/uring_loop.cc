@@ -533,14 +533,15 @@ class UringLoop final : public IoLoopBase {
     }
   }
 
-  // Queues `op` behind its lane's head. Its time limit starts now, with a timer of its
-  // own (loopTime holds the timespec until the kernel has read it).
-  bool enqueue(IoOperation& op, std::uint32_t lane) noexcept {
+  // Gives `op` a slot (`where`, in `lane`) and, when it has a time limit, a timer of its own
+  // that starts now (loopTime holds the timespec until the kernel has read it). True when
+  // no submission entry was left for the timer: `op` is then done, with -EBUSY.
+  bool holdSlot(IoOperation& op, std::uint32_t lane, Where where) noexcept {
     op.loopCancelled = false;
     op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
     op.loopKey = takeSlot(op, lane);
     Slot& slot = slots_[indexOf(op.loopKey)];
-    slot.where = Where::kQueued;
+    slot.where = where;
     if (op.timeoutNs >= 0) {
       io_uring_sqe* sqe = nextSqe();
       if (sqe == nullptr) {
@@ -554,6 +555,12 @@ class UringLoop final : public IoLoopBase {
       slot.timer = true;
       slot.timerTail = ring_.sq.sqe_tail;
     }
+    return false;
+  }
+
+  // Queues `op` behind its lane's head (holdSlot).
+  bool enqueue(IoOperation& op, std::uint32_t lane) noexcept {
+    if (holdSlot(op, lane, Where::kQueued)) return true;
     append(lanes_[lane], op);
     ++inFlight_;
     return false;
@@ -569,26 +576,9 @@ class UringLoop final : public IoLoopBase {
   }
 
   // Submits a kWait: it holds a slot, on parked_, with a timer of its own for its time
-  // limit, until cancel() or the timer ends it (see enqueue, which it mirrors).
+  // limit, until cancel() or the timer ends it.
   [[gnu::noinline]] bool park(IoOperation& op) noexcept {
-    op.loopCancelled = false;
-    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
-    op.loopKey = takeSlot(op, kNoLane);
-    Slot& slot = slots_[indexOf(op.loopKey)];
-    slot.where = Where::kParked;
-    if (op.timeoutNs >= 0) {
-      io_uring_sqe* sqe = nextSqe();
-      if (sqe == nullptr) {
-        releaseSlot(indexOf(op.loopKey));
-        op.result = -EBUSY;
-        return true;
-      }
-      setTimespec(op);
-      io_uring_prep_timeout(sqe, reinterpret_cast<__kernel_timespec*>(op.loopTime), 0, 0);
-      io_uring_sqe_set_data64(sqe, op.loopKey | kTimerBit);
-      slot.timer = true;
-      slot.timerTail = ring_.sq.sqe_tail;
-    }
+    if (holdSlot(op, kNoLane, Where::kParked)) return true;
     append(parked_, op);
     ++inFlight_;
     return false;

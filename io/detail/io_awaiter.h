@@ -132,7 +132,7 @@ class IoAwaiter {
           // whose token cannot be cancelled). Nothing resumes it before this returns: its
           // completions run on this thread.
           if (token_->canBeCancelled() && !waitsDirectly()) {
-            onCancel_.emplace(*token_, [this] { loop_->cancel(op_); });
+            onCancel_.emplace(*token_, [this] { fdWait_.loop->cancel(op_); });
           }
           return true;
         case StreamStep::kNotStream:
@@ -143,7 +143,6 @@ class IoAwaiter {
       if (!whole_ || !stoppedPartWay()) [[likely]] return false;
       op_.whole = true;  // the rest (see the class comment)
     }
-    loop_ = &loop;
     inFlight_ = true;
     // Known to closeDescriptor() from now on: a close of the descriptor cancels it. The
     // loop cannot complete it before this returns: completions run on this thread.
@@ -153,7 +152,7 @@ class IoAwaiter {
     if (token_->canBeCancelled()) {
       // Captures one pointer: stored inline, so this does not throw. If cancellation was
       // already requested it runs now: the cancel then completes the operation later.
-      onCancel_.emplace(*token_, [this] { loop_->cancel(op_); });
+      onCancel_.emplace(*token_, [this] { fdWait_.loop->cancel(op_); });
     }
     return true;
   }
@@ -210,8 +209,8 @@ class IoAwaiter {
         return false;
       }
       op_.whole = true;
-      if (!loop_->submit(op_)) {
-        if (token_->isCancellationRequested() || closeRequested(fdWait_)) loop_->cancel(op_);
+      if (!fdWait_.loop->submit(op_)) {
+        if (token_->isCancellationRequested() || closeRequested(fdWait_)) fdWait_.loop->cancel(op_);
         return true;
       }
     } while (stoppedPartWay());
@@ -240,7 +239,7 @@ class IoAwaiter {
 
   void withdraw() noexcept {
     onCancel_.reset();  // waits for a cancellation callback running on another thread
-    if (IoLoop::currentIfAny() != loop_) {
+    if (IoLoop::currentIfAny() != fdWait_.loop) {
       std::fprintf(stderr,
                    "weft: a coroutine suspended in %s was destroyed on a thread other than the "
                    "one whose event loop runs the operation; the kernel may still write into "
@@ -252,7 +251,7 @@ class IoAwaiter {
       withdrawFromStream();
       return;
     }
-    if (!loop_->withdraw(op_)) {
+    if (!fdWait_.loop->withdraw(op_)) {
       // The kernel had already performed the operation (bytes read, a connection
       // accepted): that cannot be handed back, and nobody is left to receive it.
       abortDestroyedWhileResuming(what_, "its I/O operation had already completed");
@@ -288,10 +287,11 @@ class IoAwaiter {
   const char* what_;
   Executor* executor_;
   const CancellationToken* token_;
-  IoLoop* loop_ = nullptr;
   std::coroutine_handle<> waiter_;
   bool inFlight_ = false;
   bool whole_ = false;
+  // Its wait on the descriptor while in flight; fdWait_.loop is also the loop the operation
+  // went to when it waits in its stream's inbox, untracked (see stream_reads.cc).
   FdWait fdWait_;
   Reader reader_;
   std::optional<CancellationCallback> onCancel_;

@@ -158,7 +158,7 @@ struct StreamInbox {
   }
   [[gnu::noinline]] void grow() noexcept {
     try {
-      std::vector<LentBuffer> larger(ring.empty() ? 8 : ring.size() * 2);
+      std::vector<LentBuffer> larger(ring.empty() ? kInboxBuffers : ring.size() * 2);
       for (std::size_t i = 0; i < count; ++i) {
         larger[i] = std::move(ring[(first + i) & (ring.size() - 1)]);
       }
@@ -251,7 +251,7 @@ struct StreamReads {
   static void wake(IoAwaiter& r) noexcept {
     if (r.reader_.mode != kParked) return;
     r.reader_.retry = true;
-    r.loop_->cancel(r.op_);  // under the lock: `r` cannot complete meanwhile
+    r.fdWait_.loop->cancel(r.op_);  // under the lock: `r` cannot complete meanwhile
   }
 
   // Cancels the armed request: its arrivals until its last completion still come.
@@ -292,48 +292,48 @@ struct StreamReads {
     return 0;
   }
 
-  // Parks `r` on `loop`: its operation becomes a kWait there (see the top). False while it
-  // waits; true when the loop refused it at once (done: its result is the loop's).
-  static bool park(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop& loop) noexcept {
-    Reader& reader = r.reader_;
-    reader.mode = kParked;
-    reader.retry = false;
-    reader.served = false;
-    r.op_.opcode = IoOpcode::kWait;
-    if (loop.submit(r.op_)) {  // the loop shut down (-ECANCELED), or has no kWait
-      r.op_.opcode = reader.opcode;
+  // Submits the operation of `r` (its opcode set) to `loop` as a wait on the descriptor,
+  // known to closeDescriptor(). False while it waits; true when the loop completed it at
+  // once (done: its result is the loop's; its own opcode restored).
+  static bool submitTracked(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop& loop) noexcept {
+    if (loop.submit(r.op_)) {
+      r.op_.opcode = r.reader_.opcode;
       return leave(in, r);
     }
-    r.loop_ = &loop;
     r.inFlight_ = true;
     r.fdWait_.loop = &loop;
     r.fdWait_.op = &r.op_;
     trackLocked(entry, r.fdWait_);
     return false;
+  }
+
+  // Parks `r` on `loop`: its operation becomes a kWait there (see the top). At once when
+  // the loop shut down (-ECANCELED) or has no kWait.
+  static bool park(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop& loop) noexcept {
+    r.reader_.mode = kParked;
+    r.reader_.retry = false;
+    r.reader_.served = false;
+    r.op_.opcode = IoOpcode::kWait;
+    return submitTracked(entry, in, r, loop);
   }
 
   // The head waits for the inbox: directly when it may (see the top), else parked.
   static bool wait(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop& loop) noexcept {
     if (in.loop == &loop && r.op_.timeoutNs < 0 && !r.token_->canBeCancelled()) {
       r.reader_.mode = kDirect;
-      r.loop_ = &loop;
+      r.fdWait_.loop = &loop;
       r.inFlight_ = true;
       return false;
     }
     return park(entry, in, r, loop);
   }
 
-  // The head's own operation goes to `loop` (it stays the head until it completes).
+  // The head's own operation goes to `loop` (it stays the head until it completes); epoll
+  // tries it first, so it may be done at once.
   static bool submitOwn(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop& loop) noexcept {
     r.reader_.mode = kKernel;
     r.op_.opcode = r.reader_.opcode;
-    if (loop.submit(r.op_)) return leave(in, r);  // done at once (epoll tries first)
-    r.loop_ = &loop;
-    r.inFlight_ = true;
-    r.fdWait_.loop = &loop;
-    r.fdWait_.op = &r.op_;
-    trackLocked(entry, r.fdWait_);
-    return false;
+    return submitTracked(entry, in, r, loop);
   }
 
   // The head `r` acts, on its loop's thread (`loop`): see the top. True when it is done
@@ -418,7 +418,7 @@ struct StreamReads {
     }
     reader.result = result;
     reader.served = true;
-    h.loop_->cancel(h.op_);  // its kWait: `h` cannot complete before the lock is released
+    h.fdWait_.loop->cancel(h.op_);  // its kWait: `h` cannot complete before the lock is released
   }
 
   // After the request delivered (an arrival, or its end): the readers take what they can,
@@ -451,7 +451,7 @@ struct StreamReads {
         direct = h;
         continue;
       }
-      if (activate(entry, in, *h, *h->loop_)) {
+      if (activate(entry, in, *h, *h->fdWait_.loop)) {
         direct = h;
         continue;
       }
@@ -530,7 +530,7 @@ IoAwaiter::StreamStep IoAwaiter::suspendOnStream(IoLoop& loop) {
     fresh = new StreamInbox(op_.fd);  // std::bad_alloc from co_await, nothing started
   }
   reader_ = Reader{nullptr, nullptr, 0, 0, op_.opcode, kNotReading, false, false};
-  loop_ = &loop;
+  fdWait_.loop = &loop;
   bool done;
   {
     FdEntryLock lock(entry);
@@ -579,7 +579,7 @@ bool IoAwaiter::streamCompleted(IoAwaiter& self) noexcept {
                  !self.op_.loopShutDown && !self.fdWait_.closed &&
                  !self.token_->isCancellationRequested()) {
         reader.retry = false;  // woken to act: the head now
-        resume = StreamReads::activate(entry, *in, self, *self.loop_);
+        resume = StreamReads::activate(entry, *in, self, *self.fdWait_.loop);
       } else {
         // Its own end: cancelled, timed out, closed, or the loop shut down. The result is
         // its kWait's (await_resume tells which).
@@ -600,7 +600,7 @@ bool IoAwaiter::streamCompleted(IoAwaiter& self) noexcept {
   deferred.run();
   // A cancellation that came while it was between two waits found nothing to stop.
   if (!resume && reader.mode != kDirect && self.token_->isCancellationRequested()) {
-    self.loop_->cancel(self.op_);
+    self.fdWait_.loop->cancel(self.op_);
   }
   return resume;
 }
@@ -615,7 +615,7 @@ void IoAwaiter::withdrawFromStream() noexcept {
       case kDirect:
         break;
       case kParked:
-        (void)loop_->withdraw(op_);  // a kWait: never in the kernel
+        (void)fdWait_.loop->withdraw(op_);  // a kWait: never in the kernel
         op_.opcode = reader_.opcode;
         deferred = untrackLocked(entry, fdWait_);
         if (reader_.served) {
@@ -647,7 +647,7 @@ void IoAwaiter::withdrawFromStream() noexcept {
         }
         break;
       case kKernel:
-        if (!loop_->withdraw(op_)) {
+        if (!fdWait_.loop->withdraw(op_)) {
           abortDestroyedWhileResuming(what_, "its I/O operation had already completed");
         }
         deferred = untrackLocked(entry, fdWait_);
