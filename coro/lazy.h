@@ -77,8 +77,8 @@ class LazyAwaiter {
   // cancellation token and root task (whose registry slot its own waits are published
   // in, for task dumps); it records who awaits it (for async backtraces). Where the
   // awaiting coroutine waits on it (the co_await's address) is not recorded: that would
-  // cost two instructions per await (docs/debugging.md, "Cost"); async backtraces show
-  // such a coroutine by its definition. noexcept: only stores.
+  // cost two instructions per await (docs/design/2026-11-task-tracking-registry.md);
+  // async backtraces show such a coroutine by its definition. noexcept: only stores.
   template <class Promise>
   [[gnu::always_inline]] std::coroutine_handle<> await_suspend(
       std::coroutine_handle<Promise> awaiting) noexcept {

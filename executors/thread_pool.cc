@@ -39,12 +39,14 @@
 //
 // ThreadPool(1). With one worker nobody steals and nobody needs waking by a local push,
 // so its queue is a plain RingBuffer: a local push/pop is two plain stores instead of a
-// seq_cst store, a CAS and the wake-up check (docs/executors.md has the measurements).
+// seq_cst store, a CAS and the wake-up check (docs/design/2026-11-worker-queues.md has the
+// measurements).
 // It is kept in a ThreadRunQueue, which the worker binds, so that fibers may take from it
 // (executors/thread_run_queue.h).
 //
 // Measured alternative: per-worker mutex-protected rings with the same policy, slower
-// on every benchmark of docs/executors.md, so the lock-free queue was kept.
+// on every workload measured (docs/design/2026-11-worker-queues.md), so the lock-free
+// queue was kept.
 //
 // Sleeping and waking (no lost wake-ups, no herd). A worker is in one of three states:
 //   running   - executing items from its own queue;
@@ -219,7 +221,7 @@ constexpr TimerRep kNoTimer = std::numeric_limits<TimerRep>::max();
 // would take more timers from workers that are merely slow to wake (each taken timer costs
 // a thread hop), a shorter interval would wake the timer thread more often (at most 2,000
 // times a second here, and only while worker timers keep coming due). Measured in
-// docs/executors.md ("Timers").
+// docs/design/2026-11-timers-in-workers.md.
 constexpr std::chrono::microseconds kTimerGrace{500};
 constexpr std::chrono::microseconds kTimerPollInterval{500};
 
@@ -847,7 +849,7 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
       // one that yielded just before it parked is then slow to get a CPU back when its
       // timeout expires on a busy machine (measured with 1 ms sleeps while other
       // processes kept both CPUs busy: about half the timers 1-3 ms late, against a p99
-      // of about 60 us without the yields; docs/executors.md, "Timers").
+      // of about 60 us without the yields; docs/design/2026-11-timers-in-workers.md).
       if (!self.hasTimers) std::this_thread::yield();
     }
 

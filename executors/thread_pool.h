@@ -64,9 +64,9 @@ struct ThreadPoolOptions {
 //    a long item: a worker's timer that is still armed 0.5 ms after its deadline is moved
 //    to the due list, where any other worker takes it, so a busy worker delays its timers
 //    by about 1 ms (plus the time another worker needs to get there), not by the length
-//    of its item (docs/executors.md, "Timers", has the measurements). The timer thread
-//    starts with the pool's first timer (a pool that never sleeps has none), and sleeps
-//    while no timer can be overdue.
+//    of its item (docs/design/2026-11-timers-in-workers.md has the measurements). The
+//    timer thread starts with the pool's first timer (a pool that never sleeps has none),
+//    and sleeps while no timer can be overdue.
 //  - shutdown() (also run by the destructor) first stops the pool's timers: every timer
 //    still pending fires at once with `shutDown` set (a weft::sleep then throws
 //    ExecutorShutDown instead of waiting; nothing hangs on a long sleep), and later

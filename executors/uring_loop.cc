@@ -65,11 +65,11 @@
 // takes the multishot form is probed once per process (probeIoUring: a recv on a socket
 // pair with a byte waiting); a kernel that rejects one anyway (EINVAL before any arrival)
 // turns it off for the loop (EOPNOTSUPP, and multishotReceive() false), and
-// WEFT_IO_URING_SETUP's `singleshot` leaves it out. What it saved is in docs/io.md, "The
-// io_uring ring". A reader that waits for a stream's arrival with a time limit or a
-// cancellable token is parked in a kWait: no entry in the kernel, a slot on parked_, with
-// a timer of its own as a queued operation's, ended by cancel() (whoever has its arrival)
-// or by the timer.
+// WEFT_IO_URING_SETUP's `singleshot` leaves it out. What it saved is in
+// docs/design/2026-11-io-uring-ring.md. A reader that waits for a stream's arrival with a
+// time limit or a cancellable token is parked in a kWait: no entry in the kernel, a slot
+// on parked_, with a timer of its own as a queued operation's, ended by cancel() (whoever
+// has its arrival) or by the timer.
 //
 // Ring set-up asks for DEFER_TASKRUN (Linux 6.1: completion work runs only when the worker
 // enters the kernel to wait or reap, in batches, never interrupting it) with SINGLE_ISSUER
@@ -77,8 +77,8 @@
 // gets COOP_TASKRUN instead, then plain flags. The ring's descriptor is then registered
 // (io_uring_register_ring_fd, Linux 5.18), so that liburing enters it by its index in the
 // worker's table rather than by descriptor; a kernel without it is entered by descriptor.
-// Each was kept on a measurement (docs/io.md, "The io_uring ring"): DEFER_TASKRUN against
-// COOP_TASKRUN on the echo benchmark, the registered descriptor on the cost of one
+// Each was kept on a measurement (docs/design/2026-11-io-uring-ring.md): DEFER_TASKRUN
+// against COOP_TASKRUN on the echo benchmark, the registered descriptor on the cost of one
 // io_uring_enter. WEFT_IO_URING_SETUP leaves them out, to measure them again.
 //
 // Measured and left out: a multishot accept (IORING_ACCEPT_MULTISHOT) kept armed for a

@@ -30,8 +30,8 @@ namespace weft::detail {
 //    Consumers may still be reading the old buffer, so it is retired, not freed, until
 //    the queue dies (the retired buffers sum to less than the live one).
 // Compared with a mutex-protected ring per worker (also measured, see
-// benchmark/executors/thread_pool_benchmark.cc and docs/executors.md): push is one store
-// instead of a lock/unlock pair, pop is one CAS instead of two.
+// docs/design/2026-11-worker-queues.md): push is one store instead of a lock/unlock pair,
+// pop is one CAS instead of two.
 //
 // Every slot is an atomic word so that a thief reading a slot the owner is rewriting
 // (its CAS will then fail) is not a data race.

@@ -130,7 +130,8 @@ bool unpoisoned(const void* begin, std::size_t size) {
 // A fiber on a 1 GiB stack (which it barely touches) is created, run, finished or
 // destroyed while suspended, and its stack released; afterwards no poison of its frames
 // is left where they were. Releasing used to unpoison the whole reservation: 128 MiB of
-// shadow written per GiB (see docs/stackful.md for the times and memory measured).
+// shadow written per GiB (docs/design/2026-11-asan-stack-shadow.md has the times and
+// memory measured).
 TEST(ProtectedStackTest, FiberOnAOneGibibyteStackIsReleasedClean) {
   constexpr std::size_t kSize = std::size_t{1} << 30;
   for (bool finish : {true, false}) {
