@@ -10,14 +10,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <utility>
+
 #include <weft/coro/cancellation.h>
-#include <weft/coro/collect.h>
-#include <weft/coro/sync_await.h>
 #include <weft/executors/thread_pool.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
 
 #include "echo_server.h"
+#include "server.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -37,16 +38,9 @@ int main(int argc, char** argv) {
               weft::ioBackendName(pool.ioBackend()).data(), pool.threadCount());
   std::fflush(stdout);
 
-  // The server, and beside it the wait for a signal, which stops it gracefully.
-  weft::CancellationSource stop;
-  auto stopOnSignal = [&]() -> weft::Lazy<int> {
-    const int signal = co_await signals.wait();
-    stop.requestCancellation();
-    co_return signal;
-  };
-  auto [served, signal] = weft::syncAwait(
-      weft::collectAll(serveEcho(listener, options, stop.token()), stopOnSignal()), &pool);
-  served.value();  // rethrows what stopped the server otherwise
-  std::printf("echo_server: stopped by signal %d\n", signal.value());
+  const int signal = runUntilSignal(pool, signals, [&](weft::CancellationToken stop) {
+    return serveEcho(listener, options, std::move(stop));
+  });
+  std::printf("echo_server: stopped by signal %d\n", signal);
   return 0;
 }

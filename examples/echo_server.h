@@ -4,18 +4,15 @@
 #pragma once
 
 #include <chrono>
-#include <exception>
 #include <utility>
 
 #include <weft/coro/cancellation.h>
-#include <weft/coro/current_executor.h>
 #include <weft/coro/lazy.h>
-#include <weft/coro/task_group.h>
-#include <weft/coro/with_cancellation.h>
-#include <weft/coro/with_timeout.h>
 #include <weft/executors/lent_buffer.h>
 #include <weft/io/tcp_listener.h>
 #include <weft/io/tcp_stream.h>
+
+#include "server.h"
 
 struct EchoOptions {
   std::chrono::milliseconds idleTimeout{0};       // close a connection idle that long; 0: never
@@ -37,30 +34,13 @@ inline weft::Lazy<void> echo(weft::TcpStream stream, std::chrono::milliseconds i
   }
 }
 
-// Serves `listener` until `stop` is cancelled: each connection is an echo() in a
-// TaskGroup. Then it stops accepting, gives the open connections options.shutdownGrace to
-// finish, cancels those still open at that deadline, and returns once all have ended.
-// Errors: what accept throws (other than the cancellation by `stop`), after the graceful
-// stop. A connection's own failure (a reset, its idle timeout) only closes it.
+// Serves `listener` until `stop` is cancelled, each connection an echo(); then lets the
+// open connections finish within options.shutdownGrace and cancels the rest (see
+// serveConnections in server.h). Errors: what accept throws, after the graceful stop.
 inline weft::Lazy<void> serveEcho(weft::TcpListener& listener, EchoOptions options,
                                   weft::CancellationToken stop) {
-  weft::TaskGroup<> connections(co_await weft::currentExecutor());
-  std::exception_ptr failure;
-  try {
-    for (;;) {
-      weft::TcpStream stream = co_await weft::withCancellation(stop, listener.accept());
-      connections.spawn(echo(std::move(stream), options.idleTimeout));
-    }
-  } catch (const weft::OperationCancelled&) {  // stopped: accept no more
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  try {
-    // At the deadline, withTimeout cancels the join, which cancels the group: every
-    // connection still open ends (its receive throws OperationCancelled) and closes.
-    co_await weft::withTimeout(connections.join(), options.shutdownGrace);
-  } catch (const std::exception&) {
-    // The timeout, or the first connection that failed: neither stops the server.
-  }
-  if (failure) std::rethrow_exception(failure);
+  const auto idleTimeout = options.idleTimeout;
+  co_await serveConnections(
+      listener, [idleTimeout](weft::TcpStream stream) { return echo(std::move(stream), idleTimeout); },
+      std::move(stop), options.shutdownGrace);
 }

@@ -14,19 +14,16 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 
 #include <weft/coro/cancellation.h>
-#include <weft/coro/collect.h>
-#include <weft/coro/current_executor.h>
-#include <weft/coro/sync_await.h>
-#include <weft/coro/task_group.h>
-#include <weft/coro/with_cancellation.h>
-#include <weft/coro/with_timeout.h>
 #include <weft/executors/lent_buffer.h>
 #include <weft/executors/thread_pool.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
 #include <weft/io/tls_stream.h>
+
+#include "server.h"
 
 using namespace std::chrono_literals;
 
@@ -90,34 +87,6 @@ weft::Lazy<void> serve(weft::TcpStream tcp, const weft::TlsContext& context) {
   }
 }
 
-// Accepts until `stop` is cancelled; every connection goes into `connections`.
-weft::Lazy<void> acceptLoop(weft::TcpListener& listener, const weft::TlsContext& context,
-                            weft::TaskGroup<void>& connections) {
-  for (;;) connections.spawn(serve(co_await listener.accept(), context));
-}
-
-weft::Lazy<void> server(weft::TcpListener& listener, weft::TlsContext context,
-                        weft::CancellationToken stop) {
-  weft::TaskGroup<void> connections(co_await weft::currentExecutor());
-  try {
-    co_await weft::withCancellation(stop, acceptLoop(listener, context, connections));
-  } catch (const weft::OperationCancelled&) {  // the stop
-  }
-  try {
-    // join() under a time limit: when it runs out, the group is cancelled, and join
-    // returns once every connection has ended.
-    co_await weft::withTimeout(connections.join(), 5s);
-  } catch (const weft::TimeoutError&) {
-  } catch (const weft::OperationCancelled&) {
-  }
-}
-
-weft::Lazy<int> stopOnSignal(weft::SignalSet& signals, weft::CancellationSource& stop) {
-  const int signal = co_await signals.wait();
-  stop.requestCancellation();
-  co_return signal;
-}
-
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s PORT CHAIN.pem KEY.pem\n", argv[0]);
@@ -135,11 +104,10 @@ int main(int argc, char** argv) {
               weft::ioBackendName(pool.ioBackend()).data(), pool.threadCount());
   std::fflush(stdout);
 
-  weft::CancellationSource stop;
-  auto [served, signal] = weft::syncAwait(
-      weft::collectAll(server(listener, context, stop.token()), stopOnSignal(signals, stop))
-          .via(&pool));
-  served.value();
-  std::printf("https_hello: stopped by signal %d\n", signal.value());
+  const int signal = runUntilSignal(pool, signals, [&](weft::CancellationToken stop) {
+    auto handler = [&context](weft::TcpStream stream) { return serve(std::move(stream), context); };
+    return serveConnections(listener, handler, std::move(stop), 5s);
+  });
+  std::printf("https_hello: stopped by signal %d\n", signal);
   return 0;
 }

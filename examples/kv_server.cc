@@ -7,11 +7,10 @@
 // A line longer than 4 KiB is answered "ERROR line too long" and the connection closed.
 // Commands sent together (pipelined) are answered together, with one write.
 //   kv_server PORT    serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
-//                     accepting, lets connections finish (5 s at most), then shuts the
-//                     pool down, which cancels the rest, and exits 0.
+//                     accepting, lets connections finish (5 s at most), cancels the
+//                     rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
 // Try it: `printf 'SET greeting hello world\nGET greeting\n' | nc -q1 127.0.0.1 PORT`.
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,17 +19,16 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
+#include <utility>
 #include <unordered_map>
 
 #include <weft/coro/cancellation.h>
-#include <weft/coro/current_executor.h>
-#include <weft/coro/sync_await.h>
-#include <weft/coro/with_cancellation.h>
 #include <weft/executors/thread_pool.h>
 #include <weft/io/buffered_reader.h>
 #include <weft/io/signal_set.h>
 #include <weft/io/tcp_listener.h>
+
+#include "server.h"
 
 using namespace std::chrono_literals;
 
@@ -68,7 +66,6 @@ class Store {
 };
 
 Store store;
-std::atomic<int> openConnections{0};
 
 // The first word of `text` (up to a space), removed from it.
 std::string_view nextWord(std::string_view& text) {
@@ -120,16 +117,6 @@ weft::Lazy<void> serve(weft::TcpStream stream) {
     } catch (const std::exception&) {
     }
   }
-  openConnections.fetch_sub(1);
-}
-
-weft::Lazy<void> acceptLoop(weft::TcpListener& listener) {
-  weft::Executor* executor = co_await weft::currentExecutor();
-  for (;;) {
-    weft::TcpStream stream = co_await listener.accept();  // throws OperationCancelled at shutdown
-    openConnections.fetch_add(1);
-    serve(std::move(stream)).via(executor).start([](weft::Try<void>) {});
-  }
 }
 
 int main(int argc, char** argv) {
@@ -142,23 +129,13 @@ int main(int argc, char** argv) {
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "kv");
   auto listener =
       weft::TcpListener::bind(weft::SocketAddress::parse("127.0.0.1", std::atoi(argv[1])));
-  weft::CancellationSource stopAccepting;
-  std::atomic<bool> acceptStopped{false};
-  weft::withCancellation(stopAccepting.token(), acceptLoop(listener))
-      .via(&pool)
-      .start([&](weft::Try<void>) { acceptStopped = true; });
   std::printf("kv_server: 127.0.0.1:%d, %s, %zu thread(s)\n", listener.localAddress().port(),
               weft::ioBackendName(pool.ioBackend()).data(), pool.threadCount());
   std::fflush(stdout);
 
-  const int signal = weft::syncAwait(signals.wait().via(&pool));
-  stopAccepting.requestCancellation();
-  while (!acceptStopped) std::this_thread::sleep_for(1ms);
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (openConnections > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  pool.shutdown();  // cancels the I/O of what is still open: those connections close
+  const int signal = runUntilSignal(pool, signals, [&](weft::CancellationToken stop) {
+    return serveConnections(listener, serve, std::move(stop), 5s);
+  });
   std::printf("kv_server: stopped by signal %d\n", signal);
   return 0;
 }
