@@ -34,6 +34,8 @@
 #include "weft/stackful/spawn_fiber.h"
 #include "weft/stackful/this_fiber.h"
 
+#include "test/support/no_addr2line.h"
+
 namespace {
 
 using ::testing::ContainsRegex;
@@ -42,23 +44,9 @@ using ::testing::ContainsRegex;
 // did within a few hundred); each dump runs the symbolizer, so not many more.
 constexpr int kDumps = 400;
 
-// The symbolizer's addr2line runs once per dump: without it on PATH a dump names
-// functions only (from the symbol table), which is all these tests read, and hundreds of
-// dumps take a fraction of the time. Set before any test runs, restored after all.
-class NoAddr2line : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (const char* path = std::getenv("PATH")) saved_ = path;
-    ::setenv("PATH", "/nonexistent", 1);
-  }
-  void TearDown() override {
-    if (saved_) ::setenv("PATH", saved_->c_str(), 1);
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
-const auto* const kNoAddr2line = ::testing::AddGlobalTestEnvironment(new NoAddr2line);
+// Dumps name functions only (test/support/no_addr2line.h): fast, and all these tests read.
+const auto* const kNoAddr2line =
+    ::testing::AddGlobalTestEnvironment(new weft::test::NoAddr2line);
 
 // A dump's first line (without tracking it goes on to say that tasks are not listed).
 constexpr const char* kHeader = "^weft: [0-9]+ tasks?, [0-9]+ fibers?[ \n]";

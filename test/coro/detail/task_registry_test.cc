@@ -33,28 +33,17 @@
 #include "weft/stackful/await.h"
 #include "weft/stackful/spawn_fiber.h"
 
+#include "test/support/no_addr2line.h"
+
 namespace {
 
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// The symbolizer's addr2line runs once per dump; the tests read function names only,
-// which come from the symbol table: without addr2line on PATH, many dumps are cheap.
-class NoAddr2line : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (const char* path = std::getenv("PATH")) saved_ = path;
-    ::setenv("PATH", "/nonexistent", 1);
-  }
-  void TearDown() override {
-    if (saved_) ::setenv("PATH", saved_->c_str(), 1);
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
-const auto* const kNoAddr2line = ::testing::AddGlobalTestEnvironment(new NoAddr2line);
+// Dumps name functions only (test/support/no_addr2line.h): fast, and all these tests read.
+const auto* const kNoAddr2line =
+    ::testing::AddGlobalTestEnvironment(new weft::test::NoAddr2line);
 
 std::string dump() {
   std::ostringstream out;
