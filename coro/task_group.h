@@ -18,6 +18,7 @@
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
 #include "weft/coro/detail/spin_lock.h"
+#include "weft/coro/detail/task_group_waiter.h"
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
@@ -40,27 +41,6 @@ struct TaskGroupOptions {
 
 template <class T>
 class TaskGroup;
-
-namespace detail {
-
-// A coroutine waiting in join() or next(): resumed when the group has what it waits for.
-struct TaskGroupWaiter {
-  std::coroutine_handle<> handle;
-  Executor* executor = nullptr;
-  bool cancelled = false;  // next() only: its token fired before it was served
-};
-
-[[noreturn]] inline void abortTaskGroupMisuse(const char* message) noexcept {
-  std::fprintf(stderr, "weft: %s\n", message);
-  std::abort();
-}
-
-// Resumes a waiter taken out of the group's lists: on its executor, else inline.
-inline void resumeTaskGroupWaiter(TaskGroupWaiter* waiter) noexcept {
-  resumeWaiterOn(waiter->executor, waiter->handle);
-}
-
-}  // namespace detail
 
 // TaskGroup<T>: structured concurrency for a dynamic number of tasks (in the spirit of
 // Go's errgroup, tokio's JoinSet, folly's AsyncScope and Trio's nurseries). Spawn Lazys,
