@@ -13,7 +13,9 @@
 #include "weft/executors/detail/ring_buffer.h"
 #include "weft/executors/detail/timer_queue.h"
 #include "weft/executors/executor.h"
+#include "weft/executors/detail/worker_counters.h"
 #include "weft/executors/io_loop.h"
+#include "weft/executors/pool_metrics.h"
 #include "weft/executors/thread_run_queue.h"
 
 namespace weft {
@@ -149,6 +151,22 @@ class ThreadPool final : public Executor {
   // noexcept: reads counters under their mutexes. Thread safety: any thread.
   TimerCounts timerCounts() const noexcept;
 
+  // A snapshot of the pool's runtime metrics: per worker and in total, items run, steals,
+  // parks and wake-ups, queue lengths, I/O operations by opcode, timers armed, fired and
+  // cancelled with a histogram of their lateness, and the blocking pool's gauges
+  // (executors/pool_metrics.h defines each; toPrometheusText formats them). Cheap: relaxed
+  // loads of counters the workers keep without locks or read-modify-writes, no lock
+  // taken (except the blocking pool's, once), so it may be called often, from any thread,
+  // while the pool runs or after it has shut down. Each value is read on its own (see
+  // PoolMetrics).
+  // Errors: std::bad_alloc (the snapshot's vector and name). Thread safety: any thread.
+  //
+  // Example:
+  //   weft::PoolMetrics m = pool.metrics();
+  //   std::printf("%llu items, %llu steals\n", (unsigned long long)m.total.itemsRun,
+  //               (unsigned long long)m.total.steals);
+  PoolMetrics metrics() const;
+
   // Stops accepting outside work once everything accepted has run, then joins the
   // workers. Idempotent. See the class comment for the precise semantics.
   void shutdown();
@@ -209,8 +227,9 @@ class ThreadPool final : public Executor {
   // One sweep over the due timers, the other workers' queues (stealing) and the
   // injection queue.
   detail::WorkItem searchOnce(Worker& self);
-  // The oldest due timer, or an empty item. noexcept: a list pop under a mutex.
-  detail::WorkItem takeDueTimer() noexcept;
+  // The oldest due timer, or an empty item; counted as fired (or shut down) by the
+  // calling worker `self`. noexcept: a list pop under a mutex, and a clock read.
+  detail::WorkItem takeDueTimer(Worker& self) noexcept;
   // The timer queue's delivery: appends an expired (or flushed) timer to the due list and
   // wakes a worker. noexcept: runs on the timer thread; allocates nothing.
   static void deliverTimer(void* pool, detail::TimerEntry& timer) noexcept;
@@ -235,8 +254,9 @@ class ThreadPool final : public Executor {
   // Called by a worker leaving idle_ by itself (its final sweep found work, or a timer or
   // its event loop woke it): undoes its announcement, or gives back the searching count a
   // waker handed it meanwhile (rule (3)); re-runs rule (1) when it `tookWork`. False when
-  // the pool closed meanwhile (the worker must exit). noexcept: see below.
-  bool leaveIdle(Worker& self, bool tookWork) noexcept;
+  // the pool closed meanwhile (the worker must exit). `slept`: it had parked (then a
+  // count handed meanwhile is a wake-up, WorkerMetrics::wakeUps). noexcept: see below.
+  bool leaveIdle(Worker& self, bool tookWork, bool slept = false) noexcept;
   // Moves a share of the injection queue into `self`'s queue; returns the first item
   // when `returnFirst` (otherwise queues everything).
   detail::WorkItem takeFromInjection(Worker& self, bool returnFirst);
@@ -313,6 +333,9 @@ class ThreadPool final : public Executor {
   // Worker timers the backstop took (TimerCounts::takenFromBusyWorkers). Relaxed: a
   // statistic.
   std::atomic<std::size_t> timersTakenFromWorkers_{0};
+  // Timers cancelled while they waited on the due list (PoolMetrics::timerThreadCancelled).
+  // Written under injectionMutex_ (one writer at a time: detail::bump).
+  detail::Counter dueCancelled_{0};
 
   // Last: its thread calls deliverTimer and pollWorkerTimers, which use the members above.
   // (It is stopped by shutdown(), before any of them is destroyed.)

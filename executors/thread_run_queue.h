@@ -69,6 +69,13 @@ class ThreadRunQueue {
   // Throw std::bad_alloc if the ring cannot grow (nothing queued then).
   void push(WorkItem item) { items_.push(item); }
   void reserveFor(std::size_t count) { items_.reserveFor(count); }
+  // How many items code on the thread took with exchangeNextIf, and with takeNextIf and
+  // kept (countTaken): items the executor's loop did not run itself, which its metrics
+  // count as run. Any thread. noexcept: a relaxed load.
+  std::uint64_t takenCount() const noexcept {
+    // Relaxed: a statistic, written by the owning thread only.
+    return taken_.load(std::memory_order_relaxed);
+  }
 
   // --- for code on the owning thread ---------------------------------------------------
   // executor()->schedule(h) done inline: on the owning thread, with no outside work
@@ -96,6 +103,14 @@ class ThreadRunQueue {
     if (next.isJob() || !accept(next)) return {};
     items_.pop();
     return next;
+  }
+
+  // An item taken with takeNextIf is kept (not put back): counts it in takenCount(). Call
+  // it once per such item, after the last point where it could be put back. On the
+  // owning thread. noexcept: a relaxed load and store, no read-modify-write (the owning
+  // thread is the only writer: executors/detail/worker_counters.h's cost rule).
+  [[gnu::always_inline]] void countTaken() noexcept {
+    taken_.store(taken_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
   // Puts `item`, just taken by takeNextIf, back at the front: it runs next, as if it had
@@ -128,6 +143,7 @@ class ThreadRunQueue {
     const WorkItem next = items_.front();
     if (next.isJob() || !accept(next)) return {};
     items_.rotate(requeue);  // next out, requeue in
+    countTaken();
     return next;
   }
 
@@ -138,6 +154,7 @@ class ThreadRunQueue {
   const std::atomic<std::size_t>& runsFirst_;
   const std::atomic<std::size_t>& arrivesFirst_;
   detail::RingBuffer<WorkItem> items_;
+  std::atomic<std::uint64_t> taken_{0};  // takenCount(); written by the owning thread
 };
 
 // executor->schedule(item.handle()), pushed straight into the calling thread's

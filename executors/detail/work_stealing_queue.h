@@ -129,9 +129,10 @@ class WorkStealingQueue {
   // Called by the owner of `dst` (a different queue). Steals the older half (rounded
   // up, at most kMaxSteal items) of this queue: returns the oldest stolen item and
   // appends the rest, in order, to `dst`. Returns an empty WorkItem if this queue was empty at some
-  // instant during the call. Errors: std::bad_alloc if `dst` must grow and cannot (nothing is
-  // stolen).
-  WorkItem stealHalfInto(WorkStealingQueue& dst) {
+  // instant during the call. With `stolen`, stores there how many items were taken (the
+  // returned one included; untouched when none). Errors: std::bad_alloc if `dst` must grow
+  // and cannot (nothing is stolen).
+  WorkItem stealHalfInto(WorkStealingQueue& dst, std::uint64_t* stolen = nullptr) {
     assert(&dst != this);
     // Acquire: a stale head only makes the CAS fail and retry.
     std::uint64_t head = head_.load(std::memory_order_acquire);
@@ -164,6 +165,7 @@ class WorkStealingQueue {
                                       std::memory_order_acquire)) {
         // seq_cst: see push().
         if (take > 1) dst.tail_.store(dstTail + take - 1, std::memory_order_seq_cst);
+        if (stolen != nullptr) *stolen = take;
         return WorkItem::fromBits(first);
       }
     }
@@ -180,6 +182,14 @@ class WorkStealingQueue {
     const std::uint64_t head = head_.load();
     const std::uint64_t tail = tail_.load();
     return tail > head ? static_cast<std::size_t>(tail - head) : 0;
+  }
+
+  // Any thread. The most items the queue has held (as its owner saw it when it appended:
+  // thieves may have taken some meanwhile, so it may count a few more than were ever
+  // there at one instant). For metrics. noexcept: a relaxed load.
+  std::uint64_t highWater() const noexcept {
+    // Relaxed: a statistic; written by the owner only.
+    return highWater_.load(std::memory_order_relaxed);
   }
 
  private:
@@ -219,6 +229,11 @@ class WorkStealingQueue {
     // makes us grow earlier than necessary.
     const std::uint64_t head = head_.load(std::memory_order_acquire);
     const std::uint64_t live = tail - head;
+    // The high-water mark, from the head just read (no extra load of a shared line).
+    // Relaxed: only this thread writes it; readers take it as a statistic.
+    if (live + n > highWater_.load(std::memory_order_relaxed)) {
+      highWater_.store(live + n, std::memory_order_relaxed);
+    }
     if (live + n <= buffer->capacity()) return buffer;
     std::size_t capacity = buffer->capacity() * 2;
     while (capacity < live + n) capacity *= 2;
@@ -239,6 +254,8 @@ class WorkStealingQueue {
   std::atomic<Buffer*> buffer_{nullptr};
   // The current buffer and every retired one, freed with the queue (owner only).
   std::vector<std::unique_ptr<Buffer>> buffers_;
+  // The most items the queue held after an append (highWater()); written by the owner.
+  std::atomic<std::uint64_t> highWater_{0};
 };
 
 }  // namespace weft::detail

@@ -1,0 +1,607 @@
+// ThreadPool::metrics() and toPrometheusText (executors/pool_metrics.h): every count is
+// checked exactly on a workload whose count is known (N items, N timers, a steal forced by
+// a hand-shake), the Prometheus text is parsed back, and a reader runs beside churn (the
+// TSan build checks that reading is race-free). No sleep and no timing: hand-shakes, with
+// a watchdog turning a hang into a failure.
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test/support/io_backends.h"
+#include "test/support/wait_until.h"
+#include "test/support/watchdog.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/io_loop.h"
+#include "weft/executors/pool_metrics.h"
+#include "weft/executors/thread_pool.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = TimerEntry::Clock;
+
+constexpr auto kLimit = 120s;
+
+// Runs `fn` on one of `pool`'s workers and waits until it has returned.
+template <class Fn>
+void runOnWorker(ThreadPool& pool, Fn fn) {
+  std::atomic<bool> done{false};
+  pool.schedule([&] {
+    fn();
+    done.store(true);
+  });
+  test::waitUntil([&] { return done.load(); });
+}
+
+// A timer whose fire function counts, in `fired` (shut-down fires in `shutDown`).
+struct CountingTimer : TimerEntry {
+  std::atomic<int>* fired = nullptr;
+  std::atomic<int>* shutDownFires = nullptr;
+  CountingTimer() {
+    complete = [](Job* self, bool run) {
+      auto* timer = static_cast<CountingTimer*>(self);
+      if (run && !timer->shutDown) {
+        timer->fired->fetch_add(1);
+      } else {
+        timer->shutDownFires->fetch_add(1);
+      }
+    };
+  }
+};
+
+TEST(PoolMetricsTest, CountsEveryItemOfOneWorker) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.CountsEveryItemOfOneWorker");
+  ThreadPool pool(1, "metrics");
+  constexpr int kItems = 1000;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < kItems; ++i) pool.schedule([&] { ran.fetch_add(1); });
+  test::waitUntil([&] { return ran.load() == kItems; });
+  PoolMetrics m = pool.metrics();
+  ASSERT_EQ(m.workers.size(), 1u);
+  EXPECT_EQ(m.name, "metrics");
+  // Each callable is one item; the bump comes before the item runs, and the item's
+  // fetch_add is what we waited for.
+  EXPECT_EQ(m.workers[0].itemsRun, static_cast<std::uint64_t>(kItems));
+  EXPECT_EQ(m.total.itemsRun, static_cast<std::uint64_t>(kItems));
+  EXPECT_EQ(m.total.steals, 0u);  // one worker steals from nobody
+  EXPECT_EQ(m.injectionQueueDepth, 0u);
+
+  // A Lazy that yields K times: its start is one item (syncAwait schedules it), each
+  // yield one more. The end goes back to this thread, not through the pool.
+  constexpr int kYields = 50;
+  syncAwait(
+      [&]() -> Lazy<> {
+        for (int i = 0; i < kYields; ++i) co_await yield();
+      }(),
+      &pool);
+  m = pool.metrics();
+  EXPECT_EQ(m.workers[0].itemsRun, static_cast<std::uint64_t>(kItems + 1 + kYields));
+}
+
+TEST(PoolMetricsTest, QueueGaugesOfOneWorker) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.QueueGaugesOfOneWorker");
+  ThreadPool pool(1);
+  // One item queues 100 more on its own worker: the queue holds 100 when the first of them
+  // is taken (the gauges are published as each item is taken).
+  constexpr int kQueued = 100;
+  std::atomic<int> ran{0};
+  runOnWorker(pool, [&] {
+    for (int i = 0; i < kQueued; ++i) pool.schedule([&] { ran.fetch_add(1); });
+  });
+  test::waitUntil([&] { return ran.load() == kQueued; });
+  const PoolMetrics m = pool.metrics();
+  EXPECT_EQ(m.workers[0].queueHighWater, static_cast<std::uint64_t>(kQueued));
+  EXPECT_EQ(m.workers[0].queueDepth, 0u);  // as of the last item: nothing behind it
+}
+
+TEST(PoolMetricsTest, CountsStealsForcedByABlockedWorker) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.CountsStealsForcedByABlockedWorker");
+  ThreadPool pool(2);
+  constexpr int kItems = 64;
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  std::atomic<bool> blockerStarted{false};
+  // The blocker runs on one worker (taken from the injection queue and run at once, never
+  // queued where the other could steal it), queues kItems on its own worker and blocks
+  // until they have all run: the other worker can only get them by stealing.
+  pool.schedule([&] {
+    blockerStarted.store(true);
+    for (int i = 0; i < kItems; ++i) pool.schedule([&] { ran.fetch_add(1); });
+    test::waitUntil([&] { return release.load(); });
+  });
+  test::waitUntil([&] { return ran.load() == kItems; });
+  const PoolMetrics during = pool.metrics();
+  release.store(true);
+  ASSERT_TRUE(blockerStarted.load());
+  // Every item was stolen: one worker stole all of them (in one or more steals: it may
+  // have started while the blocker was still queueing), the other (the blocker's) none.
+  EXPECT_EQ(during.total.stolenItems, static_cast<std::uint64_t>(kItems));
+  EXPECT_GE(during.total.steals, 1u);
+  EXPECT_LE(during.total.steals, static_cast<std::uint64_t>(kItems));
+  const WorkerMetrics& a = during.workers[0];
+  const WorkerMetrics& b = during.workers[1];
+  EXPECT_TRUE((a.stolenItems == kItems && b.stolenItems == 0) ||
+              (a.stolenItems == 0 && b.stolenItems == kItems))
+      << a.stolenItems << " " << b.stolenItems;
+  // The thief ran every item; the blocker's worker ran the blocker only.
+  EXPECT_EQ(during.total.itemsRun, static_cast<std::uint64_t>(kItems + 1));
+  const WorkerMetrics& thief = a.stolenItems != 0 ? a : b;
+  const WorkerMetrics& blocked = a.stolenItems != 0 ? b : a;
+  EXPECT_EQ(thief.itemsRun, static_cast<std::uint64_t>(kItems));
+  EXPECT_EQ(blocked.itemsRun, 1u);
+  // The blocker's queue held the items (at most all of them at once).
+  EXPECT_GE(blocked.queueHighWater, 1u);
+  EXPECT_LE(blocked.queueHighWater, static_cast<std::uint64_t>(kItems));
+}
+
+TEST(PoolMetricsTest, CountsParksAndWakeUps) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.CountsParksAndWakeUps");
+  ThreadPool pool(1);
+  auto parks = [&] { return pool.metrics().workers[0].parks; };
+  // The worker starts with nothing to do: it parks once.
+  test::waitUntil([&] { return parks() == 1; });
+  constexpr int kRounds = 20;
+  std::atomic<int> ran{0};
+  for (int i = 1; i <= kRounds; ++i) {
+    // The worker is parked (it counted the park after its last sweep): this push finds
+    // nobody searching and one sleeper, and wakes it.
+    pool.schedule([&] { ran.fetch_add(1); });
+    test::waitUntil([&] { return ran.load() == i; });
+    test::waitUntil([&] { return parks() == static_cast<std::uint64_t>(i + 1); });
+  }
+  const PoolMetrics m = pool.metrics();
+  EXPECT_EQ(m.workers[0].parks, static_cast<std::uint64_t>(kRounds + 1));
+  EXPECT_EQ(m.workers[0].wakeUps, static_cast<std::uint64_t>(kRounds));
+}
+
+TEST(PoolMetricsTest, CountsWorkerTimersArmedFiredAndCancelled) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.CountsWorkerTimersArmedFiredAndCancelled");
+  ThreadPool pool(1);
+  constexpr int kFiring = 40;
+  constexpr int kCancelled = 25;
+  constexpr int kAtShutdown = 7;
+  std::atomic<int> fired{0};
+  std::atomic<int> shutDown{0};
+  std::vector<CountingTimer> firing(kFiring), cancelled(kCancelled), pending(kAtShutdown);
+  for (auto* group : {&firing, &cancelled, &pending}) {
+    for (CountingTimer& t : *group) {
+      t.fired = &fired;
+      t.shutDownFires = &shutDown;
+    }
+  }
+  // Armed on the worker: in its own heap. Due at once, or in an hour.
+  runOnWorker(pool, [&] {
+    for (CountingTimer& t : firing) {
+      t.deadline = Clock::now();
+      pool.scheduleTimer(t);
+    }
+    for (CountingTimer& t : cancelled) {
+      t.deadline = Clock::now() + 1h;
+      pool.scheduleTimer(t);
+    }
+    for (CountingTimer& t : pending) {
+      t.deadline = Clock::now() + 1h;
+      pool.scheduleTimer(t);
+    }
+  });
+  test::waitUntil([&] { return fired.load() == kFiring; });
+  for (CountingTimer& t : cancelled) ASSERT_TRUE(pool.cancelTimer(t));  // from this thread
+  PoolMetrics m = pool.metrics();
+  const WorkerMetrics& w = m.workers[0];
+  EXPECT_EQ(w.timersArmed, static_cast<std::uint64_t>(kFiring + kCancelled + kAtShutdown));
+  // Fired by the worker itself, or (on a slow machine) by way of the due list when the
+  // backstop took them from it: the worker fires them either way.
+  EXPECT_EQ(w.timersFired, static_cast<std::uint64_t>(kFiring));
+  EXPECT_EQ(w.timersCancelled, static_cast<std::uint64_t>(kCancelled));
+  EXPECT_EQ(w.timersShutDown, 0u);
+  EXPECT_EQ(w.timerLateness.count, static_cast<std::uint64_t>(kFiring));
+  std::uint64_t inBuckets = 0;
+  for (std::uint64_t n : w.timerLateness.buckets) inBuckets += n;
+  EXPECT_EQ(inBuckets, static_cast<std::uint64_t>(kFiring));
+  EXPECT_EQ(m.timerThreadArmed, 0u);
+  // A worker item per fire function, and the one that armed them.
+  EXPECT_EQ(w.itemsRun, static_cast<std::uint64_t>(kFiring + 1));
+
+  pool.shutdown();  // the pending ones fire now, with shutDown set
+  EXPECT_EQ(shutDown.load(), kAtShutdown);
+  m = pool.metrics();  // readable after shutdown
+  EXPECT_EQ(m.workers[0].timersShutDown, static_cast<std::uint64_t>(kAtShutdown));
+  EXPECT_EQ(m.workers[0].timersFired, static_cast<std::uint64_t>(kFiring));
+  EXPECT_EQ(m.total.timersArmed, m.total.timersFired + m.total.timersCancelled +
+                                     m.total.timersShutDown);
+}
+
+TEST(PoolMetricsTest, CountsTimersOfTheTimerThread) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.CountsTimersOfTheTimerThread");
+  ThreadPool pool(2);
+  constexpr int kFiring = 30;
+  constexpr int kCancelled = 12;
+  std::atomic<int> fired{0};
+  std::atomic<int> shutDown{0};
+  std::vector<CountingTimer> firing(kFiring), cancelled(kCancelled);
+  // Armed from this thread (outside the pool): on the pool's timer thread, which hands
+  // each to the workers when due.
+  for (CountingTimer& t : firing) {
+    t.fired = &fired;
+    t.shutDownFires = &shutDown;
+    t.deadline = Clock::now();
+    pool.scheduleTimer(t);
+  }
+  for (CountingTimer& t : cancelled) {
+    t.fired = &fired;
+    t.shutDownFires = &shutDown;
+    t.deadline = Clock::now() + 1h;
+    pool.scheduleTimer(t);
+  }
+  test::waitUntil([&] { return fired.load() == kFiring; });
+  for (CountingTimer& t : cancelled) ASSERT_TRUE(pool.cancelTimer(t));
+  const PoolMetrics m = pool.metrics();
+  EXPECT_EQ(m.timerThreadArmed, static_cast<std::uint64_t>(kFiring + kCancelled));
+  EXPECT_EQ(m.timerThreadCancelled, static_cast<std::uint64_t>(kCancelled));
+  EXPECT_EQ(m.total.timersFired, static_cast<std::uint64_t>(kFiring));
+  EXPECT_EQ(m.total.timerLateness.count, static_cast<std::uint64_t>(kFiring));
+  EXPECT_EQ(m.total.timersArmed, static_cast<std::uint64_t>(kFiring + kCancelled));
+  EXPECT_EQ(m.total.timersCancelled, static_cast<std::uint64_t>(kCancelled));
+  for (const WorkerMetrics& w : m.workers) EXPECT_EQ(w.timersArmed, 0u);
+}
+
+TEST(PoolMetricsTest, LatenessBuckets) {
+  using H = LatenessHistogram;
+  EXPECT_EQ(H::bucketOf(0), 0u);
+  EXPECT_EQ(H::bucketOf(1000), 0u);  // 1 us: le 1 us
+  EXPECT_EQ(H::bucketOf(1001), 1u);  // just above: le 2 us
+  EXPECT_EQ(H::bucketOf(2000), 1u);
+  EXPECT_EQ(H::bucketOf(2001), 2u);
+  EXPECT_EQ(H::bucketOf(1000 * 1000), 10u);  // 1 ms <= 1024 us
+  EXPECT_EQ(H::bucketOf((std::uint64_t{1} << 21) * 1000), H::kBuckets - 2);
+  EXPECT_EQ(H::bucketOf((std::uint64_t{1} << 21) * 1000 + 1), H::kBuckets - 1);
+  EXPECT_EQ(H::bucketOf(~std::uint64_t{0}), H::kBuckets - 1);
+}
+
+class PoolMetricsIoTest : public ::testing::TestWithParam<IoBackendChoice> {};
+
+// Counts what a worker's loop does: one receive that waits (completed when data comes),
+// one send, each submitted and completed once.
+TEST_P(PoolMetricsIoTest, CountsIoOperationsByOpcode) {
+  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
+  test::Watchdog watchdog(kLimit, "PoolMetricsIoTest.CountsIoOperationsByOpcode");
+  ThreadPoolOptions options;
+  options.threads = 1;
+  options.ioBackend = GetParam();
+  ThreadPool pool(options);
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+
+  struct Op : IoOperation {
+    std::atomic<bool> done{false};
+  };
+  Op receive;
+  Op send;
+  char in[8] = {};
+  char out[3] = {'a', 'b', 'c'};
+  auto complete = [](IoOperation& op) noexcept { static_cast<Op&>(op).done.store(true); };
+  runOnWorker(pool, [&] {
+    IoLoop* loop = IoLoop::current();
+    receive.opcode = IoOpcode::kReceive;
+    receive.fd = fds[0];
+    receive.buffer = in;
+    receive.length = sizeof in;
+    receive.complete = complete;
+    if (loop->submit(receive)) receive.done.store(true);  // nothing to read yet: it waits
+    send.opcode = IoOpcode::kSend;
+    send.fd = fds[0];
+    send.buffer = out;
+    send.length = sizeof out;
+    send.complete = complete;
+    if (loop->submit(send)) send.done.store(true);
+  });
+  ASSERT_EQ(::write(fds[1], "xy", 2), 2);
+  test::waitUntil([&] { return receive.done.load() && send.done.load(); });
+  EXPECT_EQ(receive.result, 2);
+  EXPECT_EQ(send.result, 3);
+  const PoolMetrics m = pool.metrics();
+  const WorkerMetrics& w = m.workers[0];
+  const auto r = static_cast<std::size_t>(IoOpcode::kReceive);
+  const auto s = static_cast<std::size_t>(IoOpcode::kSend);
+  EXPECT_EQ(w.ioSubmitted[r], 1u);
+  EXPECT_EQ(w.ioCompleted[r], 1u);
+  EXPECT_EQ(w.ioSubmitted[s], 1u);
+  EXPECT_EQ(w.ioCompleted[s], 1u);
+  std::uint64_t others = 0;
+  for (std::size_t op = 0; op < kIoOpcodeCount; ++op) {
+    if (op != r && op != s) others += w.ioSubmitted[op] + w.ioCompleted[op];
+  }
+  EXPECT_EQ(others, 0u);
+  EXPECT_EQ(m.total.ioSubmitted[r], 1u);
+  pool.shutdown();
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PoolMetricsIoTest, test::kIoBackends, test::ioBackendName);
+
+TEST(PoolMetricsTest, NamesEveryOpcode) {
+  std::set<std::string_view> names;
+  for (std::size_t op = 0; op < kIoOpcodeCount; ++op) {
+    const std::string_view name = ioOpcodeName(static_cast<IoOpcode>(op));
+    EXPECT_NE(name, "unknown");
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), kIoOpcodeCount);
+  EXPECT_EQ(ioOpcodeName(IoOpcode::kReceiveMultishot), "receive_multishot");
+  EXPECT_EQ(ioOpcodeName(static_cast<IoOpcode>(200)), "unknown");
+}
+
+// --- the Prometheus text, parsed back ---------------------------------------------------
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+// Parses `text` strictly: every line a "# HELP name text" or "# TYPE name type" comment,
+// or `name{labels} value`; each metric's TYPE comes once, before its samples. Returns the
+// samples in `samples`, with `types` filled in (metric name -> type). Adds a failure for
+// any breach (a void function: ASSERT_* returns from it).
+void parsePrometheus(const std::string& text, std::map<std::string, std::string>& types,
+                     std::vector<Sample>& samples) {
+  std::set<std::string> helped;
+  std::size_t start = 0;
+  EXPECT_TRUE(!text.empty() && text.back() == '\n');
+  auto isNameChar = [](char c, bool first) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+           (!first && c >= '0' && c <= '9');
+  };
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    SCOPED_TRACE(line);
+    if (line.rfind("# ", 0) == 0) {
+      std::size_t space = line.find(' ', 2);
+      ASSERT_NE(space, std::string::npos);
+      const std::string keyword = line.substr(2, space - 2);
+      std::size_t nameEnd = line.find(' ', space + 1);
+      ASSERT_NE(nameEnd, std::string::npos);
+      const std::string name = line.substr(space + 1, nameEnd - space - 1);
+      const std::string rest = line.substr(nameEnd + 1);
+      if (keyword == "HELP") {
+        EXPECT_TRUE(helped.insert(name).second) << "HELP twice for " << name;
+        EXPECT_FALSE(rest.empty());
+      } else if (keyword == "TYPE") {
+        EXPECT_TRUE(types.emplace(name, rest).second) << "TYPE twice for " << name;
+        EXPECT_TRUE(rest == "counter" || rest == "gauge" || rest == "histogram") << rest;
+      } else {
+        ADD_FAILURE() << "unknown comment";
+      }
+      continue;
+    }
+    Sample sample;
+    std::size_t i = 0;
+    while (i < line.size() && isNameChar(line[i], i == 0)) ++i;
+    sample.name = line.substr(0, i);
+    ASSERT_FALSE(sample.name.empty());
+    ASSERT_LT(i, line.size());
+    ASSERT_EQ(line[i], '{');
+    ++i;
+    while (line[i] != '}') {
+      std::size_t nameStart = i;
+      while (isNameChar(line[i], i == nameStart)) ++i;
+      const std::string label = line.substr(nameStart, i - nameStart);
+      ASSERT_FALSE(label.empty());
+      ASSERT_EQ(line.substr(i, 2), "=\"");
+      i += 2;
+      std::string value;
+      while (line[i] != '"') {
+        if (line[i] == '\\') {
+          ++i;
+          ASSERT_TRUE(line[i] == '\\' || line[i] == '"' || line[i] == 'n');
+          value += line[i] == 'n' ? '\n' : line[i];
+        } else {
+          value += line[i];
+        }
+        ++i;
+        ASSERT_LT(i, line.size());
+      }
+      ++i;
+      EXPECT_TRUE(sample.labels.emplace(label, value).second) << "label twice: " << label;
+      if (line[i] == ',') ++i;
+    }
+    ++i;
+    ASSERT_EQ(line[i], ' ');
+    const std::string value = line.substr(i + 1);
+    char* parsedEnd = nullptr;
+    sample.value = std::strtod(value.c_str(), &parsedEnd);
+    EXPECT_TRUE(!value.empty() && *parsedEnd == '\0') << "value " << value;
+    // Its metric's TYPE came first (a histogram's series are named after it).
+    std::string family = sample.name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s = suffix;
+      if (family.size() > s.size() && family.compare(family.size() - s.size(), s.size(), s) == 0 &&
+          types.count(family.substr(0, family.size() - s.size())) != 0 &&
+          types[family.substr(0, family.size() - s.size())] == "histogram") {
+        family = family.substr(0, family.size() - s.size());
+      }
+    }
+    EXPECT_EQ(types.count(family), 1u) << "sample before its TYPE: " << sample.name;
+    if (types[family] == "counter") {
+      EXPECT_TRUE(family.size() > 6 && family.compare(family.size() - 6, 6, "_total") == 0);
+      EXPECT_GE(sample.value, 0);
+    }
+    samples.push_back(std::move(sample));
+  }
+}
+
+// Checks every histogram of `samples`: per label set, buckets in increasing `le`, counts
+// cumulative, the last le="+Inf" equal to _count, and a _sum.
+void checkHistograms(const std::vector<Sample>& samples, const std::map<std::string, std::string>& types) {
+  for (const auto& [family, type] : types) {
+    if (type != "histogram") continue;
+    std::map<std::string, std::vector<const Sample*>> buckets;  // labels without le -> buckets
+    std::map<std::string, double> counts;
+    std::map<std::string, int> sums;
+    auto key = [](const Sample& s) {
+      std::string k;
+      for (const auto& [name, value] : s.labels) {
+        if (name != "le") k += name + "=" + value + ";";
+      }
+      return k;
+    };
+    for (const Sample& s : samples) {
+      if (s.name == family + "_bucket") buckets[key(s)].push_back(&s);
+      if (s.name == family + "_count") counts[key(s)] = s.value;
+      if (s.name == family + "_sum") ++sums[key(s)];
+    }
+    EXPECT_FALSE(buckets.empty()) << family;
+    for (const auto& [labels, series] : buckets) {
+      SCOPED_TRACE(family + " " + labels);
+      ASSERT_FALSE(series.empty());
+      double previousLe = -1;
+      double previousCount = 0;
+      for (std::size_t i = 0; i < series.size(); ++i) {
+        const std::string& le = series[i]->labels.at("le");
+        const double bound = le == "+Inf" ? 1e300 : std::strtod(le.c_str(), nullptr);
+        EXPECT_GT(bound, previousLe) << le;
+        EXPECT_GE(series[i]->value, previousCount) << "not cumulative at le=" << le;
+        previousLe = bound;
+        previousCount = series[i]->value;
+      }
+      EXPECT_EQ(series.back()->labels.at("le"), "+Inf");
+      ASSERT_EQ(counts.count(labels), 1u);
+      EXPECT_EQ(series.back()->value, counts[labels]);
+      EXPECT_EQ(sums[labels], 1);
+    }
+  }
+}
+
+TEST(PoolMetricsTest, PrometheusTextParsesBack) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.PrometheusTextParsesBack");
+  ThreadPool pool(2, "prom");
+  // Some of everything: items, timers (fired on workers), a cancelled one.
+  std::atomic<int> fired{0};
+  std::atomic<int> shutDown{0};
+  std::vector<CountingTimer> timers(10);
+  runOnWorker(pool, [&] {
+    for (CountingTimer& t : timers) {
+      t.fired = &fired;
+      t.shutDownFires = &shutDown;
+      t.deadline = Clock::now();
+      pool.scheduleTimer(t);
+    }
+  });
+  test::waitUntil([&] { return fired.load() == 10; });
+  const PoolMetrics m = pool.metrics();
+  const std::string text = toPrometheusText(m, "api \"v2\"\\x\n");
+  std::map<std::string, std::string> types;
+  std::vector<Sample> samples;
+  parsePrometheus(text, types, samples);
+  ASSERT_FALSE(HasFailure()) << text;
+  checkHistograms(samples, types);
+  EXPECT_EQ(types["weft_pool_items_run_total"], "counter");
+  EXPECT_EQ(types["weft_pool_queue_depth"], "gauge");
+  EXPECT_EQ(types["weft_pool_timer_lateness_seconds"], "histogram");
+  // The label came back unescaped, and the values are the snapshot's.
+  double itemsRun = 0;
+  double latenessCount = 0;
+  for (const Sample& s : samples) {
+    EXPECT_EQ(s.labels.at("pool"), "api \"v2\"\\x\n");
+    if (s.name == "weft_pool_items_run_total") itemsRun += s.value;
+    if (s.name == "weft_pool_timer_lateness_seconds_count") latenessCount += s.value;
+  }
+  EXPECT_EQ(itemsRun, static_cast<double>(m.total.itemsRun));
+  EXPECT_EQ(latenessCount, 10.0);
+}
+
+TEST(PoolMetricsTest, PrometheusTextOfSeveralPools) {
+  ThreadPool a(1, "a");
+  ThreadPool b(2, "b");
+  const std::string text = toPrometheusText(std::vector<PoolMetrics>{a.metrics(), b.metrics()},
+                                            std::vector<std::string>{"a", "b"});
+  std::map<std::string, std::string> types;
+  std::vector<Sample> samples;
+  parsePrometheus(text, types, samples);
+  ASSERT_FALSE(HasFailure()) << text;
+  checkHistograms(samples, types);
+  std::set<std::string> workersOf[2];
+  for (const Sample& s : samples) {
+    if (s.name != "weft_pool_items_run_total") continue;
+    workersOf[s.labels.at("pool") == "a" ? 0 : 1].insert(s.labels.at("worker"));
+  }
+  EXPECT_EQ(workersOf[0], (std::set<std::string>{"0"}));
+  EXPECT_EQ(workersOf[1], (std::set<std::string>{"0", "1"}));
+  EXPECT_THROW(toPrometheusText(std::vector<PoolMetrics>{a.metrics()}, std::vector<std::string>{}),
+               std::invalid_argument);
+}
+
+// Read in a loop beside heavy churn (items, steals, timers): the counters never go back,
+// and (under TSan) no read races with the workers' writes.
+TEST(PoolMetricsTest, ReadWhileThePoolChurns) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.ReadWhileThePoolChurns");
+  ThreadPool pool(2, "churn");
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> reads{0};
+  std::thread reader([&] {
+    std::vector<std::uint64_t> last(pool.threadCount(), 0);
+    std::uint64_t lastFired = 0;
+    while (!stop.load()) {
+      const PoolMetrics m = pool.metrics();
+      for (std::size_t i = 0; i < m.workers.size(); ++i) {
+        EXPECT_GE(m.workers[i].itemsRun, last[i]);
+        last[i] = m.workers[i].itemsRun;
+      }
+      EXPECT_GE(m.total.timersFired, lastFired);
+      lastFired = m.total.timersFired;
+      (void)toPrometheusText(m, "churn");
+      reads.fetch_add(1);
+    }
+  });
+  constexpr int kRounds = 200;
+  constexpr int kFanOut = 50;
+  std::atomic<int> ran{0};
+  std::atomic<int> fired{0};
+  std::atomic<int> shutDown{0};
+  std::vector<CountingTimer> timers(kRounds);
+  for (int round = 0; round < kRounds; ++round) {
+    runOnWorker(pool, [&, round] {
+      CountingTimer& t = timers[static_cast<std::size_t>(round)];
+      t.fired = &fired;
+      t.shutDownFires = &shutDown;
+      t.deadline = Clock::now();
+      pool.scheduleTimer(t);
+      for (int i = 0; i < kFanOut; ++i) {
+        pool.schedule([&] {
+          pool.schedule([&] { ran.fetch_add(1); });
+        });
+      }
+    });
+  }
+  test::waitUntil([&] { return ran.load() == kRounds * kFanOut && fired.load() == kRounds; });
+  // At least one read overlapped the churn's end (the reader runs until told to stop).
+  test::waitUntil([&] { return reads.load() >= 2; });
+  stop.store(true);
+  reader.join();
+  const PoolMetrics m = pool.metrics();
+  // Each round: the round's item, its kFanOut items and their kFanOut children, its timer.
+  EXPECT_EQ(m.total.itemsRun, static_cast<std::uint64_t>(kRounds * (1 + 2 * kFanOut + 1)));
+  EXPECT_EQ(m.total.timersFired, static_cast<std::uint64_t>(kRounds));
+}
+
+}  // namespace
+}  // namespace weft
