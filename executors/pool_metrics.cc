@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "weft/executors/detail/stall_watchdog.h"
 #include "weft/executors/detail/thread_pool_worker.h"
 #include "weft/executors/detail/worker_counters.h"
 #include "weft/executors/thread_pool.h"
@@ -115,6 +116,10 @@ PoolMetrics ThreadPool::metrics() const {
   if (BlockingGaugesReader read = gBlockingGauges.load(std::memory_order_acquire)) {
     read(m.blockingThreads, m.blockingQueued);
   }
+  if (watchdog_ != nullptr) {
+    m.stalls = watchdog_->workerReports();
+    m.wholePoolStalls = watchdog_->poolReports();
+  }
   return m;
 }
 
@@ -210,6 +215,12 @@ class Exposition {
                 "Worker timers the timer thread gave to other workers, their own being busy.",
                 [](const PoolMetrics& p) { return p.timersTakenFromBusyWorkers; });
     latenessHistogram();
+    poolCounter("weft_pool_stalls_total",
+                "Stall reports: a worker ran one item for longer than the pool's stallThreshold.",
+                [](const PoolMetrics& p) { return p.stalls; });
+    poolCounter("weft_pool_whole_pool_stalls_total",
+                "Stall reports of the whole pool: every worker stalled at once.",
+                [](const PoolMetrics& p) { return p.wholePoolStalls; });
     poolGauge("weft_pool_blocking_threads",
               "Threads of the process's default blocking pool (weft::blocking).",
               [](const PoolMetrics& p) { return p.blockingThreads; });

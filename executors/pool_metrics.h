@@ -110,6 +110,10 @@ struct PoolMetrics {
   // (or does not link weft::io).
   std::uint64_t blockingThreads = 0;
   std::uint64_t blockingQueued = 0;
+  // Stall reports made (ThreadPoolOptions::stallThreshold): of single workers, and of the
+  // whole pool (every worker stalled at once). 0 while the detector is off.
+  std::uint64_t stalls = 0;
+  std::uint64_t wholePoolStalls = 0;
 };
 
 // The Prometheus text exposition format (version 0.0.4) of `metrics`: every metric with

@@ -20,6 +20,8 @@
 #include <utility>
 
 #include "weft/executors/detail/io_loop_base.h"
+#include "weft/executors/detail/stall_capture.h"
+#include "weft/executors/detail/stall_watchdog.h"
 #include "weft/executors/detail/thread_pool_worker.h"
 #include "weft/executors/detail/timer_heap.h"
 #include "weft/executors/detail/work_stealing_queue.h"
@@ -275,8 +277,19 @@ std::string checkedName(std::string name) {
 
 }  // namespace
 
+namespace {
+
+ThreadPoolOptions optionsFor(std::size_t threads, std::string name) {
+  ThreadPoolOptions options;
+  options.threads = threads;
+  options.name = std::move(name);
+  return options;
+}
+
+}  // namespace
+
 ThreadPool::ThreadPool(std::size_t threads, std::string name)
-    : ThreadPool(ThreadPoolOptions{threads, std::move(name), IoBackendChoice::kAuto}) {}
+    : ThreadPool(optionsFor(threads, std::move(name))) {}
 
 ThreadPool::ThreadPool(ThreadPoolOptions options)
     : Executor(checkedName(std::move(options.name))),
@@ -284,6 +297,9 @@ ThreadPool::ThreadPool(ThreadPoolOptions options)
       ioBackend_(IoLoop::resolveBackend(options.ioBackend)),
       timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this,
               &ThreadPool::pollWorkerTimers) {
+  if (options.stallThreshold < std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("weft: ThreadPool: a negative stallThreshold");
+  }
   const std::size_t threads = effectiveThreads(options.threads);
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
@@ -294,6 +310,15 @@ ThreadPool::ThreadPool(ThreadPoolOptions options)
     for (auto& worker : workers_) {
       Worker* w = worker.get();
       w->thread = std::thread([this, w] { workerMain(*w); });
+    }
+    if (options.stallThreshold > std::chrono::milliseconds::zero()) {
+      std::vector<Worker*> workers;
+      for (auto& worker : workers_) workers.push_back(worker.get());
+      watchdog_ = std::make_unique<detail::StallWatchdog>(
+          detail::StallWatchdog::Options{std::string(this->name()), options.stallThreshold,
+                                         std::move(options.onStall), options.stallSignal},
+          std::move(workers), solo_ ? &soloRun_ : nullptr);
+      watchdog_->start();
     }
   } catch (...) {
     abandonStart();
@@ -711,6 +736,7 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
 
 void ThreadPool::workerMain(Worker& self) {
   tlWorker = &self;
+  detail::bindStallCapture(&self.capture);
   if (solo_) soloRun_.bind();
 #if defined(__linux__)
   {
@@ -751,6 +777,13 @@ void ThreadPool::workerMain(Worker& self) {
       if (item.empty()) break;  // the pool is closed
       if (item.bits() == kLookAgain.bits()) continue;
     }
+    // For stall reports: the function the item enters, read while its frame or job is
+    // certainly alive (a coroutine frame's first word is its resume function, in the
+    // layout g++ and clang++ share). Then the progress count.
+    self.counters.itemEntry.store(
+        item.isJob() ? reinterpret_cast<std::uintptr_t>(item.job()->complete) | detail::kJobEntry
+                     : *static_cast<const std::uintptr_t*>(item.handle().address()),
+        std::memory_order_relaxed);  // relaxed: a diagnostic, read by the stall watchdog
     detail::bump(self.counters.itemsRun);
     try {
       item.run();
@@ -760,6 +793,12 @@ void ThreadPool::workerMain(Worker& self) {
   }
   IoLoop::setCurrentFactory(nullptr, nullptr);
   self.loop.reset();  // nothing in flight: the pool closed with every worker parked idle
+  {
+    // From now on the stall watchdog signals this thread no more (see ThreadPoolWorker).
+    std::lock_guard<std::mutex> lock(self.signalMutex);
+    self.exited = true;
+  }
+  detail::bindStallCapture(nullptr);
   tlWorker = nullptr;
   ThreadRunQueue::unbind();
 }
@@ -833,6 +872,10 @@ bool ThreadPool::leaveIdle(Worker& self, bool tookWork, bool slept) noexcept {
 }
 
 detail::WorkItem ThreadPool::findWork(Worker& self) {
+  // Out of work: idle until the progress count moves (the stall watchdog's test). Relaxed:
+  // a diagnostic; the watchdog needs two looks to call a worker stalled.
+  self.counters.idleAt.store(detail::progressOf(self, solo_ ? &soloRun_ : nullptr),
+                             std::memory_order_relaxed);
   // seq_cst: ordered before this worker's sweeps (rule 1 relies on it).
   searching_.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
@@ -1005,6 +1048,14 @@ void ThreadPool::closeIfQuiescentLocked() noexcept {
 }
 
 void ThreadPool::shutdown() {
+  if (watchdog_ != nullptr && watchdog_->onWatchdogThread()) {
+    std::fprintf(stderr,
+                 "weft: ThreadPool '%.*s': shutdown() or the destructor was called from the "
+                 "pool's onStall callback (its stall thread), which shutdown() stops and waits "
+                 "for. Call it from another thread.\n",
+                 static_cast<int>(name().size()), name().data());
+    std::abort();
+  }
   if (currentThreadInExecutor()) {
     std::fprintf(stderr,
                  "weft: ThreadPool '%.*s': shutdown() or the destructor was called from one "
@@ -1037,6 +1088,8 @@ void ThreadPool::shutdown() {
   // (pushOutside): the pool must outlive that. A few instructions at most; spun.
   // Acquire: pairs with pushOutside's release decrement.
   while (wakesInFlight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // After the joins, so that a worker stalled while the pool drains is still reported.
+  if (watchdog_ != nullptr) watchdog_->stop();
   joined_ = true;
 }
 
@@ -1089,6 +1142,7 @@ void ThreadPool::abandonStart() noexcept {
   for (auto& worker : workers_) {
     if (worker->thread.joinable()) worker->thread.join();
   }
+  if (watchdog_ != nullptr) watchdog_->stop();
   std::lock_guard<std::mutex> shutdownLock(shutdownMutex_);
   joined_ = true;
 }

@@ -1,9 +1,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,12 +18,14 @@
 #include "weft/executors/detail/worker_counters.h"
 #include "weft/executors/io_loop.h"
 #include "weft/executors/pool_metrics.h"
+#include "weft/executors/stall_report.h"
 #include "weft/executors/thread_run_queue.h"
 
 namespace weft {
 
 namespace detail {
 struct ThreadPoolWorker;
+class StallWatchdog;
 }  // namespace detail
 
 // How to build a ThreadPool (the constructor taking a thread count and a name covers the
@@ -35,6 +39,31 @@ struct ThreadPoolOptions {
   // The workers' event loops: io_uring, epoll, or kAuto (WEFT_IO_BACKEND if set, else
   // epoll; see IoLoop::resolveBackend).
   IoBackendChoice ioBackend = IoBackendChoice::kAuto;
+
+  // The stall detector: a worker that has been running one item (a coroutine between two
+  // suspensions, a callable, an I/O completion's resumption) for at least this long is
+  // reported to onStall, once per stall, with its native backtrace and the function its
+  // item entered; so is a pool whose every worker is stalled at once (StallReport;
+  // docs/debugging.md, "In production"). The pool then has one more thread,
+  // "<name>-stall", which wakes every stallThreshold/2 and reads counters the workers
+  // keep anyway (no cost on them beyond the metrics'); a worker is signalled only when it
+  // is stalled. 0 turns the detector off (no thread).
+  // Precondition: >= 0 (else the constructor throws std::invalid_argument).
+  std::chrono::milliseconds stallThreshold{100};
+  // Receives each StallReport, on the pool's stall thread (so a slow callback delays the
+  // next look, and it must not shut the pool down: weft prints a message and aborts). An
+  // exception it throws is reported on stderr and dropped. Empty (the default): the
+  // report's toString() goes to stderr, a "weft: ..." line and its details.
+  std::function<void(const StallReport&)> onStall{};
+  // The real-time signal that takes a stalled worker's native backtrace (its handler runs
+  // on the worker, async-signal-safe, and is installed once per process; SA_RESTART): 0
+  // (the default) for SIGRTMAX - 3, a negative value for none (reports then have no
+  // native backtrace). A signal the program has a handler of its own for is never taken
+  // over: the reports say so instead. A worker is sent one signal per stall; if it is
+  // blocked in a system call that a signal interrupts even with SA_RESTART (poll,
+  // epoll_wait, nanosleep, a futex wait...), that call returns EINTR, as it would for
+  // any signal.
+  int stallSignal = 0;
 };
 
 // ThreadPool: a work-stealing pool of worker threads; the default executor for Task.
@@ -85,11 +114,12 @@ struct ThreadPoolOptions {
 //    destructor waits for such a call to be done with the pool.
 //
 // Preconditions: shutdown() and the destructor must not run on one of the pool's own
-// worker threads (it would wait for itself): weft prints a message naming the pool and
-// aborts. A scheduled coroutine handle must be non-null and suspended.
+// worker threads, nor in its onStall callback (it would wait for itself): weft prints a
+// message naming the pool and aborts. A scheduled coroutine handle must be non-null and suspended.
 //
 // Errors: the constructor throws std::system_error if a thread cannot be started, and
-// std::invalid_argument for a name with a NUL byte (it names the threads, a C string).
+// std::invalid_argument for a name with a NUL byte (it names the threads, a C string) or a
+// negative stallThreshold.
 // schedule() throws ExecutorShutDown after shutdown (a refused callable is destroyed
 // without running), std::bad_alloc if a queue cannot grow. A callable that throws is
 // reported with the pool's name and the process aborts (detail::reportEscapedException).
@@ -154,7 +184,8 @@ class ThreadPool final : public Executor {
   // A snapshot of the pool's runtime metrics: per worker and in total, items run, steals,
   // parks and wake-ups, queue lengths, I/O operations by opcode, timers armed, fired and
   // cancelled with a histogram of their lateness, and the blocking pool's gauges
-  // (executors/pool_metrics.h defines each; toPrometheusText formats them). Cheap: relaxed
+  // (executors/pool_metrics.h defines each; toPrometheusText formats them), and the stall
+  // reports made so far. Cheap: relaxed
   // loads of counters the workers keep without locks or read-modify-writes, no lock
   // taken (except the blocking pool's, once), so it may be called often, from any thread,
   // while the pool runs or after it has shut down. Each value is read on its own (see
@@ -336,6 +367,10 @@ class ThreadPool final : public Executor {
   // Timers cancelled while they waited on the due list (PoolMetrics::timerThreadCancelled).
   // Written under injectionMutex_ (one writer at a time: detail::bump).
   detail::Counter dueCancelled_{0};
+
+  // The stall detector (ThreadPoolOptions::stallThreshold), or null when it is off.
+  // Started once the workers run; stopped by shutdown() after they have been joined.
+  std::unique_ptr<detail::StallWatchdog> watchdog_;
 
   // Last: its thread calls deliverTimer and pollWorkerTimers, which use the members above.
   // (It is stopped by shutdown(), before any of them is destroyed.)

@@ -80,12 +80,15 @@ class IoLoopBase : public IoLoop {
   virtual void cancelLocal(IoOperation& op) noexcept = 0;
 
   // Counts a submission of `opcode`, and its completion when it completed at once (the
-  // loops' submit: `return counted(op.opcode, start(op))`). noexcept: two relaxed bumps at
-  // most (the loop's thread is the counters' only writer).
+  // loops' submit: `return counted(op.opcode, start(op))`). noexcept: three relaxed bumps
+  // at most (the loop's thread is the counters' only writer).
   bool counted(IoOpcode opcode, bool completedAtOnce) noexcept {
     const auto index = static_cast<std::size_t>(opcode);
     bump(counters_->submitted[index]);
-    if (completedAtOnce) bump(counters_->completed[index]);
+    if (completedAtOnce) {
+      bump(counters_->completed[index]);
+      bump(counters_->completedAll);
+    }
     return completedAtOnce;
   }
 

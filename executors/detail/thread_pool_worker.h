@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "weft/executors/detail/stall_capture.h"
 #include "weft/executors/detail/timer_heap.h"
 #include "weft/executors/detail/work_stealing_queue.h"
 #include "weft/executors/detail/worker_counters.h"
@@ -74,6 +75,14 @@ struct alignas(64) ThreadPoolWorker {
   // What the worker counts for ThreadPool::metrics(), each counter written by the worker
   // alone (its event loop's I/O counts too: the loop runs on the worker's thread).
   WorkerCounters counters;
+
+  // The stall watchdog's native backtrace of this worker (executors/detail/
+  // stall_capture.h), and what keeps it from signalling a thread that has ended: the
+  // watchdog sends the signal under signalMutex, after checking `exited`, which the
+  // worker sets under it before it returns from workerMain.
+  StallCapture capture;
+  std::mutex signalMutex;
+  bool exited = false;  // guarded by signalMutex
 };
 
 }  // namespace weft::detail

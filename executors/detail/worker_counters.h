@@ -39,11 +39,17 @@ inline std::uint64_t read(const Counter& counter) noexcept {
   return counter.load(std::memory_order_relaxed);
 }
 
+// WorkerCounters::itemEntry's mark of a job's function (a code address never has its top
+// bit set in user space on x86-64 and aarch64 Linux; function addresses may be odd).
+inline constexpr std::uintptr_t kJobEntry = std::uintptr_t{1} << (sizeof(std::uintptr_t) * 8 - 1);
+
 // The operations an event loop served, by opcode: written by the loop's thread only
 // (IoLoopBase), read by ThreadPool::metrics() from any thread.
 struct IoOpCounters {
   Counter submitted[kIoOpcodeCount] = {};
   Counter completed[kIoOpcodeCount] = {};
+  // The sum of `completed`, in one word: the stall watchdog's progress count reads it.
+  Counter completedAll{0};
 };
 
 // A lateness histogram's counters (LatenessHistogram): written by one thread at a time.
@@ -75,6 +81,11 @@ struct LatenessCounters {
 struct alignas(64) WorkerCounters {
   // Per item (the first line: the only one the hot path writes).
   Counter itemsRun{0};
+  // The function the worker's latest item entered: a coroutine's resume function, or a
+  // job's complete function with kJobEntry set (ThreadPoolOptions::stallThreshold's
+  // reports name it). Recorded before the item runs, while the frame or job it is read
+  // from is alive.
+  std::atomic<std::uintptr_t> itemEntry{0};
   // ThreadPool(1) only: its queue's length as of its latest item, and the longest.
   Counter queueDepth{0};
   Counter queueHighWater{0};
@@ -89,6 +100,11 @@ struct alignas(64) WorkerCounters {
   Counter timersFired{0};
   Counter timersShutDown{0};
   LatenessCounters timerLateness;
+  // The worker's progress count (ThreadPool's stall watchdog: items run, I/O completions
+  // run, and on ThreadPool(1) the items fibers took) as of the moment it last ran out of
+  // work: while the count still equals it, the worker is idle, not stalled. Stored when
+  // it starts to look for work (findWork).
+  Counter idleAt{~std::uint64_t{0}};
 
   // Written by the worker's event loop, on the worker's thread (IoLoopBase::countInto).
   alignas(64) IoOpCounters io;

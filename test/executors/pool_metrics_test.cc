@@ -28,6 +28,7 @@
 #include "weft/executors/io_loop.h"
 #include "weft/executors/pool_metrics.h"
 #include "weft/executors/thread_pool.h"
+#include "weft/io/blocking.h"
 
 namespace weft {
 namespace {
@@ -258,6 +259,29 @@ TEST(PoolMetricsTest, CountsTimersOfTheTimerThread) {
   EXPECT_EQ(m.total.timersArmed, static_cast<std::uint64_t>(kFiring + kCancelled));
   EXPECT_EQ(m.total.timersCancelled, static_cast<std::uint64_t>(kCancelled));
   for (const WorkerMetrics& w : m.workers) EXPECT_EQ(w.timersArmed, 0u);
+}
+
+TEST(PoolMetricsTest, ReportsTheDefaultBlockingPool) {
+  test::Watchdog watchdog(kLimit, "PoolMetricsTest.ReportsTheDefaultBlockingPool");
+  ThreadPool pool(1);
+  std::atomic<bool> inside{false};
+  std::atomic<bool> release{false};
+  std::thread caller([&] {
+    syncAwait(
+        [&]() -> Lazy<> {
+          co_await blocking([&] {
+            inside.store(true);
+            test::waitUntil([&] { return release.load(); });
+          });
+        }(),
+        &pool);
+  });
+  test::waitUntil([&] { return inside.load(); });
+  const PoolMetrics m = pool.metrics();
+  release.store(true);
+  caller.join();
+  EXPECT_GE(m.blockingThreads, 1u);  // the one running the call, at least
+  EXPECT_EQ(m.blockingQueued, 0u);   // it was taken, not queued
 }
 
 TEST(PoolMetricsTest, LatenessBuckets) {
