@@ -50,6 +50,29 @@ void setBlockingGaugesReader(BlockingGaugesReader read) noexcept {
   gBlockingGauges.store(read, std::memory_order_release);
 }
 
+std::uint64_t ThreadPool::itemsRunBy(std::size_t index) const noexcept {
+  const Worker& worker = *workers_[index];
+  std::uint64_t popped;
+  if (solo_) {
+    popped = soloRun_.takenCount();  // by the worker, and by fibers on its thread
+  } else {
+    // Acquire: every steal this head includes was counted by its thief before its claim
+    // (WorkStealingQueue::stealHalfInto), so the sum below covers them (and may cover a
+    // steal under way that has not claimed yet: then the count lags for a moment).
+    const std::uint64_t head = worker.queue.taken(std::memory_order_acquire);
+    std::uint64_t stolen = 0;
+    for (const auto& thief : workers_) stolen += detail::read(thief->stolenFrom[index]);
+    popped = head > stolen ? head - stolen : 0;
+  }
+  const std::uint64_t count = popped + detail::read(worker.counters.itemsTaken);
+  // Never less than a reader reported before (see Worker::reportedItemsRun).
+  std::uint64_t reported = worker.reportedItemsRun.load(std::memory_order_relaxed);
+  while (count > reported &&
+         !worker.reportedItemsRun.compare_exchange_weak(reported, count, std::memory_order_relaxed)) {
+  }
+  return std::max(count, reported);
+}
+
 PoolMetrics ThreadPool::metrics() const {
   PoolMetrics m;
   m.name = std::string(name());
@@ -60,11 +83,10 @@ PoolMetrics ThreadPool::metrics() const {
     const Worker& worker = *workers_[i];
     const detail::WorkerCounters& c = worker.counters;
     WorkerMetrics& w = m.workers[i];
-    w.itemsRun = detail::read(c.itemsRun);
+    w.itemsRun = itemsRunBy(i);
     if (solo_) {
-      w.itemsRun += soloRun_.takenCount();  // the items fibers took from its queue
-      w.queueDepth = detail::read(c.queueDepth);
-      w.queueHighWater = detail::read(c.queueHighWater);
+      w.queueDepth = soloRun_.sizeAnyThread();
+      w.queueHighWater = soloRun_.highWater();
     } else {
       w.queueDepth = worker.queue.sizeHint();
       w.queueHighWater = worker.queue.highWater();

@@ -20,12 +20,6 @@ std::string StallReport::toString() const {
            ") has been running one item for " + std::to_string(stalledFor.count()) +
            " ms (a stall: reported once)\n";
   }
-  if (itemFunction != nullptr) {
-    char address[32];
-    std::snprintf(address, sizeof address, "%p", itemFunction);
-    out += std::string("  item: ") + (itemIsCoroutine ? "coroutine " : "function ") +
-           (itemFunctionName.empty() ? std::string(address) : itemFunctionName) + "\n";
-  }
   if (!nativeFrames.empty()) {
     out += "  native backtrace (innermost first):\n";
     for (std::size_t i = 0; i < nativeFrames.size(); ++i) {

@@ -40,13 +40,12 @@ struct StallReport {
   // The worker's progress count (items run, I/O completions run) it is stuck at.
   std::uint64_t progress = 0;
 
-  // The item: the function it entered (a coroutine's resume function, which the
-  // symbolizer names after the coroutine, or the callable's job function), and that name
-  // (empty when unknown). It is the coroutine the item resumed, which may since have
-  // awaited others (the native backtrace shows where the worker is now).
-  const void* itemFunction = nullptr;
-  std::string itemFunctionName;
-  bool itemIsCoroutine = false;
+  // Not here: the item's coroutine by name, and the async chain of its awaiters. Finding
+  // them would cost every item a store (the coroutine it resumes), and the frames they
+  // lead to may be freed while the watchdog reads them (a coroutine the item resumed may
+  // have finished, its awaiter going on in the same item). The native backtrace names
+  // the coroutines on the worker's stack (a coroutine's body is a function the
+  // symbolizer names after it); gdb's `weft bt` on a core file shows the chains.
 
   // The worker thread's native stack when the watchdog looked (innermost first): return
   // addresses and their function names (an unknown one is "??"). Empty, with the reason
@@ -63,9 +62,9 @@ struct StallReport {
   //
   // Example:
   //   weft: ThreadPool 'api': worker 1 (thread api-1) has been running one item for 312 ms
-  //     item: coroutine handle(Request)
   //     native backtrace (innermost first):
   //       #0 parse(std::string_view)
+  //       #1 handle(Request)
   std::string toString() const;
 };
 

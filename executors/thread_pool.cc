@@ -150,17 +150,21 @@
 // closing check: it counts itself under the injection lock while its hold still keeps
 // the pool open. Workers and the timer thread need none of this: shutdown() joins them.
 //
-// Metrics (executors/pool_metrics.h, read by metrics() in pool_metrics.cc). Every counter
-// has one writer at a time and is bumped with a relaxed load and store, never a
-// read-modify-write (executors/detail/worker_counters.h): a worker's own counters
-// (Worker::counters: items, steals, parks, wake-ups, timers it armed and fired, its
-// loop's I/O), and the few written under a mutex by whichever thread holds it (the
-// cancellations of a worker's timers under its timerMutex, those of the due list under
-// injectionMutex_, the timer thread's in TimerQueue). The per-item cost is one counter
-// (plus, on ThreadPool(1), the queue-length gauges); the rest is on paths that lock,
-// make a system call or read the clock anyway. Timer lateness is measured where the
-// clock is read already: a worker's own timer in takeOwnTimer, a due timer in
-// takeDueTimer (which locks the due list; the clock read there is the only one added).
+// Metrics (executors/pool_metrics.h, read by metrics() in pool_metrics.cc). Nothing is
+// written per item or per push: the items a worker pops from its own queue are counted
+// by the queue's head index (which the pop moves anyway), minus what thieves took from it
+// (each thief counts what it takes from each victim), and the queues keep their
+// high-water marks where they compare with their capacity anyway (detail::RingBuffer,
+// WorkStealingQueue::reserve). Every other counter has one writer at a time and is bumped
+// with a relaxed load and store, never a read-modify-write (executors/detail/
+// worker_counters.h), on a path that locks, steals, makes a system call or reads the
+// clock anyway: a worker's own counters (Worker::counters: the items it takes from
+// elsewhere, steals, parks, wake-ups, timers it armed and fired, its loop's I/O), and the
+// few written under a mutex by whichever thread holds it (the cancellations of a
+// worker's timers under its timerMutex, those of the due list under injectionMutex_, the
+// timer thread's in TimerQueue). Timer lateness is measured where the clock is read
+// already: a worker's own timer in takeOwnTimer, a due timer in takeDueTimer (which locks
+// the due list; the clock read there is the only one added).
 
 namespace weft {
 
@@ -304,6 +308,7 @@ ThreadPool::ThreadPool(ThreadPoolOptions options)
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i));
+    workers_.back()->stolenFrom = std::make_unique<detail::Counter[]>(threads);
   }
   idle_.reserve(threads);
   try {
@@ -562,6 +567,7 @@ detail::WorkItem ThreadPool::takeOwnTimer(Worker& self, bool cheapClock) noexcep
   self.timers.pop();  // one at a time (see "Timers")
   publishEarliestLocked(self);
   lock.unlock();
+  detail::bump(self.counters.itemsTaken);
   detail::bump(self.counters.timersFired);
   self.counters.timerLateness.record(now - first->deadline.time_since_epoch().count());
   return detail::WorkItem::fromJob(first);
@@ -600,6 +606,7 @@ detail::WorkItem ThreadPool::takeDueTimer(Worker& self) noexcept {
     timerDueSize_.store(--timerDueCount_, std::memory_order_seq_cst);
   }
   // The entry is ours to run: nobody else reads or frees it before its fire function.
+  detail::bump(self.counters.itemsTaken);
   if (timer->shutDown) {
     detail::bump(self.counters.timersShutDown);
   } else {
@@ -635,15 +642,7 @@ void ThreadPool::pushShared(Worker& self, detail::WorkItem item) {
 
 inline detail::WorkItem ThreadPool::popLocal(Worker& self) noexcept {
   // noexcept: both pops are noexcept.
-  if (solo_) {
-    if (soloRun_.empty()) return {};
-    // The queue's gauges (a plain ring: other threads cannot read its length), as of this
-    // item. The shared queues' are read from the queue itself (metrics()).
-    const std::uint64_t depth = soloRun_.size();
-    detail::raise(self.counters.queueHighWater, depth);
-    self.counters.queueDepth.store(depth - 1, std::memory_order_relaxed);  // after the pop
-    return soloRun_.pop();
-  }
+  if (solo_) return soloRun_.tryPop();
   return self.queue.pop();
 }
 
@@ -731,6 +730,7 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
   if (returnFirst && first.empty()) first = injection_.pop();
   // seq_cst: keeps every injectionSize_ store in the total order S.
   injectionSize_.store(injection_.size(), std::memory_order_seq_cst);
+  if (returnFirst) detail::bump(self.counters.itemsTaken);  // not through its queue
   return first;
 }
 
@@ -777,14 +777,6 @@ void ThreadPool::workerMain(Worker& self) {
       if (item.empty()) break;  // the pool is closed
       if (item.bits() == kLookAgain.bits()) continue;
     }
-    // For stall reports: the function the item enters, read while its frame or job is
-    // certainly alive (a coroutine frame's first word is its resume function, in the
-    // layout g++ and clang++ share). Then the progress count.
-    self.counters.itemEntry.store(
-        item.isJob() ? reinterpret_cast<std::uintptr_t>(item.job()->complete) | detail::kJobEntry
-                     : *static_cast<const std::uintptr_t*>(item.handle().address()),
-        std::memory_order_relaxed);  // relaxed: a diagnostic, read by the stall watchdog
-    detail::bump(self.counters.itemsRun);
     try {
       item.run();
     } catch (...) {
@@ -816,10 +808,12 @@ detail::WorkItem ThreadPool::searchOnce(Worker& self) {
       Worker& victim = *workers_[(start + i) % n];
       if (&victim == &self) continue;
       std::uint64_t stolen = 0;
-      detail::WorkItem item = victim.queue.stealHalfInto(self.queue, &stolen);
+      detail::WorkItem item =
+          victim.queue.stealHalfInto(self.queue, &stolen, &self.stolenFrom[victim.index]);
       if (!item.empty()) {
         detail::bump(self.counters.steals);
         detail::bump(self.counters.stolenItems, stolen);
+        detail::bump(self.counters.itemsTaken);  // the first, returned; the rest are queued
         return item;
       }
     }

@@ -307,6 +307,9 @@ class ThreadPool final : public Executor {
   void closeIfQuiescentLocked() noexcept;
   // Constructor failure: stops and joins the workers started so far.
   void abandonStart() noexcept;
+  // metrics(): the items worker `index` has run (pool_metrics.cc). noexcept: loads, and a
+  // compare-exchange that keeps the count from going back between snapshots.
+  std::uint64_t itemsRunBy(std::size_t index) const noexcept;
 
   // ThreadPool(1): nobody steals, so the worker's queue needs no atomics (see .cc).
   const bool solo_;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -66,16 +67,21 @@ class ThreadRunQueue {
   std::size_t size() const noexcept { return items_.size(); }
   // Precondition: !empty(). noexcept: a ring pop.
   WorkItem pop() noexcept { return items_.pop(); }
+  // The next item, or an empty one when there is none. noexcept: a ring pop.
+  [[gnu::always_inline]] WorkItem tryPop() noexcept {
+    WorkItem item;
+    return items_.tryPop(item) ? item : WorkItem();
+  }
   // Throw std::bad_alloc if the ring cannot grow (nothing queued then).
   void push(WorkItem item) { items_.push(item); }
   void reserveFor(std::size_t count) { items_.reserveFor(count); }
-  // How many items code on the thread took with exchangeNextIf, and with takeNextIf and
-  // kept (countTaken): items the executor's loop did not run itself, which its metrics
-  // count as run. Any thread. noexcept: a relaxed load.
-  std::uint64_t takenCount() const noexcept {
-    // Relaxed: a statistic, written by the owning thread only.
-    return taken_.load(std::memory_order_relaxed);
-  }
+  // Statistics, read by any thread (relaxed: values of some recent instant), at no cost to
+  // the queue's operations (detail::RingBuffer): the items taken from the queue so far,
+  // by the executor or by code on the thread (takeNextIf, exchangeNextIf; minus those put
+  // back), the items in it, and the most it has held. noexcept: loads.
+  std::uint64_t takenCount() const noexcept { return items_.taken(); }
+  std::size_t sizeAnyThread() const noexcept { return items_.sizeAnyThread(); }
+  std::size_t highWater() const noexcept { return items_.highWater(); }
 
   // --- for code on the owning thread ---------------------------------------------------
   // executor()->schedule(h) done inline: on the owning thread, with no outside work
@@ -103,14 +109,6 @@ class ThreadRunQueue {
     if (next.isJob() || !accept(next)) return {};
     items_.pop();
     return next;
-  }
-
-  // An item taken with takeNextIf is kept (not put back): counts it in takenCount(). Call
-  // it once per such item, after the last point where it could be put back. On the
-  // owning thread. noexcept: a relaxed load and store, no read-modify-write (the owning
-  // thread is the only writer: executors/detail/worker_counters.h's cost rule).
-  [[gnu::always_inline]] void countTaken() noexcept {
-    taken_.store(taken_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
   // Puts `item`, just taken by takeNextIf, back at the front: it runs next, as if it had
@@ -143,7 +141,6 @@ class ThreadRunQueue {
     const WorkItem next = items_.front();
     if (next.isJob() || !accept(next)) return {};
     items_.rotate(requeue);  // next out, requeue in
-    countTaken();
     return next;
   }
 
@@ -154,7 +151,6 @@ class ThreadRunQueue {
   const std::atomic<std::size_t>& runsFirst_;
   const std::atomic<std::size_t>& arrivesFirst_;
   detail::RingBuffer<WorkItem> items_;
-  std::atomic<std::uint64_t> taken_{0};  // takenCount(); written by the owning thread
 };
 
 // executor->schedule(item.handle()), pushed straight into the calling thread's

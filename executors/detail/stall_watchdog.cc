@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "weft/executors/detail/symbolizer.h"
-#include "weft/executors/work_item.h"
 
 namespace weft::detail {
 
@@ -140,15 +139,7 @@ StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bo
   report.thread = threadName(options_.pool, index);
   report.stalledFor = std::chrono::duration_cast<std::chrono::milliseconds>(now - view.since);
   report.progress = view.progress;
-  // Relaxed: a diagnostic. The worker stored it, then bumped its count, before the item
-  // it still runs; a stall seen over two looks means it has stayed the same since.
-  const std::uintptr_t entry = worker.counters.itemEntry.load(std::memory_order_relaxed);
-  report.itemIsCoroutine = (entry & kJobEntry) == 0;
-  report.itemFunction = reinterpret_cast<const void*>(entry & ~kJobEntry);
-
   std::vector<const void*> addresses;
-  if (report.itemFunction != nullptr) addresses.push_back(report.itemFunction);
-  std::size_t firstFrame = addresses.size();
   if (native && nativeOff_.empty()) {
     const int signal = options_.signal == 0 ? defaultStallSignal() : options_.signal;
     const char* whyNot = nullptr;
@@ -192,8 +183,7 @@ StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bo
   }
   if (!addresses.empty()) {
     std::vector<SymbolInfo> names = symbolize(addresses, /*sourceLines=*/false);
-    if (report.itemFunction != nullptr) report.itemFunctionName = names[0].function;
-    for (std::size_t i = firstFrame; i < names.size(); ++i) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
       report.nativeFunctions.push_back(names[i].function.empty() ? "??" : names[i].function);
     }
   }

@@ -17,14 +17,16 @@
 
 namespace weft::detail {
 
-// A worker's progress count: what it has run (items, I/O completions, and on
-// ThreadPool(1) the items fibers took from its queue). It moves whenever the worker
-// starts something new; the watchdog below, and the worker when it runs out of work
+// A worker's progress count: it moves whenever the worker starts something new, an item
+// from its queue (the queue's head index: on ThreadPool(1) also the items fibers took
+// from it; on a larger pool also the items thieves took, which only delays a report until
+// a stalled worker's queue is empty) or from elsewhere (itemsTaken), or an I/O
+// completion. The watchdog below, and the worker when it runs out of work
 // (WorkerCounters::idleAt), read it the same way. `solo`: ThreadPool(1)'s queue, else
 // nullptr. noexcept: relaxed loads.
 inline std::uint64_t progressOf(const ThreadPoolWorker& worker, const ThreadRunQueue* solo) noexcept {
-  return read(worker.counters.itemsRun) + read(worker.counters.io.completedAll) +
-         (solo != nullptr ? solo->takenCount() : 0);
+  return (solo != nullptr ? solo->takenCount() : worker.queue.taken()) +
+         read(worker.counters.itemsTaken) + read(worker.counters.io.completedAll);
 }
 
 // ThreadPool's stall detector (ThreadPoolOptions::stallThreshold): a thread of the pool's

@@ -75,6 +75,15 @@ struct alignas(64) ThreadPoolWorker {
   // What the worker counts for ThreadPool::metrics(), each counter written by the worker
   // alone (its event loop's I/O counts too: the loop runs on the worker's thread).
   WorkerCounters counters;
+  // Per other worker (by index): the items this worker stole from that one's queue,
+  // written by this worker alone (counted before each steal's claim: see
+  // WorkStealingQueue::stealHalfInto). metrics() subtracts them from the victim's head
+  // index to count the items the victim popped itself. Set up before the threads start.
+  std::unique_ptr<Counter[]> stolenFrom;
+  // The items-run count metrics() last reported for this worker: a snapshot's count may
+  // lag (a steal counted before its claim), and readers never report less than a reader
+  // did before (raised with a compare-exchange by readers only).
+  mutable Counter reportedItemsRun{0};
 
   // The stall watchdog's native backtrace of this worker (executors/detail/
   // stall_capture.h), and what keeps it from signalling a thread that has ended: the

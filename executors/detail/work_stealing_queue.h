@@ -130,9 +130,12 @@ class WorkStealingQueue {
   // up, at most kMaxSteal items) of this queue: returns the oldest stolen item and
   // appends the rest, in order, to `dst`. Returns an empty WorkItem if this queue was empty at some
   // instant during the call. With `stolen`, stores there how many items were taken (the
-  // returned one included; untouched when none). Errors: std::bad_alloc if `dst` must grow
-  // and cannot (nothing is stolen).
-  WorkItem stealHalfInto(WorkStealingQueue& dst, std::uint64_t* stolen = nullptr) {
+  // returned one included; untouched when none). With `count`, adds them to that counter
+  // (the calling thread must be its only writer) before it claims them, taking them back
+  // if the claim fails: a thread that sees head() moved past them (acquire) sees them
+  // counted. Errors: std::bad_alloc if `dst` must grow and cannot (nothing is stolen).
+  WorkItem stealHalfInto(WorkStealingQueue& dst, std::uint64_t* stolen = nullptr,
+                         std::atomic<std::uint64_t>* count = nullptr) {
     assert(&dst != this);
     // Acquire: a stale head only makes the CAS fail and retry.
     std::uint64_t head = head_.load(std::memory_order_acquire);
@@ -160,6 +163,8 @@ class WorkStealingQueue {
         dstBuffer->at(dstTail + i - 1)
             .store(buffer->at(head + i).load(std::memory_order_relaxed), std::memory_order_relaxed);
       }
+      // Relaxed: ordered before the claim by its release (acq_rel below).
+      if (count != nullptr) count->store(count->load(std::memory_order_relaxed) + take, std::memory_order_relaxed);
       // acq_rel / acquire: see pop().
       if (head_.compare_exchange_weak(head, head + take, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
@@ -168,6 +173,7 @@ class WorkStealingQueue {
         if (stolen != nullptr) *stolen = take;
         return WorkItem::fromBits(first);
       }
+      if (count != nullptr) count->store(count->load(std::memory_order_relaxed) - take, std::memory_order_relaxed);
     }
   }
 
@@ -190,6 +196,13 @@ class WorkStealingQueue {
   std::uint64_t highWater() const noexcept {
     // Relaxed: a statistic; written by the owner only.
     return highWater_.load(std::memory_order_relaxed);
+  }
+
+  // Any thread. The items taken from the queue since it was made (by pop and by steals:
+  // the head index, which only grows). For metrics: with acquire, a thief's count of the
+  // items it took (stealHalfInto's `count`) is seen for every steal this value includes.
+  std::uint64_t taken(std::memory_order order = std::memory_order_relaxed) const noexcept {
+    return head_.load(order);
   }
 
  private:
@@ -229,11 +242,14 @@ class WorkStealingQueue {
     // makes us grow earlier than necessary.
     const std::uint64_t head = head_.load(std::memory_order_acquire);
     const std::uint64_t live = tail - head;
-    // The high-water mark, from the head just read (no extra load of a shared line).
+    // limit_ is min(capacity, high-water mark): compared where the capacity would be, so
+    // the mark costs nothing until it rises.
+    if (live + n <= limit_) [[likely]] return buffer;
     // Relaxed: only this thread writes it; readers take it as a statistic.
     if (live + n > highWater_.load(std::memory_order_relaxed)) {
       highWater_.store(live + n, std::memory_order_relaxed);
     }
+    limit_ = std::min<std::uint64_t>(buffer->capacity(), highWater_.load(std::memory_order_relaxed));
     if (live + n <= buffer->capacity()) return buffer;
     std::size_t capacity = buffer->capacity() * 2;
     while (capacity < live + n) capacity *= 2;
@@ -244,6 +260,7 @@ class WorkStealingQueue {
     }
     // Release: consumers that load the new buffer (acquire) see the copied slots.
     buffer_.store(grown, std::memory_order_release);
+    limit_ = std::min<std::uint64_t>(grown->capacity(), highWater_.load(std::memory_order_relaxed));
     return grown;
   }
 
@@ -256,6 +273,8 @@ class WorkStealingQueue {
   std::vector<std::unique_ptr<Buffer>> buffers_;
   // The most items the queue held after an append (highWater()); written by the owner.
   std::atomic<std::uint64_t> highWater_{0};
+  // Owner only: min(current capacity, highWater_), the fast path's bound in reserve().
+  std::uint64_t limit_ = 0;
 };
 
 }  // namespace weft::detail

@@ -39,10 +39,6 @@ inline std::uint64_t read(const Counter& counter) noexcept {
   return counter.load(std::memory_order_relaxed);
 }
 
-// WorkerCounters::itemEntry's mark of a job's function (a code address never has its top
-// bit set in user space on x86-64 and aarch64 Linux; function addresses may be odd).
-inline constexpr std::uintptr_t kJobEntry = std::uintptr_t{1} << (sizeof(std::uintptr_t) * 8 - 1);
-
 // The operations an event loop served, by opcode: written by the loop's thread only
 // (IoLoopBase), read by ThreadPool::metrics() from any thread.
 struct IoOpCounters {
@@ -78,21 +74,16 @@ struct LatenessCounters {
 // aligned (the common cache line size), so that none shares a line with another worker's
 // data: a reader's load only ever shares a line the worker owns, and the worker's next
 // store takes it back; no two writers contend for a line.
+//
+// Nothing here is written per item: the items a worker runs from its own queue are
+// counted by the queue's head index, which it moves anyway (executors/pool_metrics.cc);
+// only the items it takes from elsewhere are counted here, on paths that lock or steal.
 struct alignas(64) WorkerCounters {
-  // Per item (the first line: the only one the hot path writes).
-  Counter itemsRun{0};
-  // The function the worker's latest item entered: a coroutine's resume function, or a
-  // job's complete function with kJobEntry set (ThreadPoolOptions::stallThreshold's
-  // reports name it). Recorded before the item runs, while the frame or job it is read
-  // from is alive.
-  std::atomic<std::uintptr_t> itemEntry{0};
-  // ThreadPool(1) only: its queue's length as of its latest item, and the longest.
-  Counter queueDepth{0};
-  Counter queueHighWater{0};
-
-  // Per search, park and timer (each on a path that also takes a lock or makes a system
-  // call, or reads the clock).
-  alignas(64) Counter steals{0};
+  // Items the worker took other than by popping its own queue: the first item of a steal
+  // or of a share of the injection queue (the rest go through its queue), and timers it
+  // fired (its own, and due ones).
+  Counter itemsTaken{0};
+  Counter steals{0};
   Counter stolenItems{0};
   Counter parks{0};
   Counter wakeUps{0};
@@ -100,10 +91,10 @@ struct alignas(64) WorkerCounters {
   Counter timersFired{0};
   Counter timersShutDown{0};
   LatenessCounters timerLateness;
-  // The worker's progress count (ThreadPool's stall watchdog: items run, I/O completions
-  // run, and on ThreadPool(1) the items fibers took) as of the moment it last ran out of
-  // work: while the count still equals it, the worker is idle, not stalled. Stored when
-  // it starts to look for work (findWork).
+  // The worker's progress count (the stall watchdog's: its queue's head index, itemsTaken,
+  // I/O completions run) as of the moment it last ran out of work: while the count still
+  // equals it, the worker is idle, not stalled. Stored when it starts to look for work
+  // (findWork).
   Counter idleAt{~std::uint64_t{0}};
 
   // Written by the worker's event loop, on the worker's thread (IoLoopBase::countInto).

@@ -247,7 +247,6 @@ template <class Awaiter>
     if (!next.empty()) queue->putBack(next);
     return true;  // the fiber goes on at once
   }
-  if (!next.empty()) queue->countTaken();  // kept: the pool's metrics count it as run
   link.suspendOn = nullptr;  // acted on: nothing is left for the driver to do
   park = nextFiber != nullptr ? core->handOffTo(nextFiber) : core->prepareSuspend();
   return true;
