@@ -640,10 +640,11 @@ void ThreadPool::pushShared(Worker& self, detail::WorkItem item) {
   wakeWorkerIfNeeded();  // an idle worker may steal it
 }
 
-inline detail::WorkItem ThreadPool::popLocal(Worker& self) noexcept {
+inline bool ThreadPool::popLocal(Worker& self, detail::WorkItem& item) noexcept {
   // noexcept: both pops are noexcept.
-  if (solo_) return soloRun_.tryPop();
-  return self.queue.pop();
+  if (solo_) return soloRun_.tryPop(item);
+  item = self.queue.pop();
+  return !item.empty();
 }
 
 inline bool ThreadPool::push(detail::WorkItem item) {
@@ -753,6 +754,9 @@ void ThreadPool::workerMain(Worker& self) {
   self.attention = &timerDueSize_;
   for (;;) {
     detail::WorkItem item;
+    // Whether `item` holds one: from popLocal's own test on the plain path (so the item is
+    // not tested again: two instructions per item on ThreadPool(1)).
+    bool found;
     // Relaxed: a stale zero only lets one more queued item run before a due timer; the
     // delivery's wake-up (rule 1) covers the workers that are not running. A worker with
     // an event loop, or with timers of its own, always takes this branch (attention is
@@ -760,7 +764,7 @@ void ThreadPool::workerMain(Worker& self) {
     if (self.attention->load(std::memory_order_relaxed) != 0) [[unlikely]] {
       if (timerDueSize_.load(std::memory_order_relaxed) != 0) item = takeDueTimer(self);
       if (item.empty() && self.hasTimers) item = takeOwnTimer(self, /*cheapClock=*/true);
-      if (item.empty()) item = popLocal(self);
+      if (item.empty()) (void)popLocal(self, item);
       // I/O: out of queued work, or every kItemsPerIoPoll items, hand the queued
       // submissions to the kernel and run the completions that are there (no waiting).
       if (self.loop != nullptr &&
@@ -769,10 +773,11 @@ void ThreadPool::workerMain(Worker& self) {
         const std::size_t ran = self.loop->run(0);
         if (item.empty() && ran != 0) continue;
       }
+      found = !item.empty();
     } else {
-      item = popLocal(self);
+      found = popLocal(self, item);
     }
-    if (item.empty()) {
+    if (!found) {
       item = findWork(self);
       if (item.empty()) break;  // the pool is closed
       if (item.bits() == kLookAgain.bits()) continue;

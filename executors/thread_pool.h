@@ -251,7 +251,9 @@ class ThreadPool final : public Executor {
   void pushLocal(Worker& self, detail::WorkItem item);
   // pushLocal's path for a pool of several workers.
   [[gnu::noinline]] void pushShared(Worker& self, detail::WorkItem item);
-  detail::WorkItem popLocal(Worker& self) noexcept;
+  // The calling worker's next own item into `item`; false (item untouched or empty) when
+  // its queue is empty.
+  bool popLocal(Worker& self, detail::WorkItem& item) noexcept;
   void workerMain(Worker& self);
   // The next item for an out-of-work worker, or an empty item once the pool is closed.
   detail::WorkItem findWork(Worker& self);

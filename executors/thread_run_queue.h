@@ -67,11 +67,9 @@ class ThreadRunQueue {
   std::size_t size() const noexcept { return items_.size(); }
   // Precondition: !empty(). noexcept: a ring pop.
   WorkItem pop() noexcept { return items_.pop(); }
-  // The next item, or an empty one when there is none. noexcept: a ring pop.
-  [[gnu::always_inline]] WorkItem tryPop() noexcept {
-    WorkItem item;
-    return items_.tryPop(item) ? item : WorkItem();
-  }
+  // Pops the next item into `item`; false (item untouched) when there is none. noexcept:
+  // a ring pop.
+  [[gnu::always_inline]] bool tryPop(WorkItem& item) noexcept { return items_.tryPop(item); }
   // Throw std::bad_alloc if the ring cannot grow (nothing queued then).
   void push(WorkItem item) { items_.push(item); }
   void reserveFor(std::size_t count) { items_.reserveFor(count); }

@@ -44,7 +44,7 @@ class RingBuffer {
   // clang otherwise keeps push out of line.
   [[gnu::always_inline]] void push(T value) {
     const std::size_t t = tail();
-    if (t - head() >= limit_) [[unlikely]] makeRoom(t - head() + 1);
+    if (t - head() >= limit_) [[unlikely]] return pushSlow(value);  // nothing live across it
     slots_[t & (capacity_ - 1)] = value;
     setTail(t + 1);
   }
@@ -118,6 +118,15 @@ class RingBuffer {
   std::size_t tail() const noexcept { return tail_.load(std::memory_order_relaxed); }
   void setHead(std::size_t h) noexcept { head_.store(h, std::memory_order_relaxed); }
   void setTail(std::size_t t) noexcept { tail_.store(t, std::memory_order_relaxed); }
+
+  // push() past the fast path's limit. Out of line. Errors: std::bad_alloc (nothing
+  // changed).
+  [[gnu::noinline]] void pushSlow(T value) {
+    makeRoom(size() + 1);
+    const std::size_t t = tail();
+    slots_[t & (capacity_ - 1)] = value;
+    setTail(t + 1);
+  }
 
   // The fast path's limit was reached: grow if `needed` values do not fit, and raise the
   // high-water mark to `needed`. Out of line, as grow. Errors: std::bad_alloc (nothing
