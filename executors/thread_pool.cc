@@ -716,19 +716,21 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
   // This worker's share, rounded up: all of it on ThreadPool(1), which keeps its order.
   const std::size_t take = (size + workers_.size() - 1) / workers_.size();
   const std::size_t queued = returnFirst ? take - 1 : take;
-  // Items leave injection_ only once the local queue has room (reserving may throw).
+  // Items leave injection_ only once the local queue has room (reserving may throw):
+  // read in place, then dropped at once.
   detail::WorkItem first;
+  std::size_t taken = 0;
   auto next = [&] {
-    if (returnFirst && first.empty()) first = injection_.pop();  // the oldest: returned
-    return injection_.pop();
+    if (returnFirst && first.empty()) first = injection_.at(taken++);  // the oldest: returned
+    return injection_.at(taken++);
   };
   if (solo_) {
-    soloRun_.reserveFor(queued);
-    for (std::size_t i = 0; i < queued; ++i) soloRun_.push(next());
+    soloRun_.pushBatch(queued, next);
   } else {
     self.queue.pushBatch(queued, next);
   }
-  if (returnFirst && first.empty()) first = injection_.pop();
+  if (returnFirst && first.empty()) first = injection_.at(taken++);
+  injection_.drop(taken);
   // seq_cst: keeps every injectionSize_ store in the total order S.
   injectionSize_.store(injection_.size(), std::memory_order_seq_cst);
   if (returnFirst) detail::bump(self.counters.itemsTaken);  // not through its queue

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 #include "weft/executors/detail/ring_buffer.h"
 #include "weft/executors/executor.h"
@@ -73,6 +74,12 @@ class ThreadRunQueue {
   // Throw std::bad_alloc if the ring cannot grow (nothing queued then).
   void push(WorkItem item) { items_.push(item); }
   void reserveFor(std::size_t count) { items_.reserveFor(count); }
+  // `count` items from `next()`, appended in order at once. Errors: std::bad_alloc
+  // (nothing queued, `next` not called).
+  template <class Next>
+  void pushBatch(std::size_t count, Next&& next) {
+    items_.pushBatch(count, std::forward<Next>(next));
+  }
   // Statistics, read by any thread (relaxed: values of some recent instant), at no cost to
   // the queue's operations (detail::RingBuffer): the items taken from the queue so far,
   // by the executor or by code on the thread (takeNextIf, exchangeNextIf; minus those put

@@ -76,6 +76,24 @@ class RingBuffer {
     return true;
   }
 
+  // The i-th oldest value, left in place (at(0) is front()). Precondition: i < size().
+  const T& at(std::size_t i) const noexcept { return slots_[(head() + i) & (capacity_ - 1)]; }
+  // Removes the `n` oldest values. Precondition: n <= size(). noexcept: a store.
+  void drop(std::size_t n) noexcept { setHead(head() + n); }
+
+  // Appends `n` values produced in order by `next()`, moving the tail once (a batch moved
+  // from another ring: at() then drop() there). Errors: std::bad_alloc if growing fails
+  // (nothing appended, `next` not called).
+  template <class Next>
+  void pushBatch(std::size_t n, Next&& next) {
+    if (n == 0) return;
+    if (size() + n > limit_) makeRoom(size() + n);
+    const std::size_t t = tail();
+    const std::size_t mask = capacity_ - 1;
+    for (std::size_t i = 0; i < n; ++i) slots_[(t + i) & mask] = next();
+    setTail(t + n);
+  }
+
   // Prepends `value`: it becomes the oldest (a value put back after a pop). Errors:
   // std::bad_alloc if growing fails (the ring is unchanged); it cannot fail right after
   // a pop with no push in between.

@@ -234,17 +234,24 @@ class WorkStealingQueue {
 
   // Owner only: returns a buffer with room for `n` more items after index `tail`,
   // growing it if needed.
-  Buffer* reserve(std::uint64_t tail, std::size_t n) {
+  // Inline (the push path); the rest is out of line.
+  [[gnu::always_inline]] Buffer* reserve(std::uint64_t tail, std::size_t n) {
     // Relaxed: only this thread writes buffer_.
     Buffer* buffer = buffer_.load(std::memory_order_relaxed);
     // Acquire: pairs with the consumers' acq_rel CAS, so their reads of the slots we are
     // about to reuse happened before we overwrite them. A stale (smaller) head only
     // makes us grow earlier than necessary.
     const std::uint64_t head = head_.load(std::memory_order_acquire);
-    const std::uint64_t live = tail - head;
     // limit_ is min(capacity, high-water mark): compared where the capacity would be, so
     // the mark costs nothing until it rises.
-    if (live + n <= limit_) [[likely]] return buffer;
+    if (tail - head + n <= limit_) [[likely]] return buffer;
+    return reserveSlow(buffer, head, tail, n);
+  }
+
+  // reserve() past limit_: raises the high-water mark, grows if needed.
+  [[gnu::noinline]] Buffer* reserveSlow(Buffer* buffer, std::uint64_t head, std::uint64_t tail,
+                                        std::size_t n) {
+    const std::uint64_t live = tail - head;
     // Relaxed: only this thread writes it; readers take it as a statistic.
     if (live + n > highWater_.load(std::memory_order_relaxed)) {
       highWater_.store(live + n, std::memory_order_relaxed);

@@ -118,5 +118,24 @@ TEST(RingBufferTest, CountsWhatWasTakenAndTheHighWaterMark) {
   EXPECT_EQ(ring.highWater(), 1006u);  // the mark stays
 }
 
+TEST(RingBufferTest, MovesABatchFromOneRingToAnother) {
+  RingBuffer<int> from;
+  RingBuffer<int> to;
+  to.push(-1);
+  for (int i = 0; i < 600; ++i) from.push(i);
+  std::size_t read = 0;
+  to.pushBatch(500, [&] { return from.at(read++); });  // grows `to` once
+  from.drop(read);
+  EXPECT_EQ(from.size(), 100u);
+  EXPECT_EQ(from.front(), 500);
+  EXPECT_EQ(from.taken(), 500u);
+  EXPECT_EQ(to.size(), 501u);
+  EXPECT_EQ(to.highWater(), 501u);
+  EXPECT_EQ(to.pop(), -1);
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(to.pop(), i);
+  to.pushBatch(0, [] { return 0; });  // nothing
+  EXPECT_TRUE(to.empty());
+}
+
 }  // namespace
 }  // namespace weft::detail
