@@ -109,10 +109,9 @@ class ThreadRunQueue {
   [[gnu::always_inline]] WorkItem takeNextIf(Accept&& accept) noexcept {
     if (tlCurrent != this) return {};
     if (runsFirst_.load(std::memory_order_relaxed) != 0) return {};
-    if (items_.empty()) return {};
-    const WorkItem next = items_.front();
-    if (next.isJob() || !accept(next)) return {};
-    items_.pop();
+    WorkItem next;
+    (void)items_.popIf([&](WorkItem item) noexcept { return !item.isJob() && accept(item); },
+                       next);
     return next;
   }
 
@@ -142,10 +141,9 @@ class ThreadRunQueue {
         arrivesFirst_.load(std::memory_order_relaxed) != 0) {
       return {};
     }
-    if (items_.empty()) return {};
-    const WorkItem next = items_.front();
-    if (next.isJob() || !accept(next)) return {};
-    items_.rotate(requeue);  // next out, requeue in
+    WorkItem next;  // next out, requeue in
+    (void)items_.rotateIf(
+        [&](WorkItem item) noexcept { return !item.isJob() && accept(item); }, requeue, next);
     return next;
   }
 

@@ -76,6 +76,35 @@ class RingBuffer {
     return true;
   }
 
+  // Pops the oldest value into `value` if there is one and `accept(oldest)` is true
+  // (else false, nothing changed); with `requeue`, pushes that in the same step, into the
+  // slot the pop frees (as rotate). One read of each index. noexcept: `accept` must not
+  // throw.
+  template <class Accept>
+  [[gnu::always_inline]] bool popIf(Accept&& accept, T& value) noexcept {
+    const std::size_t h = head();
+    if (h == tail()) return false;
+    const T oldest = slots_[h & (capacity_ - 1)];
+    if (!accept(oldest)) return false;
+    value = oldest;
+    setHead(h + 1);
+    return true;
+  }
+  template <class Accept>
+  [[gnu::always_inline]] bool rotateIf(Accept&& accept, T requeue, T& value) noexcept {
+    const std::size_t h = head();
+    const std::size_t t = tail();
+    if (h == t) return false;
+    const std::size_t mask = capacity_ - 1;
+    const T oldest = slots_[h & mask];
+    if (!accept(oldest)) return false;
+    value = oldest;
+    slots_[t & mask] = requeue;  // the same slot as the oldest's when the ring is full
+    setHead(h + 1);
+    setTail(t + 1);
+    return true;
+  }
+
   // The i-th oldest value, left in place (at(0) is front()). Precondition: i < size().
   const T& at(std::size_t i) const noexcept { return slots_[(head() + i) & (capacity_ - 1)]; }
   // Removes the `n` oldest values. Precondition: n <= size(). noexcept: a store.
