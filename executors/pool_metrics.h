@@ -81,7 +81,8 @@ struct WorkerMetrics {
   LatenessHistogram timerLateness;
 };
 
-// A snapshot of a ThreadPool's runtime metrics (ThreadPool::metrics()). Counters count
+// A snapshot of a ThreadPool's runtime metrics (ThreadPool::metrics(); as Prometheus
+// text: executors/prometheus_text.h). Counters count
 // from the pool's construction and never go down; gauges say what holds at the moment
 // they were read. Each field is read on its own (relaxed loads of values their threads
 // publish), so the fields need not add up at any one instant; each counter, read twice,
@@ -115,26 +116,6 @@ struct PoolMetrics {
   std::uint64_t stalls = 0;
   std::uint64_t wholePoolStalls = 0;
 };
-
-// The Prometheus text exposition format (version 0.0.4) of `metrics`: every metric with
-// its HELP and TYPE lines, counters named *_total, gauges, and the timer lateness as a
-// histogram (weft_pool_timer_lateness_seconds: cumulative _bucket{le="..."} series ending
-// with le="+Inf", then _sum in seconds and _count). Every sample is labelled
-// pool="<poolLabel>" (escaped as the format requires), and per worker worker="<index>";
-// the timer thread's timer counters have worker="timer". The names and their meaning are
-// in docs/debugging.md ("In production"). No HTTP server: serve the text as you like.
-// Errors: std::bad_alloc. Thread safety: a pure function of its arguments.
-//
-// Example:
-//   std::string text = weft::toPrometheusText(pool.metrics(), "api");
-//   respond("text/plain; version=0.0.4", text);
-std::string toPrometheusText(const PoolMetrics& metrics, std::string_view poolLabel);
-
-// The same for several pools in one exposition (each metric's HELP and TYPE once, then
-// the samples of every pool): `pools[i]` labelled `labels[i]`. Precondition: the two
-// have the same size (else std::invalid_argument), and the labels differ.
-std::string toPrometheusText(const std::vector<PoolMetrics>& pools,
-                             const std::vector<std::string>& labels);
 
 // Where ThreadPool::metrics() reads the blocking-pool gauges: weft::io's default
 // BlockingPool registers a function here when it is created (executors/ cannot name it).

@@ -184,7 +184,7 @@ class ThreadPool final : public Executor {
   // A snapshot of the pool's runtime metrics: per worker and in total, items run, steals,
   // parks and wake-ups, queue lengths, I/O operations by opcode, timers armed, fired and
   // cancelled with a histogram of their lateness, and the blocking pool's gauges
-  // (executors/pool_metrics.h defines each; toPrometheusText formats them), and the stall
+  // (executors/pool_metrics.h defines each; executors/prometheus_text.h formats them), and the stall
   // reports made so far. Cheap: relaxed
   // loads of counters the workers keep without locks or read-modify-writes, no lock
   // taken (except the blocking pool's, once), so it may be called often, from any thread,
