@@ -279,10 +279,7 @@ std::string checkedName(std::string name) {
   return name;
 }
 
-}  // namespace
-
-namespace {
-
+// ThreadPool(threads, name)'s options (member by member: the aggregate has more fields).
 ThreadPoolOptions optionsFor(std::size_t threads, std::string name) {
   ThreadPoolOptions options;
   options.threads = threads;

@@ -69,10 +69,13 @@ void StallWatchdog::stop() noexcept {
 }
 
 bool StallWatchdog::onWatchdogThread() const noexcept {
-  return thread_.get_id() == std::this_thread::get_id();
+  // Relaxed: a thread only ever compares its own id, which it stored itself (run()) or
+  // never.
+  return threadId_.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }
 
 void StallWatchdog::run() {
+  threadId_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   const auto period = std::max<Clock::duration>(options_.threshold / 2, std::chrono::milliseconds(1));
   std::unique_lock<std::mutex> lock(mutex_);
   auto next = Clock::now() + period;
@@ -95,8 +98,9 @@ void StallWatchdog::look(Clock::time_point now) {
     const ThreadPoolWorker& worker = *workers_[i];
     View& view = views_[i];
     const std::uint64_t progress = progressOf(worker, solo_);
-    // Read after the progress: a worker that went idle meanwhile stored a count at least
-    // as large, so it is never taken for stalled (only, for one look, for idle).
+    // Read after the progress. A worker that moves on between the two loads is seen busy
+    // with the old count for this look; its next look sees the new count. A stall takes
+    // the same count over looks a threshold apart, so a moment's mix-up reports nothing.
     const bool idle = read(worker.counters.idleAt) == progress;
     if (progress != view.progress || idle) {
       view = View{progress, now, false, false};

@@ -98,6 +98,9 @@ class StallWatchdog {
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mutex_
   std::thread thread_;
+  // The watchdog thread's id, stored by the thread itself (onWatchdogThread: the
+  // std::thread object may still be being assigned when the thread first runs).
+  std::atomic<std::thread::id> threadId_{};
 };
 
 }  // namespace weft::detail
