@@ -301,6 +301,11 @@ ThreadPool::ThreadPool(ThreadPoolOptions options)
   if (options.stallThreshold < std::chrono::milliseconds::zero()) {
     throw std::invalid_argument("weft: ThreadPool: a negative stallThreshold");
   }
+  // The stall signal is installed before the workers start: each unblocks it.
+  std::string nativeOff;
+  if (options.stallThreshold > std::chrono::milliseconds::zero()) {
+    stallSignal_ = detail::prepareStallSignal(options.stallSignal, nativeOff);
+  }
   const std::size_t threads = effectiveThreads(options.threads);
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
@@ -318,7 +323,8 @@ ThreadPool::ThreadPool(ThreadPoolOptions options)
       for (auto& worker : workers_) workers.push_back(worker.get());
       watchdog_ = std::make_unique<detail::StallWatchdog>(
           detail::StallWatchdog::Options{std::string(this->name()), options.stallThreshold,
-                                         std::move(options.onStall), options.stallSignal},
+                                         std::move(options.onStall), stallSignal_,
+                                         std::move(nativeOff)},
           std::move(workers), solo_ ? &soloRun_ : nullptr);
       watchdog_->start();
     }
@@ -737,6 +743,7 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
 void ThreadPool::workerMain(Worker& self) {
   tlWorker = &self;
   detail::bindStallCapture(&self.capture);
+  if (stallSignal_ > 0) detail::unblockStallSignal(stallSignal_);
   if (solo_) soloRun_.bind();
 #if defined(__linux__)
   {

@@ -59,7 +59,9 @@ struct ThreadPoolOptions {
   // on the worker, async-signal-safe, and is installed once per process; SA_RESTART): 0
   // (the default) for SIGRTMAX - 3, a negative value for none (reports then have no
   // native backtrace). A signal the program has a handler of its own for is never taken
-  // over: the reports say so instead. A worker is sent one signal per stall; if it is
+  // over: the reports say so instead. Each worker unblocks it (a thread that blocked
+  // every signal before making the pool passes that mask on to the workers; the signal
+  // is sent to a stalled worker alone). A worker is sent one signal per stall; if it is
   // blocked in a system call that a signal interrupts even with SA_RESTART (poll,
   // epoll_wait, nanosleep, a futex wait...), that call returns EINTR, as it would for
   // any signal.
@@ -373,6 +375,9 @@ class ThreadPool final : public Executor {
   // Written under injectionMutex_ (one writer at a time: detail::bump).
   detail::Counter dueCancelled_{0};
 
+  // The stall detector's signal, installed (detail::prepareStallSignal), or -1: none.
+  // Set before the workers start (each unblocks it), then constant.
+  int stallSignal_ = -1;
   // The stall detector (ThreadPoolOptions::stallThreshold), or null when it is off.
   // Started once the workers run; stopped by shutdown() after they have been joined.
   std::unique_ptr<detail::StallWatchdog> watchdog_;

@@ -2,6 +2,7 @@
 
 #include <execinfo.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -11,6 +12,7 @@
 #include <ctime>
 #include <mutex>
 #include <set>
+#include <string>
 
 namespace weft::detail {
 
@@ -73,6 +75,26 @@ std::set<int>* gInstalled = nullptr;  // guarded by gInstallMutex; never freed
 void bindStallCapture(StallCapture* capture) noexcept { tlCapture = capture; }
 
 int defaultStallSignal() noexcept { return SIGRTMAX - 3; }
+
+int prepareStallSignal(int requested, std::string& whyNot) {
+  if (requested < 0) {
+    whyNot = "native backtraces are off (ThreadPoolOptions::stallSignal < 0)";
+    return -1;
+  }
+  const int signal = requested == 0 ? defaultStallSignal() : requested;
+  if (std::string why = installStallSignal(signal); !why.empty()) {
+    whyNot = "no native backtrace: " + why;
+    return -1;
+  }
+  return signal;
+}
+
+void unblockStallSignal(int signal) noexcept {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signal);
+  (void)::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
 
 std::string installStallSignal(int signal) {
   std::lock_guard<std::mutex> lock(gInstallMutex);

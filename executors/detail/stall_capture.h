@@ -54,6 +54,17 @@ void bindStallCapture(StallCapture* capture) noexcept;
 // Errors: none thrown (std::bad_alloc aside). Thread safety: any thread.
 std::string installStallSignal(int signal);
 
+// ThreadPoolOptions::stallSignal made ready: the signal to use, installed (0 in
+// `requested` is defaultStallSignal()), or -1 with the reason in `whyNot` (a negative
+// request: none; or installStallSignal's answer). Errors: std::bad_alloc.
+int prepareStallSignal(int requested, std::string& whyNot);
+
+// Unblocks `signal` in the calling thread (a worker started by a thread that blocked
+// every signal, as programs that take signals on one thread of their own do, inherits
+// that mask: the stall signal, sent to this thread alone, would wait forever).
+// noexcept: pthread_sigmask, whose failure leaves the mask as it was.
+void unblockStallSignal(int signal) noexcept;
+
 // The default stall signal: SIGRTMAX - 3 (a real-time signal: it is queued, never merged
 // with one the program sends, and its default action, should the handler be missing,
 // would end the process, which is why installStallSignal checks first).

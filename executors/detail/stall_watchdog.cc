@@ -36,14 +36,6 @@ StallWatchdog::StallWatchdog(Options options, std::vector<ThreadPoolWorker*> wor
 StallWatchdog::~StallWatchdog() { stop(); }
 
 void StallWatchdog::start() {
-  if (options_.signal < 0) {
-    nativeOff_ = "native backtraces are off (ThreadPoolOptions::stallSignal < 0)";
-  } else {
-    const int signal = options_.signal == 0 ? defaultStallSignal() : options_.signal;
-    if (std::string why = installStallSignal(signal); !why.empty()) {
-      nativeOff_ = "no native backtrace: " + why;
-    }
-  }
   thread_ = std::thread([this] { run(); });  // may throw std::system_error
 #if defined(__linux__)
   pthread_setname_np(thread_.native_handle(), (options_.pool + "-stall").substr(0, 15).c_str());
@@ -144,8 +136,8 @@ StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bo
   report.stalledFor = std::chrono::duration_cast<std::chrono::milliseconds>(now - view.since);
   report.progress = view.progress;
   std::vector<const void*> addresses;
-  if (native && nativeOff_.empty()) {
-    const int signal = options_.signal == 0 ? defaultStallSignal() : options_.signal;
+  if (native && options_.signal > 0) {
+    const int signal = options_.signal;
     const char* whyNot = nullptr;
     bool sent;
     {
@@ -183,7 +175,7 @@ StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bo
       report.nativeBacktraceMissing = whyNot != nullptr ? whyNot : "unknown";
     }
   } else if (native) {
-    report.nativeBacktraceMissing = nativeOff_;
+    report.nativeBacktraceMissing = options_.nativeOff;
   }
   if (!addresses.empty()) {
     std::vector<SymbolInfo> names = symbolize(addresses, /*sourceLines=*/false);

@@ -49,7 +49,10 @@ class StallWatchdog {
     std::string pool;
     std::chrono::milliseconds threshold{0};
     std::function<void(const StallReport&)> onStall;  // empty: print to stderr
-    int signal = 0;                                   // < 0: no native backtraces
+    // The installed capture signal (prepareStallSignal), or -1 with the reason in
+    // nativeOff: the reports then say it instead of a native backtrace.
+    int signal = -1;
+    std::string nativeOff;
   };
 
   // `workers` and `solo` must outlive the watchdog (the pool owns all three).
@@ -89,8 +92,6 @@ class StallWatchdog {
   const ThreadRunQueue* const solo_;
   std::vector<View> views_;  // watchdog thread only
   bool poolReported_ = false;  // watchdog thread only
-  // Why native backtraces are not taken (empty: they are), decided at start().
-  std::string nativeOff_;
   Counter workerReports_{0};  // written by the watchdog thread only
   Counter poolReports_{0};
 

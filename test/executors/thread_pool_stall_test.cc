@@ -5,6 +5,8 @@
 // meanwhile.
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -245,6 +247,37 @@ TEST(ThreadPoolStallTest, WithoutTheSignalReportsSayWhy) {
   EXPECT_TRUE(report.nativeFrames.empty());
   EXPECT_NE(report.nativeBacktraceMissing.find("stallSignal"), std::string::npos);
   EXPECT_NE(report.toString().find(report.nativeBacktraceMissing), std::string::npos);
+}
+
+TEST(ThreadPoolStallTest, WorkersMadeWithEverySignalBlockedStillAnswer) {
+  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.WorkersMadeWithEverySignalBlockedStillAnswer");
+  Reports reports;
+  // As a program that takes its signals on a thread of its own does: every thread made
+  // from here on inherits the mask.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &all, &previous), 0);
+  ThreadPool pool(detecting(1, "masked", reports, 20ms));
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &previous, nullptr), 0);
+  std::atomic<bool> spinning{false}, release{false};
+  std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
+  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
+  release.store(true);
+  t.join();
+  const StallReport report = reports.all()[0];
+  EXPECT_FALSE(report.nativeFrames.empty()) << report.nativeBacktraceMissing;
+  EXPECT_TRUE(names(report, "spinUntilReleased")) << report.toString();
+}
+
+TEST(ThreadPoolStallTest, TheStallThreadEndsWithShutdown) {
+  ThreadPoolOptions options;
+  options.threads = 1;
+  options.name = "withstall";
+  ThreadPool pool(options);  // the default threshold: on
+  EXPECT_EQ(test::threadStates("withstall-stall").size(), 1u);
+  pool.shutdown();
+  EXPECT_EQ(test::threadStates("withstall-stall").size(), 0u);  // joined
 }
 
 TEST(ThreadPoolStallTest, OffMeansNoThread) {
