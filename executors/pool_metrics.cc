@@ -15,9 +15,21 @@ namespace weft {
 namespace {
 
 constexpr std::string_view kOpcodeNames[kIoOpcodeCount] = {
-    "receive",      "send",           "accept",         "connect",          "receive_message",
-    "send_message", "read_at",        "write_at",       "sync",             "poll_readable",
-    "poll_writable", "receive_lent",  "receive_message_lent", "receive_multishot", "wait",
+    "receive",
+    "send",
+    "accept",
+    "connect",
+    "receive_message",
+    "send_message",
+    "read_at",
+    "write_at",
+    "sync",
+    "poll_readable",
+    "poll_writable",
+    "receive_lent",
+    "receive_message_lent",
+    "receive_multishot",
+    "wait",
 };
 static_assert(static_cast<std::size_t>(IoOpcode::kReceiveMultishot) == 13 &&
                   static_cast<std::size_t>(IoOpcode::kWait) == 14 && kIoOpcodeCount == 15,
@@ -63,8 +75,8 @@ std::uint64_t ThreadPool::itemsRunBy(std::size_t index) const noexcept {
   const std::uint64_t count = popped + detail::read(worker.counters.itemsTaken);
   // Never less than a reader reported before (see Worker::reportedItemsRun).
   std::uint64_t reported = worker.reportedItemsRun.load(std::memory_order_relaxed);
-  while (count > reported &&
-         !worker.reportedItemsRun.compare_exchange_weak(reported, count, std::memory_order_relaxed)) {
+  while (count > reported && !worker.reportedItemsRun.compare_exchange_weak(
+                                 reported, count, std::memory_order_relaxed)) {
   }
   return std::max(count, reported);
 }

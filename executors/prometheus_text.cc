@@ -52,13 +52,15 @@ class Exposition {
  public:
   Exposition(const std::vector<PoolMetrics>& pools, const std::vector<std::string>& labels)
       : pools_(pools) {
-    for (const std::string& label : labels) poolLabels_.push_back("pool=\"" + escapeLabel(label) + "\"");
+    for (const std::string& label : labels)
+      poolLabels_.push_back("pool=\"" + escapeLabel(label) + "\"");
   }
 
   std::string write() {
-    workerCounter("weft_pool_items_run_total",
-                  "Work items a worker ran (coroutine resumptions, callables, timer fire functions).",
-                  [](const WorkerMetrics& w) { return w.itemsRun; });
+    workerCounter(
+        "weft_pool_items_run_total",
+        "Work items a worker ran (coroutine resumptions, callables, timer fire functions).",
+        [](const WorkerMetrics& w) { return w.itemsRun; });
     workerCounter("weft_pool_steals_total", "Successful steals from another worker's queue.",
                   [](const WorkerMetrics& w) { return w.steals; });
     workerCounter("weft_pool_stolen_items_total", "Items taken by those steals.",
@@ -81,20 +83,22 @@ class Exposition {
               "I/O operations a worker's event loop completed (cancelled, timed out and "
               "withdrawn ones included).",
               &WorkerMetrics::ioCompleted);
-    timerCounter("weft_pool_timers_armed_total",
-                 "Timers armed in a worker's heap, or on the pool's timer thread (worker=\"timer\").",
-                 [](const WorkerMetrics& w) { return w.timersArmed; },
-                 [](const PoolMetrics& p) { return p.timerThreadArmed; });
+    timerCounter(
+        "weft_pool_timers_armed_total",
+        "Timers armed in a worker's heap, or on the pool's timer thread (worker=\"timer\").",
+        [](const WorkerMetrics& w) { return w.timersArmed; },
+        [](const PoolMetrics& p) { return p.timerThreadArmed; });
     workerCounter("weft_pool_timers_fired_total",
                   "Timers whose fire function a worker ran at or after their deadline.",
                   [](const WorkerMetrics& w) { return w.timersFired; });
     workerCounter("weft_pool_timers_shut_down_total",
                   "Timers fired early because the pool shut down.",
                   [](const WorkerMetrics& w) { return w.timersShutDown; });
-    timerCounter("weft_pool_timers_cancelled_total",
-                 "Timers cancelled before they fired, by where they were armed.",
-                 [](const WorkerMetrics& w) { return w.timersCancelled; },
-                 [](const PoolMetrics& p) { return p.timerThreadCancelled; });
+    timerCounter(
+        "weft_pool_timers_cancelled_total",
+        "Timers cancelled before they fired, by where they were armed.",
+        [](const WorkerMetrics& w) { return w.timersCancelled; },
+        [](const PoolMetrics& p) { return p.timerThreadCancelled; });
     poolCounter("weft_pool_timers_taken_from_busy_workers_total",
                 "Worker timers the timer thread gave to other workers, their own being busy.",
                 [](const PoolMetrics& p) { return p.timersTakenFromBusyWorkers; });
@@ -176,7 +180,8 @@ class Exposition {
     header(name, "counter", help);
     for (std::size_t p = 0; p < pools_.size(); ++p) {
       for (std::size_t i = 0; i < pools_[p].workers.size(); ++i) {
-        sample(name, workerLabels(p, std::to_string(i)), std::to_string(worker(pools_[p].workers[i])));
+        sample(name, workerLabels(p, std::to_string(i)),
+               std::to_string(worker(pools_[p].workers[i])));
       }
       sample(name, workerLabels(p, "timer"), std::to_string(pool(pools_[p])));
     }

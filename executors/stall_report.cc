@@ -12,9 +12,10 @@ std::string StallReport::toString() const {
     for (std::size_t i = 0; i < stalledWorkers.size(); ++i) {
       out += (i == 0 ? "" : ", ") + std::to_string(stalledWorkers[i]);
     }
-    out += "): the pool runs nothing else until one of them returns; the last to stall, "
-           "worker " + std::to_string(worker) + ", for " + std::to_string(stalledFor.count()) +
-           " ms\n";
+    out +=
+        "): the pool runs nothing else until one of them returns; the last to stall, "
+        "worker " +
+        std::to_string(worker) + ", for " + std::to_string(stalledFor.count()) + " ms\n";
   } else {
     out += "worker " + std::to_string(worker) + " (thread " + thread +
            ") has been running one item for " + std::to_string(stalledFor.count()) +

@@ -861,7 +861,8 @@ bool ThreadPool::leaveIdle(Worker& self, bool tookWork, bool slept) noexcept {
     }
   }
   if (handedSearchCount) {
-    if (slept) detail::bump(self.counters.wakeUps);  // a waker ended the sleep
+    // A waker ended the sleep.
+    if (slept) detail::bump(self.counters.wakeUps);
     stopSearching();  // rule (3)
   } else if (tookWork) {
     // We may have taken the work that a pusher, seeing us searching, left to us.

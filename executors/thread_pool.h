@@ -14,8 +14,8 @@
 #include "weft/executors/detail/job.h"
 #include "weft/executors/detail/ring_buffer.h"
 #include "weft/executors/detail/timer_queue.h"
-#include "weft/executors/executor.h"
 #include "weft/executors/detail/worker_counters.h"
+#include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/executors/pool_metrics.h"
 #include "weft/executors/stall_report.h"
@@ -186,13 +186,12 @@ class ThreadPool final : public Executor {
   // A snapshot of the pool's runtime metrics: per worker and in total, items run, steals,
   // parks and wake-ups, queue lengths, I/O operations by opcode, timers armed, fired and
   // cancelled with a histogram of their lateness, and the blocking pool's gauges
-  // (executors/pool_metrics.h defines each; executors/prometheus_text.h formats them), and the stall
-  // reports made so far. Cheap: relaxed
-  // loads of counters the workers keep without locks or read-modify-writes, no lock
-  // taken (except the blocking pool's, once), so it may be called often, from any thread,
-  // while the pool runs or after it has shut down. Each value is read on its own (see
-  // PoolMetrics).
-  // Errors: std::bad_alloc (the snapshot's vector and name). Thread safety: any thread.
+  // (executors/pool_metrics.h defines each; executors/prometheus_text.h formats them), and the
+  // stall reports made so far. Cheap: relaxed loads of counters the workers keep without locks or
+  // read-modify-writes, no lock taken (except the blocking pool's, once), so it may be called
+  // often, from any thread, while the pool runs or after it has shut down. Each value is read on
+  // its own (see PoolMetrics). Errors: std::bad_alloc (the snapshot's vector and name). Thread
+  // safety: any thread.
   //
   // Example:
   //   weft::PoolMetrics m = pool.metrics();

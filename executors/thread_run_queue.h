@@ -110,8 +110,7 @@ class ThreadRunQueue {
     if (tlCurrent != this) return {};
     if (runsFirst_.load(std::memory_order_relaxed) != 0) return {};
     WorkItem next;
-    (void)items_.popIf([&](WorkItem item) noexcept { return !item.isJob() && accept(item); },
-                       next);
+    (void)items_.popIf([&](WorkItem item) noexcept { return !item.isJob() && accept(item); }, next);
     return next;
   }
 
@@ -142,8 +141,8 @@ class ThreadRunQueue {
       return {};
     }
     WorkItem next;  // next out, requeue in
-    (void)items_.rotateIf(
-        [&](WorkItem item) noexcept { return !item.isJob() && accept(item); }, requeue, next);
+    (void)items_.rotateIf([&](WorkItem item) noexcept { return !item.isJob() && accept(item); },
+                          requeue, next);
     return next;
   }
 

@@ -106,9 +106,10 @@ class IoLoopBase : public IoLoop {
 
   int wakeFd_ = -1;
   std::size_t inFlight_ = 0;  // operations submitted and not yet finished (loop thread)
-  IoOpCounters ownCounters_;
-  IoOpCounters* counters_ = &ownCounters_;  // never null (see countInto)
   bool shutDown_ = false;     // loop thread
+  // Where the operations are counted (never null: see countInto).
+  IoOpCounters ownCounters_;
+  IoOpCounters* counters_ = &ownCounters_;
 
  private:
   std::atomic<bool> remotePending_{false};

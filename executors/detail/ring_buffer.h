@@ -44,7 +44,8 @@ class RingBuffer {
   // clang otherwise keeps push out of line.
   [[gnu::always_inline]] void push(T value) {
     const std::size_t t = tail();
-    if (t - head() >= limit_) [[unlikely]] return pushSlow(value);  // nothing live across it
+    if (t - head() >= limit_) [[unlikely]]
+      return pushSlow(value);  // nothing live across it
     slots_[t & (capacity_ - 1)] = value;
     setTail(t + 1);
   }
@@ -56,7 +57,9 @@ class RingBuffer {
   }
 
   // The oldest value, left in place. Precondition: !empty().
-  [[gnu::always_inline]] const T& front() const noexcept { return slots_[head() & (capacity_ - 1)]; }
+  [[gnu::always_inline]] const T& front() const noexcept {
+    return slots_[head() & (capacity_ - 1)];
+  }
 
   // Removes and returns the oldest value. Precondition: !empty().
   [[gnu::always_inline]] T pop() noexcept {

@@ -47,9 +47,8 @@ void onStallSignal(int, siginfo_t*, void* context) {
   std::uint32_t expected = StallCapture::kRequested;
   // acquire: the request was stored before the signal was sent (nothing else to see; the
   // exchange only keeps a stale or foreign signal from writing).
-  if (capture != nullptr &&
-      capture->state.compare_exchange_strong(expected, StallCapture::kCapturing,
-                                             std::memory_order_acquire)) {
+  if (capture != nullptr && capture->state.compare_exchange_strong(
+                                expected, StallCapture::kCapturing, std::memory_order_acquire)) {
     std::uintptr_t pc = 0;
 #if defined(__x86_64__)
     pc = static_cast<std::uintptr_t>(static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_RIP]);
@@ -108,9 +107,9 @@ std::string installStallSignal(int signal) {
   if (::sigaction(signal, nullptr, &old) != 0) {
     return "sigaction(" + std::to_string(signal) + ") failed: errno " + std::to_string(errno);
   }
-  const bool custom = (old.sa_flags & SA_SIGINFO) != 0 ? old.sa_sigaction != nullptr
-                                                        : (old.sa_handler != SIG_DFL &&
-                                                           old.sa_handler != SIG_IGN);
+  const bool custom = (old.sa_flags & SA_SIGINFO) != 0
+                          ? old.sa_sigaction != nullptr
+                          : (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN);
   if (custom) {
     return "signal " + std::to_string(signal) + " has a handler of the program's";
   }

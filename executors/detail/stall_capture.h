@@ -73,9 +73,9 @@ int defaultStallSignal() noexcept;
 // Takes the backtrace of `thread`, whose capture is `capture`, by sending it `signal`
 // (installed), waiting at most `limit` for the handler. True with capture.count frames in
 // capture.frames (left in kCaptured: call releaseStallCapture once they are copied);
-// false with the reason in `whyNot` (a static string). Precondition: `thread` is alive for the call to
-// pthread_sigqueue (the caller holds the lock that the thread takes before it exits).
-// Split in two (request, then wait) so that the caller can drop that lock while waiting.
+// false with the reason in `whyNot` (a static string). Precondition: `thread` is alive for the call
+// to pthread_sigqueue (the caller holds the lock that the thread takes before it exits). Split in
+// two (request, then wait) so that the caller can drop that lock while waiting.
 bool requestStallCapture(pthread_t thread, int signal, StallCapture& capture,
                          const char*& whyNot) noexcept;
 bool awaitStallCapture(StallCapture& capture, std::chrono::milliseconds limit,

@@ -31,7 +31,10 @@ std::string threadName(const std::string& pool, std::size_t index) {
 
 StallWatchdog::StallWatchdog(Options options, std::vector<ThreadPoolWorker*> workers,
                              const ThreadRunQueue* solo)
-    : options_(std::move(options)), workers_(std::move(workers)), solo_(solo), views_(workers_.size()) {}
+    : options_(std::move(options)),
+      workers_(std::move(workers)),
+      solo_(solo),
+      views_(workers_.size()) {}
 
 StallWatchdog::~StallWatchdog() { stop(); }
 
@@ -68,7 +71,8 @@ bool StallWatchdog::onWatchdogThread() const noexcept {
 
 void StallWatchdog::run() {
   threadId_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  const auto period = std::max<Clock::duration>(options_.threshold / 2, std::chrono::milliseconds(1));
+  const auto period =
+      std::max<Clock::duration>(options_.threshold / 2, std::chrono::milliseconds(1));
   std::unique_lock<std::mutex> lock(mutex_);
   auto next = Clock::now() + period;
   while (!stopping_) {

@@ -24,7 +24,8 @@ namespace weft::detail {
 // completion. The watchdog below, and the worker when it runs out of work
 // (WorkerCounters::idleAt), read it the same way. `solo`: ThreadPool(1)'s queue, else
 // nullptr. noexcept: relaxed loads.
-inline std::uint64_t progressOf(const ThreadPoolWorker& worker, const ThreadRunQueue* solo) noexcept {
+inline std::uint64_t progressOf(const ThreadPoolWorker& worker,
+                                const ThreadRunQueue* solo) noexcept {
   return (solo != nullptr ? solo->takenCount() : worker.queue.taken()) +
          read(worker.counters.itemsTaken) + read(worker.counters.io.completedAll);
 }
@@ -56,7 +57,8 @@ class StallWatchdog {
   };
 
   // `workers` and `solo` must outlive the watchdog (the pool owns all three).
-  StallWatchdog(Options options, std::vector<ThreadPoolWorker*> workers, const ThreadRunQueue* solo);
+  StallWatchdog(Options options, std::vector<ThreadPoolWorker*> workers,
+                const ThreadRunQueue* solo);
   ~StallWatchdog();
   StallWatchdog(const StallWatchdog&) = delete;
   StallWatchdog& operator=(const StallWatchdog&) = delete;
@@ -90,9 +92,9 @@ class StallWatchdog {
   const Options options_;
   const std::vector<ThreadPoolWorker*> workers_;
   const ThreadRunQueue* const solo_;
-  std::vector<View> views_;  // watchdog thread only
+  std::vector<View> views_;    // watchdog thread only
   bool poolReported_ = false;  // watchdog thread only
-  Counter workerReports_{0};  // written by the watchdog thread only
+  Counter workerReports_{0};   // written by the watchdog thread only
   Counter poolReports_{0};
 
   std::mutex mutex_;

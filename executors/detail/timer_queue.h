@@ -129,11 +129,12 @@ class TimerQueue {
   // none is planned and before the thread has started (every pollBy then takes the lock).
   std::atomic<Clock::rep> pollAt_{std::numeric_limits<Clock::rep>::max()};
   bool stopped_ = false;            // guarded by mutex_
-  Counter armed_{0};                // written under mutex_ (so one writer at a time)
-  Counter cancelled_{0};            // written under mutex_
   std::thread thread_;              // started under mutex_; joined by stop()
   std::mutex stopMutex_;            // serialises stop() calls
   bool joined_ = false;             // guarded by stopMutex_
+  // armedCount() and cancelledCount(): written under mutex_, so one writer at a time.
+  Counter armed_{0};
+  Counter cancelled_{0};
 };
 
 // The process-wide timer queue behind Executor's default timers and sleeps in coroutines

@@ -164,7 +164,8 @@ class WorkStealingQueue {
             .store(buffer->at(head + i).load(std::memory_order_relaxed), std::memory_order_relaxed);
       }
       // Relaxed: ordered before the claim by its release (acq_rel below).
-      if (count != nullptr) count->store(count->load(std::memory_order_relaxed) + take, std::memory_order_relaxed);
+      if (count != nullptr)
+        count->store(count->load(std::memory_order_relaxed) + take, std::memory_order_relaxed);
       // acq_rel / acquire: see pop().
       if (head_.compare_exchange_weak(head, head + take, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
@@ -173,7 +174,8 @@ class WorkStealingQueue {
         if (stolen != nullptr) *stolen = take;
         return WorkItem::fromBits(first);
       }
-      if (count != nullptr) count->store(count->load(std::memory_order_relaxed) - take, std::memory_order_relaxed);
+      if (count != nullptr)
+        count->store(count->load(std::memory_order_relaxed) - take, std::memory_order_relaxed);
     }
   }
 
@@ -244,7 +246,8 @@ class WorkStealingQueue {
     const std::uint64_t head = head_.load(std::memory_order_acquire);
     // limit_ is min(capacity, high-water mark): compared where the capacity would be, so
     // the mark costs nothing until it rises.
-    if (tail - head + n <= limit_) [[likely]] return buffer;
+    if (tail - head + n <= limit_) [[likely]]
+      return buffer;
     return reserveSlow(buffer, head, tail, n);
   }
 
@@ -256,7 +259,8 @@ class WorkStealingQueue {
     if (live + n > highWater_.load(std::memory_order_relaxed)) {
       highWater_.store(live + n, std::memory_order_relaxed);
     }
-    limit_ = std::min<std::uint64_t>(buffer->capacity(), highWater_.load(std::memory_order_relaxed));
+    limit_ =
+        std::min<std::uint64_t>(buffer->capacity(), highWater_.load(std::memory_order_relaxed));
     if (live + n <= buffer->capacity()) return buffer;
     std::size_t capacity = buffer->capacity() * 2;
     while (capacity < live + n) capacity *= 2;

@@ -1,8 +1,10 @@
 // ThreadPool::metrics() (executors/pool_metrics.h): every count is checked exactly on a
 // workload whose count is known (N items, N timers, a steal forced by a hand-shake), and a
 // reader runs beside churn, formatting Prometheus text too (the TSan build checks that
-// reading is race-free). prometheus_text_test.cc parses the text back. No sleep and no timing: hand-shakes, with
-// a watchdog turning a hang into a failure.
+// reading is race-free). prometheus_text_test.cc parses the text back. No sleep and no timing:
+// hand-shakes, with a watchdog turning a hang into a failure.
+
+#include "weft/executors/pool_metrics.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -26,7 +28,6 @@
 #include "weft/coro/sync_await.h"
 #include "weft/coro/yield.h"
 #include "weft/executors/io_loop.h"
-#include "weft/executors/pool_metrics.h"
 #include "weft/executors/prometheus_text.h"
 #include "weft/executors/thread_pool.h"
 #include "weft/io/blocking.h"
@@ -224,8 +225,8 @@ TEST(PoolMetricsTest, CountsWorkerTimersArmedFiredAndCancelled) {
   m = pool.metrics();  // readable after shutdown
   EXPECT_EQ(m.workers[0].timersShutDown, static_cast<std::uint64_t>(kAtShutdown));
   EXPECT_EQ(m.workers[0].timersFired, static_cast<std::uint64_t>(kFiring));
-  EXPECT_EQ(m.total.timersArmed, m.total.timersFired + m.total.timersCancelled +
-                                     m.total.timersShutDown);
+  EXPECT_EQ(m.total.timersArmed,
+            m.total.timersFired + m.total.timersCancelled + m.total.timersShutDown);
 }
 
 TEST(PoolMetricsTest, CountsTimersOfTheTimerThread) {
@@ -408,9 +409,7 @@ TEST(PoolMetricsTest, ReadWhileThePoolChurns) {
       t.deadline = Clock::now();
       pool.scheduleTimer(t);
       for (int i = 0; i < kFanOut; ++i) {
-        pool.schedule([&] {
-          pool.schedule([&] { ran.fetch_add(1); });
-        });
+        pool.schedule([&] { pool.schedule([&] { ran.fetch_add(1); }); });
       }
     });
   }

@@ -142,7 +142,8 @@ void parsePrometheus(const std::string& text, std::map<std::string, std::string>
 
 // Checks every histogram of `samples`: per label set, buckets in increasing `le`, counts
 // cumulative, the last le="+Inf" equal to _count, and a _sum.
-void checkHistograms(const std::vector<Sample>& samples, const std::map<std::string, std::string>& types) {
+void checkHistograms(const std::vector<Sample>& samples,
+                     const std::map<std::string, std::string>& types) {
   for (const auto& [family, type] : types) {
     if (type != "histogram") continue;
     std::map<std::string, std::vector<const Sample*>> buckets;  // labels without le -> buckets

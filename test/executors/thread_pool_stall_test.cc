@@ -64,8 +64,8 @@ class Reports {
 };
 
 std::size_t workerReports(const std::vector<StallReport>& reports) {
-  return static_cast<std::size_t>(
-      std::count_if(reports.begin(), reports.end(), [](const StallReport& r) { return !r.wholePool; }));
+  return static_cast<std::size_t>(std::count_if(reports.begin(), reports.end(),
+                                                [](const StallReport& r) { return !r.wholePool; }));
 }
 
 bool names(const StallReport& report, const std::string& function) {
@@ -75,7 +75,8 @@ bool names(const StallReport& report, const std::string& function) {
 
 // A coroutine that stalls its worker: after one hop through the pool, it spins until
 // released, without suspending.
-[[gnu::noinline]] Lazy<> spinUntilReleased(std::atomic<bool>& spinning, std::atomic<bool>& release) {
+[[gnu::noinline]] Lazy<> spinUntilReleased(std::atomic<bool>& spinning,
+                                           std::atomic<bool>& release) {
   co_await yield();
   spinning.store(true);
   while (!release.load()) std::this_thread::yield();
@@ -100,7 +101,8 @@ ThreadPoolOptions detecting(std::size_t threads, const char* name, Reports& repo
 }
 
 TEST(ThreadPoolStallTest, ReportsASpinningCoroutineOnceThenTheWholePool) {
-  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.ReportsASpinningCoroutineOnceThenTheWholePool");
+  test::Watchdog watchdog(kLimit,
+                          "ThreadPoolStallTest.ReportsASpinningCoroutineOnceThenTheWholePool");
   Reports reports;
   ThreadPool pool(detecting(2, "stall", reports));
   std::atomic<bool> spinningA{false}, spinningB{false}, release{false};
@@ -112,9 +114,8 @@ TEST(ThreadPoolStallTest, ReportsASpinningCoroutineOnceThenTheWholePool) {
   // Both stalled: the second worker's report, and one for the whole pool. The second
   // report comes from a look made at least a threshold after the first one, with the
   // first worker stalled all along: it was not reported again.
-  ASSERT_TRUE(reports.waitFor([](const auto& r) {
-    return workerReports(r) == 2 && r.size() - workerReports(r) == 1;
-  }));
+  ASSERT_TRUE(reports.waitFor(
+      [](const auto& r) { return workerReports(r) == 2 && r.size() - workerReports(r) == 1; }));
   const PoolMetrics metrics = pool.metrics();
   release.store(true);
   a.join();
@@ -250,7 +251,8 @@ TEST(ThreadPoolStallTest, WithoutTheSignalReportsSayWhy) {
 }
 
 TEST(ThreadPoolStallTest, WorkersMadeWithEverySignalBlockedStillAnswer) {
-  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.WorkersMadeWithEverySignalBlockedStillAnswer");
+  test::Watchdog watchdog(kLimit,
+                          "ThreadPoolStallTest.WorkersMadeWithEverySignalBlockedStillAnswer");
   Reports reports;
   // As a program that takes its signals on a thread of its own does: every thread made
   // from here on inherits the mask.
