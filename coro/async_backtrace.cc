@@ -9,7 +9,7 @@
 #include <ostream>
 
 #include "weft/coro/detail/snapshot_reads.h"
-#include "weft/coro/detail/symbolizer.h"
+#include "weft/executors/detail/symbolizer.h"
 
 namespace weft {
 namespace detail {

@@ -156,7 +156,11 @@ class EpollLoop final : public IoLoopBase {
 
   IoBackend backend() const noexcept override { return IoBackend::kEpoll; }
 
-  bool submit(IoOperation& op) noexcept override {
+  // Counted for the metrics (IoLoopBase::counted). start() leaves op.opcode as it is.
+  bool submit(IoOperation& op) noexcept override { return counted(op.opcode, start(op)); }
+
+  // submit() without the counting.
+  bool start(IoOperation& op) noexcept {
     op.loopShutDown = false;
     op.loopHeapIndex = 0;
     if (shutDown_) {

@@ -192,6 +192,8 @@ void IoLoopBase::finish(IoOperation& op) noexcept {
 
 void IoLoopBase::settle(IoOperation& op) noexcept {
   --inFlight_;
+  bump(counters_->completed[static_cast<std::size_t>(op.opcode)]);
+  bump(counters_->completedAll);
   // acq_rel: see the class comment; pairs with the requester's compare-exchange.
   if (op.loopState.exchange(2, std::memory_order_acq_rel) == 1) [[unlikely]] {
     std::lock_guard<std::mutex> lock(remoteMutex_);

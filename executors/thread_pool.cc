@@ -19,8 +19,13 @@
 #include <thread>
 #include <utility>
 
+#include "weft/executors/detail/io_loop_base.h"
+#include "weft/executors/detail/stall_capture.h"
+#include "weft/executors/detail/stall_watchdog.h"
+#include "weft/executors/detail/thread_pool_worker.h"
 #include "weft/executors/detail/timer_heap.h"
 #include "weft/executors/detail/work_stealing_queue.h"
+#include "weft/executors/detail/worker_counters.h"
 #include "weft/executors/io_loop.h"
 
 // How the pool works
@@ -144,59 +149,24 @@
 // and the close and the joins follow that take. releaseHold() does the same for its
 // closing check: it counts itself under the injection lock while its hold still keeps
 // the pool open. Workers and the timer thread need none of this: shutdown() joins them.
+//
+// Metrics (executors/pool_metrics.h, read by metrics() in pool_metrics.cc). Nothing is
+// written per item or per push: the items a worker pops from its own queue are counted
+// by the queue's head index (which the pop moves anyway), minus what thieves took from it
+// (each thief counts what it takes from each victim), and the queues keep their
+// high-water marks where they compare with their capacity anyway (detail::RingBuffer,
+// WorkStealingQueue::reserve). Every other counter has one writer at a time and is bumped
+// with a relaxed load and store, never a read-modify-write (executors/detail/
+// worker_counters.h), on a path that locks, steals, makes a system call or reads the
+// clock anyway: a worker's own counters (Worker::counters: the items it takes from
+// elsewhere, steals, parks, wake-ups, timers it armed and fired, its loop's I/O), and the
+// few written under a mutex by whichever thread holds it (the cancellations of a
+// worker's timers under its timerMutex, those of the due list under injectionMutex_, the
+// timer thread's in TimerQueue). Timer lateness is measured where the clock is read
+// already: a worker's own timer in takeOwnTimer, a due timer in takeDueTimer (which locks
+// the due list; the clock read there is the only one added).
 
 namespace weft {
-
-namespace detail {
-
-// One worker. alignas(64) (the common cache line size) keeps one worker's hot queue
-// indices off its neighbours' lines.
-struct alignas(64) ThreadPoolWorker {
-  ThreadPoolWorker(ThreadPool* p, std::size_t i) : pool(p), index(i), rng(i + 1) {}
-
-  // xorshift64: picks the first victim to steal from, so thieves spread out.
-  std::size_t random(std::size_t bound) noexcept {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return static_cast<std::size_t>(rng % bound);
-  }
-
-  ThreadPool* const pool;
-  const std::size_t index;
-  WorkStealingQueue queue;  // used when the pool has several workers
-  // 1 when the worker has been woken (or told to exit); it waits while it is 0.
-  std::atomic<std::uint32_t> wakeToken{0};
-  bool inIdle = false;        // guarded by ThreadPool::idleMutex_
-  bool parked = false;        // guarded by ThreadPool::idleMutex_
-  bool parkedInLoop = false;  // guarded by ThreadPool::idleMutex_: sleeps in loop->run()
-  std::uint64_t rng;          // owner only
-  // The worker's event loop, created by its first I/O (IoLoop::current()); written by
-  // the worker only, read under idleMutex_ by wakers when parkedInLoop is set.
-  std::unique_ptr<IoLoop> loop;
-  std::uint32_t itemsSincePoll = 0;  // owner only
-  // The word workerMain tests before each item (owner only): the pool's timerDueSize_
-  // while the worker has no event loop, then alwaysAttend. So one load and one test
-  // cover both timers and I/O, and a pool that never does I/O pays nothing for it.
-  const std::atomic<std::size_t>* attention = nullptr;
-  const std::atomic<std::size_t> alwaysAttend{1};
-  std::thread thread;
-
-  // The worker's timers (see "Timers" above). On a cache line of their own: cancellers
-  // and the timer thread's poll lock the mutex from other threads.
-  alignas(64) std::mutex timerMutex;
-  TimerHeap timers;            // guarded by timerMutex
-  bool timersStopped = false;  // guarded by timerMutex: shutdown() flushed the heap
-  // The earliest deadline in `timers` (steady_clock ticks), kNoTimer when it is empty.
-  // Written under timerMutex; read without it by the owner and by the timer thread.
-  std::atomic<TimerEntry::Clock::rep> earliestTimer{
-      std::numeric_limits<TimerEntry::Clock::rep>::max()};
-  // Owner only: it armed a timer since it last saw its heap empty (only the owner adds
-  // to it, so a false here means the heap is empty).
-  bool hasTimers = false;
-};
-
-}  // namespace detail
 
 namespace {
 
@@ -309,10 +279,18 @@ std::string checkedName(std::string name) {
   return name;
 }
 
+// ThreadPool(threads, name)'s options (member by member: the aggregate has more fields).
+ThreadPoolOptions optionsFor(std::size_t threads, std::string name) {
+  ThreadPoolOptions options;
+  options.threads = threads;
+  options.name = std::move(name);
+  return options;
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(std::size_t threads, std::string name)
-    : ThreadPool(ThreadPoolOptions{threads, std::move(name), IoBackendChoice::kAuto}) {}
+    : ThreadPool(optionsFor(threads, std::move(name))) {}
 
 ThreadPool::ThreadPool(ThreadPoolOptions options)
     : Executor(checkedName(std::move(options.name))),
@@ -320,16 +298,35 @@ ThreadPool::ThreadPool(ThreadPoolOptions options)
       ioBackend_(IoLoop::resolveBackend(options.ioBackend)),
       timers_(std::string(this->name()) + "-timer", &ThreadPool::deliverTimer, this,
               &ThreadPool::pollWorkerTimers) {
+  if (options.stallThreshold < std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument("weft: ThreadPool: a negative stallThreshold");
+  }
+  // The stall signal is installed before the workers start: each unblocks it.
+  std::string nativeOff;
+  if (options.stallThreshold > std::chrono::milliseconds::zero()) {
+    stallSignal_ = detail::prepareStallSignal(options.stallSignal, nativeOff);
+  }
   const std::size_t threads = effectiveThreads(options.threads);
   workers_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i));
+    workers_.back()->stolenFrom = std::make_unique<detail::Counter[]>(threads);
   }
   idle_.reserve(threads);
   try {
     for (auto& worker : workers_) {
       Worker* w = worker.get();
       w->thread = std::thread([this, w] { workerMain(*w); });
+    }
+    if (options.stallThreshold > std::chrono::milliseconds::zero()) {
+      std::vector<Worker*> workers;
+      for (auto& worker : workers_) workers.push_back(worker.get());
+      watchdog_ = std::make_unique<detail::StallWatchdog>(
+          detail::StallWatchdog::Options{std::string(this->name()), options.stallThreshold,
+                                         std::move(options.onStall), stallSignal_,
+                                         std::move(nativeOff)},
+          std::move(workers), solo_ ? &soloRun_ : nullptr);
+      watchdog_->start();
     }
   } catch (...) {
     abandonStart();
@@ -361,6 +358,9 @@ IoLoop* ThreadPool::makeWorkerLoop(void* worker) {
                                   ? IoBackendChoice::kIoUring
                                   : IoBackendChoice::kEpoll);
   self->attention = &self->alwaysAttend;  // from now on, every item checks the loop too
+  // IoLoop::create makes weft's own loops only, which are IoLoopBases: they count the
+  // worker's I/O into its counters (the loop runs on this thread, their one writer).
+  static_cast<detail::IoLoopBase&>(*self->loop).countInto(&self->counters.io);
   return self->loop.get();
 }
 
@@ -418,7 +418,10 @@ void ThreadPool::armOnWorker(Worker& self, detail::TimerEntry& timer) {
     self.hasTimers = true;
     self.attention = &self.alwaysAttend;
   }
-  if (!first) return;  // the backstop already looks at this heap by an earlier deadline
+  if (!first) {
+    detail::bump(self.counters.timersArmed);
+    return;  // the backstop already looks at this heap by an earlier deadline
+  }
   try {
     timers_.pollBy(addSaturating(timer.deadline, kTimerGrace));
   } catch (...) {  // std::system_error: the timer thread cannot start; nothing armed
@@ -429,6 +432,7 @@ void ThreadPool::armOnWorker(Worker& self, detail::TimerEntry& timer) {
     }
     throw;
   }
+  detail::bump(self.counters.timersArmed);
 }
 
 bool ThreadPool::cancelTimer(detail::TimerEntry& timer) noexcept {
@@ -439,6 +443,7 @@ bool ThreadPool::cancelTimer(detail::TimerEntry& timer) noexcept {
       const bool first = worker.timers.top() == &timer;
       worker.timers.remove(timer);
       if (first) publishEarliestLocked(worker);
+      detail::bump(worker.timersCancelled);  // under its timerMutex: one writer at a time
       return true;
     }
     // Not in the heap: its worker popped it (it runs, or is about to, on that worker), or
@@ -460,6 +465,7 @@ bool ThreadPool::cancelTimer(detail::TimerEntry& timer) noexcept {
     job->next = nullptr;
     // seq_cst: keeps every timerDueSize_ store in the total order S (as takeDueTimer).
     timerDueSize_.store(--timerDueCount_, std::memory_order_seq_cst);
+    detail::bump(dueCancelled_);  // under injectionMutex_: one writer at a time
     return true;
   }
   return false;
@@ -557,12 +563,16 @@ detail::WorkItem ThreadPool::takeOwnTimer(Worker& self, bool cheapClock) noexcep
   // they go first, so that one worker's timers fire in deadline order.
   if (timerDueSize_.load(std::memory_order_relaxed) != 0) {
     lock.unlock();
-    return takeDueTimer();
+    return takeDueTimer(self);
   }
   detail::TimerEntry* first = self.timers.top();
   if (first == nullptr || first->deadline.time_since_epoch().count() > now) return {};
   self.timers.pop();  // one at a time (see "Timers")
   publishEarliestLocked(self);
+  lock.unlock();
+  detail::bump(self.counters.itemsTaken);
+  detail::bump(self.counters.timersFired);
+  self.counters.timerLateness.record(now - first->deadline.time_since_epoch().count());
   return detail::WorkItem::fromJob(first);
 }
 
@@ -585,15 +595,28 @@ void ThreadPool::stopWorkerTimers() noexcept {
   if (delivered) wakeWorkerIfNeeded();
 }
 
-detail::WorkItem ThreadPool::takeDueTimer() noexcept {
-  std::lock_guard<std::mutex> lock(injectionMutex_);
-  detail::Job* timer = timerDueHead_;
-  if (timer == nullptr) return {};
-  timerDueHead_ = timer->next;
-  if (timerDueHead_ == nullptr) timerDueTail_ = nullptr;
-  timer->next = nullptr;
-  // seq_cst: keeps every timerDueSize_ store in the total order S.
-  timerDueSize_.store(--timerDueCount_, std::memory_order_seq_cst);
+detail::WorkItem ThreadPool::takeDueTimer(Worker& self) noexcept {
+  detail::TimerEntry* timer;
+  {
+    std::lock_guard<std::mutex> lock(injectionMutex_);
+    // Every entry of the due list is a TimerEntry (appendDueLocked).
+    timer = static_cast<detail::TimerEntry*>(timerDueHead_);
+    if (timer == nullptr) return {};
+    timerDueHead_ = timer->next;
+    if (timerDueHead_ == nullptr) timerDueTail_ = nullptr;
+    timer->next = nullptr;
+    // seq_cst: keeps every timerDueSize_ store in the total order S.
+    timerDueSize_.store(--timerDueCount_, std::memory_order_seq_cst);
+  }
+  // The entry is ours to run: nobody else reads or frees it before its fire function.
+  detail::bump(self.counters.itemsTaken);
+  if (timer->shutDown) {
+    detail::bump(self.counters.timersShutDown);
+  } else {
+    detail::bump(self.counters.timersFired);
+    self.counters.timerLateness.record(TimerClock::now().time_since_epoch().count() -
+                                       timer->deadline.time_since_epoch().count());
+  }
   return detail::WorkItem::fromJob(timer);
 }
 
@@ -620,10 +643,11 @@ void ThreadPool::pushShared(Worker& self, detail::WorkItem item) {
   wakeWorkerIfNeeded();  // an idle worker may steal it
 }
 
-inline detail::WorkItem ThreadPool::popLocal(Worker& self) noexcept {
+inline bool ThreadPool::popLocal(Worker& self, detail::WorkItem& item) noexcept {
   // noexcept: both pops are noexcept.
-  if (solo_) return soloRun_.empty() ? detail::WorkItem() : soloRun_.pop();
-  return self.queue.pop();
+  if (solo_) return soloRun_.tryPop(item);
+  item = self.queue.pop();
+  return !item.empty();
 }
 
 inline bool ThreadPool::push(detail::WorkItem item) {
@@ -695,26 +719,31 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
   // This worker's share, rounded up: all of it on ThreadPool(1), which keeps its order.
   const std::size_t take = (size + workers_.size() - 1) / workers_.size();
   const std::size_t queued = returnFirst ? take - 1 : take;
-  // Items leave injection_ only once the local queue has room (reserving may throw).
+  // Items leave injection_ only once the local queue has room (reserving may throw):
+  // read in place, then dropped at once.
   detail::WorkItem first;
+  std::size_t taken = 0;
   auto next = [&] {
-    if (returnFirst && first.empty()) first = injection_.pop();  // the oldest: returned
-    return injection_.pop();
+    if (returnFirst && first.empty()) first = injection_.at(taken++);  // the oldest: returned
+    return injection_.at(taken++);
   };
   if (solo_) {
-    soloRun_.reserveFor(queued);
-    for (std::size_t i = 0; i < queued; ++i) soloRun_.push(next());
+    soloRun_.pushBatch(queued, next);
   } else {
     self.queue.pushBatch(queued, next);
   }
-  if (returnFirst && first.empty()) first = injection_.pop();
+  if (returnFirst && first.empty()) first = injection_.at(taken++);
+  injection_.drop(taken);
   // seq_cst: keeps every injectionSize_ store in the total order S.
   injectionSize_.store(injection_.size(), std::memory_order_seq_cst);
+  if (returnFirst) detail::bump(self.counters.itemsTaken);  // not through its queue
   return first;
 }
 
 void ThreadPool::workerMain(Worker& self) {
   tlWorker = &self;
+  detail::bindStallCapture(&self.capture);
+  if (stallSignal_ > 0) detail::unblockStallSignal(stallSignal_);
   if (solo_) soloRun_.bind();
 #if defined(__linux__)
   {
@@ -731,14 +760,17 @@ void ThreadPool::workerMain(Worker& self) {
   self.attention = &timerDueSize_;
   for (;;) {
     detail::WorkItem item;
+    // Whether `item` holds one: from popLocal's own test on the plain path (so the item is
+    // not tested again: two instructions per item on ThreadPool(1)).
+    bool found;
     // Relaxed: a stale zero only lets one more queued item run before a due timer; the
     // delivery's wake-up (rule 1) covers the workers that are not running. A worker with
     // an event loop, or with timers of its own, always takes this branch (attention is
     // then alwaysAttend).
     if (self.attention->load(std::memory_order_relaxed) != 0) [[unlikely]] {
-      if (timerDueSize_.load(std::memory_order_relaxed) != 0) item = takeDueTimer();
+      if (timerDueSize_.load(std::memory_order_relaxed) != 0) item = takeDueTimer(self);
       if (item.empty() && self.hasTimers) item = takeOwnTimer(self, /*cheapClock=*/true);
-      if (item.empty()) item = popLocal(self);
+      if (item.empty()) (void)popLocal(self, item);
       // I/O: out of queued work, or every kItemsPerIoPoll items, hand the queued
       // submissions to the kernel and run the completions that are there (no waiting).
       if (self.loop != nullptr &&
@@ -747,10 +779,11 @@ void ThreadPool::workerMain(Worker& self) {
         const std::size_t ran = self.loop->run(0);
         if (item.empty() && ran != 0) continue;
       }
+      found = !item.empty();
     } else {
-      item = popLocal(self);
+      found = popLocal(self, item);
     }
-    if (item.empty()) {
+    if (!found) {
       item = findWork(self);
       if (item.empty()) break;  // the pool is closed
       if (item.bits() == kLookAgain.bits()) continue;
@@ -763,6 +796,12 @@ void ThreadPool::workerMain(Worker& self) {
   }
   IoLoop::setCurrentFactory(nullptr, nullptr);
   self.loop.reset();  // nothing in flight: the pool closed with every worker parked idle
+  {
+    // From now on the stall watchdog signals this thread no more (see ThreadPoolWorker).
+    std::lock_guard<std::mutex> lock(self.signalMutex);
+    self.exited = true;
+  }
+  detail::bindStallCapture(nullptr);
   tlWorker = nullptr;
   ThreadRunQueue::unbind();
 }
@@ -770,7 +809,7 @@ void ThreadPool::workerMain(Worker& self) {
 detail::WorkItem ThreadPool::searchOnce(Worker& self) {
   // seq_cst: a final sweep (rule 2) must not read this before its searching_ decrement.
   if (timerDueSize_.load(std::memory_order_seq_cst) != 0) {
-    detail::WorkItem item = takeDueTimer();
+    detail::WorkItem item = takeDueTimer(self);
     if (!item.empty()) return item;
   }
   const std::size_t n = workers_.size();
@@ -779,8 +818,15 @@ detail::WorkItem ThreadPool::searchOnce(Worker& self) {
     for (std::size_t i = 0; i < n; ++i) {
       Worker& victim = *workers_[(start + i) % n];
       if (&victim == &self) continue;
-      detail::WorkItem item = victim.queue.stealHalfInto(self.queue);
-      if (!item.empty()) return item;
+      std::uint64_t stolen = 0;
+      detail::WorkItem item =
+          victim.queue.stealHalfInto(self.queue, &stolen, &self.stolenFrom[victim.index]);
+      if (!item.empty()) {
+        detail::bump(self.counters.steals);
+        detail::bump(self.counters.stolenItems, stolen);
+        detail::bump(self.counters.itemsTaken);  // the first, returned; the rest are queued
+        return item;
+      }
     }
   }
   return takeFromInjection(self, /*returnFirst=*/true);
@@ -791,7 +837,7 @@ void ThreadPool::stopSearching() noexcept {
   if (searching_.fetch_sub(1, std::memory_order_seq_cst) == 1) wakeWorkerIfNeeded();
 }
 
-bool ThreadPool::leaveIdle(Worker& self, bool tookWork) noexcept {
+bool ThreadPool::leaveIdle(Worker& self, bool tookWork, bool slept) noexcept {
   bool handedSearchCount = false;
   {
     std::lock_guard<std::mutex> lock(idleMutex_);
@@ -815,6 +861,8 @@ bool ThreadPool::leaveIdle(Worker& self, bool tookWork) noexcept {
     }
   }
   if (handedSearchCount) {
+    // A waker ended the sleep.
+    if (slept) detail::bump(self.counters.wakeUps);
     stopSearching();  // rule (3)
   } else if (tookWork) {
     // We may have taken the work that a pusher, seeing us searching, left to us.
@@ -830,6 +878,10 @@ bool ThreadPool::leaveIdle(Worker& self, bool tookWork) noexcept {
 }
 
 detail::WorkItem ThreadPool::findWork(Worker& self) {
+  // Out of work: idle until the progress count moves (the stall watchdog's test). Relaxed:
+  // a diagnostic; the watchdog needs two looks to call a worker stalled.
+  self.counters.idleAt.store(detail::progressOf(self, solo_ ? &soloRun_ : nullptr),
+                             std::memory_order_relaxed);
   // seq_cst: ordered before this worker's sweeps (rule 1 relies on it).
   searching_.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
@@ -907,6 +959,7 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
       }
     }
     if (parkInLoop) {
+      detail::bump(self.counters.parks);
       if (stopIo) self.loop->shutdown();
       std::int64_t timeoutNs = -1;  // no timer: until a completion or a waker
       if (wakeAt != kNoTimer) {
@@ -916,13 +969,14 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
       }
       self.loop->runFor(timeoutNs);
       // true: not parked, so the pool cannot have closed.
-      (void)leaveIdle(self, /*tookWork=*/false);
+      (void)leaveIdle(self, /*tookWork=*/false, /*slept=*/true);
       return kLookAgain;
     }
     // Acquire: pairs with the waker's release store, so what it published (work, or
     // closed_) is visible once we see the token. With a timer, the wait ends at its
     // deadline too.
     bool timedOut = false;
+    detail::bump(self.counters.parks);
     while (self.wakeToken.load(std::memory_order_acquire) == 0) {
       if (wakeAt != kNoTimer && TimerClock::now().time_since_epoch().count() >= wakeAt) {
         timedOut = true;
@@ -934,7 +988,7 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
       // Our earliest timer is due: we leave idle_ by ourselves, as when the final sweep
       // finds work (a waker may have popped us meanwhile, or the pool closed), and fire it
       // from the loop.
-      if (!leaveIdle(self, /*tookWork=*/false)) return {};
+      if (!leaveIdle(self, /*tookWork=*/false, /*slept=*/true)) return {};
       return kLookAgain;
     }
     // Relaxed: only this thread reads the token; the next waker sets it under idleMutex_
@@ -943,6 +997,7 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
     // Acquire: closed_ was stored before our token was set.
     if (closed_.load(std::memory_order_acquire)) return {};
     // Woken by rule 1: the waker counted us in searching_. Search again.
+    detail::bump(self.counters.wakeUps);
   }
 }
 
@@ -999,6 +1054,14 @@ void ThreadPool::closeIfQuiescentLocked() noexcept {
 }
 
 void ThreadPool::shutdown() {
+  if (watchdog_ != nullptr && watchdog_->onWatchdogThread()) {
+    std::fprintf(stderr,
+                 "weft: ThreadPool '%.*s': shutdown() or the destructor was called from the "
+                 "pool's onStall callback (its stall thread), which shutdown() stops and waits "
+                 "for. Call it from another thread.\n",
+                 static_cast<int>(name().size()), name().data());
+    std::abort();
+  }
   if (currentThreadInExecutor()) {
     std::fprintf(stderr,
                  "weft: ThreadPool '%.*s': shutdown() or the destructor was called from one "
@@ -1031,6 +1094,8 @@ void ThreadPool::shutdown() {
   // (pushOutside): the pool must outlive that. A few instructions at most; spun.
   // Acquire: pairs with pushOutside's release decrement.
   while (wakesInFlight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // After the joins, so that a worker stalled while the pool drains is still reported.
+  if (watchdog_ != nullptr) watchdog_->stop();
   joined_ = true;
 }
 
@@ -1083,6 +1148,7 @@ void ThreadPool::abandonStart() noexcept {
   for (auto& worker : workers_) {
     if (worker->thread.joinable()) worker->thread.join();
   }
+  if (watchdog_ != nullptr) watchdog_->stop();
   std::lock_guard<std::mutex> shutdownLock(shutdownMutex_);
   joined_ = true;
 }

@@ -1,9 +1,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -12,14 +14,18 @@
 #include "weft/executors/detail/job.h"
 #include "weft/executors/detail/ring_buffer.h"
 #include "weft/executors/detail/timer_queue.h"
+#include "weft/executors/detail/worker_counters.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
+#include "weft/executors/pool_metrics.h"
+#include "weft/executors/stall_report.h"
 #include "weft/executors/thread_run_queue.h"
 
 namespace weft {
 
 namespace detail {
 struct ThreadPoolWorker;
+class StallWatchdog;
 }  // namespace detail
 
 // How to build a ThreadPool (the constructor taking a thread count and a name covers the
@@ -33,6 +39,33 @@ struct ThreadPoolOptions {
   // The workers' event loops: io_uring, epoll, or kAuto (WEFT_IO_BACKEND if set, else
   // epoll; see IoLoop::resolveBackend).
   IoBackendChoice ioBackend = IoBackendChoice::kAuto;
+
+  // The stall detector: a worker that has been running one item (a coroutine between two
+  // suspensions, a callable, an I/O completion's resumption) for at least this long is
+  // reported to onStall, once per stall, with its native backtrace and the function its
+  // item entered; so is a pool whose every worker is stalled at once (StallReport;
+  // docs/debugging.md, "In production"). The pool then has one more thread,
+  // "<name>-stall", which wakes every stallThreshold/2 and reads counters the workers
+  // keep anyway (no cost on them beyond the metrics'); a worker is signalled only when it
+  // is stalled. 0 turns the detector off (no thread).
+  // Precondition: >= 0 (else the constructor throws std::invalid_argument).
+  std::chrono::milliseconds stallThreshold{100};
+  // Receives each StallReport, on the pool's stall thread (so a slow callback delays the
+  // next look, and it must not shut the pool down: weft prints a message and aborts). An
+  // exception it throws is reported on stderr and dropped. Empty (the default): the
+  // report's toString() goes to stderr, a "weft: ..." line and its details.
+  std::function<void(const StallReport&)> onStall{};
+  // The real-time signal that takes a stalled worker's native backtrace (its handler runs
+  // on the worker, async-signal-safe, and is installed once per process; SA_RESTART): 0
+  // (the default) for SIGRTMAX - 3, a negative value for none (reports then have no
+  // native backtrace). A signal the program has a handler of its own for is never taken
+  // over: the reports say so instead. Each worker unblocks it (a thread that blocked
+  // every signal before making the pool passes that mask on to the workers; the signal
+  // is sent to a stalled worker alone). A worker is sent one signal per stall; if it is
+  // blocked in a system call that a signal interrupts even with SA_RESTART (poll,
+  // epoll_wait, nanosleep, a futex wait...), that call returns EINTR, as it would for
+  // any signal.
+  int stallSignal = 0;
 };
 
 // ThreadPool: a work-stealing pool of worker threads; the default executor for Task.
@@ -83,11 +116,12 @@ struct ThreadPoolOptions {
 //    destructor waits for such a call to be done with the pool.
 //
 // Preconditions: shutdown() and the destructor must not run on one of the pool's own
-// worker threads (it would wait for itself): weft prints a message naming the pool and
-// aborts. A scheduled coroutine handle must be non-null and suspended.
+// worker threads, nor in its onStall callback (it would wait for itself): weft prints a
+// message naming the pool and aborts. A scheduled coroutine handle must be non-null and suspended.
 //
 // Errors: the constructor throws std::system_error if a thread cannot be started, and
-// std::invalid_argument for a name with a NUL byte (it names the threads, a C string).
+// std::invalid_argument for a name with a NUL byte (it names the threads, a C string) or a
+// negative stallThreshold.
 // schedule() throws ExecutorShutDown after shutdown (a refused callable is destroyed
 // without running), std::bad_alloc if a queue cannot grow. A callable that throws is
 // reported with the pool's name and the process aborts (detail::reportEscapedException).
@@ -149,6 +183,22 @@ class ThreadPool final : public Executor {
   // noexcept: reads counters under their mutexes. Thread safety: any thread.
   TimerCounts timerCounts() const noexcept;
 
+  // A snapshot of the pool's runtime metrics: per worker and in total, items run, steals,
+  // parks and wake-ups, queue lengths, I/O operations by opcode, timers armed, fired and
+  // cancelled with a histogram of their lateness, and the blocking pool's gauges
+  // (executors/pool_metrics.h defines each; executors/prometheus_text.h formats them), and the
+  // stall reports made so far. Cheap: relaxed loads of counters the workers keep without locks or
+  // read-modify-writes, no lock taken (except the blocking pool's, once), so it may be called
+  // often, from any thread, while the pool runs or after it has shut down. Each value is read on
+  // its own (see PoolMetrics). Errors: std::bad_alloc (the snapshot's vector and name). Thread
+  // safety: any thread.
+  //
+  // Example:
+  //   weft::PoolMetrics m = pool.metrics();
+  //   std::printf("%llu items, %llu steals\n", (unsigned long long)m.total.itemsRun,
+  //               (unsigned long long)m.total.steals);
+  PoolMetrics metrics() const;
+
   // Stops accepting outside work once everything accepted has run, then joins the
   // workers. Idempotent. See the class comment for the precise semantics.
   void shutdown();
@@ -202,15 +252,18 @@ class ThreadPool final : public Executor {
   void pushLocal(Worker& self, detail::WorkItem item);
   // pushLocal's path for a pool of several workers.
   [[gnu::noinline]] void pushShared(Worker& self, detail::WorkItem item);
-  detail::WorkItem popLocal(Worker& self) noexcept;
+  // The calling worker's next own item into `item`; false (item untouched or empty) when
+  // its queue is empty.
+  bool popLocal(Worker& self, detail::WorkItem& item) noexcept;
   void workerMain(Worker& self);
   // The next item for an out-of-work worker, or an empty item once the pool is closed.
   detail::WorkItem findWork(Worker& self);
   // One sweep over the due timers, the other workers' queues (stealing) and the
   // injection queue.
   detail::WorkItem searchOnce(Worker& self);
-  // The oldest due timer, or an empty item. noexcept: a list pop under a mutex.
-  detail::WorkItem takeDueTimer() noexcept;
+  // The oldest due timer, or an empty item; counted as fired (or shut down) by the
+  // calling worker `self`. noexcept: a list pop under a mutex, and a clock read.
+  detail::WorkItem takeDueTimer(Worker& self) noexcept;
   // The timer queue's delivery: appends an expired (or flushed) timer to the due list and
   // wakes a worker. noexcept: runs on the timer thread; allocates nothing.
   static void deliverTimer(void* pool, detail::TimerEntry& timer) noexcept;
@@ -235,8 +288,9 @@ class ThreadPool final : public Executor {
   // Called by a worker leaving idle_ by itself (its final sweep found work, or a timer or
   // its event loop woke it): undoes its announcement, or gives back the searching count a
   // waker handed it meanwhile (rule (3)); re-runs rule (1) when it `tookWork`. False when
-  // the pool closed meanwhile (the worker must exit). noexcept: see below.
-  bool leaveIdle(Worker& self, bool tookWork) noexcept;
+  // the pool closed meanwhile (the worker must exit). `slept`: it had parked (then a
+  // count handed meanwhile is a wake-up, WorkerMetrics::wakeUps). noexcept: see below.
+  bool leaveIdle(Worker& self, bool tookWork, bool slept = false) noexcept;
   // Moves a share of the injection queue into `self`'s queue; returns the first item
   // when `returnFirst` (otherwise queues everything).
   detail::WorkItem takeFromInjection(Worker& self, bool returnFirst);
@@ -256,6 +310,9 @@ class ThreadPool final : public Executor {
   void closeIfQuiescentLocked() noexcept;
   // Constructor failure: stops and joins the workers started so far.
   void abandonStart() noexcept;
+  // metrics(): the items worker `index` has run (pool_metrics.cc). noexcept: loads, and a
+  // compare-exchange that keeps the count from going back between snapshots.
+  std::uint64_t itemsRunBy(std::size_t index) const noexcept;
 
   // ThreadPool(1): nobody steals, so the worker's queue needs no atomics (see .cc).
   const bool solo_;
@@ -313,6 +370,16 @@ class ThreadPool final : public Executor {
   // Worker timers the backstop took (TimerCounts::takenFromBusyWorkers). Relaxed: a
   // statistic.
   std::atomic<std::size_t> timersTakenFromWorkers_{0};
+  // Timers cancelled while they waited on the due list (PoolMetrics::timerThreadCancelled).
+  // Written under injectionMutex_ (one writer at a time: detail::bump).
+  detail::Counter dueCancelled_{0};
+
+  // The stall detector's signal, installed (detail::prepareStallSignal), or -1: none.
+  // Set before the workers start (each unblocks it), then constant.
+  int stallSignal_ = -1;
+  // The stall detector (ThreadPoolOptions::stallThreshold), or null when it is off.
+  // Started once the workers run; stopped by shutdown() after they have been joined.
+  std::unique_ptr<detail::StallWatchdog> watchdog_;
 
   // Last: its thread calls deliverTimer and pollWorkerTimers, which use the members above.
   // (It is stopped by shutdown(), before any of them is destroyed.)

@@ -3,9 +3,11 @@
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 #include "weft/executors/detail/ring_buffer.h"
 #include "weft/executors/executor.h"
@@ -66,9 +68,25 @@ class ThreadRunQueue {
   std::size_t size() const noexcept { return items_.size(); }
   // Precondition: !empty(). noexcept: a ring pop.
   WorkItem pop() noexcept { return items_.pop(); }
+  // Pops the next item into `item`; false (item untouched) when there is none. noexcept:
+  // a ring pop.
+  [[gnu::always_inline]] bool tryPop(WorkItem& item) noexcept { return items_.tryPop(item); }
   // Throw std::bad_alloc if the ring cannot grow (nothing queued then).
   void push(WorkItem item) { items_.push(item); }
   void reserveFor(std::size_t count) { items_.reserveFor(count); }
+  // `count` items from `next()`, appended in order at once. Errors: std::bad_alloc
+  // (nothing queued, `next` not called).
+  template <class Next>
+  void pushBatch(std::size_t count, Next&& next) {
+    items_.pushBatch(count, std::forward<Next>(next));
+  }
+  // Statistics, read by any thread (relaxed: values of some recent instant), at no cost to
+  // the queue's operations (detail::RingBuffer): the items taken from the queue so far,
+  // by the executor or by code on the thread (takeNextIf, exchangeNextIf; minus those put
+  // back), the items in it, and the most it has held. noexcept: loads.
+  std::uint64_t takenCount() const noexcept { return items_.taken(); }
+  std::size_t sizeAnyThread() const noexcept { return items_.sizeAnyThread(); }
+  std::size_t highWater() const noexcept { return items_.highWater(); }
 
   // --- for code on the owning thread ---------------------------------------------------
   // executor()->schedule(h) done inline: on the owning thread, with no outside work
@@ -91,10 +109,8 @@ class ThreadRunQueue {
   [[gnu::always_inline]] WorkItem takeNextIf(Accept&& accept) noexcept {
     if (tlCurrent != this) return {};
     if (runsFirst_.load(std::memory_order_relaxed) != 0) return {};
-    if (items_.empty()) return {};
-    const WorkItem next = items_.front();
-    if (next.isJob() || !accept(next)) return {};
-    items_.pop();
+    WorkItem next;
+    (void)items_.popIf([&](WorkItem item) noexcept { return !item.isJob() && accept(item); }, next);
     return next;
   }
 
@@ -124,10 +140,9 @@ class ThreadRunQueue {
         arrivesFirst_.load(std::memory_order_relaxed) != 0) {
       return {};
     }
-    if (items_.empty()) return {};
-    const WorkItem next = items_.front();
-    if (next.isJob() || !accept(next)) return {};
-    items_.rotate(requeue);  // next out, requeue in
+    WorkItem next;  // next out, requeue in
+    (void)items_.rotateIf([&](WorkItem item) noexcept { return !item.isJob() && accept(item); },
+                          requeue, next);
     return next;
   }
 

@@ -36,6 +36,7 @@ bool TimerQueue::add(TimerEntry& entry) {
   entry.shutDown = false;
   entry.dropped = false;
   heap_.push(entry);  // may throw: nothing armed (a started thread just waits)
+  bump(armed_);
   // Woken only for a deadline earlier than the one it waits for: a timer armed after one
   // was cancelled (withTimeout around work that finished) is usually later, and the
   // thread, waking for the cancelled one's deadline, finds it then. So a steady stream of
@@ -53,6 +54,7 @@ bool TimerQueue::cancel(TimerEntry& entry) noexcept {
   // No wake-up: if it was the earliest, the thread wakes at its deadline, finds a later
   // one and waits again.
   heap_.remove(entry);
+  bump(cancelled_);
   return true;
 }
 

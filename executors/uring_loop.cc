@@ -296,7 +296,11 @@ class UringLoop final : public IoLoopBase {
 
   bool multishotReceive() const noexcept override { return multishot_; }
 
-  bool submit(IoOperation& op) noexcept override {
+  // Counted for the metrics (IoLoopBase::counted). start() leaves op.opcode as it is.
+  bool submit(IoOperation& op) noexcept override { return counted(op.opcode, start(op)); }
+
+  // submit() without the counting.
+  bool start(IoOperation& op) noexcept {
     op.loopShutDown = false;
     if (shutDown_) {
       op.result = -ECANCELED;

@@ -11,6 +11,8 @@
 #include <pthread.h>
 #endif
 
+#include "weft/executors/pool_metrics.h"
+
 namespace weft {
 
 // How the threads come and go (everything below is guarded by mutex_):
@@ -71,6 +73,15 @@ BlockingPool& BlockingPool::defaultPool() {
       // waiting for them would hang its exit()).
       if (::getpid() == gDefaultPoolProcess) defaultPool().retireIdleThreadsAtExit();
     }));
+    // Every ThreadPool's metrics() reports this pool's gauges from now on (the pool is
+    // never destroyed, so the function may read it at any time).
+    setBlockingGaugesReader([](std::uint64_t& threads, std::uint64_t& queued) noexcept {
+      try {
+        threads = defaultPool().threadCount();
+        queued = defaultPool().queuedCount();
+      } catch (...) {  // std::system_error locking the mutex: the gauges stay 0
+      }
+    });
     return created;
   }();
   return *pool;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 
+#include "weft/executors/detail/worker_counters.h"
 #include "weft/executors/io_loop.h"
 
 namespace weft::detail {
@@ -65,12 +66,31 @@ class IoLoopBase : public IoLoop {
   void wake() noexcept final;
   bool hasWork() const noexcept final { return inFlight_ != 0; }
 
+  // Where the loop counts the operations it serves (its executor's metrics: ThreadPool
+  // hands each worker's loop the worker's counters); until called, into counters of its
+  // own that nobody reads. On the loop's thread, before its first submit. `counters` must
+  // outlive the loop. noexcept: a store.
+  void countInto(IoOpCounters* counters) noexcept { counters_ = counters; }
+
  protected:
   // Errors: std::system_error if the eventfd cannot be created.
   IoLoopBase();
 
   // Cancels `op`, in flight on this loop, on the loop's own thread.
   virtual void cancelLocal(IoOperation& op) noexcept = 0;
+
+  // Counts a submission of `opcode`, and its completion when it completed at once (the
+  // loops' submit: `return counted(op.opcode, start(op))`). noexcept: three relaxed bumps
+  // at most (the loop's thread is the counters' only writer).
+  bool counted(IoOpcode opcode, bool completedAtOnce) noexcept {
+    const auto index = static_cast<std::size_t>(opcode);
+    bump(counters_->submitted[index]);
+    if (completedAtOnce) {
+      bump(counters_->completed[index]);
+      bump(counters_->completedAll);
+    }
+    return completedAtOnce;
+  }
 
   // Runs the cancellations other threads queued. Returns at once when there are none.
   void drainRemoteCancels() noexcept;
@@ -87,6 +107,9 @@ class IoLoopBase : public IoLoop {
   int wakeFd_ = -1;
   std::size_t inFlight_ = 0;  // operations submitted and not yet finished (loop thread)
   bool shutDown_ = false;     // loop thread
+  // Where the operations are counted (never null: see countInto).
+  IoOpCounters ownCounters_;
+  IoOpCounters* counters_ = &ownCounters_;
 
  private:
   std::atomic<bool> remotePending_{false};

@@ -13,6 +13,7 @@
 
 #include "weft/executors/detail/job.h"
 #include "weft/executors/detail/timer_heap.h"
+#include "weft/executors/detail/worker_counters.h"
 #include "weft/executors/timer_entry.h"
 
 namespace weft::detail {
@@ -96,6 +97,10 @@ class TimerQueue {
 
   // The number of armed entries (for tests and diagnostics).
   std::size_t size() const;
+  // Since the queue was made: the entries add() armed, and those cancel() disarmed (for
+  // metrics: ThreadPool's timer thread). noexcept: relaxed loads, no lock.
+  std::uint64_t armedCount() const noexcept { return read(armed_); }
+  std::uint64_t cancelledCount() const noexcept { return read(cancelled_); }
   // Whether the timer thread has been started (for tests: unused queues start none).
   bool threadStarted() const;
 
@@ -127,6 +132,9 @@ class TimerQueue {
   std::thread thread_;              // started under mutex_; joined by stop()
   std::mutex stopMutex_;            // serialises stop() calls
   bool joined_ = false;             // guarded by stopMutex_
+  // armedCount() and cancelledCount(): written under mutex_, so one writer at a time.
+  Counter armed_{0};
+  Counter cancelled_{0};
 };
 
 // The process-wide timer queue behind Executor's default timers and sleeps in coroutines

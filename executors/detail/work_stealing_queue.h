@@ -129,9 +129,13 @@ class WorkStealingQueue {
   // Called by the owner of `dst` (a different queue). Steals the older half (rounded
   // up, at most kMaxSteal items) of this queue: returns the oldest stolen item and
   // appends the rest, in order, to `dst`. Returns an empty WorkItem if this queue was empty at some
-  // instant during the call. Errors: std::bad_alloc if `dst` must grow and cannot (nothing is
-  // stolen).
-  WorkItem stealHalfInto(WorkStealingQueue& dst) {
+  // instant during the call. With `stolen`, stores there how many items were taken (the
+  // returned one included; untouched when none). With `count`, adds them to that counter
+  // (the calling thread must be its only writer) before it claims them, taking them back
+  // if the claim fails: a thread that sees head() moved past them (acquire) sees them
+  // counted. Errors: std::bad_alloc if `dst` must grow and cannot (nothing is stolen).
+  WorkItem stealHalfInto(WorkStealingQueue& dst, std::uint64_t* stolen = nullptr,
+                         std::atomic<std::uint64_t>* count = nullptr) {
     assert(&dst != this);
     // Acquire: a stale head only makes the CAS fail and retry.
     std::uint64_t head = head_.load(std::memory_order_acquire);
@@ -159,13 +163,19 @@ class WorkStealingQueue {
         dstBuffer->at(dstTail + i - 1)
             .store(buffer->at(head + i).load(std::memory_order_relaxed), std::memory_order_relaxed);
       }
+      // Relaxed: ordered before the claim by its release (acq_rel below).
+      if (count != nullptr)
+        count->store(count->load(std::memory_order_relaxed) + take, std::memory_order_relaxed);
       // acq_rel / acquire: see pop().
       if (head_.compare_exchange_weak(head, head + take, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         // seq_cst: see push().
         if (take > 1) dst.tail_.store(dstTail + take - 1, std::memory_order_seq_cst);
+        if (stolen != nullptr) *stolen = take;
         return WorkItem::fromBits(first);
       }
+      if (count != nullptr)
+        count->store(count->load(std::memory_order_relaxed) - take, std::memory_order_relaxed);
     }
   }
 
@@ -180,6 +190,21 @@ class WorkStealingQueue {
     const std::uint64_t head = head_.load();
     const std::uint64_t tail = tail_.load();
     return tail > head ? static_cast<std::size_t>(tail - head) : 0;
+  }
+
+  // Any thread. The most items the queue has held (as its owner saw it when it appended:
+  // thieves may have taken some meanwhile, so it may count a few more than were ever
+  // there at one instant). For metrics. noexcept: a relaxed load.
+  std::uint64_t highWater() const noexcept {
+    // Relaxed: a statistic; written by the owner only.
+    return highWater_.load(std::memory_order_relaxed);
+  }
+
+  // Any thread. The items taken from the queue since it was made (by pop and by steals:
+  // the head index, which only grows). For metrics: with acquire, a thief's count of the
+  // items it took (stealHalfInto's `count`) is seen for every steal this value includes.
+  std::uint64_t taken(std::memory_order order = std::memory_order_relaxed) const noexcept {
+    return head_.load(order);
   }
 
  private:
@@ -211,14 +236,31 @@ class WorkStealingQueue {
 
   // Owner only: returns a buffer with room for `n` more items after index `tail`,
   // growing it if needed.
-  Buffer* reserve(std::uint64_t tail, std::size_t n) {
+  // Inline (the push path); the rest is out of line.
+  [[gnu::always_inline]] Buffer* reserve(std::uint64_t tail, std::size_t n) {
     // Relaxed: only this thread writes buffer_.
     Buffer* buffer = buffer_.load(std::memory_order_relaxed);
     // Acquire: pairs with the consumers' acq_rel CAS, so their reads of the slots we are
     // about to reuse happened before we overwrite them. A stale (smaller) head only
     // makes us grow earlier than necessary.
     const std::uint64_t head = head_.load(std::memory_order_acquire);
+    // limit_ is min(capacity, high-water mark): compared where the capacity would be, so
+    // the mark costs nothing until it rises.
+    if (tail - head + n <= limit_) [[likely]]
+      return buffer;
+    return reserveSlow(buffer, head, tail, n);
+  }
+
+  // reserve() past limit_: raises the high-water mark, grows if needed.
+  [[gnu::noinline]] Buffer* reserveSlow(Buffer* buffer, std::uint64_t head, std::uint64_t tail,
+                                        std::size_t n) {
     const std::uint64_t live = tail - head;
+    // Relaxed: only this thread writes it; readers take it as a statistic.
+    if (live + n > highWater_.load(std::memory_order_relaxed)) {
+      highWater_.store(live + n, std::memory_order_relaxed);
+    }
+    limit_ =
+        std::min<std::uint64_t>(buffer->capacity(), highWater_.load(std::memory_order_relaxed));
     if (live + n <= buffer->capacity()) return buffer;
     std::size_t capacity = buffer->capacity() * 2;
     while (capacity < live + n) capacity *= 2;
@@ -229,6 +271,7 @@ class WorkStealingQueue {
     }
     // Release: consumers that load the new buffer (acquire) see the copied slots.
     buffer_.store(grown, std::memory_order_release);
+    limit_ = std::min<std::uint64_t>(grown->capacity(), highWater_.load(std::memory_order_relaxed));
     return grown;
   }
 
@@ -239,6 +282,10 @@ class WorkStealingQueue {
   std::atomic<Buffer*> buffer_{nullptr};
   // The current buffer and every retired one, freed with the queue (owner only).
   std::vector<std::unique_ptr<Buffer>> buffers_;
+  // The most items the queue held after an append (highWater()); written by the owner.
+  std::atomic<std::uint64_t> highWater_{0};
+  // Owner only: min(current capacity, highWater_), the fast path's bound in reserve().
+  std::uint64_t limit_ = 0;
 };
 
 }  // namespace weft::detail

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -715,11 +716,12 @@ TEST(ThreadPoolTest, IdleWorkersSleepInsteadOfSpinning) {
   for (int i = 0; i < 100; ++i) pool.schedule([&] { ran.arrive(); });
   ASSERT_TRUE(ran.waitFor());
   // Spinning workers would keep showing up as running ('R'); sleeping ones as 'S'. Polled
-  // with yield until both sleep at once (false after a minute: they never did).
+  // with yield until every thread of the pool sleeps at once (false after a minute: they
+  // never did): the two workers and the stall detector's thread ("sleepy-stall").
   std::vector<char> states;
   const bool asleep = test::yieldUntil([&] {
     states = test::threadStates("sleepy-");
-    return states.size() == 2 && states[0] == 'S' && states[1] == 'S';
+    return states.size() == 3 && std::count(states.begin(), states.end(), 'S') == 3;
   });
   ASSERT_TRUE(asleep) << "workers still not asleep: " << std::string(states.begin(), states.end());
 }

@@ -275,7 +275,7 @@ def _reset():
 
 def _original_mangled_name(symbol):
     """The mangled name of the function a compiler clone was made from (as weft's
-    symbolizer, coro/detail/symbolizer.cc): g++ names a coroutine body "<name>.actor" with a
+    symbolizer, executors/detail/symbolizer.cc): g++ names a coroutine body "<name>.actor" with a
     parameter of the frame's type, whose name embeds the coroutine's mangled name as
     "<length><original>.Frame"; other clones end in suffixes (".cold", clang++ ".resume")."""
     if not symbol.startswith("_Z"):

@@ -92,5 +92,50 @@ TEST(RingBufferTest, RotateOnAFullRingReusesTheFreedSlot) {
   EXPECT_EQ(expected, next);
 }
 
+TEST(RingBufferTest, CountsWhatWasTakenAndTheHighWaterMark) {
+  RingBuffer<int> ring;
+  EXPECT_EQ(ring.taken(), 0u);
+  EXPECT_EQ(ring.highWater(), 0u);
+  for (int i = 0; i < 10; ++i) ring.push(i);
+  for (int i = 0; i < 4; ++i) ring.pop();
+  EXPECT_EQ(ring.taken(), 4u);
+  EXPECT_EQ(ring.highWater(), 10u);
+  EXPECT_EQ(ring.sizeAnyThread(), 6u);
+  ring.pushFront(-1);  // a value put back is no longer taken
+  EXPECT_EQ(ring.taken(), 3u);
+  int value = 0;
+  ASSERT_TRUE(ring.tryPop(value));
+  EXPECT_EQ(value, -1);
+  (void)ring.rotate(10);  // one out, one in
+  EXPECT_EQ(ring.taken(), 5u);
+  // Through growth (the indices are kept, so the count goes on): 1000 more in, all out.
+  for (int i = 0; i < 1000; ++i) ring.push(i);
+  EXPECT_EQ(ring.highWater(), 1006u);
+  while (ring.tryPop(value)) {
+  }
+  EXPECT_EQ(ring.taken(), 1011u);
+  EXPECT_EQ(ring.sizeAnyThread(), 0u);
+  EXPECT_EQ(ring.highWater(), 1006u);  // the mark stays
+}
+
+TEST(RingBufferTest, MovesABatchFromOneRingToAnother) {
+  RingBuffer<int> from;
+  RingBuffer<int> to;
+  to.push(-1);
+  for (int i = 0; i < 600; ++i) from.push(i);
+  std::size_t read = 0;
+  to.pushBatch(500, [&] { return from.at(read++); });  // grows `to` once
+  from.drop(read);
+  EXPECT_EQ(from.size(), 100u);
+  EXPECT_EQ(from.front(), 500);
+  EXPECT_EQ(from.taken(), 500u);
+  EXPECT_EQ(to.size(), 501u);
+  EXPECT_EQ(to.highWater(), 501u);
+  EXPECT_EQ(to.pop(), -1);
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(to.pop(), i);
+  to.pushBatch(0, [] { return 0; });  // nothing
+  EXPECT_TRUE(to.empty());
+}
+
 }  // namespace
 }  // namespace weft::detail

@@ -64,6 +64,22 @@ TEST(WorkStealingQueueTest, StealTakesTheOlderHalfInOrder) {
   EXPECT_TRUE(victim.stealHalfInto(thief).empty());
 }
 
+TEST(WorkStealingQueueTest, CountsWhatWasTakenAndTheHighWaterMark) {
+  WorkStealingQueue queue(4);
+  WorkStealingQueue thief(4);
+  for (std::uint64_t i = 0; i < 10; ++i) queue.push(itemFor(i));
+  EXPECT_EQ(queue.highWater(), 10u);
+  (void)queue.pop();
+  std::uint64_t stolen = 0;
+  std::atomic<std::uint64_t> count{0};
+  ASSERT_FALSE(queue.stealHalfInto(thief, &stolen, &count).empty());
+  EXPECT_EQ(stolen, 5u);  // the older half of 9, rounded up
+  EXPECT_EQ(count.load(), 5u);
+  EXPECT_EQ(queue.taken(), 6u);  // one pop, five stolen
+  EXPECT_EQ(thief.highWater(), 4u);  // the four it queued (the fifth it returned)
+  EXPECT_EQ(queue.highWater(), 10u);
+}
+
 TEST(WorkStealingQueueTest, StealTakesAtMostTheBatchLimit) {
   WorkStealingQueue victim;
   WorkStealingQueue thief;

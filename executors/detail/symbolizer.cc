@@ -1,4 +1,4 @@
-#include "weft/coro/detail/symbolizer.h"
+#include "weft/executors/detail/symbolizer.h"
 
 #include <cxxabi.h>
 #include <elf.h>

@@ -1,0 +1,210 @@
+#include "weft/executors/detail/stall_watchdog.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <utility>
+
+#include "weft/executors/detail/symbolizer.h"
+
+namespace weft::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long the watchdog waits for a stalled worker to run the capture handler: long
+// enough for a thread that is given no CPU for a while on a busy machine, short enough
+// that the report is not held back much (the handler itself takes microseconds).
+constexpr std::chrono::milliseconds kCaptureLimit{1000};
+
+std::string threadName(const std::string& pool, std::size_t index) {
+  std::string name = pool + "-" + std::to_string(index);
+  name.resize(std::min<std::size_t>(name.size(), 15));  // as workerMain names it
+  return name;
+}
+
+}  // namespace
+
+StallWatchdog::StallWatchdog(Options options, std::vector<ThreadPoolWorker*> workers,
+                             const ThreadRunQueue* solo)
+    : options_(std::move(options)),
+      workers_(std::move(workers)),
+      solo_(solo),
+      views_(workers_.size()) {}
+
+StallWatchdog::~StallWatchdog() { stop(); }
+
+void StallWatchdog::start() {
+  thread_ = std::thread([this] { run(); });  // may throw std::system_error
+#if defined(__linux__)
+  pthread_setname_np(thread_.native_handle(), (options_.pool + "-stall").substr(0, 15).c_str());
+#endif
+}
+
+void StallWatchdog::stop() noexcept {
+  if (!thread_.joinable()) return;
+  if (onWatchdogThread()) {
+    std::fprintf(stderr,
+                 "weft: ThreadPool '%s': shutdown() or the destructor was called from the "
+                 "pool's onStall callback (its stall watchdog thread), which it would wait "
+                 "for forever. Report, and shut the pool down from another thread.\n",
+                 options_.pool.c_str());
+    std::abort();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+bool StallWatchdog::onWatchdogThread() const noexcept {
+  // Relaxed: a thread only ever compares its own id, which it stored itself (run()) or
+  // never.
+  return threadId_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+}
+
+void StallWatchdog::run() {
+  threadId_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  const auto period =
+      std::max<Clock::duration>(options_.threshold / 2, std::chrono::milliseconds(1));
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto next = Clock::now() + period;
+  while (!stopping_) {
+    if (wake_.wait_until(lock, next, [this] { return stopping_; })) break;
+    lock.unlock();
+    const auto now = Clock::now();
+    look(now);
+    // From when this look ended: a slow report (symbolizing) does not make the next
+    // look come at once.
+    next = std::max(next + period, Clock::now() + period / 2);
+    lock.lock();
+  }
+}
+
+void StallWatchdog::look(Clock::time_point now) {
+  bool allStalled = !workers_.empty();
+  std::size_t latest = 0;  // the stalled worker that stalled last
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    const ThreadPoolWorker& worker = *workers_[i];
+    View& view = views_[i];
+    const std::uint64_t progress = progressOf(worker, solo_);
+    // Read after the progress. A worker that moves on between the two loads is seen busy
+    // with the old count for this look; its next look sees the new count. A stall takes
+    // the same count over looks a threshold apart, so a moment's mix-up reports nothing.
+    const bool idle = read(worker.counters.idleAt) == progress;
+    if (progress != view.progress || idle) {
+      view = View{progress, now, false, false};
+      allStalled = false;
+      continue;
+    }
+    if (now - view.since < options_.threshold) {
+      allStalled = false;
+      continue;
+    }
+    view.stalled = true;
+    if (views_[latest].since <= view.since || !views_[latest].stalled) latest = i;
+    if (!view.reported) {
+      view.reported = true;
+      StallReport report = describe(i, now, /*native=*/true);
+      bump(workerReports_);
+      deliver(report);
+    }
+  }
+  if (!allStalled) {
+    poolReported_ = false;
+    return;
+  }
+  if (poolReported_) return;
+  poolReported_ = true;
+  StallReport report = describe(latest, now, /*native=*/false);
+  report.wholePool = true;
+  for (std::size_t i = 0; i < workers_.size(); ++i) report.stalledWorkers.push_back(i);
+  report.nativeBacktraceMissing = "see the worker's own report";
+  bump(poolReports_);
+  deliver(report);
+}
+
+StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bool native) {
+  ThreadPoolWorker& worker = *workers_[index];
+  const View& view = views_[index];
+  StallReport report;
+  report.pool = options_.pool;
+  report.worker = index;
+  report.thread = threadName(options_.pool, index);
+  report.stalledFor = std::chrono::duration_cast<std::chrono::milliseconds>(now - view.since);
+  report.progress = view.progress;
+  std::vector<const void*> addresses;
+  if (native && options_.signal > 0) {
+    const int signal = options_.signal;
+    const char* whyNot = nullptr;
+    bool sent;
+    {
+      std::lock_guard<std::mutex> lock(worker.signalMutex);
+      if (worker.exited) {
+        sent = false;
+        whyNot = "the worker thread has ended";
+      } else {
+        sent = requestStallCapture(worker.thread.native_handle(), signal, worker.capture, whyNot);
+      }
+    }
+    if (sent && awaitStallCapture(worker.capture, kCaptureLimit, whyNot)) {
+      const StallCapture& capture = worker.capture;
+      // The frames start in the handler and the signal trampoline: the interrupted
+      // function is where the interrupted instruction is (its own address, not a return
+      // address), else the third frame.
+      int start = std::min(capture.count, 2);
+      for (int i = 0; i < capture.count; ++i) {
+        const auto address = reinterpret_cast<std::uintptr_t>(capture.frames[i]);
+        if (capture.pc != 0 && address == capture.pc) {
+          start = i;
+          break;
+        }
+      }
+      for (int i = start; i < capture.count; ++i) {
+        report.nativeFrames.push_back(capture.frames[i]);
+        // A return address minus one falls inside the call; the interrupted instruction
+        // is itself.
+        const auto address = reinterpret_cast<std::uintptr_t>(capture.frames[i]);
+        addresses.push_back(reinterpret_cast<const void*>(
+            i == start && address == capture.pc ? address : address - 1));
+      }
+      releaseStallCapture(worker.capture);
+    } else {
+      report.nativeBacktraceMissing = whyNot != nullptr ? whyNot : "unknown";
+    }
+  } else if (native) {
+    report.nativeBacktraceMissing = options_.nativeOff;
+  }
+  if (!addresses.empty()) {
+    std::vector<SymbolInfo> names = symbolize(addresses, /*sourceLines=*/false);
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      report.nativeFunctions.push_back(names[i].function.empty() ? "??" : names[i].function);
+    }
+  }
+  return report;
+}
+
+void StallWatchdog::deliver(const StallReport& report) noexcept {
+  try {
+    if (options_.onStall) {
+      options_.onStall(report);
+    } else {
+      const std::string text = report.toString();
+      std::fputs(text.c_str(), stderr);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft: ThreadPool '%s': the onStall callback threw: %s\n",
+                 options_.pool.c_str(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "weft: ThreadPool '%s': the onStall callback threw\n",
+                 options_.pool.c_str());
+  }
+}
+
+}  // namespace weft::detail

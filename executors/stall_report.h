@@ -1,0 +1,71 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+// StallReport: what ThreadPool's stall detector says when a worker has been running one
+// item for longer than ThreadPoolOptions::stallThreshold (a coroutine that computes or
+// blocks without suspending, a callable that waits on a lock), or when every worker of
+// the pool is in that state at once. ThreadPoolOptions::onStall receives it; the default
+// prints toString() to stderr.
+//
+// A worker's stall is reported once, when it is first seen (between one and one and a half
+// thresholds after the item started), and not again until the worker has moved on (run
+// another item or I/O completion, or gone idle). The whole pool's stall is reported once
+// too, when the last of its workers is seen stalled, and again only after one of them has
+// moved on.
+//
+// Thread safety: a value.
+struct StallReport {
+  // The pool's name (ThreadPoolOptions::name).
+  std::string pool;
+  // False: one worker is stalled (the fields below describe it). True: every worker of
+  // the pool is stalled (`stalledWorkers` lists them; the fields below describe the one
+  // stalled for the shortest time, the last to stall).
+  bool wholePool = false;
+  std::vector<std::size_t> stalledWorkers;
+
+  // The worker, by index (0 .. threads-1), and its thread's name ("<pool>-<index>", cut
+  // to 15 characters as Linux names threads).
+  std::size_t worker = 0;
+  std::string thread;
+  // How long the worker has been in the item, at least: from the watchdog's first look
+  // that found it there (so the item may have started up to half a threshold earlier).
+  std::chrono::milliseconds stalledFor{0};
+  // The worker's progress count (items run, I/O completions run) it is stuck at.
+  std::uint64_t progress = 0;
+
+  // Not here: the item's coroutine by name, and the async chain of its awaiters. Finding
+  // them would cost every item a store (the coroutine it resumes), and the frames they
+  // lead to may be freed while the watchdog reads them (a coroutine the item resumed may
+  // have finished, its awaiter going on in the same item). The native backtrace names
+  // the coroutines on the worker's stack (a coroutine's body is a function the
+  // symbolizer names after it); gdb's `weft bt` on a core file shows the chains.
+
+  // The worker thread's native stack when the watchdog looked (innermost first): return
+  // addresses and their function names (an unknown one is "??"). Empty, with the reason
+  // in `nativeBacktraceMissing`, when it could not be taken: the signal is off
+  // (ThreadPoolOptions::stallSignal < 0) or taken by another handler, or the thread did
+  // not run the handler in time (under ThreadSanitizer, which delays signals until the
+  // thread calls into the C library, for instance).
+  std::vector<const void*> nativeFrames;
+  std::vector<std::string> nativeFunctions;
+  std::string nativeBacktraceMissing;
+
+  // The report as text, one "weft: ..." line then the details, indented; ends with a new
+  // line. Errors: std::bad_alloc.
+  //
+  // Example:
+  //   weft: ThreadPool 'api': worker 1 (thread api-1) has been running one item for 312 ms
+  //     native backtrace (innermost first):
+  //       #0 parse(std::string_view)
+  //       #1 handle(Request)
+  std::string toString() const;
+};
+
+}  // namespace weft

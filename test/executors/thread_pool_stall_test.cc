@@ -1,0 +1,303 @@
+// ThreadPool's stall detector (ThreadPoolOptions::stallThreshold, StallReport). No timing
+// is asserted: a spinning item spins on an atomic flag that the test releases once the
+// report it waits for has come (bounded by a watchdog), and "reported once" and "never
+// reported" are checked against a later report that proves the detector kept looking
+// meanwhile.
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test/support/thread_states.h"
+#include "test/support/wait_until.h"
+#include "test/support/watchdog.h"
+#include "weft/coro/lazy.h"
+#include "weft/coro/sync_await.h"
+#include "weft/coro/yield.h"
+#include "weft/executors/stall_report.h"
+#include "weft/executors/thread_pool.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kLimit = 120s;
+
+// The reports a pool made, for the test thread to wait on.
+class Reports {
+ public:
+  std::function<void(const StallReport&)> sink() {
+    return [this](const StallReport& report) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reports_.push_back(report);
+      changed_.notify_all();
+    };
+  }
+  // Waits (at most a minute: a hang guard, not a timing) until `predicate(reports)`.
+  template <class Predicate>
+  bool waitFor(Predicate predicate) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, 60s, [&] { return predicate(reports_); });
+  }
+  std::vector<StallReport> all() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reports_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<StallReport> reports_;
+};
+
+std::size_t workerReports(const std::vector<StallReport>& reports) {
+  return static_cast<std::size_t>(std::count_if(reports.begin(), reports.end(),
+                                                [](const StallReport& r) { return !r.wholePool; }));
+}
+
+bool names(const StallReport& report, const std::string& function) {
+  return std::any_of(report.nativeFunctions.begin(), report.nativeFunctions.end(),
+                     [&](const std::string& f) { return f.find(function) != std::string::npos; });
+}
+
+// A coroutine that stalls its worker: after one hop through the pool, it spins until
+// released, without suspending.
+[[gnu::noinline]] Lazy<> spinUntilReleased(std::atomic<bool>& spinning,
+                                           std::atomic<bool>& release) {
+  co_await yield();
+  spinning.store(true);
+  while (!release.load()) std::this_thread::yield();
+}
+
+// A coroutine that keeps its worker busy with short items until told to stop.
+Lazy<> hopUntilStopped(std::atomic<bool>& stop, std::atomic<std::uint64_t>& hops) {
+  while (!stop.load()) {
+    co_await yield();
+    hops.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+ThreadPoolOptions detecting(std::size_t threads, const char* name, Reports& reports,
+                            std::chrono::milliseconds threshold = 50ms) {
+  ThreadPoolOptions options;
+  options.threads = threads;
+  options.name = name;
+  options.stallThreshold = threshold;
+  options.onStall = reports.sink();
+  return options;
+}
+
+TEST(ThreadPoolStallTest, ReportsASpinningCoroutineOnceThenTheWholePool) {
+  test::Watchdog watchdog(kLimit,
+                          "ThreadPoolStallTest.ReportsASpinningCoroutineOnceThenTheWholePool");
+  Reports reports;
+  ThreadPool pool(detecting(2, "stall", reports));
+  std::atomic<bool> spinningA{false}, spinningB{false}, release{false};
+  std::thread a([&] { syncAwait(spinUntilReleased(spinningA, release), &pool); });
+  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
+  const std::size_t first = reports.all()[0].worker;
+  // The other worker is the only one free to take this.
+  std::thread b([&] { syncAwait(spinUntilReleased(spinningB, release), &pool); });
+  // Both stalled: the second worker's report, and one for the whole pool. The second
+  // report comes from a look made at least a threshold after the first one, with the
+  // first worker stalled all along: it was not reported again.
+  ASSERT_TRUE(reports.waitFor(
+      [](const auto& r) { return workerReports(r) == 2 && r.size() - workerReports(r) == 1; }));
+  const PoolMetrics metrics = pool.metrics();
+  release.store(true);
+  a.join();
+  b.join();
+  pool.shutdown();
+
+  const std::vector<StallReport> all = reports.all();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(metrics.stalls, 2u);
+  EXPECT_EQ(metrics.wholePoolStalls, 1u);
+  std::vector<std::size_t> workers;
+  for (const StallReport& r : all) {
+    SCOPED_TRACE(r.toString());
+    EXPECT_EQ(r.pool, "stall");
+    EXPECT_GE(r.stalledFor, 50ms);
+    EXPECT_TRUE(r.thread == "stall-" + std::to_string(r.worker));
+    if (r.wholePool) {
+      EXPECT_EQ(r.stalledWorkers, (std::vector<std::size_t>{0, 1}));
+      continue;
+    }
+    workers.push_back(r.worker);
+    // The worker's native stack, with the spinning coroutine on it. (ThreadSanitizer
+    // delays a signal to the thread's next atomic operation or C library call, which the
+    // spin makes: the handler runs there too.)
+    ASSERT_FALSE(r.nativeFrames.empty()) << r.nativeBacktraceMissing;
+    EXPECT_EQ(r.nativeFrames.size(), r.nativeFunctions.size());
+    EXPECT_TRUE(names(r, "spinUntilReleased"));
+  }
+  EXPECT_EQ(workers[0], first);
+  EXPECT_NE(workers[0], workers[1]);
+}
+
+TEST(ThreadPoolStallTest, ABusyPoolOfShortItemsIsNotReported) {
+  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.ABusyPoolOfShortItemsIsNotReported");
+  Reports reports;
+  // Items of microseconds against a threshold of 200 ms.
+  ThreadPool pool(detecting(3, "busy", reports, 200ms));
+  std::atomic<bool> spinning{false}, release{false}, stop{false};
+  std::atomic<std::uint64_t> hops{0};
+  // One worker stalls (the clock of this test: its report proves that the detector
+  // looked at the others for longer than a threshold meanwhile)...
+  std::thread spinner([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
+  test::waitUntil([&] { return spinning.load(); });
+  // ...while the two others run short items all along.
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 4; ++i) {
+    busy.emplace_back([&] { syncAwait(hopUntilStopped(stop, hops), &pool); });
+  }
+  ASSERT_TRUE(reports.waitFor([](const auto& r) { return !r.empty(); }));
+  const std::uint64_t hopsWhileWatched = hops.load();
+  stop.store(true);
+  for (std::thread& t : busy) t.join();
+  release.store(true);
+  spinner.join();
+  pool.shutdown();
+  const std::vector<StallReport> all = reports.all();
+  ASSERT_EQ(all.size(), 1u) << all.back().toString();  // the spinner only, no whole pool
+  EXPECT_FALSE(all[0].wholePool);
+  EXPECT_TRUE(names(all[0], "spinUntilReleased")) << all[0].toString();
+  EXPECT_GT(hopsWhileWatched, 0u);
+}
+
+TEST(ThreadPoolStallTest, ShutdownWithTheDetectorOnDoesNotHang) {
+  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.ShutdownWithTheDetectorOnDoesNotHang");
+  {
+    // Idle, with looks every half millisecond.
+    Reports reports;
+    ThreadPool pool(detecting(2, "idle", reports, 1ms));
+    std::atomic<int> ran{0};
+    for (int i = 0; i < 1000; ++i) pool.schedule([&] { ran.fetch_add(1); });
+    test::waitUntil([&] { return ran.load() == 1000; });
+    pool.shutdown();
+  }
+  {
+    // Shut down while a worker is stalled: shutdown() waits for the item, which the
+    // report releases (the detector keeps looking while the pool drains).
+    std::atomic<bool> spinning{false}, release{false};
+    ThreadPoolOptions options;
+    options.threads = 1;
+    options.name = "draining";
+    options.stallThreshold = 20ms;
+    options.onStall = [&](const StallReport&) { release.store(true); };
+    ThreadPool pool(options);
+    pool.schedule([&] {
+      spinning.store(true);
+      while (!release.load()) std::this_thread::yield();
+    });
+    test::waitUntil([&] { return spinning.load(); });
+    pool.shutdown();
+    EXPECT_TRUE(release.load());
+  }
+}
+
+TEST(ThreadPoolStallTest, TheDefaultReportGoesToStderr) {
+  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.TheDefaultReportGoesToStderr");
+  ::testing::internal::CaptureStderr();
+  std::string output;
+  {
+    ThreadPoolOptions options;
+    options.threads = 1;
+    options.name = "quiet";
+    options.stallThreshold = 20ms;
+    ThreadPool pool(options);
+    std::atomic<bool> spinning{false}, release{false};
+    std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
+    test::waitUntil([&] { return pool.metrics().stalls == 1; });
+    release.store(true);
+    t.join();
+  }
+  output = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(output.find("weft: ThreadPool 'quiet': worker 0 (thread quiet-0) has been running "
+                        "one item for "),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("spinUntilReleased"), std::string::npos) << output;
+}
+
+TEST(ThreadPoolStallTest, WithoutTheSignalReportsSayWhy) {
+  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.WithoutTheSignalReportsSayWhy");
+  Reports reports;
+  ThreadPoolOptions options = detecting(1, "nosignal", reports, 20ms);
+  options.stallSignal = -1;
+  ThreadPool pool(options);
+  std::atomic<bool> spinning{false}, release{false};
+  std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
+  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
+  release.store(true);
+  t.join();
+  const StallReport report = reports.all()[0];
+  EXPECT_TRUE(report.nativeFrames.empty());
+  EXPECT_NE(report.nativeBacktraceMissing.find("stallSignal"), std::string::npos);
+  EXPECT_NE(report.toString().find(report.nativeBacktraceMissing), std::string::npos);
+}
+
+TEST(ThreadPoolStallTest, WorkersMadeWithEverySignalBlockedStillAnswer) {
+  test::Watchdog watchdog(kLimit,
+                          "ThreadPoolStallTest.WorkersMadeWithEverySignalBlockedStillAnswer");
+  Reports reports;
+  // As a program that takes its signals on a thread of its own does: every thread made
+  // from here on inherits the mask.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &all, &previous), 0);
+  ThreadPool pool(detecting(1, "masked", reports, 20ms));
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &previous, nullptr), 0);
+  std::atomic<bool> spinning{false}, release{false};
+  std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
+  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
+  release.store(true);
+  t.join();
+  const StallReport report = reports.all()[0];
+  EXPECT_FALSE(report.nativeFrames.empty()) << report.nativeBacktraceMissing;
+  EXPECT_TRUE(names(report, "spinUntilReleased")) << report.toString();
+}
+
+TEST(ThreadPoolStallTest, TheStallThreadEndsWithShutdown) {
+  ThreadPoolOptions options;
+  options.threads = 1;
+  options.name = "withstall";
+  ThreadPool pool(options);  // the default threshold: on
+  EXPECT_EQ(test::threadStates("withstall-stall").size(), 1u);
+  pool.shutdown();
+  EXPECT_EQ(test::threadStates("withstall-stall").size(), 0u);  // joined
+}
+
+TEST(ThreadPoolStallTest, OffMeansNoThread) {
+  ThreadPoolOptions options;
+  options.threads = 1;
+  options.name = "nodetector";
+  options.stallThreshold = 0ms;
+  ThreadPool pool(options);
+  std::atomic<bool> ran{false};
+  pool.schedule([&] { ran.store(true); });
+  test::waitUntil([&] { return ran.load(); });
+  const std::vector<char> threads = test::threadStates("nodetector-");
+  EXPECT_EQ(threads.size(), 1u);  // the worker only
+  EXPECT_EQ(pool.metrics().stalls, 0u);
+
+  options.stallThreshold = -1ms;
+  EXPECT_THROW(ThreadPool bad(options), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace weft
