@@ -192,7 +192,8 @@ def describe(workload):
             ", WEFT_THREADS=2" if m.group(3) else "")
     m = re.match(r"stream-c(\d+)$", workload)
     if m:
-        return "streaming echo, %s connections, 64 KiB writes and reads" % m.group(1)
+        return ("streaming echo, %s connections, 64 KiB writes and reads, at most 256 KiB in "
+                "flight per connection" % m.group(1))
     m = re.match(r"http-c(\d+)(-t2)?$", workload)
     if m:
         return "HTTP/1.1 keep-alive hello, wrk -t1 -c%s%s" % (
