@@ -163,6 +163,15 @@ def summarize(runs):
     return table
 
 
+def run_range(cell, metric):
+    """The lowest and highest of a cell's runs, relative to their median: "-3 %/+2 %"."""
+    values = [r.get(metric) for r in cell["_runs"] if r.get(metric)]
+    m = median(values)
+    if not values or not m:
+        return "-"
+    return "%+.0f %%/%+.0f %%" % (100 * (min(values) / m - 1), 100 * (max(values) / m - 1))
+
+
 def best(servers, names, metric, lower=False):
     values = [servers[n][metric] for n in names if n in servers and servers[n][metric]]
     if not values:
@@ -192,7 +201,8 @@ def describe(workload):
             ", WEFT_THREADS=2" if m.group(3) else "")
     m = re.match(r"stream-c(\d+)$", workload)
     if m:
-        return "streaming echo, %s connections, 64 KiB writes and reads" % m.group(1)
+        return ("streaming echo, %s connections, 64 KiB writes and reads, at most 256 KiB in "
+                "flight per connection" % m.group(1))
     m = re.match(r"http-c(\d+)(-t2)?$", workload)
     if m:
         return "HTTP/1.1 keep-alive hello, wrk -t1 -c%s%s" % (
@@ -510,13 +520,14 @@ def report(a):
             fb = best(servers, FLOORS, "mb_per_s")
             pc = best(servers, PEERS, "mb_per_cpu_s")
             fc = best(servers, FLOORS, "mb_per_cpu_s")
-            w("| server | runs ok | MB/s | MB per server CPU-s | MB/s vs peers | MB/s vs floor "
-              "| MB/CPU-s vs peers | MB/CPU-s vs floor |")
-            w("|---|---|---|---|---|---|---|---|")
+            w("| server | runs ok | MB/s | MB per server CPU-s | its runs' range | MB/s vs peers "
+              "| MB/s vs floor | MB/CPU-s vs peers | MB/CPU-s vs floor |")
+            w("|---|---|---|---|---|---|---|---|---|")
             for s in names:
                 c = servers[s]
-                w("| %s | %d/%d | %s | %s | %s | %s | %s | %s |" % (
+                w("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s |" % (
                     s, c["ok"], c["total"], fmt(c["mb_per_s"]), fmt(c["mb_per_cpu_s"]),
+                    run_range(c, "mb_per_cpu_s"),
                     ratio(c["mb_per_s"], pb), ratio(c["mb_per_s"], fb),
                     ratio(c["mb_per_cpu_s"], pc), ratio(c["mb_per_cpu_s"], fc)))
         else:

@@ -6,9 +6,9 @@
 //	    each connection sends -size bytes and waits for the whole echo before the next;
 //	    round trips and their latency (log-linear histogram, 1/64 relative precision)
 //	    are counted in the measured window only
-//	loadgen -mode stream -conns 4 ...
-//	    each connection writes 64 KiB chunks and reads with a 64 KiB buffer, continuously;
-//	    bytes echoed back per second
+//	loadgen -mode stream -conns 4 -window 262144 ...
+//	    each connection writes 64 KiB chunks and reads with a 64 KiB buffer, continuously,
+//	    with at most -window bytes not yet echoed (0: no bound); bytes echoed back per second
 //	loadgen -mode idle -conns 10000 -duration 5s ...
 //	    opens the connections, sends -size bytes on each and reads the echo, then keeps
 //	    them idle for -duration; reports how many the server kept open
@@ -32,8 +32,9 @@
 // HTTP response (any headers, its Content-Length body), in place of -size bytes echoed.
 //
 // -pids 12,34: the server's processes. Their CPU time (utime+stime from /proc/<pid>/stat)
-// is read at the start and the end of the measured window, and their VmRSS (idle mode:
-// before the connections are opened and once they all are idle).
+// is read at the start and the end of the measured window (and the load generator's own,
+// as client_cpu_s), and their VmRSS (idle mode: before the connections are opened and
+// once they all are idle).
 package main
 
 import (
@@ -160,6 +161,7 @@ type result struct {
 	Bytes        uint64  `json:"bytes,omitempty"`
 	MBps         float64 `json:"mb_per_s,omitempty"`
 	ServerCPU    float64 `json:"server_cpu_s"`
+	ClientCPU    float64 `json:"client_cpu_s"`
 	RSSBeforeKiB int64   `json:"rss_before_kib,omitempty"`
 	RSSIdleKiB   int64   `json:"rss_idle_kib,omitempty"`
 	StillOpen    int     `json:"still_open"`
@@ -268,7 +270,8 @@ func dialAll(addr string, n int) ([]net.Conn, error) {
 // window runs warm-up then the measured window, reading the server's CPU around it.
 func window(warmup, duration time.Duration, pids []int, r *result) {
 	time.Sleep(warmup)
-	cpu0 := cpuSeconds(pids)
+	self := []int{os.Getpid()}
+	cpu0, own0 := cpuSeconds(pids), cpuSeconds(self)
 	t0 := time.Now()
 	measuring.Store(true)
 	time.Sleep(duration)
@@ -276,6 +279,7 @@ func window(warmup, duration time.Duration, pids []int, r *result) {
 	stopped.Store(true)
 	r.Seconds = time.Since(t0).Seconds()
 	r.ServerCPU = cpuSeconds(pids) - cpu0
+	r.ClientCPU = cpuSeconds(self) - own0
 }
 
 func pingpong(conns []net.Conn, size int, warmup, duration time.Duration, pids []int, r *result) {
@@ -320,15 +324,40 @@ func pingpong(conns []net.Conn, size int, warmup, duration time.Duration, pids [
 	r.P99us = h.quantile(0.99) / 1e3
 }
 
-func stream(conns []net.Conn, warmup, duration time.Duration, pids []int, r *result) {
+// stream: each connection writes 64 KiB chunks and reads its echo with a 64 KiB buffer,
+// both continuously, with at most `inFlight` bytes sent and not yet echoed back (0: no
+// bound). The window is what an application-level flow control (HTTP/2, a proxy's
+// buffer) gives a real stream; without it the bytes in flight grow until the kernel's
+// socket buffers stop them (tens of MB with receive-buffer autotuning), so that every
+// copy misses the caches and TCP's loss probes fire whenever a side is descheduled,
+// which makes the server's CPU per MB vary by tens of percent from run to run.
+func stream(conns []net.Conn, inFlight int, warmup, duration time.Duration, pids []int, r *result) {
+	const chunk = 64 * 1024
 	var total atomic.Uint64
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Add(2)
+		// credit: one token per chunk the window allows in flight; the writer takes one
+		// per chunk written, the reader gives one back per chunk echoed.
+		var credit chan struct{}
+		if inFlight > 0 {
+			credit = make(chan struct{}, (inFlight+chunk-1)/chunk)
+			for i := 0; i < cap(credit); i++ {
+				credit <- struct{}{}
+			}
+		}
+		done := make(chan struct{})
 		go func(c net.Conn) {
 			defer wg.Done()
-			out := make([]byte, 64*1024)
+			out := make([]byte, chunk)
 			for !stopped.Load() {
+				if credit != nil {
+					select {
+					case <-credit:
+					case <-done:
+						return
+					}
+				}
 				if _, err := c.Write(out); err != nil {
 					if !stopped.Load() {
 						fail(err)
@@ -339,12 +368,18 @@ func stream(conns []net.Conn, warmup, duration time.Duration, pids []int, r *res
 		}(c)
 		go func(c net.Conn) {
 			defer wg.Done()
-			in := make([]byte, 64*1024)
-			var n uint64
+			defer close(done)
+			in := make([]byte, chunk)
+			var n, echoed uint64
 			for !stopped.Load() {
 				k, err := c.Read(in)
 				if measuring.Load() {
 					n += uint64(k)
+				}
+				if credit != nil {
+					for echoed += uint64(k); echoed >= chunk; echoed -= chunk {
+						credit <- struct{}{}
+					}
 				}
 				if err != nil {
 					if !stopped.Load() {
@@ -470,6 +505,7 @@ func main() {
 	size := flag.Int("size", 64, "message size in bytes (pingpong, idle, connect)")
 	duration := flag.Duration("duration", 5*time.Second, "measured window (idle: idle time)")
 	warmup := flag.Duration("warmup", time.Second, "warm-up before the measured window")
+	streamWindow := flag.Int("window", 0, "stream: bytes in flight per connection at most (0: no bound)")
 	pidList := flag.String("pids", "", "comma-separated pids of the server's processes")
 	useTLS := flag.Bool("tls", false, "TLS 1.3 on every connection (the certificate is not verified)")
 	flag.BoolVar(&httpExchanges, "http", false, "connect, idle: an HTTP GET and its response")
@@ -515,7 +551,7 @@ func main() {
 		if *mode == "pingpong" {
 			pingpong(conns, *size, *warmup, *duration, pids, &r)
 		} else {
-			stream(conns, *warmup, *duration, pids, &r)
+			stream(conns, *streamWindow, *warmup, *duration, pids, &r)
 		}
 		for _, c := range conns {
 			c.Close()
