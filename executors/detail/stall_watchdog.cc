@@ -14,6 +14,22 @@ namespace weft::detail {
 
 namespace {
 
+// True when a debugger (or another ptrace tracer) is attached to the process: then the
+// stall signal is not sent, since gdb stops the program on a real-time signal by default
+// and the user would find it stopped there instead of at a breakpoint. Read from
+// /proc/self/status at each stall (rare), so that attaching and detaching are followed.
+bool tracedByDebugger() noexcept {
+  std::FILE* status = std::fopen("/proc/self/status", "re");
+  if (status == nullptr) return false;
+  char line[256];
+  long tracer = 0;
+  while (std::fgets(line, sizeof line, status) != nullptr) {
+    if (std::sscanf(line, "TracerPid: %ld", &tracer) == 1) break;
+  }
+  std::fclose(status);
+  return tracer != 0;
+}
+
 using Clock = std::chrono::steady_clock;
 
 // How long the watchdog waits for a stalled worker to run the capture handler: long
@@ -149,6 +165,11 @@ StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bo
       if (worker.exited) {
         sent = false;
         whyNot = "the worker thread has ended";
+      } else if (tracedByDebugger()) {
+        sent = false;
+        whyNot =
+            "a debugger is attached (it would stop the program on the signal; its own "
+            "backtrace command shows the worker)";
       } else {
         sent = requestStallCapture(worker.thread.native_handle(), signal, worker.capture, whyNot);
       }
