@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s PORT\n", argv[0]);
     return 2;
   }
-  weft::SignalSet signals{SIGINT, SIGTERM};  // first: the pool's threads inherit the mask
+  weft::SignalSet signals{SIGINT, SIGTERM};  // from here on they no longer end the process
   const char* threads = std::getenv("WEFT_THREADS");
   weft::ThreadPool pool(threads != nullptr ? std::strtoul(threads, nullptr, 10) : 1, "fiber-echo");
   auto listener =

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s PORT CHAIN.pem KEY.pem\n", argv[0]);
     return 2;
   }
-  weft::SignalSet signals{SIGINT, SIGTERM};  // first: the pool's threads inherit the mask
+  weft::SignalSet signals{SIGINT, SIGTERM};  // from here on they no longer end the process
   weft::TlsContext context =
       weft::TlsContext::server(weft::TlsPem::file(argv[2]), weft::TlsPem::file(argv[3]));
   context.setAlpnProtocols({"http/1.1"});

@@ -124,7 +124,7 @@ weft::Lazy<int> run(int requests, weft::SignalSet& signals) {
 
 int main(int argc, char** argv) {
   const int requests = argc > 1 ? std::atoi(argv[1]) : 300;
-  weft::SignalSet signals{SIGINT, SIGTERM};  // first: the pool's threads inherit the mask
+  weft::SignalSet signals{SIGINT, SIGTERM};  // from here on they no longer end the process
   weft::ThreadPool pool(2, "pipeline");
   return weft::syncAwait(run(requests, signals), &pool);
 }

@@ -58,8 +58,7 @@ weft::Lazy<void> serveConnections(weft::TcpListener& listener, Handler handler,
 // Runs `server(stopToken)` (a Lazy<void>) on `pool` until it returns, and beside it waits
 // for one of `signals`, which cancels stopToken: the server stops gracefully. Returns the
 // signal (0 if the server returned by itself); rethrows what ended the server otherwise.
-// Block SIGINT and SIGTERM in a SignalSet before the pool starts its threads, which
-// inherit the mask: the signal then reaches only the SignalSet.
+// Make the SignalSet early in main(): until it exists, SIGINT and SIGTERM end the process.
 template <class Server>
 int runUntilSignal(weft::ThreadPool& pool, weft::SignalSet& signals, Server server) {
   weft::CancellationSource stop;

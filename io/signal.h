@@ -117,11 +117,10 @@ struct SignalWait {
 // process-wide dispatcher thread reads. Every coroutine waiting for that signal then
 // resumes (on its executor) with it; a signal that arrives while nobody waits is kept
 // (once per signal) for the next wait. So it works whenever it is called, on any thread,
-// before or after the pool's threads exist (unlike SignalSet, whose signalfd needs the
-// signals blocked in every thread). Until the first signal() for a signal, that signal
+// before or after the pool's threads exist; SignalSet (io/signal_set.h) is the same
+// mechanism held in an object. Until the first signal() for a signal, that signal
 // keeps its previous disposition (SIGTERM's default ends the process): call signal()
-// early, e.g. `auto stop = weft::signal(SIGTERM);` in main, and co_await it later. Do not
-// use both for the same signal: SignalSet's blocked mask keeps the handler from running.
+// early, e.g. `auto stop = weft::signal(SIGTERM);` in main, and co_await it later.
 // When the coroutine resumes on a ThreadPool that shuts down (or is destroyed) while it
 // waits, the wait ends with ExecutorShutDown on one of the pool's workers as the pool
 // drains, as a sleep does (no signal is taken; one that comes later is kept for the next
