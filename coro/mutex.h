@@ -29,12 +29,12 @@ class ConditionVariable;
 //   weft::ScopedLock lock = co_await mutex.scopedLock();
 //   ++shared;  // unlocked at the end of the scope
 template <class M = Mutex>
-class [[nodiscard]] ScopedLock : public detail::HeldLock<M, false> {
+class [[nodiscard]] ScopedLock : public detail::HeldLock<M, detail::HoldKind::kExclusive> {
  public:
   ScopedLock() noexcept = default;
   // Adopts a lock the caller already holds.
   ScopedLock(M& mutex, std::adopt_lock_t) noexcept
-      : detail::HeldLock<M, false>(mutex, std::adopt_lock) {}
+      : detail::HeldLock<M, detail::HoldKind::kExclusive>(mutex, std::adopt_lock) {}
 };
 
 namespace detail {

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/detail/held_lock.h"
 #include "weft/coro/detail/spin_lock.h"
 #include "weft/coro/detail/sync_waiter.h"
 #include "weft/executors/executor.h"
@@ -28,35 +29,24 @@ class Semaphore;
 // Example:
 //   weft::SemaphorePermit permit = co_await slots.scopedAcquire();
 //   co_await send(request);  // the permit is returned at the end of the scope
-class [[nodiscard]] SemaphorePermit {
+class [[nodiscard]] SemaphorePermit
+    : private detail::HeldLock<Semaphore, detail::HoldKind::kPermit> {
+  using Hold = detail::HeldLock<Semaphore, detail::HoldKind::kPermit>;
+
  public:
   SemaphorePermit() noexcept = default;
   // Adopts a permit the caller already holds.
-  SemaphorePermit(Semaphore& semaphore, std::adopt_lock_t) noexcept : semaphore_(&semaphore) {}
-  SemaphorePermit(SemaphorePermit&& other) noexcept
-      : semaphore_(std::exchange(other.semaphore_, nullptr)) {}
-  SemaphorePermit& operator=(SemaphorePermit&& other) noexcept {
-    if (this != &other) {
-      reset();
-      semaphore_ = std::exchange(other.semaphore_, nullptr);
-    }
-    return *this;
-  }
-  ~SemaphorePermit() { reset(); }
+  SemaphorePermit(Semaphore& semaphore, std::adopt_lock_t) noexcept
+      : Hold(semaphore, std::adopt_lock) {}
 
-  bool ownsPermit() const noexcept { return semaphore_ != nullptr; }
-  explicit operator bool() const noexcept { return ownsPermit(); }
-  Semaphore* semaphore() const noexcept { return semaphore_; }
+  bool ownsPermit() const noexcept { return ownsLock(); }
+  explicit operator bool() const noexcept { return ownsLock(); }
+  Semaphore* semaphore() const noexcept { return mutex(); }
 
   // Returns the permit now. Precondition: owns one (else a message and abort).
-  inline void release() noexcept;
+  void release() noexcept { unlock(); }
   // Gives the permit up without returning it: the caller must release it.
-  Semaphore* detach() noexcept { return std::exchange(semaphore_, nullptr); }
-
- private:
-  inline void reset() noexcept;
-
-  Semaphore* semaphore_ = nullptr;
+  Semaphore* detach() noexcept { return Hold::release(); }
 };
 
 namespace detail {
@@ -271,18 +261,6 @@ class Semaphore {
   detail::SpinLock queueLock_;
   detail::WaiterQueue waiters_;  // guarded by queueLock_
 };
-
-inline void SemaphorePermit::release() noexcept {
-  if (semaphore_ == nullptr) {
-    detail::abortSyncMisuse("SemaphorePermit::release() on a permit that owns none");
-  }
-  // Throws only if other code released past max() meanwhile: then std::terminate, with
-  // release()'s std::overflow_error as the message.
-  std::exchange(semaphore_, nullptr)->release();
-}
-inline void SemaphorePermit::reset() noexcept {
-  if (semaphore_ != nullptr) std::exchange(semaphore_, nullptr)->release();
-}
 
 bool detail::SemaphoreAcquireOp::tryAcquire(Semaphore& semaphore) noexcept {
   return semaphore.tryAcquire();

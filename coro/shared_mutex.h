@@ -27,12 +27,12 @@ class SharedMutex;
 //   weft::SharedLock lock = co_await rw.scopedLockShared();
 //   read(shared);  // released at the end of the scope
 template <class M = SharedMutex>
-class [[nodiscard]] SharedLock : public detail::HeldLock<M, true> {
+class [[nodiscard]] SharedLock : public detail::HeldLock<M, detail::HoldKind::kShared> {
  public:
   SharedLock() noexcept = default;
   // Adopts a shared lock the caller already holds.
   SharedLock(M& mutex, std::adopt_lock_t) noexcept
-      : detail::HeldLock<M, true>(mutex, std::adopt_lock) {}
+      : detail::HeldLock<M, detail::HoldKind::kShared>(mutex, std::adopt_lock) {}
 };
 
 namespace detail {

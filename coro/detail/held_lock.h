@@ -7,13 +7,18 @@
 
 namespace weft::detail {
 
-// What ScopedLock<M> (coro/mutex.h) and SharedLock<M> (coro/shared_mutex.h) are: the
-// ownership of one hold of M, exclusive (released with M::unlock()) or shared (kShared:
-// released with M::unlockShared()), released when destroyed.
+// What a HeldLock holds, and how it gives it back: an exclusive lock (M::unlock(): the
+// ScopedLock of coro/mutex.h), a shared one (M::unlockShared(): SharedLock,
+// coro/shared_mutex.h), or a semaphore's permit (M::release(): SemaphorePermit,
+// coro/semaphore.h).
+enum class HoldKind : unsigned char { kExclusive, kShared, kPermit };
+
+// The ownership of one hold of M, given back when destroyed: what ScopedLock, SharedLock
+// and SemaphorePermit are (the first two with these names, SemaphorePermit under its own).
 //
 // Move-only; an empty one (default-constructed, moved-from, released or unlocked) owns
 // nothing. Thread safety: a single-owner value.
-template <class M, bool kShared>
+template <class M, HoldKind kKind>
 class HeldLock {
  public:
   HeldLock() noexcept = default;
@@ -33,28 +38,33 @@ class HeldLock {
   explicit operator bool() const noexcept { return ownsLock(); }
   M* mutex() const noexcept { return mutex_; }
 
-  // Releases the hold now. Precondition: owns one (else a message and abort).
+  // Gives the hold back now. Precondition: owns one (else a message and abort).
   void unlock() noexcept {
     if (mutex_ == nullptr) {
-      abortSyncMisuse(kShared ? "SharedLock::unlock() on a SharedLock that owns no lock"
-                              : "ScopedLock::unlock() on a ScopedLock that owns no lock");
+      abortSyncMisuse(kKind == HoldKind::kShared  ? "SharedLock::unlock() on a SharedLock that owns no lock"
+                      : kKind == HoldKind::kPermit ? "SemaphorePermit::release() on a permit that owns none"
+                                                   : "ScopedLock::unlock() on a ScopedLock that owns no lock");
     }
-    releaseHold(std::exchange(mutex_, nullptr));
+    giveBack(std::exchange(mutex_, nullptr));
   }
-  // Gives the hold up without releasing it: the caller must release it (unlock(), or
-  // unlockShared() for a SharedLock).
+  // Gives the hold up without giving it back: the caller must (unlock(), unlockShared() or
+  // release() of M).
   M* release() noexcept { return std::exchange(mutex_, nullptr); }
 
  private:
-  static void releaseHold(M* mutex) noexcept {
-    if constexpr (kShared) {
+  static void giveBack(M* mutex) noexcept {
+    if constexpr (kKind == HoldKind::kShared) {
       mutex->unlockShared();
+    } else if constexpr (kKind == HoldKind::kPermit) {
+      // Throws only if other code released past max() meanwhile: then std::terminate,
+      // with the semaphore's std::overflow_error as the message.
+      mutex->release();
     } else {
       mutex->unlock();
     }
   }
   void reset() noexcept {
-    if (mutex_ != nullptr) releaseHold(std::exchange(mutex_, nullptr));
+    if (mutex_ != nullptr) giveBack(std::exchange(mutex_, nullptr));
   }
 
   M* mutex_ = nullptr;
