@@ -114,7 +114,7 @@ Lazy<std::vector<Try<T>>> collectAllParaFailFast(std::vector<Lazy<T>> branches) 
 // Semantics: collectAllWindowed starts the first window on the awaiting thread and each
 // later branch on the thread that finished the previous one (by symmetric transfer: no
 // stack growth); branches overlap only while they are suspended (I/O, timers, locks).
-// collectAllWindowedPara schedules each branch on the awaiting coroutine's executor, so
+// collectAllParaWindowed schedules each branch on the awaiting coroutine's executor, so
 // on a ThreadPool up to `maxInFlight` run in parallel (without an executor it is
 // collectAllWindowed). Branches inherit the executor and the cancellation token.
 //
@@ -125,7 +125,7 @@ Lazy<std::vector<Try<T>>> collectAllParaFailFast(std::vector<Lazy<T>> branches) 
 //
 // Example:
 //   std::vector<weft::Lazy<Page>> fetches = ...;  // 10,000 of them
-//   auto pages = co_await weft::collectAllWindowedPara(64, std::move(fetches));
+//   auto pages = co_await weft::collectAllParaWindowed(64, std::move(fetches));
 template <class T>
 Lazy<std::vector<Try<T>>> collectAllWindowed(std::size_t maxInFlight,
                                              std::vector<Lazy<T>> branches) {
@@ -134,7 +134,7 @@ Lazy<std::vector<Try<T>>> collectAllWindowed(std::size_t maxInFlight,
 }
 
 template <class T>
-Lazy<std::vector<Try<T>>> collectAllWindowedPara(std::size_t maxInFlight,
+Lazy<std::vector<Try<T>>> collectAllParaWindowed(std::size_t maxInFlight,
                                                  std::vector<Lazy<T>> branches) {
   detail::checkWindowed(maxInFlight, branches);
   return detail::collectWindowed<true>(maxInFlight, std::move(branches));
@@ -200,8 +200,16 @@ auto collectAllWindowed(std::size_t maxInFlight, std::vector<A> branches) {
 
 template <class A>
   requires(!detail::kIsLazy<A>)
-auto collectAllWindowedPara(std::size_t maxInFlight, std::vector<A> branches) {
-  return collectAllWindowedPara(maxInFlight, detail::asLazies(std::move(branches)));
+auto collectAllParaWindowed(std::size_t maxInFlight, std::vector<A> branches) {
+  return collectAllParaWindowed(maxInFlight, detail::asLazies(std::move(branches)));
+}
+
+// The name collectAllParaWindowed had before 1.0 (the family puts Para first, as in
+// collectAllParaFailFast).
+template <class A>
+[[deprecated("weft: collectAllWindowedPara is now collectAllParaWindowed")]] auto
+collectAllWindowedPara(std::size_t maxInFlight, std::vector<A> branches) {
+  return collectAllParaWindowed(maxInFlight, std::move(branches));
 }
 
 }  // namespace weft

@@ -28,7 +28,7 @@ class [[nodiscard]] InFiber {
  public:
   using ValueType = std::invoke_result_t<F&&>;
 
-  InFiber(F fn, SpawnOptions options) : fn_(std::move(fn)), options_(std::move(options)) {}
+  InFiber(F fn, SpawnFiberOptions options) : fn_(std::move(fn)), options_(std::move(options)) {}
   InFiber(InFiber&&) = default;
   InFiber& operator=(InFiber&&) = delete;
 
@@ -48,7 +48,7 @@ class [[nodiscard]] InFiber {
 
  private:
   F fn_;
-  SpawnOptions options_;
+  SpawnFiberOptions options_;
 };
 
 // inFiber(fn, options): runs `fn` in a new fiber when awaited, on the awaiting coroutine's
@@ -83,7 +83,7 @@ class [[nodiscard]] InFiber {
 //   }
 template <class F>
   requires std::invocable<std::decay_t<F>&&>
-InFiber<std::decay_t<F>> inFiber(F&& fn, SpawnOptions options = {}) {
+InFiber<std::decay_t<F>> inFiber(F&& fn, SpawnFiberOptions options = {}) {
   return InFiber<std::decay_t<F>>(std::forward<F>(fn), std::move(options));
 }
 

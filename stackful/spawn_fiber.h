@@ -29,7 +29,7 @@
 namespace weft {
 
 // Options of spawnFiber.
-struct SpawnOptions {
+struct SpawnFiberOptions {
   // Names the fiber in diagnostics (stack overflow, misuse). Copied; empty: unnamed.
   std::string_view name;
   // Where the fiber's stack comes from; nullptr: StackPool::defaultPool().
@@ -38,6 +38,8 @@ struct SpawnOptions {
   // and Lazys awaited from the fiber inherit it. Default: never cancelled.
   CancellationToken cancellationToken;
 };
+// The name SpawnFiberOptions had before 1.0 (it configures spawnFiber, not spawn).
+using SpawnOptions [[deprecated("weft: SpawnOptions is now SpawnFiberOptions")]] = SpawnFiberOptions;
 
 // What awaiting a FiberFuture throws when its fiber will never finish: its driver was
 // destroyed while the fiber was parked (an awaitable destroyed the handle it was given
@@ -406,7 +408,7 @@ struct FiberFutureAccess {
 template <class F>
   requires std::invocable<std::decay_t<F>&&>
 FiberFuture<std::invoke_result_t<std::decay_t<F>&&>> spawnFiber(Executor* executor, F&& fn,
-                                                                SpawnOptions options = {}) {
+                                                                SpawnFiberOptions options = {}) {
   using T = std::invoke_result_t<std::decay_t<F>&&>;
   if (executor == nullptr) {
     std::fprintf(stderr, "weft: spawnFiber(nullptr, ...): a fiber needs an executor\n");

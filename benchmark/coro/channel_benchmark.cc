@@ -261,7 +261,7 @@ weft::StackPool& echoStacks() {
 void BM_FiberChannel_EchoRing30000(benchmark::State& state) {
   weft::ThreadPool pool(1, "echo-ring");
   weft::bench::EchoRing ring(kEchoTasks);
-  weft::SpawnOptions options;
+  weft::SpawnFiberOptions options;
   options.stackPool = &echoStacks();
   std::vector<weft::FiberFuture<void>> echoes;
   echoes.reserve(kEchoTasks);

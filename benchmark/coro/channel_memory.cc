@@ -91,7 +91,7 @@ double measureLazyRing(int tasks) {
 double measureFiberRing(int tasks) {
   weft::ThreadPool pool(1, "echo-ring");
   weft::StackPool stacks(16 * 1024, 0);
-  weft::SpawnOptions options;
+  weft::SpawnFiberOptions options;
   options.stackPool = &stacks;
   Channel<int> warmed(1);
   weft::syncAwait(weft::spawnFiber(&pool, [&] { weft::await(warmed.send(0)); }, options));

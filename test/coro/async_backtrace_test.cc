@@ -158,8 +158,8 @@ TEST(AsyncBacktraceDeathTest, ALostExceptionIsReportedWithWhereItWasThrown) {
 
 // --- across fibers -----------------------------------------------------------------------
 
-weft::SpawnOptions namedFiber(const char* name) {
-  weft::SpawnOptions options;
+weft::SpawnFiberOptions namedFiber(const char* name) {
+  weft::SpawnFiberOptions options;
   options.name = name;
   return options;
 }

@@ -72,7 +72,7 @@ TEST(CollectAwaitablesTest, VectorsOfTasksAndOfFibersInEveryCollect) {
     EXPECT_EQ(sum(co_await collectAllFailFast(fibers())), 10);
     EXPECT_EQ(sum(co_await collectAllParaFailFast(fibers())), 10);
     EXPECT_EQ(sum(co_await collectAllWindowed(3, tasks())), 45);
-    EXPECT_EQ(sum(co_await collectAllWindowedPara(3, fibers())), 10);
+    EXPECT_EQ(sum(co_await collectAllParaWindowed(3, fibers())), 10);
   };
   syncAwait(body(), &pool);
 }

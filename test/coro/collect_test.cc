@@ -394,7 +394,7 @@ TEST(CollectAllWindowedTest, ParallelOnAPoolNeverExceedsTheWindow) {
   for (int i = 0; i < 200; ++i) {
     range.push_back(tracked(inFlight, i, std::chrono::microseconds(i % 7 * 30)));
   }
-  std::vector<Try<int>> results = syncAwait(collectAllWindowedPara(4, std::move(range)), &pool);
+  std::vector<Try<int>> results = syncAwait(collectAllParaWindowed(4, std::move(range)), &pool);
   for (int i = 0; i < 200; ++i) EXPECT_EQ(results[i].value(), i);
   EXPECT_LE(inFlight.peak.load(), 4);
   EXPECT_GE(inFlight.peak.load(), 1);

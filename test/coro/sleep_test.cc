@@ -780,7 +780,7 @@ TEST(SleepFiberTest, AFibersSleepIsCancelledByItsToken) {
   ThreadPool pool(2);
   ProbeExecutor probe(pool);
   CancellationSource source;
-  SpawnOptions options;
+  SpawnFiberOptions options;
   options.cancellationToken = source.token();
   auto future = spawnFiber(
       &probe,

@@ -67,8 +67,8 @@ weft::Lazy<> sleeper() { co_await weft::sleep(std::chrono::hours(1)); }
   return value.value_or(-1);
 }
 
-weft::SpawnOptions named(const char* name) {
-  weft::SpawnOptions options;
+weft::SpawnFiberOptions named(const char* name) {
+  weft::SpawnFiberOptions options;
   options.name = name;
   return options;
 }

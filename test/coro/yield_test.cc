@@ -156,7 +156,7 @@ TEST(YieldTest, OutsideAWeftCoroutineItDoesNothing) {
 TEST(YieldFiberTest, AFibersYieldLoopEndsWhenItsTokenIsCancelled) {
   ThreadPool pool(2);
   CancellationSource source;
-  SpawnOptions options;
+  SpawnFiberOptions options;
   options.cancellationToken = source.token();
   auto future = spawnFiber(
       &pool,

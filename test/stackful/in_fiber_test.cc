@@ -90,7 +90,7 @@ TEST(InFiberTest, TheOptionsNameTheFiberAndTheirTokenReplacesTheInherited) {
   ThreadPool pool(1);
   CancellationSource own;
   own.requestCancellation();
-  SpawnOptions options;
+  SpawnFiberOptions options;
   std::string name = "worker";
   options.name = name;
   options.cancellationToken = own.token();
@@ -179,7 +179,7 @@ TEST(InFiberTest, ATasksTokenReachesTheFiber) {
 TEST(InFiberTest, ALazyAwaitedInAFiberInheritsTheFibersToken) {
   ThreadPool pool(2);
   CancellationSource source;
-  SpawnOptions options;
+  SpawnFiberOptions options;
   options.cancellationToken = source.token();
   TimerProbeExecutor probe(pool);  // counts the Lazy's sleep when it is armed
   auto sleeper = [&]() -> Lazy<void> { co_await sleep(kForever); };
@@ -194,7 +194,7 @@ TEST(InFiberTest, ALazyAwaitedInAFiberInheritsTheFibersToken) {
 TEST(InFiberTest, AFiberCanStartAnotherWithItsOwnToken) {
   ThreadPool pool(2);
   CancellationSource source;
-  SpawnOptions options;
+  SpawnFiberOptions options;
   options.cancellationToken = source.token();
   TimerProbeExecutor probe(pool);  // counts the inner fiber's sleep when it is armed
   auto outer = spawnFiber(&probe, [&] {

@@ -150,7 +150,7 @@ TEST(SpawnFiberTest, AwaitGivesTheFibersExecutorToExecutorAwareAwaitables) {
 TEST(SpawnFiberTest, AwaitGivesTheFibersCancellationToken) {
   ThreadPool pool(2);
   CancellationSource source;
-  SpawnOptions options;
+  SpawnFiberOptions options;
   options.cancellationToken = source.token();
   source.requestCancellation();
   bool cancelled = syncAwait(spawnFiber(

@@ -26,7 +26,7 @@ void expectFiberWaitCancelled(ThreadPool& pool, Wait wait) {
     CancellationSource source;
     if (cancelFirst) source.requestCancellation();
     std::atomic<bool> started{false};
-    SpawnOptions options;
+    SpawnFiberOptions options;
     options.cancellationToken = source.token();
     auto fiber = spawnFiber(
         &pool,

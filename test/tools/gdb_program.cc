@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   weft::withCancellation(stopSleeping.token(), gdbSleeper()).via(&pool).start([&](weft::Try<void>) {
     ++finished;
   });
-  weft::SpawnOptions options;
+  weft::SpawnFiberOptions options;
   options.name = "gdb-consumer";
   auto fiber = weft::spawnFiber(&pool, [&] { return gdbConsume(channel); }, options);
   if (!waitUntilParked()) {

@@ -207,7 +207,7 @@ TEST(TaskRegistryTest, TasksAndFibersOfAThreadThatExitedStayListedUntilTheyEnd) 
   std::optional<weft::FiberFuture<int>> fiber;
   std::thread([&] {
     heldTask(release).via(&pool).start([&](weft::Try<void>) { done.fetch_add(1); });
-    weft::SpawnOptions options;
+    weft::SpawnFiberOptions options;
     options.name = "orphan";
     fiber.emplace(weft::spawnFiber(
         &pool, [&] { return weft::await(channel.receive()).value_or(0); }, options));
