@@ -162,6 +162,7 @@ class EpollLoop final : public IoLoopBase {
   // submit() without the counting.
   bool start(IoOperation& op) noexcept {
     op.loopShutDown = false;
+    op.loopHeapIndex = 0;
     if (shutDown_) {
       op.result = -ECANCELED;
       op.loopShutDown = true;
@@ -236,9 +237,6 @@ class EpollLoop final : public IoLoopBase {
     append(write ? fd->writers : fd->readers, op);
     ++inFlight_;
     if (op.timeoutNs >= 0) {
-      // Only a timed operation's heap position is ever read (untime): an untimed one's
-      // third cache line stays untouched (see IoOperation).
-      op.loopHeapIndex = 0;
       op.loopDeadline = nowNs() + op.timeoutNs;
       try {
         heapPush(op);
@@ -560,7 +558,7 @@ class EpollLoop final : public IoLoopBase {
       if (wouldBlock(op, r)) {
         // A `whole` operation that moved bytes waits again, still first: for room (data)
         // from now on, so its time limit starts anew (as a new write's would).
-        if (op.buffer != from && timed(op)) [[unlikely]] {
+        if (op.buffer != from && DeadlineHeap::contains(op)) [[unlikely]] {
           op.loopDeadline = nowNs() + op.timeoutNs;
           heap_.update(op);
         }
@@ -617,13 +615,8 @@ class EpollLoop final : public IoLoopBase {
   // Operations with a time limit, by deadline (executors/detail/timer_heap.h: the heap
   // weft's timers use too); one that completes first leaves it in O(log n).
   void heapPush(IoOperation& op) { heap_.push(op); }
-  // Whether `op` (in flight) is in the deadline heap. Only an operation with a time limit
-  // has a heap position (start sets it): an untimed one's is not read.
-  static bool timed(const IoOperation& op) noexcept {
-    return op.timeoutNs >= 0 && DeadlineHeap::contains(op);
-  }
   void untime(IoOperation& op) noexcept {
-    if (timed(op)) heap_.remove(op);
+    if (DeadlineHeap::contains(op)) heap_.remove(op);
   }
   // Operations whose deadline passed leave their fd's waiters with -ETIMEDOUT.
   void expireDeadlines() noexcept {

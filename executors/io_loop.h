@@ -92,13 +92,6 @@ enum class IoOpcode : std::uint8_t {
 struct IoOperation {
   static constexpr int kSyncDataOnly = 1;
 
-  // The fields are in three groups of 64 bytes: what every operation's submission and
-  // completion touch (the flags, the descriptor, the buffer, the result, the completion
-  // function), then the received buffer and the loop's links, then what only some
-  // operations use. A server with thousands of connections finds each operation's memory
-  // out of the cache when its turn comes, so every cache line an operation spans is a miss
-  // (measured: docs/design/2026-11-c10k.md). Keep new fields out of the first two lines
-  // unless every operation uses them.
   // Set by the awaitable before submit.
   IoOpcode opcode = IoOpcode::kReceive;
   // True when whoever owns `fd` calls IoLoop::retireDescriptor(fd) before it closes fd or
@@ -124,25 +117,14 @@ struct IoOperation {
   // ignore it and complete each partial transfer as usual: weft's awaitables then submit
   // the rest themselves (resetting it to true), and a later operation may then go first.
   bool whole = false;
-  // The loop's small fields (see below), here so that the first line holds them.
-  bool loopCancelled = false;  // cancel() reached the loop for this operation
-  // 0: not in flight or in flight; 1: a cancellation from another thread is queued;
-  // 2: complete. See IoLoop::cancel.
-  std::atomic<std::uint8_t> loopState{0};
-  // Set by the loop for the awaitable, like `result`:
-  // kReceiveMultishot: set by the loop before each run of `complete`: true while the
-  // request stays armed (more completions follow), false for its last completion.
-  bool more = false;
-  // Set by the loop when it completed the operation because the loop is shutting down
-  // (its executor is stopping): result is then -ECANCELED, and the awaitable should
-  // report ExecutorShutDown rather than a cancellation.
-  bool loopShutDown = false;
   int fd = -1;
   int flags = 0;
-  std::uint32_t loopBuffer = BufferPool::kNone;  // the loop's: a pool buffer it holds for it
   socklen_t addressLength = 0;  // kAccept: capacity in, length out; kConnect: length
   void* buffer = nullptr;
   std::size_t length = 0;
+  std::uint64_t offset = 0;
+  sockaddr* address = nullptr;  // kAccept: where the peer's address goes; kConnect: the target
+  msghdr* message = nullptr;    // kReceiveMessage, kSendMessage
   // When >= 0: the loop stops the operation if it has not completed this many
   // nanoseconds after submit, with result -ETIMEDOUT (once the kernel has let go of the
   // buffer; an operation that completed first keeps its result). io_uring: a linked
@@ -152,30 +134,40 @@ struct IoOperation {
   // Set by the loop: the system call's result (bytes, a new fd, 0), or -errno on failure,
   // -ECANCELED when IoLoop::cancel stopped it first.
   std::int64_t result = 0;
+  // kReceiveLent, kReceiveMessageLent: the bytes received, set by the loop with the
+  // result; the awaitable takes it. One left here is given back when the operation is
+  // destroyed.
+  LentBuffer lent;
+
   // Runs exactly once on the loop's thread when the operation is complete, unless submit
   // completed it at once (returned true) or withdraw() took it back. noexcept: it runs
   // inside the loop, where an exception has nowhere to go; it usually resumes a
   // coroutine.
   void (*complete)(IoOperation& op) noexcept = nullptr;
 
-  // kReceiveLent, kReceiveMessageLent: the bytes received, set by the loop with the
-  // result; the awaitable takes it. One left here is given back when the operation is
-  // destroyed.
-  LentBuffer lent;
-
   // The loop's bookkeeping while the operation is in flight; not for the awaitable.
-  std::uint64_t loopKey = 0;
   IoOperation* loopNext = nullptr;
   IoOperation* loopPrev = nullptr;
-  // Used by some operations only.
-  std::size_t loopHeapIndex = 0;        // epoll, timed operations: place in the deadline heap
-  std::int64_t loopDeadline = 0;        // epoll: steady-clock ns
-  std::int64_t loopTime[2] = {0, 0};    // io_uring: the linked timeout's timespec
   IoOperation* cancelNext = nullptr;
-  // Set by the awaitable before submit, for the operations that use them.
-  std::uint64_t offset = 0;
-  sockaddr* address = nullptr;  // kAccept: where the peer's address goes; kConnect: the target
-  msghdr* message = nullptr;    // kReceiveMessage, kSendMessage
+  std::uint64_t loopKey = 0;
+  std::int64_t loopTime[2] = {0, 0};    // io_uring: the linked timeout's timespec
+  std::size_t loopHeapIndex = 0;        // epoll: position in the deadline heap, 0: none
+  std::int64_t loopDeadline = 0;        // epoll: steady-clock ns
+  std::uint32_t loopBuffer = BufferPool::kNone;  // a pool buffer the loop holds for it
+  bool loopCancelled = false;           // cancel() reached the loop for this operation
+  // 0: not in flight or in flight; 1: a cancellation from another thread is queued;
+  // 2: complete. See IoLoop::cancel.
+  std::atomic<std::uint8_t> loopState{0};
+
+  // Set by the loop for the awaitable, like `result` (here, beside the loop's small fields,
+  // so that the operation has no holes):
+  // kReceiveMultishot: set by the loop before each run of `complete`: true while the
+  // request stays armed (more completions follow), false for its last completion.
+  bool more = false;
+  // Set by the loop when it completed the operation because the loop is shutting down
+  // (its executor is stopping): result is then -ECANCELED, and the awaitable should
+  // report ExecutorShutDown rather than a cancellation.
+  bool loopShutDown = false;
 };
 
 // IoLoop: an event loop on one thread, the part of an executor that performs I/O.

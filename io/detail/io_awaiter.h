@@ -90,7 +90,7 @@ inline IoLoop& requireIoLoop(const char* what) {
 class IoAwaiter {
  public:
   IoAwaiter(const char* what, Executor* executor, const CancellationToken& token) noexcept
-      : token_(&token), what_(what), executor_(executor) {
+      : what_(what), executor_(executor), token_(&token) {
     // weft's descriptors are closed through closeDescriptor() and given away through the
     // owners' release(), both of which retire them (IoLoop::retireDescriptor): the epoll
     // loop may keep them registered between operations.
@@ -274,27 +274,24 @@ class IoAwaiter {
   // stream's request gave it.
   // Only `mode` is set for every awaiter; the rest when it enters an inbox.
   struct Reader {
-    std::uint8_t mode = 0;    // first: read by every completion (onComplete)
-    IoOpcode opcode;
-    bool served;              // given its result by the stream's request
-    bool retry;               // woken to look at the inbox again
-    std::uint32_t handout;    // which of the inbox's hand-outs it was served
     IoAwaiter* next;
     IoAwaiter* prev;
     std::int64_t result;      // its result, when served
+    std::uint32_t handout;    // which of the inbox's hand-outs it was served
+    IoOpcode opcode;
+    std::uint8_t mode = 0;
+    bool served;              // given its result by the stream's request
+    bool retry;               // woken to look at the inbox again
   };
 
   friend struct StreamReads;
   friend struct StreamInbox;
 
-  // In the order an operation's submission and completion touch them, the operation's
-  // first two cache lines, then owner, waiter_, token_, inFlight_, whole_ and fdWait_ in
-  // the next: with thousands of connections each awaiter is out of the cache when its
-  // operation completes, and every line it spans is a miss (docs/design/2026-11-c10k.md).
-  // what_ and executor_ are read only for errors.
   Operation op_;
-  std::coroutine_handle<> waiter_;
+  const char* what_;
+  Executor* executor_;
   const CancellationToken* token_;
+  std::coroutine_handle<> waiter_;
   bool inFlight_ = false;
   bool whole_ = false;
   // Its wait on the descriptor while in flight; fdWait_.loop is also the loop the operation
@@ -302,8 +299,6 @@ class IoAwaiter {
   FdWait fdWait_;
   Reader reader_;
   std::optional<CancellationCallback> onCancel_;
-  const char* what_;
-  Executor* executor_;
 };
 
 }  // namespace weft::detail

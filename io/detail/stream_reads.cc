@@ -559,7 +559,7 @@ IoAwaiter::StreamStep IoAwaiter::suspendOnStream(IoLoop& loop) {
       entry.inbox.load(std::memory_order_acquire) == nullptr) {
     fresh = new StreamInbox(op_.fd);  // std::bad_alloc from co_await, nothing started
   }
-  reader_ = Reader{kNotReading, op_.opcode, false, false, 0, nullptr, nullptr, 0};
+  reader_ = Reader{nullptr, nullptr, 0, 0, op_.opcode, kNotReading, false, false};
   fdWait_.loop = &loop;
   bool done;
   {
