@@ -505,7 +505,8 @@ TEST_P(StreamReadsTest, ACancellableReceiveThatWaitsEndsOnCancellationAndLosesNo
     const std::string before = "b" + std::to_string(round);
     ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), before.data(), before.size()));
     CancellationSource source;
-    EXPECT_EQ(test::text(syncAwait(withCancellation(source.token(), receiveOnce(pair.stream)).via(&pool))),
+    EXPECT_EQ(test::text(syncAwait(
+                  withCancellation(source.token(), receiveOnce(pair.stream)).via(&pool))),
               before);
     test::Outcome<LentBuffer> waiting;
     test::startOn(pool, withCancellation(source.token(), receiveCounted(pair.stream)), waiting);
