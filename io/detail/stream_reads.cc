@@ -548,7 +548,7 @@ void IoAwaiter::cancelStreamRead() noexcept {
       fdWait_.loop->cancel(op_);  // under the lock: it cannot complete meanwhile
       break;
     default:
-      break;  // done, or between two waits: the next one sees the cancellation (wait())
+      break;  // done, or between two waits: the next wait sees the cancellation (activate)
   }
 }
 
