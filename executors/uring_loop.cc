@@ -43,7 +43,8 @@
 // (ENOBUFS: data arrived, no buffer), the receive is submitted again, in its place at the
 // head of its lane so that no byte is skipped or reordered, as a plain recv into a buffer
 // of its own from the pool (the data is there: it completes at once), and the ring
-// doubles, once per loop turn, up to kRingEntries, so that the next burst finds enough.
+// doubles, once per batch of completions reaped, up to kRingEntries, so that the next
+// burst finds enough.
 // Resubmitting it to the ring instead would race it against every other receive the
 // burst starved for the few buffers given back meanwhile: with 10,000 connections that
 // took 20-70 submissions per request (measured). On kernels without buffer rings every
@@ -856,6 +857,11 @@ class UringLoop final : public IoLoopBase {
       io_uring_cqe* cqes[64];
       const unsigned count = io_uring_peek_batch_cqe(&ring_, cqes, 64);
       if (count == 0) return n;
+      // The ring may grow again for an ENOBUFS in this batch: a turn that reaps the
+      // arrivals of thousands of connections is many batches long, and growing once per
+      // turn left a 10,000-connection echo server's ring at 64 buffers, one receive in
+      // three falling back to a plain recv (docs/design/2026-11-c10k.md).
+      grewThisTurn_ = false;
       struct Done {
         std::uint64_t key;
         int res;
@@ -1125,7 +1131,7 @@ class UringLoop final : public IoLoopBase {
   std::uint32_t ringTarget_ = 0;  // how many the ring keeps: those growRing added
   bool ringReady_ = false;      // registered
   bool ringFailed_ = false;     // cannot be: plain recvs
-  bool grewThisTurn_ = false;   // the ring grew for an ENOBUFS in this loop turn
+  bool grewThisTurn_ = false;   // the ring grew for an ENOBUFS in this batch of completions
   bool multishot_ = false;      // kReceiveMultishot is served (multishotReceive())
   io_uring ring_{};
   std::vector<Slot> slots_;

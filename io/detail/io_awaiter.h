@@ -128,11 +128,11 @@ class IoAwaiter {
         case StreamStep::kDone:
           return false;
         case StreamStep::kWaiting:
-          // Parked or in the kernel: cancellable as any operation (a direct wait is one
-          // whose token cannot be cancelled). Nothing resumes it before this returns: its
-          // completions run on this thread.
-          if (token_->canBeCancelled() && !waitsDirectly()) {
-            onCancel_.emplace(*token_, [this] { fdWait_.loop->cancel(op_); });
+          // Cancellable as any operation: cancelStreamRead() stops the wait however it
+          // waits by then (directly, parked or in the kernel). Nothing resumes it before
+          // this returns: its completions run on this thread.
+          if (token_->canBeCancelled()) {
+            onCancel_.emplace(*token_, [this] { cancelStreamRead(); });
           }
           return true;
         case StreamStep::kNotStream:
@@ -232,7 +232,11 @@ class IoAwaiter {
         return false;
     }
   }
-  bool waitsDirectly() const noexcept;
+  // A cancellation of a read waiting in its stream's inbox, from any thread: a direct
+  // wait has no operation of its own, so the stream's armed request is cancelled (its
+  // last completion then ends the wait with -ECANCELED, after any arrival it delivered
+  // first); a parked or kernel wait's own operation is cancelled.
+  void cancelStreamRead() noexcept;
   StreamStep suspendOnStream(IoLoop& loop);
   static bool streamCompleted(IoAwaiter& self) noexcept;
   void withdrawFromStream() noexcept;

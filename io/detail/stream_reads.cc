@@ -34,8 +34,14 @@
 //
 // How a reader waits. Directly (kDirect: no operation at all; the request's completion on
 // the same thread hands it its arrival and resumes it) when it is the head, on the
-// request's loop, with no time limit and a token that cannot be cancelled: the plain echo
-// loop's case, the common one. Otherwise parked (kParked): its operation becomes a kWait
+// request's loop, with no time limit: the plain echo loop's case, the common one. Its
+// cancellation (IoAwaiter::cancelStreamRead, from any thread, under the lock) cancels the
+// request: the request's last completion then finds the reader's token cancelled and ends
+// it with -ECANCELED (activate), after handing it any arrival that came first; the
+// arrivals after it stay for the next read. A direct wait costs no operation, slot or
+// list entry in the loop, which matters most when thousands of connections each wait
+// (their parked operations' loop state is cold memory by the time each is touched again).
+// Otherwise parked (kParked): its operation becomes a kWait
 // on its own loop, which carries its time limit, its cancellation and closeDescriptor's
 // (it is tracked as a wait on the descriptor), and is completed (cancelled) by whoever
 // has something for it: the request's completion on another thread gives it its arrival
@@ -319,7 +325,7 @@ struct StreamReads {
 
   // The head waits for the inbox: directly when it may (see the top), else parked.
   static bool wait(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop& loop) noexcept {
-    if (in.loop == &loop && r.op_.timeoutNs < 0 && !r.token_->canBeCancelled()) {
+    if (in.loop == &loop && r.op_.timeoutNs < 0) {
       r.reader_.mode = kDirect;
       r.fdWait_.loop = &loop;
       r.inFlight_ = true;
@@ -372,6 +378,13 @@ struct StreamReads {
         op.result = takeFinal(in);
         return leave(in, r);
       }
+    }
+    // Nothing to take: it would wait. A cancellation that came meanwhile stops it here
+    // (its callback, which has run, found no wait to stop, or stopped one that has ended:
+    // the request's, for a direct wait).
+    if (r.token_->isCancellationRequested()) [[unlikely]] {
+      op.result = -ECANCELED;
+      return leave(in, r);
     }
     if (in.state == State::kIdle) {
       if (opcode == IoOpcode::kReceiveLent && loop.multishotReceive() &&
@@ -520,7 +533,24 @@ struct StreamReads {
   }
 };
 
-bool IoAwaiter::waitsDirectly() const noexcept { return reader_.mode == kDirect; }
+void IoAwaiter::cancelStreamRead() noexcept {
+  FdEntry& entry = fdEntry(op_.fd);
+  FdEntryLock lock(entry);
+  switch (reader_.mode) {
+    case kDirect:
+      // The head, on the request's loop: only the request's completions can end it.
+      if (StreamInbox* in = entry.inbox.load(std::memory_order_relaxed); in != nullptr) {
+        StreamReads::disarm(*in);
+      }
+      break;
+    case kParked:
+    case kKernel:
+      fdWait_.loop->cancel(op_);  // under the lock: it cannot complete meanwhile
+      break;
+    default:
+      break;  // done, or between two waits: the next wait sees the cancellation (activate)
+  }
+}
 
 IoAwaiter::StreamStep IoAwaiter::suspendOnStream(IoLoop& loop) {
   FdEntry& entry = fdEntry(op_.fd);
@@ -543,7 +573,7 @@ IoAwaiter::StreamStep IoAwaiter::suspendOnStream(IoLoop& loop) {
     }
     if (in->head == nullptr && in->count == 0 && !in->hasFinal && in->loop == &loop &&
         in->state == StreamInbox::State::kArmed && op_.opcode == IoOpcode::kReceiveLent &&
-        op_.timeoutNs < 0 && !token_->canBeCancelled() && !entry.closing) [[likely]] {
+        op_.timeoutNs < 0 && !entry.closing) [[likely]] {
       // The plain loop's receive: the request armed here, nothing kept, nobody waiting:
       // wait directly (activate's way, in short).
       in->head = in->tail = this;

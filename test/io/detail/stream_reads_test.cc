@@ -42,12 +42,14 @@
 #include <thread>
 #include <vector>
 
+#include "weft/coro/cancellation.h"
 #include "weft/coro/collect.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/resume_on.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/try.h"
 #include "weft/coro/with_timeout.h"
+#include "weft/coro/with_cancellation.h"
 #include "weft/coro/yield.h"
 #include "weft/executors/lent_buffer.h"
 #include "weft/executors/thread_pool.h"
@@ -488,6 +490,72 @@ TEST_P(StreamReadsTest, CloseWhileAReceiveWaitsEndsIt) {
     EXPECT_EQ(::recv(pair.peer.get(), &byte, 1, 0), 0);
     EXPECT_EQ(test::lentBuffers(pool), 0u);
   }
+}
+
+// A receive() whose token can be cancelled (a connection in a TaskGroup, or under
+// withCancellation) waits like one whose token cannot: on io_uring directly, with no
+// operation of its own. A cancellation from another thread while it waits ends it with
+// OperationCancelled, and the bytes that arrive afterwards are the next receive's; a
+// stream whose receive was cancelled goes on.
+TEST_P(StreamReadsTest, ACancellableReceiveThatWaitsEndsOnCancellationAndLosesNothing) {
+  test::Watchdog watchdog(60s, "ACancellableReceive");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  for (int round = 0; round < 3; ++round) {
+    const std::string before = "b" + std::to_string(round);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), before.data(), before.size()));
+    CancellationSource source;
+    EXPECT_EQ(test::text(syncAwait(
+                  withCancellation(source.token(), receiveOnce(pair.stream)).via(&pool))),
+              before);
+    test::Outcome<LentBuffer> waiting;
+    test::startOn(pool, withCancellation(source.token(), receiveCounted(pair.stream)), waiting);
+    test::quiesce(pool);  // it waits now (the worker has run it and gone back to its loop)
+    EXPECT_EQ(waiting.ends.load(), 0);
+    source.requestCancellation();  // from this thread, not the worker's
+    waiting.wait();
+    ASSERT_TRUE(waiting.endedWith<OperationCancelled>()) << waiting.what();
+    const std::string after = "a" + std::to_string(round);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), after.data(), after.size()));
+    EXPECT_EQ(test::text(syncAwait(receiveOnce(pair.stream).via(&pool))), after);
+    EXPECT_EQ(test::lentBuffers(pool), 0u);
+  }
+}
+
+// A cancellation racing an arrival, again and again: each receive either returns the byte
+// or ends with OperationCancelled, and then the next receive returns it. Every byte once,
+// in order, and every buffer back.
+TEST_P(StreamReadsTest, ACancellationRacingAnArrivalLosesAndDuplicatesNothing) {
+  test::Watchdog watchdog(60s, "ACancellationRacing");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  int cancelled = 0;
+  for (int i = 0; i < 300; ++i) {
+    CancellationSource source;
+    test::Outcome<LentBuffer> waiting;
+    test::startOn(pool, withCancellation(source.token(), receiveOnce(pair.stream)), waiting);
+    if (i % 3 != 0) test::quiesce(pool);  // mostly waiting; sometimes not yet started
+    const char byte = static_cast<char>('a' + i % 26);
+    if (i % 2 == 0) {
+      source.requestCancellation();
+      ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), &byte, 1));
+    } else {
+      ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), &byte, 1));
+      source.requestCancellation();
+    }
+    waiting.wait();
+    std::string got;
+    if (waiting.result.hasException()) {
+      ASSERT_TRUE(waiting.endedWith<OperationCancelled>()) << waiting.what();
+      ++cancelled;
+      got = test::text(syncAwait(receiveOnce(pair.stream).via(&pool)));
+    } else {
+      got = test::text(waiting.result.value());
+    }
+    ASSERT_EQ(got, std::string(1, byte)) << "at " << i;
+  }
+  EXPECT_GT(cancelled, 0);
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
 }
 
 // A pool shut down while its loop keeps receives armed, one with bytes kept and one with a
