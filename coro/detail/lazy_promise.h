@@ -15,6 +15,7 @@
 #include "weft/coro/detail/dump_signal_hook.h"
 #include "weft/coro/detail/frame_allocator.h"
 #include "weft/coro/detail/registry_slot.h"
+#include "weft/coro/detail/running_root.h"
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/detail/wait_note.h"
 #include "weft/coro/try.h"
@@ -195,7 +196,10 @@ struct NotedAwaiter {
   // coroutine destroyed while suspended here never gets here: its root task's record is
   // released first (unregisterRootTask), so no dump reads the slot any more.
   [[gnu::always_inline]] decltype(auto) await_resume() {
-    if (slot != nullptr) [[unlikely]] slot->withdrawWait();
+    if (slot != nullptr) [[unlikely]] {
+      slot->withdrawWait();
+      enterRootRun(slot);  // for stall reports (running_root.h)
+    }
     return awaiter.await_resume();
   }
 };
@@ -347,13 +351,17 @@ template <class Promise>
                         WEFT_CODE_ADDRESS()};
     slot = root;
     root->publishWait(&note);
+    leaveRootRun(root);  // for stall reports (running_root.h)
   }
   // If await_suspend throws, the coroutine goes on (to its handler) without await_resume:
   // the wait is withdrawn here.
   try {
     return awaiter.await_suspend(self);
   } catch (...) {
-    if (slot != nullptr) slot->withdrawWait();
+    if (slot != nullptr) {
+      slot->withdrawWait();
+      enterRootRun(slot);
+    }
     throw;
   }
 }
