@@ -22,8 +22,9 @@ namespace weft::detail {
 // Read by the stall signal's handler on the same thread: an atomic, relaxed (a signal
 // handler on the writing thread sees its stores in program order).
 #if WEFT_INLINE_TLS_ADDRESS
-[[gnu::used, gnu::tls_model("initial-exec")]] inline constinit thread_local std::atomic<
-    RegistrySlot*> tRunningRoot asm("weft_detail_running_root"){nullptr};
+[[gnu::used,
+  gnu::tls_model("initial-exec")]] inline constinit thread_local std::atomic<RegistrySlot*>
+    tRunningRoot asm("weft_detail_running_root"){nullptr};
 #else
 inline constinit thread_local std::atomic<RegistrySlot*> tRunningRoot{nullptr};
 #endif
