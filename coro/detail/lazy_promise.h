@@ -112,8 +112,9 @@ inline constexpr bool kIsLazy<Lazy<T>> = true;
 // Awaitables that know about executors expose `coAwait(Executor*)`: the promise hands
 // them its executor instead of wrapping them in a ViaAwaiter.
 template <class A>
-concept ExecutorAwareAwaitable =
-    requires(A&& a, Executor* executor) { std::forward<A>(a).coAwait(executor); };
+concept ExecutorAwareAwaitable = requires(A&& a, Executor* executor) {
+  std::forward<A>(a).coAwait(executor);
+};
 
 // Awaitables that can be cancelled expose `coAwait(Executor*, const CancellationToken&)`:
 // the promise hands them its executor and its token (preferred to coAwait(Executor*)).
@@ -178,7 +179,8 @@ struct NotedAwaiter {
   // constructor rather than aggregate initialisation: g++ zero-fills a whole aggregate
   // (awaiter included) before initialising it, which an uncontended Mutex::lock felt.
   template <class Make>
-  [[gnu::always_inline]] explicit NotedAwaiter(Make&& make) : awaiter(std::forward<Make>(make)()) {}
+  [[gnu::always_inline]] explicit NotedAwaiter(Make&& make)
+      : awaiter(std::forward<Make>(make)()) {}
   NotedAwaiter(const NotedAwaiter&) = delete;
   NotedAwaiter& operator=(const NotedAwaiter&) = delete;
 
@@ -372,8 +374,9 @@ template <class Promise>
                         WEFT_CODE_ADDRESS()};
     slot = root;
     root->publishWait(&note);
-    leaveRootRun(root);          // for stall reports (running_root.h)
-    noteMonitoredSuspend(slot);  // for TaskMonitor (monitored_task.h)
+    leaveRootRun(root);  // for stall reports (running_root.h)
+    // For TaskMonitor (monitored_task.h): may mark `slot`.
+    noteMonitoredSuspend(slot);
   }
   // If await_suspend throws, the coroutine goes on (to its handler) without await_resume:
   // the wait is withdrawn here.
