@@ -55,7 +55,10 @@ class AsyncParent {
     return AsyncParent(reinterpret_cast<std::uintptr_t>(record) | kMonitorRecord);
   }
 
-  explicit operator bool() const noexcept { return word_ != 0; }
+  // False also for a monitor record, which names no parent.
+  explicit operator bool() const noexcept {
+    return word_ != 0 && (word_ & kTagMask) != kMonitorRecord;
+  }
   const LazyPromiseBase* promise() const noexcept {
     return (word_ & kTagMask) == 0 ? reinterpret_cast<const LazyPromiseBase*>(word_) : nullptr;
   }
