@@ -10,8 +10,9 @@ namespace weft {
 //
 // A *poll* is a stretch of the task running on a thread: from its first run, or from a
 // resumption after a wait of one of its coroutines, to its next wait (a co_await that
-// suspends) or its end. Between two polls the task is *idle* (it waits on something, and
-// then on a thread to resume it). docs/debugging.md ("In production") defines each field.
+// suspends, or whose awaiter's await_suspend is called and declines to) or its end.
+// Between two polls the task is *idle* (it waits on something, and then on a thread to
+// resume it). docs/debugging.md ("In production") defines each field.
 //
 // Which fields are counted depends on the build:
 //  - always: instrumentedCount, droppedCount, firstPollCount, the first-poll delays and

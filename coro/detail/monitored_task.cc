@@ -111,8 +111,13 @@ void MonitoredTask::endPoll(std::int64_t now) noexcept {
   }
   mark_ = now;
   running_ = false;
-  // Runs nest (monitored_task.h): this one is the thread's innermost.
-  tMonitoredRun = std::exchange(outer_, nullptr);
+  // Runs nest (monitored_task.h): this one is the thread's innermost. Every wait of a
+  // root task's coroutines is published, so its run cannot move to another thread
+  // unseen; should one ever (an await that bypasses await_transform), the word of the
+  // thread it moved to is left alone rather than set to the first thread's.
+  MonitoredTask* outer = std::exchange(outer_, nullptr);
+  if (tMonitoredRun == this) [[likely]]
+    tMonitoredRun = outer;
 }
 
 RegistrySlot* MonitoredTask::suspend(RegistrySlot* root) noexcept {

@@ -14,6 +14,7 @@
 #include "test/support/manual_event.h"
 #include "test/support/wait_until.h"
 #include "test/support/watchdog.h"
+#include "weft/coro/collect.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/spawn.h"
 #include "weft/coro/sync_await.h"
@@ -232,6 +233,27 @@ TEST(TaskMonitorTest, NestedRunsCountTheirOwnPolls) {
   EXPECT_EQ(innerMonitor.cumulative().totalPollCount, ifMeasured(2));
   EXPECT_EQ(outerMonitor.cumulative().droppedCount, 1u);
   EXPECT_EQ(innerMonitor.cumulative().droppedCount, 1u);
+}
+
+// A collect's branches run outside the task's polls (they are not the task's run): the
+// task's collect waits once, whether or not the branches suspend, so the task runs two
+// polls, on whichever worker the last branch resumes it.
+TEST(TaskMonitorTest, CollectBranchesAreNotPollsOfTheTask) {
+  Watchdog watchdog(kLimit, "TaskMonitorTest.CollectBranchesAreNotPollsOfTheTask");
+  ThreadPool pool(2);
+  TaskMonitor monitor;
+  constexpr int kTasks = 200;
+  std::vector<JoinHandle<void>> handles;
+  for (int i = 0; i < kTasks; ++i) {
+    handles.push_back(spawn(&pool, monitor.instrument([]() -> Lazy<> {
+      co_await collectAllPara(yieldTimes(2), yieldTimes(3));
+    }())));
+  }
+  for (JoinHandle<void>& handle : handles) syncAwait(std::move(handle));
+  const TaskMetrics m = monitor.cumulative();
+  EXPECT_EQ(m.droppedCount, static_cast<std::uint64_t>(kTasks));
+  EXPECT_EQ(m.totalPollCount, ifMeasured(2 * kTasks));
+  EXPECT_EQ(m.totalIdledCount, ifMeasured(kTasks));
 }
 
 // Tasks that are not monitored count nowhere, also when they run inside a monitored
