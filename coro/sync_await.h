@@ -63,6 +63,11 @@ class SyncWaitSink final : public CompletionSink {
 
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<SyncWaitSink*>(sink);
+#if WEFT_TASK_TRACKING
+    // The task ends its run here (its slot is released later, by the waiter); before the
+    // exchange, after which the waiter may free `self`. For stall reports (running_root.h).
+    leaveRootRun(self->root_.rootSlot());
+#endif
     // acq_rel: release publishes the result; acquire orders the wake-up below after the
     // waiter's registration.
     if (self->state_.exchange(kDone, std::memory_order_acq_rel) == kWaiting) {

@@ -21,8 +21,11 @@
 #include "weft/coro/async_backtrace.h"
 #include "weft/coro/detail/dump_gate.h"
 #include "weft/coro/detail/dump_signal_hook.h"
+#include "weft/coro/detail/running_root.h"
 #include "weft/coro/detail/snapshot_reads.h"
 #include "weft/coro/detail/task_registry.h"
+#include "weft/executors/stall_task_hook.h"
+#include "weft/executors/work_item.h"
 
 namespace weft {
 namespace detail {
@@ -110,6 +113,125 @@ void collectFiber(FiberSlot& slot, void* context) {
     // No memory: the entry stays as far as it got.
   }
 }
+
+// ThreadPool's stall reports name the task a stalled worker runs (executors/
+// stall_task_hook.h). The signal handler, on the worker, records two candidates, which
+// the watchdog then checks inside DumpReads, where a task it finds still registered stays
+// alive (dump_gate.h):
+//  - the task whose run the thread is in (running_root.h): its slot and the slot's
+//    subject (slots are never freed: reading one in the handler is safe). It is named if
+//    the slot still holds that subject and has no wait published (it has not waited
+//    since);
+//  - the coroutine that the pool item the worker started last resumed: the root task
+//    whose root coroutine that is, if it has never waited, is in its first run, which
+//    that item started (a task that has run and not waited since is still in the run
+//    that began with its last wait's end, or its first). Found by looking through the
+//    registry.
+// Words: 0 the running root's slot, 1 its subject, 2 the item's coroutine frame (0: the
+// item was a Job), 3 unused.
+enum StallWord { kRunningSlot = 0, kRunningSubject = 1, kItemFrame = 2 };
+
+void captureStalledTask(std::uintptr_t item,
+                        std::uintptr_t (&words)[StallTaskHook::kWords]) noexcept {
+#if WEFT_TASK_TRACKING
+  // Relaxed: this thread's own stores (the signal interrupted it).
+  RegistrySlot* slot = tRunningRoot.load(std::memory_order_relaxed);
+  if (slot != nullptr) {
+    words[kRunningSlot] = reinterpret_cast<std::uintptr_t>(slot);
+    words[kRunningSubject] = slot->subject.load(std::memory_order_relaxed);
+  }
+  const WorkItem work = WorkItem::fromBits(item);
+  if (!work.empty() && !work.isJob()) {
+    words[kItemFrame] = reinterpret_cast<std::uintptr_t>(work.handle().address());
+  }
+#else
+  (void)item;
+  (void)words;
+#endif
+}
+
+#if WEFT_TASK_TRACKING
+struct StalledTaskSearch {
+  std::uintptr_t frame;  // the item's coroutine
+  TaskDumpEntry* entry;
+  bool found = false;
+};
+
+// Inside the watchdog's DumpSession: the task whose root coroutine is the item's, if it
+// has never waited.
+void findFirstRun(RegistrySlot& slot, void* context) {
+  auto& search = *static_cast<StalledTaskSearch*>(context);
+  if (search.found) return;
+  DumpRead read;
+  // acquire: pairs with the claim's release (the slot's fields as written for it).
+  const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
+  if (subject == 0 || subject == kSlotEnd) return;
+  auto& root = *reinterpret_cast<LazyPromiseBase*>(subject);
+  if (reinterpret_cast<std::uintptr_t>(
+          std::coroutine_handle<LazyPromiseBase>::from_promise(root).address()) != search.frame) {
+    return;
+  }
+  // acquire: as in dumpTask.
+  if ((slot.wait.load(std::memory_order_acquire) & 1) == 0) return;  // it has waited
+  dumpTask(slot, subject, *search.entry);
+  search.found = true;
+}
+
+void skipFiber(FiberSlot&, void*) {}
+#endif
+
+void describeStalledTask(const std::uintptr_t (&words)[StallTaskHook::kWords],
+                         StallReport& report) {
+#if WEFT_TASK_TRACKING
+  TaskDumpEntry entry;
+  bool found = false;
+  {
+    DumpSession session;
+    if (!DumpSession::canRead()) {
+      report.asyncBacktraceMissing =
+          "no async backtrace: the kernel offers no membarrier, which reading another "
+          "thread's task safely needs";
+      return;
+    }
+    SnapshotReads snapshot;
+    if (auto* slot = reinterpret_cast<RegistrySlot*>(words[kRunningSlot])) {
+      DumpRead read;
+      // acquire: pairs with the claim's release.
+      const std::uintptr_t subject = slot->subject.load(std::memory_order_acquire);
+      // The same task, and no wait published since (then it would have left its run).
+      if (subject != 0 && subject != kSlotEnd && subject == words[kRunningSubject] &&
+          slot->wait.load(std::memory_order_acquire) == 0) {
+        dumpTask(*slot, subject, entry);
+        found = true;
+      }
+    }
+    if (!found && words[kItemFrame] != 0) {
+      StalledTaskSearch search{words[kItemFrame], &entry};
+      forEachRegistrySlot(&findFirstRun, &skipFiber, &search);
+      found = search.found;
+    }
+  }
+  if (!found) {
+    report.asyncBacktraceMissing =
+        words[kRunningSlot] != 0
+            ? "no async backtrace: the task the worker ran had moved on when it was read"
+            : "no async backtrace: the worker runs no root task that can be named (a "
+              "callable, a collect's branch, a Task awaited by another coroutine, as "
+              "syncAwait(lazy, executor) runs one, a fiber, or a task resumed inside "
+              "another's run)";
+    return;
+  }
+  report.task = entry.title;
+  report.asyncFunctions = entry.trace.functionNames();
+#else
+  (void)words;
+  report.asyncBacktraceMissing =
+      "no async backtrace: task tracking is off (build with WEFT_TASK_TRACKING=1 to name "
+      "the task)";
+#endif
+}
+
+constinit const StallTaskHook kStallTaskHook{&captureStalledTask, &describeStalledTask};
 
 std::string formatAge(std::int64_t milliseconds) {
   char text[32];
@@ -252,6 +374,11 @@ namespace detail {
 
 // Called before main() by every translation unit that includes the Lazy machinery
 // (coro/detail/dump_signal_hook.h says why): the first call does the work.
+bool installStallTaskHook() noexcept {
+  setStallTaskHook(&kStallTaskHook);
+  return true;
+}
+
 bool dumpSignalFromEnvironment() noexcept {
   static const bool installed = []() noexcept {
     const char* value = std::getenv("WEFT_DUMP_SIGNAL");

@@ -21,6 +21,14 @@ std::string StallReport::toString() const {
            ") has been running one item for " + std::to_string(stalledFor.count()) +
            " ms (a stall: reported once)\n";
   }
+  if (!task.empty()) {
+    out += "  " + task + ", async backtrace (root coroutine, then origin):\n";
+    for (std::size_t i = 0; i < asyncFunctions.size(); ++i) {
+      out += "    #" + std::to_string(i) + " " + asyncFunctions[i] + "\n";
+    }
+  } else if (!asyncBacktraceMissing.empty()) {
+    out += "  (" + asyncBacktraceMissing + ")\n";
+  }
   if (!nativeFrames.empty()) {
     out += "  native backtrace (innermost first):\n";
     for (std::size_t i = 0; i < nativeFrames.size(); ++i) {

@@ -40,12 +40,23 @@ struct StallReport {
   // The worker's progress count (items run, I/O completions run) it is stuck at.
   std::uint64_t progress = 0;
 
-  // Not here: the item's coroutine by name, and the async chain of its awaiters. Finding
-  // them would cost every item a store (the coroutine it resumes), and the frames they
-  // lead to may be freed while the watchdog reads them (a coroutine the item resumed may
-  // have finished, its awaiter going on in the same item). The native backtrace names
-  // the coroutines on the worker's stack (a coroutine's body is a function the
-  // symbolizer names after it); gdb's `weft bt` on a core file shows the chains.
+  // The task the worker runs, when it can be named (with task tracking, the default in
+  // Debug builds: WEFT_TASK_TRACKING), read when the native backtrace was taken: the
+  // root task whose coroutines run on the worker ("task 7 (spawn())", as task dumps name
+  // it), and its async backtrace as far as it can be known safely while the task runs:
+  // the task's root coroutine, then its origin (innermost first, as in
+  // AsyncBacktrace::functionNames(): {"handle(Request)", "spawn()"}). The coroutines
+  // between the root and the one that stalls (the Lazys it awaits) are not known: a
+  // running task records none of them, and their frames may be freed while the watchdog
+  // reads; the native backtrace names the innermost one (the one that runs).
+  // Empty `task`, with the reason in `asyncBacktraceMissing`, when no task is named:
+  // tracking is off, the worker runs something other than a root task (a callable, a
+  // collect's branch, a fiber, a Task awaited by another coroutine: syncAwait(lazy,
+  // executor) runs one), the native backtrace (taken with it) is missing, or the
+  // task moved on before the watchdog read it.
+  std::string task;
+  std::vector<std::string> asyncFunctions;
+  std::string asyncBacktraceMissing;
 
   // The worker thread's native stack when the watchdog looked (innermost first): return
   // addresses and their function names (an unknown one is "??"). Empty, with the reason
@@ -62,6 +73,9 @@ struct StallReport {
   //
   // Example:
   //   weft: ThreadPool 'api': worker 1 (thread api-1) has been running one item for 312 ms
+  //     task 7 (spawn()), async backtrace (root coroutine, then origin):
+  //       #0 serve(Connection)
+  //       #1 spawn()
   //     native backtrace (innermost first):
   //       #0 parse(std::string_view)
   //       #1 handle(Request)

@@ -788,6 +788,9 @@ void ThreadPool::workerMain(Worker& self) {
       if (item.empty()) break;  // the pool is closed
       if (item.bits() == kLookAgain.bits()) continue;
     }
+    // For the stall task hook (executors/stall_task_hook.h), read by this thread's stall
+    // signal handler. Relaxed: nothing else reads it.
+    self.capture.item.store(item.bits(), std::memory_order_relaxed);
     try {
       item.run();
     } catch (...) {

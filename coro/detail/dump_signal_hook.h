@@ -27,4 +27,10 @@ bool dumpSignalFromEnvironment() noexcept;
 // before main(). The variable is inline: one per program, initialized once.
 inline const bool gDumpSignalFromEnvironment = dumpSignalFromEnvironment();
 
+// The same way, and for the same reason: makes ThreadPool's stall reports name the task a
+// stalled worker runs (setStallTaskHook, executors/stall_task_hook.h; the hook is in
+// coro/task_dump.cc). Returns true. noexcept: a store.
+bool installStallTaskHook() noexcept;
+inline const bool gStallTaskHookInstalled = installStallTaskHook();
+
 }  // namespace weft::detail

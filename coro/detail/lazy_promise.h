@@ -14,7 +14,9 @@
 #include "weft/coro/detail/dump_gate.h"
 #include "weft/coro/detail/dump_signal_hook.h"
 #include "weft/coro/detail/frame_allocator.h"
+#include "weft/coro/detail/monitored_task.h"
 #include "weft/coro/detail/registry_slot.h"
+#include "weft/coro/detail/running_root.h"
 #include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/detail/wait_note.h"
 #include "weft/coro/try.h"
@@ -47,8 +49,16 @@ class AsyncParent {
   static AsyncParent foreignCoroutine(std::coroutine_handle<> handle) noexcept {
     return AsyncParent(reinterpret_cast<std::uintptr_t>(handle.address()) | kForeign);
   }
+  // Not a parent: a TaskMonitor's record of a root task, kept in the root's parent word,
+  // which nothing reads as a parent (LazyPromiseBase::setMonitorRecord).
+  static AsyncParent monitorRecord(MonitoredTask* record) noexcept {
+    return AsyncParent(reinterpret_cast<std::uintptr_t>(record) | kMonitorRecord);
+  }
 
-  explicit operator bool() const noexcept { return word_ != 0; }
+  // False also for a monitor record, which names no parent.
+  explicit operator bool() const noexcept {
+    return word_ != 0 && (word_ & kTagMask) != kMonitorRecord;
+  }
   const LazyPromiseBase* promise() const noexcept {
     return (word_ & kTagMask) == 0 ? reinterpret_cast<const LazyPromiseBase*>(word_) : nullptr;
   }
@@ -66,7 +76,9 @@ class AsyncParent {
  private:
   static constexpr std::uintptr_t kSink = 1;
   static constexpr std::uintptr_t kForeign = 2;
+  static constexpr std::uintptr_t kMonitorRecord = 3;
   static constexpr std::uintptr_t kTagMask = 3;
+  friend class LazyPromiseBase;  // reads a monitor record
   explicit AsyncParent(std::uintptr_t word) noexcept : word_(word) {}
   std::uintptr_t word_ = 0;
 };
@@ -195,7 +207,11 @@ struct NotedAwaiter {
   // coroutine destroyed while suspended here never gets here: its root task's record is
   // released first (unregisterRootTask), so no dump reads the slot any more.
   [[gnu::always_inline]] decltype(auto) await_resume() {
-    if (slot != nullptr) [[unlikely]] slot->withdrawWait();
+    if (slot != nullptr) [[unlikely]] {
+      noteMonitoredResume(slot);  // for TaskMonitor (monitored_task.h)
+      slot->withdrawWait();
+      enterRootRun(slot);  // for stall reports (running_root.h)
+    }
     return awaiter.await_resume();
   }
 };
@@ -288,6 +304,20 @@ class LazyPromiseBase : public FrameAllocated {
     (void)slot;
 #endif
   }
+  // A root task started under a TaskMonitor (coro/task_monitor.h) keeps the monitor's
+  // record of it in its parent word, which asyncParent() never answers for a root (a root
+  // has a completion sink). Set by TaskMonitor::instrument() on the Lazy it returns; read
+  // only while that Lazy runs as a root task (an await of it overwrites the word, and the
+  // Lazy then measures no polls). monitorRecord(): null if the word holds no record.
+  void setMonitorRecord(MonitoredTask* record) noexcept {
+    asyncParent_ = AsyncParent::monitorRecord(record);
+  }
+  MonitoredTask* monitorRecord() const noexcept {
+    const std::uintptr_t word = asyncParent_.word_;
+    return (word & AsyncParent::kTagMask) == AsyncParent::kMonitorRecord
+               ? reinterpret_cast<MonitoredTask*>(word & ~AsyncParent::kTagMask)
+               : nullptr;
+  }
   // What a coroutine awaited by this one records as its parent: this coroutine.
   // (FiberDriverPromise answers its fiber instead.)
   AsyncParent asAsyncParent() const noexcept { return AsyncParent::promise(this); }
@@ -347,13 +377,20 @@ template <class Promise>
                         WEFT_CODE_ADDRESS()};
     slot = root;
     root->publishWait(&note);
+    leaveRootRun(root);  // for stall reports (running_root.h)
+    // For TaskMonitor (monitored_task.h): may mark `slot`.
+    noteMonitoredSuspend(slot);
   }
   // If await_suspend throws, the coroutine goes on (to its handler) without await_resume:
   // the wait is withdrawn here.
   try {
     return awaiter.await_suspend(self);
   } catch (...) {
-    if (slot != nullptr) slot->withdrawWait();
+    if (slot != nullptr) {
+      noteMonitoredResume(slot);
+      slot->withdrawWait();
+      enterRootRun(slot);
+    }
     throw;
   }
 }

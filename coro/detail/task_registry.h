@@ -7,6 +7,7 @@
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/lazy_promise.h"
 #include "weft/coro/detail/registry_slot.h"
+#include "weft/coro/detail/running_root.h"
 
 namespace weft::detail {
 
@@ -71,6 +72,7 @@ DumpFiber fiberDumper() noexcept;
 }
 [[gnu::always_inline]] inline void unregisterRootTask(LazyPromiseBase& root) noexcept {
 #if WEFT_TASK_TRACKING
+  leaveRootRun(root.rootSlot());  // for stall reports (running_root.h)
   releaseSlot(*root.rootSlot());
 #else
   (void)root;

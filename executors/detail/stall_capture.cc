@@ -59,6 +59,11 @@ void onStallSignal(int, siginfo_t*, void* context) {
 #endif
     capture->pc = pc;
     capture->count = ::backtrace(capture->frames, StallCapture::kMaxFrames);
+    for (std::uintptr_t& word : capture->task) word = 0;
+    if (const StallTaskHook* hook = stallTaskHook()) {
+      // Relaxed: written by this very thread, which the signal interrupted.
+      hook->capture(capture->item.load(std::memory_order_relaxed), capture->task);
+    }
     // Release: the frames are visible to the watchdog's acquire load of kCaptured.
     capture->state.store(StallCapture::kCaptured, std::memory_order_release);
     futexWakeAll(capture->state);
@@ -66,12 +71,21 @@ void onStallSignal(int, siginfo_t*, void* context) {
   errno = savedErrno;
 }
 
+// The hook of setStallTaskHook. constinit: read in the signal handler.
+constinit std::atomic<const StallTaskHook*> gStallTaskHook{nullptr};
+static_assert(std::atomic<const StallTaskHook*>::is_always_lock_free);
+
 std::mutex gInstallMutex;
 std::set<int>* gInstalled = nullptr;  // guarded by gInstallMutex; never freed
 
 }  // namespace
 
 void bindStallCapture(StallCapture* capture) noexcept { tlCapture = capture; }
+
+// acquire: the hook's pointee as its setter made it (a static, so nothing in practice).
+const StallTaskHook* stallTaskHook() noexcept {
+  return gStallTaskHook.load(std::memory_order_acquire);
+}
 
 int defaultStallSignal() noexcept { return SIGRTMAX - 3; }
 
@@ -194,3 +208,12 @@ void releaseStallCapture(StallCapture& capture) noexcept {
 }
 
 }  // namespace weft::detail
+
+namespace weft {
+
+void setStallTaskHook(const StallTaskHook* hook) noexcept {
+  // release: pairs with stallTaskHook's acquire.
+  detail::gStallTaskHook.store(hook, std::memory_order_release);
+}
+
+}  // namespace weft

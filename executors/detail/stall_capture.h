@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "weft/executors/stall_task_hook.h"
+
 namespace weft::detail {
 
 // Taking the native backtrace of a stalled ThreadPool worker (executors/detail/
@@ -35,12 +37,18 @@ struct alignas(64) StallCapture {
   static constexpr int kMaxFrames = 64;
 
   std::atomic<std::uint32_t> state{kIdle};
+  // The bits of the WorkItem the worker started last, stored by the worker before it
+  // runs each item (relaxed: only this thread's signal handler reads it). What the stall
+  // task hook (executors/stall_task_hook.h) is given.
+  std::atomic<std::uintptr_t> item{0};
   // Written by the handler between kCapturing and kCaptured; read by the watchdog after
   // it saw kCaptured (acquire).
   int count = 0;
   void* frames[kMaxFrames] = {};
   // The instruction the signal interrupted (0 where the platform's context is not read).
   std::uintptr_t pc = 0;
+  // What the stall task hook's capture wrote (zero without a hook), read with the frames.
+  std::uintptr_t task[StallTaskHook::kWords] = {};
 };
 
 // Makes `capture` the calling thread's (nullptr: none): the handler writes there.

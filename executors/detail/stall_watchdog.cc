@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "weft/executors/detail/symbolizer.h"
+#include "weft/executors/stall_task_hook.h"
 
 namespace weft::detail {
 
@@ -156,6 +157,8 @@ StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bo
   report.stalledFor = std::chrono::duration_cast<std::chrono::milliseconds>(now - view.since);
   report.progress = view.progress;
   std::vector<const void*> addresses;
+  bool haveTask = false;
+  std::uintptr_t task[StallTaskHook::kWords] = {};
   if (native && options_.signal > 0) {
     const int signal = options_.signal;
     const char* whyNot = nullptr;
@@ -195,12 +198,34 @@ StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bo
         addresses.push_back(reinterpret_cast<const void*>(
             i == start && address == capture.pc ? address : address - 1));
       }
+      for (int i = 0; i < StallTaskHook::kWords; ++i) task[i] = capture.task[i];
+      haveTask = true;
       releaseStallCapture(worker.capture);
     } else {
       report.nativeBacktraceMissing = whyNot != nullptr ? whyNot : "unknown";
     }
   } else if (native) {
     report.nativeBacktraceMissing = options_.nativeOff;
+  }
+  if (native) {
+    const StallTaskHook* hook = stallTaskHook();
+    if (!haveTask) {
+      report.asyncBacktraceMissing =
+          "no async backtrace: the task is read with the native backtrace, which is missing";
+    } else if (hook == nullptr) {
+      report.asyncBacktraceMissing =
+          "no async backtrace: the program has no weft coroutines (weft::coro)";
+    } else {
+      // Read now, while the worker is most likely still in the item; the hook reads only
+      // what it knows to be alive (for weft::coro: under the dump gate).
+      try {
+        hook->describe(task, report);
+      } catch (...) {
+        report.task.clear();
+        report.asyncFunctions.clear();
+        report.asyncBacktraceMissing = "no async backtrace: out of memory";
+      }
+    }
   }
   if (!addresses.empty()) {
     std::vector<SymbolInfo> names = symbolize(addresses, /*sourceLines=*/false);

@@ -24,6 +24,7 @@
 #include "test/support/wait_until.h"
 #include "test/support/watchdog.h"
 #include "weft/coro/lazy.h"
+#include "weft/coro/spawn.h"
 #include "weft/coro/sync_await.h"
 #include "weft/coro/yield.h"
 #include "weft/executors/stall_report.h"
@@ -146,6 +147,133 @@ TEST(ThreadPoolStallTest, ReportsASpinningCoroutineOnceThenTheWholePool) {
   }
   EXPECT_EQ(workers[0], first);
   EXPECT_NE(workers[0], workers[1]);
+}
+
+bool hasFunction(const std::vector<std::string>& functions, const std::string& function) {
+  return std::any_of(functions.begin(), functions.end(),
+                     [&](const std::string& f) { return f.find(function) != std::string::npos; });
+}
+
+// A task of three coroutines: its root awaits `outer`, which awaits `inner`, which spins
+// until released, in the task's first run (it never suspends).
+[[gnu::noinline]] Lazy<> stallInner(std::atomic<bool>& spinning, std::atomic<bool>& release) {
+  spinning.store(true);
+  while (!release.load()) std::this_thread::yield();
+  co_return;
+}
+[[gnu::noinline]] Lazy<> stallOuter(std::atomic<bool>& spinning, std::atomic<bool>& release) {
+  co_await stallInner(spinning, release);
+}
+[[gnu::noinline]] Lazy<> stallRoot(std::atomic<bool>& spinning, std::atomic<bool>& release) {
+  co_await stallOuter(spinning, release);
+}
+
+TEST(ThreadPoolStallTest, ReportsNameTheTaskWithItsAsyncBacktrace) {
+  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.ReportsNameTheTaskWithItsAsyncBacktrace");
+  Reports reports;
+  ThreadPool pool(detecting(2, "chain", reports));
+  std::atomic<bool> spinningA{false}, spinningB{false}, release{false};
+  // A: stalls in the first run of a spawned task (the pool item that started it names it).
+  JoinHandle<void> a = spawn(&pool, stallRoot(spinningA, release));
+  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
+  const std::size_t first = reports.all()[0].worker;
+  // B, on the other worker: stalls after a wait (the end of the wait names the task). Its
+  // report comes from a look made at least a threshold after A's, with A stalled all
+  // along: A was not reported again.
+  JoinHandle<void> b = spawn(&pool, spinUntilReleased(spinningB, release));
+  ASSERT_TRUE(reports.waitFor(
+      [](const auto& r) { return workerReports(r) == 2 && r.size() - workerReports(r) == 1; }));
+  release.store(true);
+  syncAwait(std::move(a));
+  syncAwait(std::move(b));
+  pool.shutdown();
+
+  std::vector<StallReport> all = reports.all();
+  ASSERT_EQ(all.size(), 3u);
+  std::vector<StallReport> workers;
+  for (const StallReport& r : all) {
+    if (r.wholePool) {
+      EXPECT_TRUE(r.task.empty());  // the workers' own reports name them
+      continue;
+    }
+    workers.push_back(r);
+  }
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers[0].worker, first);
+  EXPECT_NE(workers[1].worker, first);
+  const StallReport& spawned = workers[0];
+  const StallReport& waited = workers[1];
+  SCOPED_TRACE(spawned.toString() + waited.toString());
+  // The native backtrace names the coroutine that runs.
+  ASSERT_FALSE(spawned.nativeFrames.empty()) << spawned.nativeBacktraceMissing;
+  EXPECT_TRUE(names(spawned, "stallInner"));
+  ASSERT_FALSE(waited.nativeFrames.empty()) << waited.nativeBacktraceMissing;
+  EXPECT_TRUE(names(waited, "spinUntilReleased"));
+  if (!WEFT_TASK_TRACKING) {
+    for (const StallReport* r : {&spawned, &waited}) {
+      EXPECT_TRUE(r->task.empty());
+      EXPECT_TRUE(r->asyncFunctions.empty());
+      EXPECT_NE(r->asyncBacktraceMissing.find("task tracking is off"), std::string::npos);
+      EXPECT_NE(r->toString().find(r->asyncBacktraceMissing), std::string::npos);
+    }
+    return;
+  }
+  // The task and its async backtrace: the root coroutine, then the origin. (The Lazys
+  // between the root and the coroutine that runs are not known: see StallReport.)
+  EXPECT_EQ(spawned.task.rfind("task ", 0), 0u);
+  EXPECT_NE(spawned.task.find("(spawn())"), std::string::npos);
+  ASSERT_EQ(spawned.asyncFunctions.size(), 2u);
+  EXPECT_NE(spawned.asyncFunctions[0].find("stallRoot"), std::string::npos);
+  EXPECT_EQ(spawned.asyncFunctions[1], "spawn()");
+  EXPECT_FALSE(hasFunction(spawned.asyncFunctions, "stallOuter"));
+  EXPECT_NE(waited.task.find("(spawn())"), std::string::npos);
+  EXPECT_NE(waited.task, spawned.task);  // another task number
+  ASSERT_EQ(waited.asyncFunctions.size(), 2u);
+  EXPECT_NE(waited.asyncFunctions[0].find("spinUntilReleased"), std::string::npos);
+  EXPECT_EQ(waited.asyncFunctions[1], "spawn()");
+  EXPECT_NE(spawned.toString().find("async backtrace (root coroutine, then origin):\n    #0 "),
+            std::string::npos);
+}
+
+// A Task that syncAwait(lazy, executor) runs is awaited by syncAwait's own root task: it
+// runs outside any root task's run, and is not named (the native backtrace names it).
+TEST(ThreadPoolStallTest, ATaskAwaitedBySyncAwaitIsNotNamed) {
+  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.ATaskAwaitedBySyncAwaitIsNotNamed");
+  Reports reports;
+  ThreadPool pool(detecting(2, "awaited", reports));
+  std::atomic<bool> spinning{false}, release{false};
+  std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
+  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
+  release.store(true);
+  t.join();
+  pool.shutdown();
+  const StallReport report = reports.all()[0];
+  EXPECT_TRUE(report.task.empty()) << report.toString();
+  EXPECT_NE(report.asyncBacktraceMissing.find("no async backtrace"), std::string::npos);
+  EXPECT_TRUE(names(report, "spinUntilReleased")) << report.toString();
+}
+
+TEST(ThreadPoolStallTest, ACallableIsReportedWithoutATask) {
+  test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.ACallableIsReportedWithoutATask");
+  Reports reports;
+  ThreadPool pool(detecting(2, "callable", reports));
+  std::atomic<bool> release{false};
+  // A task runs on the pool first, so that the worker has run one before the callable.
+  syncAwait(
+      [&]() -> Lazy<> {
+        co_await yield();
+        pool.schedule([&] {
+          while (!release.load()) std::this_thread::yield();
+        });
+      }(),
+      &pool);
+  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
+  release.store(true);
+  pool.shutdown();
+  const StallReport report = reports.all()[0];
+  EXPECT_TRUE(report.task.empty()) << report.toString();
+  EXPECT_TRUE(report.asyncFunctions.empty());
+  EXPECT_FALSE(report.asyncBacktraceMissing.empty());
 }
 
 TEST(ThreadPoolStallTest, ABusyPoolOfShortItemsIsNotReported) {

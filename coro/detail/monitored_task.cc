@@ -1,0 +1,151 @@
+#include "weft/coro/detail/monitored_task.h"
+
+#include <chrono>
+#include <utility>
+
+#include "weft/coro/detail/lazy_promise.h"
+
+namespace weft::detail {
+
+namespace {
+
+// steady_clock in nanoseconds (monitored_task.h says why not the coarse clock).
+std::int64_t nowNanos() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::uint64_t elapsed(std::int64_t from, std::int64_t to) noexcept {
+  return to > from ? static_cast<std::uint64_t>(to - from) : 0;
+}
+
+// Relaxed adds and loads throughout: each counter is a number on its own, read by
+// cumulative() without ordering against anything else.
+void add(std::atomic<std::uint64_t>& counter, std::uint64_t value) noexcept {
+  counter.fetch_add(value, std::memory_order_relaxed);
+}
+
+void raise(std::atomic<std::uint64_t>& maximum, std::uint64_t value) noexcept {
+  std::uint64_t seen = maximum.load(std::memory_order_relaxed);
+  while (value > seen && !maximum.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+TaskMetrics TaskMonitorState::read() const noexcept {
+  TaskMetrics m;
+  constexpr auto r = std::memory_order_relaxed;
+  m.instrumentedCount = instrumentedCount.load(r);
+  m.droppedCount = droppedCount.load(r);
+  m.firstPollCount = firstPollCount.load(r);
+  m.totalFirstPollDelayNanos = totalFirstPollDelayNanos.load(r);
+  m.maxFirstPollDelayNanos = maxFirstPollDelayNanos.load(r);
+  m.totalPollCount = totalPollCount.load(r);
+  m.totalPollDurationNanos = totalPollDurationNanos.load(r);
+  m.totalSlowPollCount = totalSlowPollCount.load(r);
+  m.totalSlowPollDurationNanos = totalSlowPollDurationNanos.load(r);
+  m.slowPollThresholdNanos = slowPollThresholdNanos;
+  // One scheduled wait per first run (task_metrics.h says why).
+  m.totalScheduledCount = m.firstPollCount;
+  m.totalScheduledDurationNanos = m.totalFirstPollDelayNanos;
+  m.totalIdledCount = totalIdledCount.load(r);
+  m.totalIdleDurationNanos = totalIdleDurationNanos.load(r);
+  return m;
+}
+
+MonitoredTask::MonitoredTask(std::shared_ptr<TaskMonitorState> monitor) noexcept
+    : monitor_(std::move(monitor)), instrumentedAt_(nowNanos()) {
+  add(monitor_->instrumentedCount, 1);
+}
+
+MonitoredTask::~MonitoredTask() {
+  // monitoredBody's end has ended the last poll (lastPoll); a frame destroyed while it
+  // waits has no poll running.
+  add(monitor_->droppedCount, 1);
+}
+
+void MonitoredTask::attach(LazyPromiseBase& promise) noexcept {
+  promise_ = &promise;
+  promise.setMonitorRecord(this);
+}
+
+void MonitoredTask::firstPoll() noexcept {
+  const std::int64_t now = nowNanos();
+  const std::uint64_t delay = elapsed(instrumentedAt_, now);
+  add(monitor_->firstPollCount, 1);
+  add(monitor_->totalFirstPollDelayNanos, delay);
+  raise(monitor_->maxFirstPollDelayNanos, delay);
+#if WEFT_TASK_TRACKING
+  // Polls are measured when monitoredBody's Lazy is the root of its task: its slot names
+  // it, and its parent word still holds this record (an await of it would have replaced
+  // both).
+  RegistrySlot* slot = promise_ != nullptr ? promise_->rootSlot() : nullptr;
+  if (slot != nullptr &&
+      slot->subject.load(std::memory_order_relaxed) == reinterpret_cast<std::uintptr_t>(promise_) &&
+      promise_->monitorRecord() == this) {
+    slot_ = slot;
+    startPoll(now);
+  }
+#endif
+}
+
+void MonitoredTask::lastPoll() noexcept {
+  if (running_) endPoll(nowNanos());
+}
+
+void MonitoredTask::startPoll(std::int64_t now) noexcept {
+  mark_ = now;
+  running_ = true;
+  outer_ = std::exchange(tMonitoredRun, this);
+}
+
+void MonitoredTask::endPoll(std::int64_t now) noexcept {
+  const std::uint64_t duration = elapsed(mark_, now);
+  add(monitor_->totalPollCount, 1);
+  add(monitor_->totalPollDurationNanos, duration);
+  if (duration >= monitor_->slowPollThresholdNanos) {
+    add(monitor_->totalSlowPollCount, 1);
+    add(monitor_->totalSlowPollDurationNanos, duration);
+  }
+  mark_ = now;
+  running_ = false;
+  // Runs nest (monitored_task.h): this one is the thread's innermost. Every wait of a
+  // root task's coroutines is published, so its run cannot move to another thread
+  // unseen; should one ever (an await that bypasses await_transform), the word of the
+  // thread it moved to is left alone rather than set to the first thread's.
+  MonitoredTask* outer = std::exchange(outer_, nullptr);
+  if (tMonitoredRun == this) [[likely]]
+    tMonitoredRun = outer;
+}
+
+RegistrySlot* MonitoredTask::suspend(RegistrySlot* root) noexcept {
+  if (root != slot_) return root;  // another task's wait, inside this one's poll
+  endPoll(nowNanos());
+  return reinterpret_cast<RegistrySlot*>(reinterpret_cast<std::uintptr_t>(root) | kMonitoredWait);
+}
+
+void MonitoredTask::resume() noexcept {
+  const std::int64_t now = nowNanos();
+  add(monitor_->totalIdledCount, 1);
+  add(monitor_->totalIdleDurationNanos, elapsed(mark_, now));
+  startPoll(now);
+}
+
+RegistrySlot* suspendMonitored(MonitoredTask* run, RegistrySlot* root) noexcept {
+  return run->suspend(root);
+}
+
+RegistrySlot* resumeMonitored(RegistrySlot* marked) noexcept {
+  auto* slot =
+      reinterpret_cast<RegistrySlot*>(reinterpret_cast<std::uintptr_t>(marked) & ~kMonitoredWait);
+  // Relaxed: the slot is the task's until it ends; its subject was stored before the task
+  // first ran, which happened before this resumption.
+  const auto* root =
+      reinterpret_cast<const LazyPromiseBase*>(slot->subject.load(std::memory_order_relaxed));
+  root->monitorRecord()->resume();
+  return slot;
+}
+
+}  // namespace weft::detail
