@@ -114,11 +114,13 @@ TEST(PoolMetricsTest, QueueGaugesOfOneWorker) {
 
 TEST(PoolMetricsTest, CountsStealsForcedByABlockedWorker) {
   test::Watchdog watchdog(kLimit, "PoolMetricsTest.CountsStealsForcedByABlockedWorker");
-  ThreadPool pool(2);
   constexpr int kItems = 64;
+  // Before the pool: the blocker may still be polling `release` when the test's body
+  // ends, and the pool's destructor waits for it.
   std::atomic<bool> release{false};
   std::atomic<int> ran{0};
   std::atomic<bool> blockerStarted{false};
+  ThreadPool pool(2);
   // The blocker runs on one worker (taken from the injection queue and run at once, never
   // queued where the other could steal it), queues kItems on its own worker and blocks
   // until they have all run: the other worker can only get them by stealing.
