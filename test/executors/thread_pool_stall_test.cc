@@ -91,6 +91,20 @@ Lazy<> hopUntilStopped(std::atomic<bool>& stop, std::atomic<std::uint64_t>& hops
   }
 }
 
+// Stalls one worker of `pool` with spinUntilReleased (awaited by syncAwait on a thread of
+// its own) until `reports` holds one worker report, then releases it: returns that report
+// (an empty one, with a test failure, if none came within the wait's bound). The first
+// report: with one worker, the whole pool's report may follow it.
+StallReport firstStallOf(ThreadPool& pool, Reports& reports) {
+  std::atomic<bool> spinning{false}, release{false};
+  std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
+  const bool reported = reports.waitFor([](const auto& r) { return workerReports(r) == 1; });
+  release.store(true);
+  t.join();
+  EXPECT_TRUE(reported) << "no stall report";
+  return reported ? reports.all()[0] : StallReport{};
+}
+
 ThreadPoolOptions detecting(std::size_t threads, const char* name, Reports& reports,
                             std::chrono::milliseconds threshold = 50ms) {
   ThreadPoolOptions options;
@@ -241,13 +255,8 @@ TEST(ThreadPoolStallTest, ATaskAwaitedBySyncAwaitIsNotNamed) {
   test::Watchdog watchdog(kLimit, "ThreadPoolStallTest.ATaskAwaitedBySyncAwaitIsNotNamed");
   Reports reports;
   ThreadPool pool(detecting(2, "awaited", reports));
-  std::atomic<bool> spinning{false}, release{false};
-  std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
-  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
-  release.store(true);
-  t.join();
+  const StallReport report = firstStallOf(pool, reports);
   pool.shutdown();
-  const StallReport report = reports.all()[0];
   EXPECT_TRUE(report.task.empty()) << report.toString();
   EXPECT_NE(report.asyncBacktraceMissing.find("no async backtrace"), std::string::npos);
   EXPECT_TRUE(names(report, "spinUntilReleased")) << report.toString();
@@ -367,12 +376,7 @@ TEST(ThreadPoolStallTest, WithoutTheSignalReportsSayWhy) {
   ThreadPoolOptions options = detecting(1, "nosignal", reports, 20ms);
   options.stallSignal = -1;
   ThreadPool pool(options);
-  std::atomic<bool> spinning{false}, release{false};
-  std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
-  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
-  release.store(true);
-  t.join();
-  const StallReport report = reports.all()[0];
+  const StallReport report = firstStallOf(pool, reports);
   EXPECT_TRUE(report.nativeFrames.empty());
   EXPECT_NE(report.nativeBacktraceMissing.find("stallSignal"), std::string::npos);
   EXPECT_NE(report.toString().find(report.nativeBacktraceMissing), std::string::npos);
@@ -390,12 +394,7 @@ TEST(ThreadPoolStallTest, WorkersMadeWithEverySignalBlockedStillAnswer) {
   ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &all, &previous), 0);
   ThreadPool pool(detecting(1, "masked", reports, 20ms));
   ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &previous, nullptr), 0);
-  std::atomic<bool> spinning{false}, release{false};
-  std::thread t([&] { syncAwait(spinUntilReleased(spinning, release), &pool); });
-  ASSERT_TRUE(reports.waitFor([](const auto& r) { return workerReports(r) == 1; }));
-  release.store(true);
-  t.join();
-  const StallReport report = reports.all()[0];
+  const StallReport report = firstStallOf(pool, reports);
   EXPECT_FALSE(report.nativeFrames.empty()) << report.nativeBacktraceMissing;
   EXPECT_TRUE(names(report, "spinUntilReleased")) << report.toString();
 }
