@@ -34,8 +34,11 @@ struct StallReport {
   // to 15 characters as Linux names threads).
   std::size_t worker = 0;
   std::string thread;
-  // How long the worker has been in the item, at least: from the watchdog's first look
-  // that found it there (so the item may have started up to half a threshold earlier).
+  // How long the worker has been stalled in the item, at least: the wall time since the
+  // watchdog's first look that found it there without progress (the item may have
+  // started up to a threshold earlier), less the time its thread waited for a CPU
+  // meanwhile (its run-queue wait, where the kernel shows it: docs/debugging.md, "Stall
+  // detector"). Time blocked in a call counts.
   std::chrono::milliseconds stalledFor{0};
   // The worker's progress count (items run, I/O completions run) it is stuck at.
   std::uint64_t progress = 0;
