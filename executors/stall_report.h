@@ -14,8 +14,9 @@ namespace weft {
 // the pool is in that state at once. ThreadPoolOptions::onStall receives it; the default
 // prints toString() to stderr.
 //
-// A worker's stall is reported once, when it is first seen (between one and one and a half
-// thresholds after the item started), and not again until the worker has moved on (run
+// A worker's stall is reported once, when it is first seen (for an item not preempted,
+// between one and a half and two thresholds after it started; time its thread waits for
+// a CPU does not count), and not again until the worker has moved on (run
 // another item or I/O completion, or gone idle). The whole pool's stall is reported once
 // too, when the last of its workers is seen stalled, and again only after one of them has
 // moved on.

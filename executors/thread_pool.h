@@ -41,8 +41,9 @@ struct ThreadPoolOptions {
   IoBackendChoice ioBackend = IoBackendChoice::kAuto;
 
   // The stall detector: a worker that has been running one item (a coroutine between two
-  // suspensions, a callable, an I/O completion's resumption) for at least this long is
-  // reported to onStall, once per stall, with its native backtrace and the function its
+  // suspensions, a callable, an I/O completion's resumption) for at least this long
+  // (stall time: running or blocked in a call, not waiting for a CPU while the kernel
+  // runs other threads) is reported to onStall, once per stall, with its native backtrace and the function its
   // item entered; so is a pool whose every worker is stalled at once (StallReport;
   // docs/debugging.md, "In production"). The pool then has one more thread,
   // "<name>-stall", which wakes every stallThreshold/2 and reads counters the workers
