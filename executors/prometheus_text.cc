@@ -27,8 +27,7 @@ class Exposition {
  public:
   Exposition(const std::vector<PoolMetrics>& pools, const std::vector<std::string>& labels)
       : pools_(pools) {
-    for (const std::string& label : labels)
-      poolLabels_.push_back(Writer::label("pool", label));
+    for (const std::string& label : labels) poolLabels_.push_back(Writer::label("pool", label));
   }
 
   std::string write() {
@@ -94,12 +93,6 @@ class Exposition {
   }
 
  private:
-  void header(const char* name, const char* type, const char* help) {
-    out_.header(name, type, help);
-  }
-  void sample(const char* name, const std::string& labels, const std::string& value) {
-    out_.sample(name, labels, value);
-  }
   std::string workerLabels(std::size_t pool, const std::string& worker) const {
     return poolLabels_[pool] + ",worker=\"" + worker + "\"";
   }
@@ -108,25 +101,26 @@ class Exposition {
   void perWorker(const char* name, Get get) {
     for (std::size_t p = 0; p < pools_.size(); ++p) {
       for (std::size_t i = 0; i < pools_[p].workers.size(); ++i) {
-        sample(name, workerLabels(p, std::to_string(i)), std::to_string(get(pools_[p].workers[i])));
+        out_.sample(name, workerLabels(p, std::to_string(i)),
+                    std::to_string(get(pools_[p].workers[i])));
       }
     }
   }
   template <class Get>
   void workerCounter(const char* name, const char* help, Get get) {
-    header(name, "counter", help);
+    out_.header(name, "counter", help);
     perWorker(name, get);
   }
   template <class Get>
   void workerGauge(const char* name, const char* help, Get get) {
-    header(name, "gauge", help);
+    out_.header(name, "gauge", help);
     perWorker(name, get);
   }
   template <class Get>
   void poolMetric(const char* name, const char* type, const char* help, Get get) {
-    header(name, type, help);
+    out_.header(name, type, help);
     for (std::size_t p = 0; p < pools_.size(); ++p) {
-      sample(name, poolLabels_[p], std::to_string(get(pools_[p])));
+      out_.sample(name, poolLabels_[p], std::to_string(get(pools_[p])));
     }
   }
   template <class Get>
@@ -139,32 +133,32 @@ class Exposition {
   }
   template <class GetWorker, class GetPool>
   void timerCounter(const char* name, const char* help, GetWorker worker, GetPool pool) {
-    header(name, "counter", help);
+    out_.header(name, "counter", help);
     for (std::size_t p = 0; p < pools_.size(); ++p) {
       for (std::size_t i = 0; i < pools_[p].workers.size(); ++i) {
-        sample(name, workerLabels(p, std::to_string(i)),
-               std::to_string(worker(pools_[p].workers[i])));
+        out_.sample(name, workerLabels(p, std::to_string(i)),
+                    std::to_string(worker(pools_[p].workers[i])));
       }
-      sample(name, workerLabels(p, "timer"), std::to_string(pool(pools_[p])));
+      out_.sample(name, workerLabels(p, "timer"), std::to_string(pool(pools_[p])));
     }
   }
   void ioCounter(const char* name, const char* help,
                  std::array<std::uint64_t, kIoOpcodeCount> WorkerMetrics::*field) {
-    header(name, "counter", help);
+    out_.header(name, "counter", help);
     for (std::size_t p = 0; p < pools_.size(); ++p) {
       for (std::size_t i = 0; i < pools_[p].workers.size(); ++i) {
         const std::string labels = workerLabels(p, std::to_string(i)) + ",op=\"";
         for (std::size_t op = 0; op < kIoOpcodeCount; ++op) {
-          sample(name, labels + std::string(ioOpcodeName(static_cast<IoOpcode>(op))) + "\"",
-                 std::to_string((pools_[p].workers[i].*field)[op]));
+          out_.sample(name, labels + std::string(ioOpcodeName(static_cast<IoOpcode>(op))) + "\"",
+                      std::to_string((pools_[p].workers[i].*field)[op]));
         }
       }
     }
   }
   void latenessHistogram() {
     static constexpr const char* kName = "weft_pool_timer_lateness_seconds";
-    header(kName, "histogram",
-           "How late timers fired: from their deadline to when a worker took them to run.");
+    out_.header(kName, "histogram",
+                "How late timers fired: from their deadline to when a worker took them to run.");
     const std::string bucket = std::string(kName) + "_bucket";
     const std::string sum = std::string(kName) + "_sum";
     const std::string count = std::string(kName) + "_count";
@@ -175,12 +169,12 @@ class Exposition {
         std::uint64_t cumulative = 0;
         for (std::size_t b = 0; b + 1 < LatenessHistogram::kBuckets; ++b) {
           cumulative += h.buckets[b];
-          sample(bucket.c_str(), labels + ",le=\"" + bucketBound(b) + "\"",
-                 std::to_string(cumulative));
+          out_.sample(bucket.c_str(), labels + ",le=\"" + bucketBound(b) + "\"",
+                      std::to_string(cumulative));
         }
-        sample(bucket.c_str(), labels + ",le=\"+Inf\"", std::to_string(h.count));
-        sample(sum.c_str(), labels, Writer::seconds(h.sumNanos));
-        sample(count.c_str(), labels, std::to_string(h.count));
+        out_.sample(bucket.c_str(), labels + ",le=\"+Inf\"", std::to_string(h.count));
+        out_.sample(sum.c_str(), labels, Writer::seconds(h.sumNanos));
+        out_.sample(count.c_str(), labels, std::to_string(h.count));
       }
     }
   }
