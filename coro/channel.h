@@ -7,12 +7,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/channel_awaiters.h"
 #include "weft/coro/detail/channel_core.h"
 #include "weft/coro/detail/channel_waiter.h"
 #include "weft/coro/detail/config.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/executor.h"
 
 namespace weft {

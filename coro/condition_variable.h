@@ -300,7 +300,7 @@ class ConditionVariable {
       }
     }
     if (!leftOurQueue && !waiter->mutex_.cancelWaiter(waiter)) {
-      detail::abortDestroyedWhileResuming("ConditionVariable::wait()");
+      weft::abortDestroyedWhileResuming("ConditionVariable::wait()");
     }
     waiter->mutex_.takeForAbandonedWaiter();
   }

@@ -77,7 +77,7 @@
 #include <vector>
 
 #include "weft/io/detail/fd_entry.h"
-#include "weft/io/detail/io_awaiter.h"
+#include "weft/io/io_awaiter.h"
 #include "weft/io/detail/stream_reads.h"
 
 namespace weft::detail {
