@@ -408,7 +408,9 @@ struct CurrentCancellationTokenAwaitable {
 // token of a Lazy that nobody gave one, and what a cancellation-aware awaitable's
 // `operator co_await` (awaited outside a weft coroutine) hands its awaiter.
 // Example:
-//   Awaiter operator co_await() const { return Awaiter(*this, nullptr, weft::kNoCancellationToken); }
+//   Awaiter operator co_await() const {
+//     return Awaiter(*this, nullptr, weft::kNoCancellationToken);
+//   }
 using detail::kNoCancellationToken;
 
 // `co_await currentCancellationToken()`: a copy of the token the current Lazy/Task

@@ -30,8 +30,9 @@ struct SymbolInfo {
 // stay empty. A coroutine's body is named as the coroutine (g++ and clang++ compile it
 // into clones, "<name>.actor" with a frame parameter, "<name>.resume").
 //
-// Errors: none; what cannot be resolved stays empty (std::bad_alloc aside). Not async-signal-safe (it
-// allocates, locks and reads files). Thread safety: any thread, concurrently.
+// Errors: none; what cannot be resolved stays empty (std::bad_alloc aside). Not
+// async-signal-safe (it allocates, locks and reads files). Thread safety: any thread,
+// concurrently.
 // Example:
 //   std::vector<weft::SymbolInfo> names = weft::symbolize({address}, /*sourceLines=*/true);
 //   std::printf("%s at %s:%u\n", names[0].function.c_str(), names[0].file.c_str(), names[0].line);

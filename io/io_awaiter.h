@@ -215,7 +215,9 @@ class IoAwaiter {
       }
       op_.whole = true;
       if (!fdWait_.loop->submit(op_)) {
-        if (token_->isCancellationRequested() || detail::closeRequested(fdWait_)) fdWait_.loop->cancel(op_);
+        if (token_->isCancellationRequested() || detail::closeRequested(fdWait_)) {
+          fdWait_.loop->cancel(op_);
+        }
         return true;
       }
     } while (stoppedPartWay());

@@ -97,7 +97,7 @@ class UdpSocket {
   // operation. SendOperation is the public IoOperationAwaitable.
   using SendOperation = IoOperationAwaitable;                        // send(): std::size_t
   using SendToOperation = detail::SendMessageAwaitable;              // sendTo(): std::size_t
-  using ReceiveFromOperation = detail::ReceiveMessageAwaitable;      // receive(buf), receiveFrom(buf)
+  using ReceiveFromOperation = detail::ReceiveMessageAwaitable;      // receive(b), receiveFrom(b)
   using ReceiveLentOperation = detail::ReceiveMessageLentAwaitable;  // receive(), receiveFrom()
   template <class... Parameters>
   using VectoredSendOperation = detail::VectoredSendAwaitable<Parameters...>;  // send(buffers)

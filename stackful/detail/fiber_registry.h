@@ -22,7 +22,8 @@ class FiberCore;
 // per block of ids; the claim's slow path aborts when out of memory).
 inline runtime::FiberSlot* registerFiber(const FiberCore* fiber, std::uint64_t& id) noexcept {
   runtime::RegistryCursor& cursor = runtime::localRegistryCursor();
-  id = cursor.nextFiberId != cursor.fiberIdEnd ? cursor.nextFiberId++ : runtime::refillFiberIds(cursor);
+  id = cursor.nextFiberId != cursor.fiberIdEnd ? cursor.nextFiberId++
+                                               : runtime::refillFiberIds(cursor);
   runtime::FiberSlot* slot = runtime::claimSlot<runtime::FiberSlot>(cursor);
   // release: a dump that reads the subject (acquire) reads the fiber as constructed.
   slot->subject.store(reinterpret_cast<std::uintptr_t>(fiber), std::memory_order_release);
