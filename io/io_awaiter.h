@@ -49,11 +49,15 @@ struct StreamInbox;
 // negative one (-errno) as is.
 // Thread safety: one await at a time; the cancellation may come from any thread; the
 // coroutine must be destroyed (while suspended here) on the thread that awaits.
-// Example:
-//   struct Splice : weft::IoAwaiter {  // one splice(2)-like operation of one's own
-//     Splice(weft::Executor* ex, const weft::CancellationToken& token, int fd)
-//         : IoAwaiter("my op", ex, token) { operation().opcode = weft::IoOpcode::kPollReadable;
-//                                            operation().fd = fd; }
+// Example (docs/io.md has it in full: sendfile(2) once the socket is writable):
+//   struct Awaiter : weft::IoAwaiter {
+//     Awaiter(int fd, weft::Executor* ex, const weft::CancellationToken& token)
+//         : IoAwaiter("sendfile", ex, token) {
+//       operation().opcode = weft::IoOpcode::kPollWritable;
+//       operation().fd = fd;
+//       operation().ownerRetiresFd = false;  // closed with ::close
+//     }
+//     std::size_t await_resume() { IoAwaiter::await_resume(); return sendSome(); }
 //   };
 //
 // await_suspend submits the operation; the epoll loop may complete it at once (then the
