@@ -6,9 +6,10 @@
 // kit is coro/awaitable_support.h).
 //
 // These are weft's own mechanisms under public names (namespace weft::runtime), so that a
-// module other than coro/ never reaches into coro's detail/; the names are kept from one
-// minor version to the next like any public name, and what they are is what their
-// comments at the definition say (coro/detail/*.h). In brief:
+// module other than coro/ never reaches into coro's detail/. Their shape follows the
+// implementation: they may change in a minor version, with a changelog entry
+// (docs/versioning.md). What each is, with its contract, errors and thread safety, is
+// what its comment at the definition says (coro/detail/*.h). In brief:
 //
 //  Await dispatch (one for `co_await x` in a Lazy and `weft::await(x)` in a fiber):
 //    bindAwaitable(a, executor, token)  what an await in a Lazy bound to `executor` and
