@@ -57,7 +57,8 @@ function(weft_add_include_view dir)
 endfunction()
 
 # weft_add_header_check(<target> <header>...): every header compiles on its own, and
-# only with the layers below it. One generated .cc per header includes it (twice, so a
+# only with the layers below it; no library file includes another module's detail/ (a
+# check <target> runs, also the ctest test cmake/check_detail_includes). One generated .cc per header includes it (twice, so a
 # missing #pragma once fails too); the .cc files of module M are compiled with an include
 # root that holds only the modules M may use (symlinks in the build tree), so that e.g.
 # executors/x.h including "weft/coro/lazy.h" fails with "weft/coro/lazy.h: No such file".
@@ -77,6 +78,16 @@ function(weft_add_header_check target)
     list(APPEND headers_${module} "${header}")
   endforeach()
   list(REMOVE_DUPLICATES modules)
+  # And no module includes another's detail/ (cmake/check_detail_includes.cmake, which
+  # names file and line): run by <target> and as the test cmake/check_detail_includes.
+  set(library_modules ${modules})
+  list(REMOVE_ITEM library_modules version)
+  string(REPLACE ";" "," library_modules "${library_modules}")  # one argument
+  set(detail_check "${CMAKE_COMMAND}" "-DWEFT_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+      "-DWEFT_MODULES=${library_modules}" -P "${PROJECT_SOURCE_DIR}/cmake/check_detail_includes.cmake")
+  add_custom_target(${target}_detail_includes COMMAND ${detail_check} VERBATIM)
+  add_dependencies(${target} ${target}_detail_includes)
+  add_test(NAME cmake/check_detail_includes COMMAND ${detail_check})
   foreach(module IN LISTS modules)
     if(NOT DEFINED WEFT_LAYER_${module})
       message(FATAL_ERROR "weft: module ${module}/ has no WEFT_LAYER_${module} in cmake/weft_helpers.cmake")

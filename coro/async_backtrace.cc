@@ -9,7 +9,7 @@
 #include <ostream>
 
 #include "weft/coro/detail/snapshot_reads.h"
-#include "weft/executors/detail/symbolizer.h"
+#include "weft/executors/symbolizer.h"
 
 namespace weft {
 namespace detail {
@@ -197,7 +197,7 @@ namespace {
 
 // Names every frame's function; a coroutine suspended at a known point gets that point's
 // file:line (one symbolizer run for both).
-std::vector<detail::SymbolInfo> symbolsOf(const std::vector<AsyncBacktrace::Frame>& frames,
+std::vector<SymbolInfo> symbolsOf(const std::vector<AsyncBacktrace::Frame>& frames,
                                           bool sourceLines) {
   std::vector<const void*> addresses;
   addresses.reserve(2 * frames.size());
@@ -212,9 +212,9 @@ std::vector<detail::SymbolInfo> symbolsOf(const std::vector<AsyncBacktrace::Fram
   for (const AsyncBacktrace::Frame& frame : frames) {
     addresses.push_back(sourceLines ? frame.suspendPoint : nullptr);
   }
-  std::vector<detail::SymbolInfo> symbols = detail::symbolize(addresses, sourceLines);
+  std::vector<SymbolInfo> symbols = symbolize(addresses, sourceLines);
   for (std::size_t i = 0; i < frames.size(); ++i) {
-    const detail::SymbolInfo& at = symbols[frames.size() + i];
+    const SymbolInfo& at = symbols[frames.size() + i];
     if (!at.file.empty()) {
       symbols[i].file = at.file;
       symbols[i].line = at.line;
@@ -226,7 +226,7 @@ std::vector<detail::SymbolInfo> symbolsOf(const std::vector<AsyncBacktrace::Fram
 
 // weft's own machinery (its internal coroutines, a fiber's entry and trampoline) is
 // left out of what is printed, as Go leaves its runtime's frames out of a traceback.
-bool isInternal(const AsyncBacktrace::Frame& frame, const detail::SymbolInfo& symbol) {
+bool isInternal(const AsyncBacktrace::Frame& frame, const SymbolInfo& symbol) {
   if (frame.kind == AsyncBacktrace::Frame::Kind::kMarker) return false;
   const std::string& name = symbol.function;
   if (name.rfind("weft_context_", 0) == 0) return true;  // the switch core's trampoline
@@ -249,7 +249,7 @@ bool isInternal(const AsyncBacktrace::Frame& frame, const detail::SymbolInfo& sy
 }
 
 std::string formatFrames(const std::vector<AsyncBacktrace::Frame>& frames,
-                         const detail::SymbolInfo* symbols, const std::string& indent) {
+                         const SymbolInfo* symbols, const std::string& indent) {
   using Frame = AsyncBacktrace::Frame;
   std::string out;
   std::size_t number = 0;
@@ -264,7 +264,7 @@ std::string formatFrames(const std::vector<AsyncBacktrace::Frame>& frames,
       out += frame.label;
     } else {
       out += frame.kind == Frame::Kind::kCoroutine ? "coroutine " : "native ";
-      const detail::SymbolInfo& symbol = symbols[i];
+      const SymbolInfo& symbol = symbols[i];
       if (!symbol.function.empty()) {
         out += symbol.function;
       } else {
@@ -285,7 +285,7 @@ std::string formatFrames(const std::vector<AsyncBacktrace::Frame>& frames,
 }  // namespace
 
 std::string AsyncBacktrace::toString(bool sourceLines) const {
-  const std::vector<detail::SymbolInfo> symbols = symbolsOf(frames_, sourceLines);
+  const std::vector<SymbolInfo> symbols = symbolsOf(frames_, sourceLines);
   return formatFrames(frames_, symbols.data(), "");
 }
 
@@ -320,7 +320,7 @@ std::ostream& operator<<(std::ostream& out, const AsyncBacktrace& trace) {
 }
 
 std::vector<std::string> AsyncBacktrace::functionNames() const {
-  const std::vector<detail::SymbolInfo> symbols = symbolsOf(frames_, false);
+  const std::vector<SymbolInfo> symbols = symbolsOf(frames_, false);
   std::vector<std::string> names;
   names.reserve(frames_.size());
   for (std::size_t i = 0; i < frames_.size(); ++i) {

@@ -26,7 +26,7 @@ namespace weft {
 // Each frame is a coroutine (named by its function), a native stack frame (a fiber's
 // frames, or where a parked fiber waits), or a marker for what is not code ("syncAwait",
 // "collectAll", "fiber 3 \"reader\""). toString()/print() name them with the symbolizer of
-// executors/detail/symbolizer.h: function names from the binary's symbol table (no debug
+// executors/symbolizer.h: function names from the binary's symbol table (no debug
 // information needed), file:line from `addr2line` when the binary has debug information.
 // They leave out weft's own machinery (weft::detail coroutines such as the one syncAwait
 // of a FiberFuture runs, a fiber's entry and trampoline), as Go leaves its runtime out of

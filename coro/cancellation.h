@@ -404,6 +404,15 @@ struct CurrentCancellationTokenAwaitable {
 
 }  // namespace detail
 
+// kNoCancellationToken: a token that is never cancelled, alive for the whole program: the
+// token of a Lazy that nobody gave one, and what a cancellation-aware awaitable's
+// `operator co_await` (awaited outside a weft coroutine) hands its awaiter.
+// Example:
+//   Awaiter operator co_await() const {
+//     return Awaiter(*this, nullptr, weft::kNoCancellationToken);
+//   }
+using detail::kNoCancellationToken;
+
 // `co_await currentCancellationToken()`: a copy of the token the current Lazy/Task
 // carries (bound with withCancellation, inherited from its awaiter, or, by default, one
 // that can never be cancelled). Never suspends. From a fiber, `await()` gives the

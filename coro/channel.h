@@ -7,12 +7,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/channel_awaiters.h"
 #include "weft/coro/detail/channel_core.h"
 #include "weft/coro/detail/channel_waiter.h"
 #include "weft/coro/detail/config.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/executor.h"
 
 namespace weft {
@@ -77,6 +77,13 @@ class Channel {
                 "the value in a std::unique_ptr otherwise)");
 
  public:
+  // The awaitables and select cases the operations return, named so that code can hold
+  // one (co_await in a Lazy/Task, weft::await in a fiber; see each operation).
+  using SendOperation = detail::ChannelSendAwaitable<T>;        // send(value)
+  using ReceiveOperation = detail::ChannelReceiveAwaitable<T>;  // receive()
+  using ReceiveCase = detail::ChannelReceiveCase<T>;            // receiveCase(), for select
+  using SendCase = detail::ChannelSendCase<T>;                  // sendCase(value), for select
+
   using ValueType = T;
   // Capacity of a channel whose sends never wait.
   static constexpr std::size_t kUnbounded = detail::ChannelCore<T>::kUnbounded;
@@ -93,16 +100,16 @@ class Channel {
   // `co_await ch.send(value)`: delivers a copy of `value` (an lvalue) or `value` itself
   // (an rvalue, moved from only when delivered), waiting while no receiver is ready and
   // the buffer is full. Throws ChannelClosed if the channel is or gets closed first.
-  detail::ChannelSendAwaitable<T> send(const T& value) {
+  SendOperation send(const T& value) {
     return detail::ChannelSendAwaitable<T>(core_, value);
   }
-  detail::ChannelSendAwaitable<T> send(T&& value) noexcept {
+  SendOperation send(T&& value) noexcept {
     return detail::ChannelSendAwaitable<T>(core_, std::move(value));
   }
 
   // `co_await ch.receive()`: the next value, waiting until one is sent; an empty
   // optional once the channel is closed and drained. Never throws.
-  detail::ChannelReceiveAwaitable<T> receive() noexcept {
+  ReceiveOperation receive() noexcept {
     return detail::ChannelReceiveAwaitable<T>(core_);
   }
 
@@ -175,9 +182,9 @@ class Channel {
   // `select(ch.sendCase(v), ...)` delivers v (copied if an lvalue, moved from an rvalue
   // only when chosen) and throws ChannelClosed from the select if the channel is closed.
   // Use them only inside the select(...) expression they are made for.
-  detail::ChannelReceiveCase<T> receiveCase() noexcept { return {&core_}; }
-  detail::ChannelSendCase<T> sendCase(const T& value) { return {core_, value}; }
-  detail::ChannelSendCase<T> sendCase(T&& value) noexcept { return {core_, std::move(value)}; }
+  ReceiveCase receiveCase() noexcept { return {&core_}; }
+  SendCase sendCase(const T& value) { return {core_, value}; }
+  SendCase sendCase(T&& value) noexcept { return {core_, std::move(value)}; }
 
  private:
   // mutable: the const observers lock it.

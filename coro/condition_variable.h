@@ -176,6 +176,12 @@ class [[nodiscard]] ConditionVariablePredicateWait {
 //   auto item = queue.pop();
 class ConditionVariable {
  public:
+  // What the two wait()s return (awaitables).
+  using WaitOperation =
+      detail::SyncOperation<detail::ConditionVariableWaitAwaiter, ConditionVariable&, Mutex&>;
+  template <class Predicate>
+  using PredicateWaitOperation = detail::ConditionVariablePredicateWait<Predicate>;
+
   ConditionVariable() noexcept = default;
   ConditionVariable(const ConditionVariable&) = delete;
   ConditionVariable& operator=(const ConditionVariable&) = delete;
@@ -187,18 +193,14 @@ class ConditionVariable {
   }
 
   // Awaitable: releases `mutex`, waits for a notification, reacquires `mutex`.
-  detail::SyncOperation<detail::ConditionVariableWaitAwaiter, ConditionVariable&, Mutex&> wait(
-      Mutex& mutex) noexcept {
-    return detail::SyncOperation<detail::ConditionVariableWaitAwaiter, ConditionVariable&,
-                                 Mutex&>(*this, mutex);
-  }
+  WaitOperation wait(Mutex& mutex) noexcept { return WaitOperation(*this, mutex); }
 
   // Awaitable: waits until `predicate()` is true (checked first, then after every
   // wake-up), with `mutex` held whenever it is checked and on return. Await it as an
   // rvalue, once.
   template <class Predicate>
     requires std::predicate<Predicate&>
-  detail::ConditionVariablePredicateWait<Predicate> wait(Mutex& mutex, Predicate predicate) {
+  PredicateWaitOperation<Predicate> wait(Mutex& mutex, Predicate predicate) {
     return detail::ConditionVariablePredicateWait<Predicate>(*this, mutex, std::move(predicate));
   }
 
@@ -300,7 +302,7 @@ class ConditionVariable {
       }
     }
     if (!leftOurQueue && !waiter->mutex_.cancelWaiter(waiter)) {
-      detail::abortDestroyedWhileResuming("ConditionVariable::wait()");
+      weft::abortDestroyedWhileResuming("ConditionVariable::wait()");
     }
     waiter->mutex_.takeForAbandonedWaiter();
   }

@@ -53,6 +53,9 @@ using EventWaitAwaiter = SyncWaitAwaiter<EventWaitOp, void>;
 //   // elsewhere: data = load(); ready.set();
 class Event {
  public:
+  // What wait() returns (an awaitable).
+  using WaitOperation = detail::SyncOperation<detail::EventWaitAwaiter, Event&>;
+
   explicit Event(bool initiallySet = false) noexcept : set_(initiallySet) {}
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -63,7 +66,7 @@ class Event {
   }
 
   // Awaitable: completes once the event is set (at once if it is set now).
-  detail::SyncOperation<detail::EventWaitAwaiter, Event&> wait() noexcept {
+  WaitOperation wait() noexcept {
     return detail::SyncOperation<detail::EventWaitAwaiter, Event&>(*this);
   }
 

@@ -73,6 +73,11 @@ class LatchArriveAwaiter : public EventWaitAwaiter {
 //   co_await done.wait();
 class Latch {
  public:
+  // What wait() and arriveAndWait() return (awaitables).
+  using WaitOperation = Event::WaitOperation;
+  using ArriveAndWaitOperation =
+      detail::SyncOperation<detail::LatchArriveAwaiter, Latch&, std::ptrdiff_t>;
+
   explicit Latch(std::ptrdiff_t count) : count_(checkedInitial(count)), released_(count == 0) {}
   Latch(const Latch&) = delete;
   Latch& operator=(const Latch&) = delete;
@@ -101,14 +106,13 @@ class Latch {
   bool tryWait() const noexcept { return released_.isSet(); }
 
   // Awaitable: completes once the count is zero (at once if it is).
-  detail::SyncOperation<detail::EventWaitAwaiter, Event&> wait() noexcept {
+  WaitOperation wait() noexcept {
     return released_.wait();
   }
 
   // Awaitable: countDown(n), then wait().
-  detail::SyncOperation<detail::LatchArriveAwaiter, Latch&, std::ptrdiff_t> arriveAndWait(
-      std::ptrdiff_t n = 1) noexcept {
-    return detail::SyncOperation<detail::LatchArriveAwaiter, Latch&, std::ptrdiff_t>(*this, n);
+  ArriveAndWaitOperation arriveAndWait(std::ptrdiff_t n = 1) noexcept {
+    return ArriveAndWaitOperation(*this, n);
   }
 
  private:

@@ -98,6 +98,9 @@ using MutexLockAwaiter = SyncWaitAwaiter<MutexLockOp, Result>;
 //   }
 class Mutex {
  public:
+  // What lock() returns (an awaitable that resumes with a ScopedLock<Mutex>).
+  using LockOperation = detail::SyncOperation<detail::MutexLockAwaiter<void>, Mutex&>;
+
   Mutex() noexcept = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
@@ -110,7 +113,7 @@ class Mutex {
   }
 
   // Awaitable: acquires the lock (suspending while it is held). Returns void.
-  detail::SyncOperation<detail::MutexLockAwaiter<void>, Mutex&> lock() noexcept {
+  LockOperation lock() noexcept {
     return detail::SyncOperation<detail::MutexLockAwaiter<void>, Mutex&>(*this);
   }
   // Awaitable: acquires the lock; returns a ScopedLock<Mutex> owning it.

@@ -1,19 +1,30 @@
 #pragma once
 
+#include <concepts>
 #include <coroutine>
 #include <stdexcept>
 #include <type_traits>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/detail/frame_allocator.h"
 #include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/executor.h"
 
 namespace weft {
 
-namespace detail {
+// RefusesResumeOn<Promise>: the promise type declares
+// `static constexpr const char* kRefusesResumeOn = "<why, and what to do instead>"`, for
+// coroutines that cannot be moved to another executor (weft's fibers stay on the executor
+// they were spawned on): `co_await resumeOn(executor)` in one then throws
+// std::logic_error with that message, and the coroutine stays where it is.
+// Example:
+//   struct promise_type { static constexpr const char* kRefusesResumeOn = "weft: ..."; };
+template <class Promise>
+concept RefusesResumeOn = requires {
+  { Promise::kRefusesResumeOn } -> std::convertible_to<const char*>;
+};
 
-class FiberDriverPromise;  // stackful/detail/fiber_park.h: a fiber's driver
+namespace detail {
 
 // Takes over the completion of a coroutine that resumeOn moved away from the executor its
 // awaiter expects it on: the awaiter is resumed on that executor (inline when the
@@ -57,10 +68,8 @@ class ResumeOnAwaiter {
   // there. On failure the coroutine keeps its executor and the co_await throws.
   template <class Promise>
   void await_suspend(std::coroutine_handle<Promise> self) {
-    if constexpr (std::is_same_v<Promise, FiberDriverPromise>) {
-      throw std::logic_error(
-          "weft: resumeOn in a fiber: a fiber stays on the executor it was spawned on "
-          "(spawn a new one there, or await a Lazy that runs there with .via())");
+    if constexpr (RefusesResumeOn<Promise>) {
+      throw std::logic_error(Promise::kRefusesResumeOn);
     } else if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       LazyPromiseBase& promise = self.promise();
       Executor* previous = promise.executor();
@@ -120,8 +129,8 @@ struct ResumeOnAwaitable {
 //
 // Preconditions: `executor` is not null and outlives the coroutine's run on it.
 // Errors: ExecutorShutDown if `executor` refuses the coroutine (it then stays where it
-// was, bound to its executor); std::logic_error from await() in a fiber (a fiber stays on
-// its executor).
+// was, bound to its executor); std::logic_error where the coroutine's promise refuses to
+// move (RefusesResumeOn: from await() in a fiber, which stays on its executor).
 // Thread safety: as any await.
 //
 // Example:

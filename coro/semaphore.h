@@ -102,6 +102,10 @@ using SemaphoreAcquireAwaiter = SyncWaitAwaiter<SemaphoreAcquireOp, Result>;
 //   weft::SemaphorePermit permit = co_await slots.scopedAcquire();
 class Semaphore {
  public:
+  // What acquire() returns (an awaitable that resumes with a SemaphorePermit).
+  using AcquireOperation =
+      detail::SyncOperation<detail::SemaphoreAcquireAwaiter<void>, Semaphore&>;
+
   explicit Semaphore(std::ptrdiff_t initialCount) : state_(checkedInitial(initialCount)) {}
   Semaphore(const Semaphore&) = delete;
   Semaphore& operator=(const Semaphore&) = delete;
@@ -119,7 +123,7 @@ class Semaphore {
   }
 
   // Awaitable: takes one permit, waiting for one if none is free. Returns void.
-  detail::SyncOperation<detail::SemaphoreAcquireAwaiter<void>, Semaphore&> acquire() noexcept {
+  AcquireOperation acquire() noexcept {
     return detail::SyncOperation<detail::SemaphoreAcquireAwaiter<void>, Semaphore&>(*this);
   }
   // Awaitable: as acquire(), returning a SemaphorePermit that releases the permit at the

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/spin_lock.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
@@ -148,7 +148,7 @@ class SharedTask {
       if (!suspended_) return;
       std::lock_guard guard(state_->lock);
       if (!state_->unlink(&waiter_)) {
-        detail::abortDestroyedWhileResuming("co_await of a SharedTask", "the work's end");
+        weft::abortDestroyedWhileResuming("co_await of a SharedTask", "the work's end");
       }
     }
 

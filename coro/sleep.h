@@ -10,11 +10,11 @@
 #include <string>
 #include <type_traits>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
-#include "weft/coro/detail/via_awaiter.h"
-#include "weft/executors/detail/timer_queue.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/executor_clock.h"
+#include "weft/executors/timer_entry.h"
 
 namespace weft {
 
@@ -113,15 +113,15 @@ SleepClock::time_point deadlineAt(std::chrono::time_point<Clock, Duration> at,
 inline void armTimer(Executor* executor, TimerEntry& timer) {
   if (executor != nullptr) {
     executor->scheduleTimer(timer);
-  } else if (!globalTimerQueue().add(timer)) {
-    throw ExecutorShutDown("weft-timer");
+  } else {
+    Executor::scheduleProcessTimer(timer);
   }
 }
 
 // Disarms a timer armed by armTimer: true if its fire function will never run.
 // noexcept: a heap removal.
 inline bool disarmTimer(Executor* executor, TimerEntry& timer) noexcept {
-  return executor != nullptr ? executor->cancelTimer(timer) : globalTimerQueue().cancel(timer);
+  return executor != nullptr ? executor->cancelTimer(timer) : Executor::cancelProcessTimer(timer);
 }
 
 // Resumes `waiter`, whose wait a timer's fire function or a cancellation has just ended,

@@ -11,10 +11,10 @@
 #include <utility>
 
 #include "weft/coro/async_backtrace.h"
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
@@ -158,7 +158,7 @@ class [[nodiscard]] JoinHandle {
         if (state_->state_.exchange(detail::SpawnedTask<T>::kDetached,
                                     std::memory_order_acq_rel) ==
             detail::SpawnedTask<T>::kDone) {
-          detail::abortDestroyedWhileResuming("co_await of a JoinHandle", "the task's end");
+          weft::abortDestroyedWhileResuming("co_await of a JoinHandle", "the task's end");
         }
         return;
       }

@@ -10,9 +10,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
 #include "weft/executors/executor.h"

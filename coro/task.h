@@ -7,9 +7,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/try.h"
 #include "weft/executors/executor.h"

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "weft/coro/async_backtrace.h"
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
 #include "weft/coro/detail/spin_lock.h"
 #include "weft/coro/detail/task_group_waiter.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
@@ -223,7 +223,7 @@ class TaskGroup {
 
    private:
     [[noreturn]] static void abortDestroyedWhileResuming() noexcept {
-      detail::abortDestroyedWhileResuming("TaskGroup::join()", "the group's last task");
+      weft::abortDestroyedWhileResuming("TaskGroup::join()", "the group's last task");
     }
 
     TaskGroup& group_;
@@ -246,7 +246,7 @@ class TaskGroup {
       if (!suspended_) return;
       std::lock_guard guard(group_.mutex_);
       if (!eraseWaiter(group_.nextWaiters_, this)) {
-        detail::abortDestroyedWhileResuming("TaskGroup::next()", "a finished task");
+        weft::abortDestroyedWhileResuming("TaskGroup::next()", "a finished task");
       }
     }
 

@@ -2,8 +2,8 @@
 
 #include <coroutine>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/executor.h"
 
 namespace weft {

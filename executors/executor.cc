@@ -4,11 +4,15 @@
 
 namespace weft {
 
-void Executor::scheduleTimer(detail::TimerEntry& timer) {
+void Executor::scheduleTimer(TimerEntry& timer) { scheduleProcessTimer(timer); }
+
+bool Executor::cancelTimer(TimerEntry& timer) noexcept { return cancelProcessTimer(timer); }
+
+void Executor::scheduleProcessTimer(TimerEntry& timer) {
   if (!detail::globalTimerQueue().add(timer)) throw ExecutorShutDown("weft-timer");
 }
 
-bool Executor::cancelTimer(detail::TimerEntry& timer) noexcept {
+bool Executor::cancelProcessTimer(TimerEntry& timer) noexcept {
   return detail::globalTimerQueue().cancel(timer);
 }
 

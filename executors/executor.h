@@ -8,7 +8,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "weft/executors/io_loop.h"
 #include "weft/executors/timer_entry.h"
 #include "weft/executors/work_item.h"
 
@@ -49,9 +48,9 @@ class ExecutorShutDown : public std::runtime_error {
 // before its queued work; one armed from outside goes to a timer thread of the pool's own
 // (see thread_pool.h).
 //
-// Implementing one (everything needed is public and included by this header: Job,
-// WorkItem, reportEscapedException in executors/work_item.h, TimerEntry in
-// executors/timer_entry.h, IoLoop in executors/io_loop.h): override
+// Implementing one (everything needed is public: Job, WorkItem, reportEscapedException in
+// executors/work_item.h and TimerEntry in executors/timer_entry.h, included by this
+// header; IoLoop in executors/io_loop.h, to include for I/O): override
 // schedule(std::coroutine_handle<>), currentThreadInExecutor and scheduleJob, and write
 // `using Executor::schedule;` in the derived class (the override otherwise hides the
 // callable overload). Queue handles and jobs as WorkItems if convenient; run items inside
@@ -116,6 +115,19 @@ class Executor {
   // from a heap, which allocates nothing. Thread safety: any thread, concurrently with
   // the firing.
   virtual bool cancelTimer(TimerEntry& timer) noexcept;
+
+  // The process-wide timers: what the default scheduleTimer/cancelTimer use, and what an
+  // awaitable uses for a timer when its coroutine has no executor (a bare Lazy under
+  // syncAwait). One timer thread, started by the first timer with a deadline, runs each
+  // expired entry's fire function there; it stops at process exit, dropping the entries
+  // still armed (TimerEntry::dropped).
+  // Preconditions, errors, thread safety: as scheduleTimer and cancelTimer above
+  // (ExecutorShutDown "weft-timer" once the timer thread has stopped at exit).
+  // Example:
+  //   if (executor != nullptr) executor->scheduleTimer(timer);
+  //   else weft::Executor::scheduleProcessTimer(timer);
+  static void scheduleProcessTimer(TimerEntry& timer);
+  static bool cancelProcessTimer(TimerEntry& timer) noexcept;
 
  protected:
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it

@@ -163,9 +163,9 @@ class ThreadPool final : public Executor {
   // runs it before its queued work). See the class comment. Throws ExecutorShutDown once
   // shutdown() has begun; std::bad_alloc; std::system_error if the timer thread cannot
   // start.
-  void scheduleTimer(detail::TimerEntry& timer) override;
+  void scheduleTimer(TimerEntry& timer) override;
   // noexcept: a heap removal under the heap's mutex (or a search of the due list).
-  bool cancelTimer(detail::TimerEntry& timer) noexcept override;
+  bool cancelTimer(TimerEntry& timer) noexcept override;
 
   // Where the pool's timers are: a snapshot for diagnostics and tests (each count is read
   // under its own lock, so they need not add up at any one instant).
@@ -267,16 +267,16 @@ class ThreadPool final : public Executor {
   detail::WorkItem takeDueTimer(Worker& self) noexcept;
   // The timer queue's delivery: appends an expired (or flushed) timer to the due list and
   // wakes a worker. noexcept: runs on the timer thread; allocates nothing.
-  static void deliverTimer(void* pool, detail::TimerEntry& timer) noexcept;
+  static void deliverTimer(void* pool, TimerEntry& timer) noexcept;
   // Appends `timer` to the due list. Requires injectionMutex_ held. noexcept: links.
-  void appendDueLocked(detail::TimerEntry& timer) noexcept;
+  void appendDueLocked(TimerEntry& timer) noexcept;
   // The timer thread's backstop for busy workers (TimerQueue's poll): moves every worker
   // timer overdue by more than the grace period to the due list; returns when to look
   // again. noexcept: locks and links.
-  static detail::TimerEntry::Clock::time_point pollWorkerTimers(
-      void* pool, detail::TimerEntry::Clock::time_point now) noexcept;
+  static TimerEntry::Clock::time_point pollWorkerTimers(
+      void* pool, TimerEntry::Clock::time_point now) noexcept;
   // scheduleTimer on the calling worker `self`: its own heap.
-  void armOnWorker(Worker& self, detail::TimerEntry& timer);
+  void armOnWorker(Worker& self, TimerEntry& timer);
   // The calling worker's earliest timer if it is due (removed from its heap), or the due
   // list's first timer if the backstop moved some meanwhile, or an empty item. With
   // `cheapClock`, a coarse clock read first rules out timers that are not due yet (before

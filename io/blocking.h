@@ -16,8 +16,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/try.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/thread_pool.h"

@@ -21,7 +21,7 @@
 #include "weft/executors/io_loop.h"
 #include "weft/io/blocking.h"
 #include "weft/io/detail/fd_waits.h"
-#include "weft/io/detail/io_awaiter.h"
+#include "weft/io/io_awaiter.h"
 
 namespace weft {
 
@@ -49,7 +49,7 @@ class RingOperation {
     return *this;
   }
 
-  class Awaiter : public detail::IoAwaiter {
+  class Awaiter : public IoAwaiter {
    public:
     Awaiter(const RingOperation& a, Executor* executor, const CancellationToken& token) noexcept
         : IoAwaiter(a.what_, executor, token) {

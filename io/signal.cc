@@ -13,8 +13,8 @@
 #include <system_error>
 #include <thread>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
-#include "weft/coro/detail/via_awaiter.h"
 
 namespace weft::detail {
 

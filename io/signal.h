@@ -108,6 +108,10 @@ struct SignalWait {
 
 }  // namespace detail
 
+// SignalWaitOperation: what signal() returns, an awaitable that resumes with the signal's
+// number (below).
+using SignalWaitOperation = detail::SignalWait;
+
 // `co_await weft::signal(SIGTERM, SIGINT)`: waits until one of the given signals is
 // delivered to the process and returns its number: the one line a service needs to start
 // a graceful shutdown. From a fiber: `weft::await(weft::signal(SIGTERM))`.
@@ -141,7 +145,7 @@ struct SignalWait {
 //   std::printf("stopping on signal %d\n", which);
 template <class... Signals>
   requires(sizeof...(Signals) > 0 && (std::same_as<Signals, int> && ...))
-detail::SignalWait signal(Signals... signals) {
+SignalWaitOperation signal(Signals... signals) {
   std::uint64_t mask = 0;
   for (int s : {signals...}) mask |= detail::signalBit(s);
   detail::installSignalHandlers(mask);

@@ -65,7 +65,7 @@ Lazy<TcpStream> TcpListener::accept() {
   for (;;) {
     try {
       const std::size_t fd =
-          co_await detail::IoOperationAwaitable("accept on a TcpListener", IoOpcode::kAccept, fd_);
+          co_await IoOperationAwaitable("accept on a TcpListener", IoOpcode::kAccept, fd_);
       TcpStream stream(static_cast<int>(fd));
       if (tcp_) stream.setNoDelay(true);
       co_return stream;

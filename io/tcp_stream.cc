@@ -40,7 +40,7 @@ Lazy<TcpStream> TcpStream::connect(SocketAddress address) {
   if (address.isIpv4() || address.isIpv6()) stream.setNoDelay(true);
   const std::string what = "connect to " + address.toString();
   try {
-    co_await detail::IoOperationAwaitable("connect", IoOpcode::kConnect, stream.nativeHandle())
+    co_await IoOperationAwaitable("connect", IoOpcode::kConnect, stream.nativeHandle())
         .address(const_cast<sockaddr*>(address.native()), address.nativeLength());
   } catch (const std::system_error& e) {
     if (e.code().category() != std::system_category()) throw;
@@ -65,7 +65,7 @@ Lazy<void> TcpStream::writeAllBuffers(detail::IovecList buffers) {
     message.msg_iovlen = std::min(buffers.pendingCount(), detail::kMaxIovecs);
     std::size_t n;
     try {
-      n = co_await detail::IoOperationAwaitable("write to a TcpStream", IoOpcode::kSendMessage, fd_)
+      n = co_await IoOperationAwaitable("write to a TcpStream", IoOpcode::kSendMessage, fd_)
               .message(&message)
               .timeout(writeTimeoutNs_);
     } catch (...) {

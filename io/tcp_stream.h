@@ -21,6 +21,7 @@
 #include "weft/io/detail/vectored_ops.h"
 #include "weft/io/detail/whole_transfer.h"
 #include "weft/io/incomplete_transfer.h"
+#include "weft/io/io_operation_awaitable.h"
 #include "weft/io/socket_address.h"
 
 namespace weft {
@@ -133,6 +134,15 @@ class EndOfStream : public std::runtime_error {
 //   std::size_t n = co_await stream.read(buffer);
 class TcpStream {
  public:
+  // The awaitables the operations return (co_await in a Lazy/Task, weft::await in a
+  // fiber), named so that code can hold one; what each resumes with is said at the
+  // operation. ReadinessOperation is the public IoOperationAwaitable.
+  using TransferOperation = detail::StreamTransferAwaitable;  // read(), write(): std::size_t
+  using ReceiveOperation = detail::ReceiveLentAwaitable;      // receive(): LentBuffer
+  using ReadinessOperation = IoOperationAwaitable;            // readable(), writable()
+  template <class Buffers>
+  using VectoredWriteOperation = detail::VectoredSendAwaitable<Buffers>;  // write(a, b, ...)
+
   // Not connected: isOpen() is false.
   TcpStream() noexcept = default;
   // Adopts `fd`, a connected non-blocking stream socket (as accept returns).
@@ -152,13 +162,13 @@ class TcpStream {
   // Reads at most buffer.size() bytes; for a non-empty buffer, 0 means the peer ended the
   // stream. An empty buffer returns 0 at once, as read(2) of 0 bytes does: nothing is
   // read or waited for, and that 0 says nothing of the end of the stream.
-  detail::StreamTransferAwaitable read(std::span<std::byte> buffer) const noexcept {
-    return {detail::IoOperationAwaitable("read from a TcpStream", IoOpcode::kReceive, fd_)
+  TransferOperation read(std::span<std::byte> buffer) const noexcept {
+    return {IoOperationAwaitable("read from a TcpStream", IoOpcode::kReceive, fd_)
                 .buffer(buffer.data(), buffer.size())
                 .timeout(readTimeoutNs_),
             buffer.empty()};
   }
-  detail::StreamTransferAwaitable read(void* data, std::size_t size) const noexcept {
+  TransferOperation read(void* data, std::size_t size) const noexcept {
     return read(std::span<std::byte>(static_cast<std::byte*>(data), size));
   }
   // Receives what has arrived, into a buffer the event loop lends: the LentBuffer holds
@@ -179,7 +189,7 @@ class TcpStream {
   // next read of any kind takes it first, without a system call; a receive() on another
   // worker moves the armed receive there (io/detail/stream_reads.cc, docs/io.md).
   // Errors: as read(); ENOBUFS (std::system_error) only when memory for buffers runs out.
-  detail::ReceiveLentAwaitable receive() const noexcept {
+  ReceiveOperation receive() const noexcept {
     return {"receive from a TcpStream", fd_, readTimeoutNs_};
   }
 
@@ -203,13 +213,13 @@ class TcpStream {
   // Writes at most buffer.size() bytes; returns how many were written (at least 1 for a
   // non-empty buffer). An empty buffer returns 0 at once, without waiting for room or
   // for writes issued before it.
-  detail::StreamTransferAwaitable write(std::span<const std::byte> buffer) const noexcept {
-    return {detail::IoOperationAwaitable("write to a TcpStream", IoOpcode::kSend, fd_)
+  TransferOperation write(std::span<const std::byte> buffer) const noexcept {
+    return {IoOperationAwaitable("write to a TcpStream", IoOpcode::kSend, fd_)
                 .buffer(const_cast<std::byte*>(buffer.data()), buffer.size())
                 .timeout(writeTimeoutNs_),
             buffer.empty()};
   }
-  detail::StreamTransferAwaitable write(const void* data, std::size_t size) const noexcept {
+  TransferOperation write(const void* data, std::size_t size) const noexcept {
     return write(std::span<const std::byte>(static_cast<const std::byte*>(data), size));
   }
   // Writes all of `buffer`, however many partial writes it takes: one operation on the
@@ -248,13 +258,13 @@ class TcpStream {
   // cancellation and the stream's read (write) timeout, failing with ETIMEDOUT; they
   // resume with 0.
   // Errors: as read() and write(): EBADF when closed, OperationCancelled, ExecutorShutDown.
-  detail::IoOperationAwaitable readable() const noexcept {
-    return detail::IoOperationAwaitable("wait until a TcpStream is readable",
+  ReadinessOperation readable() const noexcept {
+    return IoOperationAwaitable("wait until a TcpStream is readable",
                                         IoOpcode::kPollReadable, fd_)
         .timeout(readTimeoutNs_);
   }
-  detail::IoOperationAwaitable writable() const noexcept {
-    return detail::IoOperationAwaitable("wait until a TcpStream is writable",
+  ReadinessOperation writable() const noexcept {
+    return IoOperationAwaitable("wait until a TcpStream is writable",
                                         IoOpcode::kPollWritable, fd_)
         .timeout(writeTimeoutNs_);
   }
@@ -300,15 +310,15 @@ class TcpStream {
   //   does not take (writeAll takes any number); std::bad_alloc for more than 8.
   template <detail::WriteBuffer... Buffers>
     requires(sizeof...(Buffers) >= 2)
-  detail::VectoredSendAwaitable<std::array<iovec, sizeof...(Buffers)>> write(
+  VectoredWriteOperation<std::array<iovec, sizeof...(Buffers)>> write(
       const Buffers&... buffers) const noexcept {
     return {"write to a TcpStream", fd_, {detail::toIovec(buffers)...}, true, writeTimeoutNs_};
   }
-  detail::VectoredSendAwaitable<std::span<const std::span<const std::byte>>> write(
+  VectoredWriteOperation<std::span<const std::span<const std::byte>>> write(
       std::span<const std::span<const std::byte>> buffers) const noexcept {
     return {"write to a TcpStream", fd_, buffers, true, writeTimeoutNs_};
   }
-  detail::VectoredSendAwaitable<std::span<const std::string_view>> write(
+  VectoredWriteOperation<std::span<const std::string_view>> write(
       std::span<const std::string_view> texts) const noexcept {
     return {"write to a TcpStream", fd_, texts, true, writeTimeoutNs_};
   }
@@ -338,7 +348,7 @@ class TcpStream {
   // without its terminating NUL; writeAll(std::string_view) is with writeAll above).
   // Text is a std::string_view: a char array given as text is taken as a C string (up to
   // its first NUL), so pass chars that are not one as std::string_view(data, size).
-  detail::StreamTransferAwaitable read(std::span<char> buffer) const noexcept {
+  TransferOperation read(std::span<char> buffer) const noexcept {
     return read(std::as_writable_bytes(buffer));
   }
   std::optional<std::size_t> tryRead(std::span<char> buffer) const {
@@ -347,7 +357,7 @@ class TcpStream {
   Lazy<void> readExactly(std::span<char> buffer) const {
     return readExactly(std::as_writable_bytes(buffer));
   }
-  detail::StreamTransferAwaitable write(std::string_view text) const noexcept {
+  TransferOperation write(std::string_view text) const noexcept {
     return write(std::as_bytes(std::span<const char>(text.data(), text.size())));
   }
   std::optional<std::size_t> tryWrite(std::string_view text) const {

@@ -26,7 +26,7 @@
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/executors/lent_buffer.h"
-#include "weft/io/detail/io_awaiter.h"
+#include "weft/io/io_awaiter.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/detail/stream_transfers.h"
 #include "weft/io/detail/tls_shared.h"

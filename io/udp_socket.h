@@ -10,6 +10,7 @@
 #include "weft/io/detail/datagram_ops.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/detail/vectored_ops.h"
+#include "weft/io/io_operation_awaitable.h"
 #include "weft/io/lent_datagram.h"
 #include "weft/io/socket_address.h"
 
@@ -91,6 +92,16 @@ struct UdpSocketOptions {
 //   co_await socket.sendTo(lent.data, lent.from);
 class UdpSocket {
  public:
+  // The awaitables the operations return (co_await in a Lazy/Task, weft::await in a
+  // fiber), named so that code can hold one; what each resumes with is said at the
+  // operation. SendOperation is the public IoOperationAwaitable.
+  using SendOperation = IoOperationAwaitable;                        // send(): std::size_t
+  using SendToOperation = detail::SendMessageAwaitable;              // sendTo(): std::size_t
+  using ReceiveFromOperation = detail::ReceiveMessageAwaitable;      // receive(b), receiveFrom(b)
+  using ReceiveLentOperation = detail::ReceiveMessageLentAwaitable;  // receive(), receiveFrom()
+  template <class... Parameters>
+  using VectoredSendOperation = detail::VectoredSendAwaitable<Parameters...>;  // send(buffers)
+
   // Not open: isOpen() is false.
   UdpSocket() noexcept = default;
   // Adopts `fd`, a non-blocking datagram socket.
@@ -116,12 +127,12 @@ class UdpSocket {
   void connect(const SocketAddress& address);
 
   // Sends `buffer` as one datagram to `to`; returns its size.
-  detail::SendMessageAwaitable sendTo(std::span<const std::byte> buffer,
+  SendToOperation sendTo(std::span<const std::byte> buffer,
                                       const SocketAddress& to) const noexcept {
     return detail::SendMessageAwaitable("sendTo on a UdpSocket to", fd_, buffer, to);
   }
   // Waits for the next datagram; stores what fits of it in `buffer`.
-  detail::ReceiveMessageAwaitable receiveFrom(std::span<std::byte> buffer) const noexcept {
+  ReceiveFromOperation receiveFrom(std::span<std::byte> buffer) const noexcept {
     return detail::ReceiveMessageAwaitable("receiveFrom on a UdpSocket", fd_, buffer);
   }
 
@@ -133,20 +144,20 @@ class UdpSocket {
   //     weft::LentDatagram d = co_await socket.receiveFrom();
   //     co_await socket.sendTo(d.data, d.from);  // echo
   //   }
-  detail::ReceiveMessageLentAwaitable receiveFrom() const noexcept {
+  ReceiveLentOperation receiveFrom() const noexcept {
     return {"receiveFrom on a UdpSocket", fd_};
   }
 
   // Connected sockets: send to the peer (EDESTADDRREQ when not connected), receive from it.
-  detail::IoOperationAwaitable send(std::span<const std::byte> buffer) const noexcept {
-    return detail::IoOperationAwaitable("send on a UdpSocket", IoOpcode::kSend, fd_)
+  SendOperation send(std::span<const std::byte> buffer) const noexcept {
+    return IoOperationAwaitable("send on a UdpSocket", IoOpcode::kSend, fd_)
         .buffer(const_cast<std::byte*>(buffer.data()), buffer.size());
   }
-  detail::ReceiveMessageAwaitable receive(std::span<std::byte> buffer) const noexcept {
+  ReceiveFromOperation receive(std::span<std::byte> buffer) const noexcept {
     return detail::ReceiveMessageAwaitable("receive on a UdpSocket", fd_, buffer);
   }
   // receiveFrom() for a connected socket (`from` is the peer). Errors: as receiveFrom().
-  detail::ReceiveMessageLentAwaitable receive() const noexcept {
+  ReceiveLentOperation receive() const noexcept {
     return {"receive on a UdpSocket", fd_};
   }
 
@@ -164,12 +175,12 @@ class UdpSocket {
   // buffers (a datagram cannot be split over several calls); std::bad_alloc for more
   // than 8.
   // Thread safety: as sendTo(buffer) and send(buffer).
-  detail::VectoredSendAwaitable<std::span<const std::span<const std::byte>>, SocketAddress>
+  VectoredSendOperation<std::span<const std::span<const std::byte>>, SocketAddress>
   sendTo(std::span<const std::span<const std::byte>> buffers,
          const SocketAddress& to) const noexcept {
     return {"sendTo on a UdpSocket to", fd_, buffers, false, -1, to};
   }
-  detail::VectoredSendAwaitable<std::span<const std::span<const std::byte>>> send(
+  VectoredSendOperation<std::span<const std::span<const std::byte>>> send(
       std::span<const std::span<const std::byte>> buffers) const noexcept {
     return {"send on a UdpSocket", fd_, buffers, false, -1};
   }
@@ -177,17 +188,17 @@ class UdpSocket {
   // Text and chars, as the byte forms (same results and errors): sendTo and send of text
   // (a string literal is sent without its terminating NUL), receiveFrom and receive into
   // a span of char (a char array, a std::string or std::vector<char>, at its size).
-  detail::SendMessageAwaitable sendTo(std::string_view text,
+  SendToOperation sendTo(std::string_view text,
                                       const SocketAddress& to) const noexcept {
     return sendTo(std::as_bytes(std::span<const char>(text.data(), text.size())), to);
   }
-  detail::IoOperationAwaitable send(std::string_view text) const noexcept {
+  SendOperation send(std::string_view text) const noexcept {
     return send(std::as_bytes(std::span<const char>(text.data(), text.size())));
   }
-  detail::ReceiveMessageAwaitable receiveFrom(std::span<char> buffer) const noexcept {
+  ReceiveFromOperation receiveFrom(std::span<char> buffer) const noexcept {
     return receiveFrom(std::as_writable_bytes(buffer));
   }
-  detail::ReceiveMessageAwaitable receive(std::span<char> buffer) const noexcept {
+  ReceiveFromOperation receive(std::span<char> buffer) const noexcept {
     return receive(std::as_writable_bytes(buffer));
   }
   // ---- end of gathered datagrams; char and text buffers ----------------------------------

@@ -6,10 +6,10 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
-#include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/lazy.h"
+#include "weft/coro/runtime_hooks.h"
 #include "weft/executors/executor.h"
 #include "weft/stackful/detail/fiber_core.h"
 #include "weft/stackful/detail/fiber_park.h"
@@ -25,11 +25,11 @@ namespace detail {
 // by value (not as a reference to the temporary).
 template <class A>
 decltype(auto) fiberAwaiter(A&& awaitable, Executor* executor, const CancellationToken& token) {
-  if constexpr (kIsLazy<std::remove_cvref_t<A>> ||
-                !std::is_reference_v<AwaiterOf<BoundAwaitable<A>>>) {
-    return getAwaiter(bindAwaitable(std::forward<A>(awaitable), executor, token));
+  if constexpr (runtime::kIsLazy<std::remove_cvref_t<A>> ||
+                !std::is_reference_v<AwaiterOf<runtime::BoundAwaitable<A>>>) {
+    return getAwaiter(runtime::bindAwaitable(std::forward<A>(awaitable), executor, token));
   } else {
-    return bindAwaitable(std::forward<A>(awaitable), executor, token);
+    return runtime::bindAwaitable(std::forward<A>(awaitable), executor, token);
   }
 }
 

@@ -16,14 +16,13 @@
 #include <utility>
 
 #include "weft/coro/async_backtrace.h"
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
-#include "weft/coro/detail/dump_gate.h"
-#include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/runtime_hooks.h"
 #include "weft/coro/try.h"
 #include "weft/executors/executor.h"
-#include "weft/stackful/detail/fiber_park.h"
 #include "weft/stackful/detail/fiber_core.h"
+#include "weft/stackful/detail/fiber_park.h"
 #include "weft/stackful/stack_pool.h"
 
 namespace weft {
@@ -63,12 +62,12 @@ struct FiberFutureAccess;
 // What a spawned fiber and its FiberFuture share: the result, and who is waiting for it.
 // Freed by whichever side is done with it last (see the state machine in complete()).
 template <class T>
-class SpawnState final : public CompletionSink {
+class SpawnState final : public runtime::CompletionSink {
  public:
   enum : int { kRunning, kAwaiting, kDone, kDetached };
 
   SpawnState(Executor* executor, CancellationToken token) noexcept
-      : CompletionSink(&SpawnState::complete),
+      : runtime::CompletionSink(&SpawnState::complete),
         executor_(executor),
         token_(std::move(token)) {
     link_.executor = executor;
@@ -113,7 +112,7 @@ class SpawnState final : public CompletionSink {
 
   // The driver finished (runs in its final suspend, on whatever thread ran the fiber's
   // last step). noexcept: a final-suspend path.
-  static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
+  static std::coroutine_handle<> complete(runtime::CompletionSink* sink) noexcept {
     auto* self = static_cast<SpawnState*>(sink);
     std::exchange(self->link_.driver, nullptr).destroy();  // suspended at its final point
     // acq_rel: release publishes the result to the future; acquire sees the awaiter's
@@ -275,12 +274,12 @@ class [[nodiscard]] FiberFuture {
         // fiber, which runs on, and must not follow the note into the awaiting
         // coroutine's frames once they are freed.
         state_->traceParent_ = {};
-        detail::passDumpGate(state_->traceParent_);
+        runtime::passDumpGate(state_->traceParent_);
         // acq_rel: as in detach().
         if (state_->state_.exchange(detail::SpawnState<T>::kDetached,
                                     std::memory_order_acq_rel) ==
             detail::SpawnState<T>::kDone) {
-          detail::abortDestroyedWhileResuming("co_await of a FiberFuture");
+          weft::abortDestroyedWhileResuming("co_await of a FiberFuture");
         }
         return;  // the fiber's completion frees the state
       }
@@ -299,7 +298,7 @@ class [[nodiscard]] FiberFuture {
       state_->awaiterExecutor_ = executor_;
       // Async backtraces of the fiber go on to the awaiter (the sink's traceFiber_ is the
       // fiber, set by spawnFiber).
-      state_->traceParent_ = detail::asyncParentOf(awaiting);
+      state_->traceParent_ = runtime::asyncParentOf(awaiting);
       // Set before the exchange: once it succeeds we may be resumed on another thread,
       // and nothing of the awaiter may be written here afterwards.
       suspended_ = true;

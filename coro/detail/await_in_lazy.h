@@ -4,8 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/lazy.h"
 
 namespace weft {

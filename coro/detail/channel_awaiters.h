@@ -7,11 +7,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/channel_core.h"
 #include "weft/coro/detail/channel_waiter.h"
 #include "weft/coro/detail/config.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/executor.h"
 
 // The awaitables of Channel<T>'s send and receive (coro/channel.h) and the cases that
@@ -47,8 +47,8 @@ class ChannelOpAwaiter {
     node_.executor = executor;
   }
   // Made with an executor, a waiter is resumed only by scheduling it there (see
-  // resumeWaiter), never by await_suspend: a fiber on ThreadPool(1) may act on
-  // its park before it switches out (stackful/detail/fiber_park.h).
+  // resumeWaiter), never by await_suspend (ResumesOnlyThroughExecutor,
+  // coro/awaitable_support.h).
   static constexpr bool kResumesOnlyThroughExecutor = true;
 
   ChannelOpAwaiter(const ChannelOpAwaiter&) = delete;

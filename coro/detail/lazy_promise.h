@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/dump_gate.h"
@@ -17,7 +18,6 @@
 #include "weft/coro/detail/monitored_task.h"
 #include "weft/coro/detail/registry_slot.h"
 #include "weft/coro/detail/running_root.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/detail/wait_note.h"
 #include "weft/coro/try.h"
 #include "weft/executors/executor.h"

@@ -15,15 +15,14 @@
 #include <utility>
 #include <variant>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/channel.h"
 #include "weft/coro/detail/channel_core.h"
 #include "weft/coro/detail/channel_waiter.h"
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/select_cases.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/sleep.h"
-#include "weft/executors/detail/timer_queue.h"
 #include "weft/executors/executor.h"
 
 // The awaiter behind weft::select() (coro/select.h) and its claim protocol.
@@ -255,11 +254,7 @@ class SelectAwaiter {
     timer.deadline = deadline;
     timer.complete = &SelectAwaiter::onTimer;
     timer.owner = this;
-    if (executor_ != nullptr) {
-      executor_->scheduleTimer(timer);  // throws with nothing armed
-    } else if (!globalTimerQueue().add(timer)) {
-      throw ExecutorShutDown("weft-timer");
-    }
+    detail::armTimer(executor_, timer);  // throws with nothing armed
     timerArmed_ = true;
   }
   // noexcept: a heap removal, then at most a short wait for a fire function in progress.
@@ -268,9 +263,7 @@ class SelectAwaiter {
       if (!timerArmed_) return;
       timerArmed_ = false;
       SelectTimer& timer = timer_;
-      const bool disarmed = executor_ != nullptr ? executor_->cancelTimer(timer)
-                                                 : globalTimerQueue().cancel(timer);
-      if (!disarmed) {
+      if (!detail::disarmTimer(executor_, timer)) {
         // The timer fired. Its fire function may still be on its way to the executor's
         // queue of due timers, which only the executor's threads run -- and this thread may
         // be the only one free: keep trying to take it back (then it never runs) while
@@ -308,16 +301,7 @@ class SelectAwaiter {
     // on its workers) or when there is none (on the timer thread); else scheduled. An
     // executor that refuses (shut down) has the select resume here, reporting
     // ExecutorShutDown.
-    if (executor == nullptr || executor->currentThreadInExecutor()) {
-      handle.resume();
-      return;
-    }
-    try {
-      executor->schedule(handle);
-    } catch (...) {
-      timer->shutDown = true;
-      handle.resume();
-    }
+    resumeAfterTimer(handle, executor, /*inlineOnExecutor=*/true, &timer->shutDown);
   }
 
   // Calls f(op) for the case at runtime index `index`.

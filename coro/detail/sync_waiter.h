@@ -9,9 +9,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/spin_lock.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/detail/wait_note.h"
 #include "weft/coro/detail/waiter_queue.h"
 #include "weft/executors/executor.h"
@@ -40,8 +40,7 @@ using WaiterQueue = WaiterList<SyncWaiter>;
 // in await_resume (finishWait).
 // The resumption goes through resumeWaiter, which schedules the waiter on its executor
 // when it has one, and await_suspend only queues (or declines): so each primitive's
-// awaiter declares kResumesOnlyThroughExecutor, and a fiber on ThreadPool(1) may act on
-// its park before it switches out (stackful/detail/fiber_park.h).
+// awaiter declares kResumesOnlyThroughExecutor (coro/awaitable_support.h).
 class CancellableSyncWaiter : public SyncWaiter {
  protected:
   CancellableSyncWaiter(Executor* waiterExecutor, const CancellationToken* token) noexcept

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "weft/coro/detail/via_awaiter.h"
+#include "weft/coro/awaitable_support.h"
 #include "weft/executors/executor.h"
 
 // What TaskGroup<T> (coro/task_group.h) keeps of a coroutine waiting in join() or next(),

@@ -7,9 +7,9 @@
 #include <optional>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/coro/sleep.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/timer_entry.h"

@@ -5,10 +5,10 @@
 #include <new>
 #include <utility>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/frame_allocator.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/thread_run_queue.h"
 

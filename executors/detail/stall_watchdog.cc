@@ -12,8 +12,8 @@
 #include <exception>
 #include <utility>
 
-#include "weft/executors/detail/symbolizer.h"
 #include "weft/executors/stall_task_hook.h"
+#include "weft/executors/symbolizer.h"
 
 namespace weft::detail {
 

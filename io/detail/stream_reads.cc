@@ -77,7 +77,7 @@
 #include <vector>
 
 #include "weft/io/detail/fd_entry.h"
-#include "weft/io/detail/io_awaiter.h"
+#include "weft/io/io_awaiter.h"
 #include "weft/io/detail/stream_reads.h"
 
 namespace weft::detail {
@@ -533,7 +533,13 @@ struct StreamReads {
   }
 };
 
+}  // namespace weft::detail
+
+// IoAwaiter's stream path (io/io_awaiter.h): a public class, defined in namespace weft.
+namespace weft {
+
 void IoAwaiter::cancelStreamRead() noexcept {
+  using namespace detail;  // the inbox machinery above
   FdEntry& entry = fdEntry(op_.fd);
   FdEntryLock lock(entry);
   switch (reader_.mode) {
@@ -553,6 +559,7 @@ void IoAwaiter::cancelStreamRead() noexcept {
 }
 
 IoAwaiter::StreamStep IoAwaiter::suspendOnStream(IoLoop& loop) {
+  using namespace detail;  // the inbox machinery above
   FdEntry& entry = fdEntry(op_.fd);
   StreamInbox* fresh = nullptr;
   if (op_.opcode == IoOpcode::kReceiveLent &&
@@ -590,6 +597,7 @@ IoAwaiter::StreamStep IoAwaiter::suspendOnStream(IoLoop& loop) {
 }
 
 bool IoAwaiter::streamCompleted(IoAwaiter& self) noexcept {
+  using namespace detail;  // the inbox machinery above
   Reader& reader = self.reader_;
   FdEntry& entry = fdEntry(self.op_.fd);
   DeferredClose deferred;
@@ -636,6 +644,7 @@ bool IoAwaiter::streamCompleted(IoAwaiter& self) noexcept {
 }
 
 void IoAwaiter::withdrawFromStream() noexcept {
+  using namespace detail;  // the inbox machinery above
   FdEntry& entry = fdEntry(op_.fd);
   DeferredClose deferred;
   {
@@ -694,6 +703,10 @@ void IoAwaiter::withdrawFromStream() noexcept {
   }
   deferred.run();
 }
+
+}  // namespace weft
+
+namespace weft::detail {
 
 // ---- outside awaiters: tryRead, release ----------------------------------------------
 

@@ -19,7 +19,7 @@
 #include "weft/coro/cancellation.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
-#include "weft/io/detail/io_awaiter.h"
+#include "weft/io/io_awaiter.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/socket_address.h"
 

@@ -18,7 +18,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "weft/coro/detail/dump_gate.h"
+#include "weft/coro/runtime_hooks.h"
 #include "weft/stackful/detail/context.h"
 #include "weft/stackful/detail/fiber_local_storage.h"
 #include "weft/stackful/detail/fiber_registry.h"
@@ -282,7 +282,7 @@ class FiberCore {
   void markRunning() noexcept {
     // Relaxed: passDumpGate orders it (coro/detail/dump_gate.h).
     std::atomic_ref<State>(state_).store(State::kRunning, std::memory_order_relaxed);
-    passDumpGate(state_);
+    runtime::passDumpGate(state_);
   }
 
   // The halves of a switch into the fiber (resume()): enter() prepares it and returns the
@@ -343,7 +343,7 @@ class FiberCore {
 
   // Its slot in the registry of tasks and fibers (fiber_registry.h), from creation until
   // it is freed or unregister()ed.
-  FiberSlot* registrySlot_ = nullptr;
+  runtime::FiberSlot* registrySlot_ = nullptr;
   // While the fiber is suspended: its own context (what resume() jumps to). While it
   // runs: the context that resumed it (what it jumps back to). Each side stores the
   // other's handle as it gains control, so one word serves both.

@@ -90,7 +90,7 @@ FiberCore::ParkSwitch parkForYield() {
   }
   if (ParkLink* const link = core->parkLink(); link != nullptr) {
     link->parkSite = __builtin_return_address(0);
-    link->waitNote = WaitNote{&describeYield, nullptr};
+    link->waitNote = runtime::WaitNote{&describeYield, nullptr};
     link->suspendOn = nullptr;
     if (ThreadRunQueue* const queue = ThreadRunQueue::currentFor(link->executor)) {
       // Acted on first: the driver is requeued and the next suspended fiber taken in one

@@ -27,9 +27,9 @@
 #include <memory>
 #include <type_traits>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
-#include "weft/coro/detail/lazy_promise.h"
-#include "weft/coro/detail/wait_note.h"
+#include "weft/coro/runtime_hooks.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/thread_run_queue.h"
 #include "weft/stackful/detail/fiber_core.h"
@@ -41,12 +41,16 @@ namespace weft::detail {
 // from the fiber inherits both); plus the fiber it drives, which a hand-off finds
 // through it directly (fiberOfDriver): with many fibers, one cache miss fewer before the
 // switch than through the fiber's ParkLink.
-class FiberDriverPromise final : public LazyPromiseBase {
+class FiberDriverPromise final : public runtime::PromiseBase {
  public:
   // Its resumptions are queued as tagged work items where weft queues them itself (a
   // yield's requeue, the wake-ups of channels and sync primitives): how a hand-off
   // recognises a driver in a run queue (suspendedFiberOf).
   static constexpr bool kTagWorkItems = true;
+  // A fiber stays on the executor it was spawned on (coro/resume_on.h, RefusesResumeOn).
+  static constexpr const char* kRefusesResumeOn =
+      "weft: resumeOn in a fiber: a fiber stays on the executor it was spawned on "
+      "(spawn a new one there, or await a Lazy that runs there with .via())";
 
   std::coroutine_handle<FiberDriverPromise> get_return_object() noexcept {
     return std::coroutine_handle<FiberDriverPromise>::from_promise(*this);
@@ -78,9 +82,9 @@ class FiberDriverPromise final : public LazyPromiseBase {
 
   // A coroutine awaited by the fiber records the fiber (its completion sink, the shared
   // state of spawnFiber) as its parent, not this driver: async backtraces show the fiber.
-  AsyncParent asAsyncParent() const noexcept {
-    const CompletionSink* sink = completionSink();  // spawnFiber's state, once it is set
-    return sink != nullptr ? AsyncParent::sink(sink) : AsyncParent{};
+  runtime::AsyncParent asAsyncParent() const noexcept {
+    const runtime::CompletionSink* sink = completionSink();  // spawnFiber's state, once it is set
+    return sink != nullptr ? runtime::AsyncParent::sink(sink) : runtime::AsyncParent{};
   }
 
   // What the destructor calls if the body never returned (null: nothing).
@@ -146,19 +150,9 @@ struct ParkLink {
   // that called await()), for async backtraces of a parked fiber, and what it waits on,
   // for task dumps. Meaningful while the fiber is suspended.
   const void* parkSite = nullptr;
-  WaitNote waitNote;
+  runtime::WaitNote waitNote;
   bool yieldRequested = false;
 };
-
-// Awaiters that declare `static constexpr bool kResumesOnlyThroughExecutor = true`
-// promise, when made with an executor (coAwait(executor, ...)): await_suspend(h) returns
-// void or bool, does not resume h itself, and h is resumed later only by scheduling it on
-// that executor, from whichever thread completes or cancels the operation. On a thread
-// that offers its run queue, a fiber parked on one may act first (see the top of this
-// file).
-template <class Awaiter>
-concept ResumesOnlyThroughExecutor =
-    requires { requires bool(std::remove_cvref_t<Awaiter>::kResumesOnlyThroughExecutor); };
 
 // The fiber that `driver`, a fiber driver's handle, drives.
 inline FiberCore* fiberOfDriver(std::coroutine_handle<> driver) noexcept {
@@ -263,8 +257,8 @@ template <class Awaiter>
   FiberCore::ParkSwitch park{};
   // Out of line, so this is an address in the fiber's function that called await().
   link.parkSite = __builtin_return_address(0);
-  link.waitNote = WaitNote{&describeAwaiter<Awaiter>, std::addressof(awaiter)};
-  if constexpr (ResumesOnlyThroughExecutor<Awaiter>) {
+  link.waitNote = runtime::WaitNote{&runtime::describeAwaiter<Awaiter>, std::addressof(awaiter)};
+  if constexpr (weft::ResumesOnlyThroughExecutor<Awaiter>) {  // coro/awaitable_support.h
     if (parkActingFirst(core, link, awaiter, park)) return park;
   }
   // Acted on by the driver once the fiber is off its stack.

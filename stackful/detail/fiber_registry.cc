@@ -4,8 +4,7 @@
 #include <string>
 
 #include "weft/coro/async_backtrace.h"
-#include "weft/coro/detail/dump_gate.h"
-#include "weft/coro/detail/task_registry.h"
+#include "weft/coro/runtime_hooks.h"
 #include "weft/stackful/detail/fiber_core.h"
 #include "weft/stackful/detail/fiber_park.h"
 
@@ -54,7 +53,7 @@ void appendRunningFiber(AsyncBacktrace& trace) noexcept {
 // parked fiber parked, so that the awaiter on its stack is the one its note names
 // (coro/detail/dump_gate.h).
 namespace {
-void dumpFiber(const void* subject, TaskDumpEntry& entry) noexcept {
+void dumpFiber(const void* subject, runtime::TaskDumpEntry& entry) noexcept {
   const auto* fiber = static_cast<const FiberCore*>(subject);
   try {
     entry.order = fiber->id();
@@ -100,7 +99,7 @@ extern const bool gFiberHooksInstalled;
 const bool gFiberHooksInstalled = [] {
   setRunningFiberTracer(&appendRunningFiber);
   setFiberTracer(&appendFiber);
-  setFiberDumper(&dumpFiber);
+  runtime::setFiberDumper(&dumpFiber);
   return true;
 }();
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "weft/coro/detail/registry_slot.h"
+#include "weft/coro/runtime_hooks.h"
 
 namespace weft::detail {
 
@@ -20,10 +20,11 @@ class FiberCore;
 // Returns the slot: with the word the fiber keeps it in, the whole cost of being listed
 // (two words, as a list of fibers' links took). noexcept: loads and stores (an atomic add
 // per block of ids; the claim's slow path aborts when out of memory).
-inline FiberSlot* registerFiber(const FiberCore* fiber, std::uint64_t& id) noexcept {
-  RegistryCursor& cursor = localRegistryCursor();
-  id = cursor.nextFiberId != cursor.fiberIdEnd ? cursor.nextFiberId++ : refillFiberIds(cursor);
-  FiberSlot* slot = claimSlot<FiberSlot>(cursor);
+inline runtime::FiberSlot* registerFiber(const FiberCore* fiber, std::uint64_t& id) noexcept {
+  runtime::RegistryCursor& cursor = runtime::localRegistryCursor();
+  id = cursor.nextFiberId != cursor.fiberIdEnd ? cursor.nextFiberId++
+                                               : runtime::refillFiberIds(cursor);
+  runtime::FiberSlot* slot = runtime::claimSlot<runtime::FiberSlot>(cursor);
   // release: a dump that reads the subject (acquire) reads the fiber as constructed.
   slot->subject.store(reinterpret_cast<std::uintptr_t>(fiber), std::memory_order_release);
   return slot;
@@ -32,8 +33,8 @@ inline FiberSlot* registerFiber(const FiberCore* fiber, std::uint64_t& id) noexc
 // Takes the fiber off the registry (at its destruction, or earlier when its driver is
 // destroyed while it is parked: a second call does nothing): once this returns, no dump
 // reads the fiber. From any thread. noexcept: a store and the dump gate's bounded wait.
-inline void unregisterFiber(FiberSlot*& slot) noexcept {
-  if (slot != nullptr) releaseSlot(*std::exchange(slot, nullptr));
+inline void unregisterFiber(runtime::FiberSlot*& slot) noexcept {
+  if (slot != nullptr) runtime::releaseSlot(*std::exchange(slot, nullptr));
 }
 
 // How messages and async backtraces name a fiber: `fiber 3` or `fiber 3 "reader"`. Throws

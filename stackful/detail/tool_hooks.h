@@ -17,7 +17,7 @@
 
 #include <cstddef>
 
-#include "weft/coro/detail/config.h"
+#include "weft/coro/runtime_hooks.h"
 
 // WEFT_VALGRIND: 1 when <valgrind/valgrind.h> is available (Debian package valgrind);
 // its client requests are a few no-op instructions outside valgrind. -DWEFT_VALGRIND=0

@@ -377,7 +377,7 @@ TEST(ConditionVariableCancellationTest, CancellationRacingWithNotifyOnTwoThreads
 }
 
 // On ThreadPool(1) these fibers act on their parks before switching out.
-static_assert(detail::ResumesOnlyThroughExecutor<detail::ConditionVariableWaitAwaiter>);
+static_assert(ResumesOnlyThroughExecutor<detail::ConditionVariableWaitAwaiter>);
 class ConditionVariableFiberTest : public test::PoolThreadsTest {};
 
 TEST_P(ConditionVariableFiberTest, FiberProducersAndLazyConsumersAndViceVersa) {

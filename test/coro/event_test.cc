@@ -261,7 +261,7 @@ TEST(EventCancellationTest, CancellationRacingWithSetOnTwoThreads) {
 }
 
 // On ThreadPool(1) these fibers act on their parks before switching out.
-static_assert(detail::ResumesOnlyThroughExecutor<detail::EventWaitAwaiter>);
+static_assert(ResumesOnlyThroughExecutor<detail::EventWaitAwaiter>);
 class EventFiberTest : public test::PoolThreadsTest {};
 
 TEST_P(EventFiberTest, SetWakesFibersAndLazysAlike) {

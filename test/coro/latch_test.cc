@@ -212,7 +212,7 @@ TEST(LatchCancellationTest, ArriveAndWaitCountsDownEvenWhenCancelled) {
 }
 
 // On ThreadPool(1) these fibers act on their parks before switching out.
-static_assert(detail::ResumesOnlyThroughExecutor<detail::LatchArriveAwaiter>);
+static_assert(ResumesOnlyThroughExecutor<detail::LatchArriveAwaiter>);
 class LatchFiberTest : public test::PoolThreadsTest {};
 
 TEST_P(LatchFiberTest, FibersAndLazysArriveAndWaitOnOneLatch) {

@@ -429,7 +429,7 @@ TEST(MutexCancellationTest, CancellationRacingWithHandOffOnTwoThreads) {
 }
 
 // On ThreadPool(1) these fibers act on their parks before switching out.
-static_assert(detail::ResumesOnlyThroughExecutor<detail::MutexLockAwaiter<void>>);
+static_assert(ResumesOnlyThroughExecutor<detail::MutexLockAwaiter<void>>);
 class MutexFiberTest : public test::PoolThreadsTest {};
 
 TEST_P(MutexFiberTest, FibersAndLazysShareOneMutex) {

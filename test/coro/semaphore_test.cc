@@ -373,8 +373,8 @@ TEST(SemaphoreCancellationTest, CancellationRacingWithReleaseNeverLosesAPermit) 
 }
 
 // On ThreadPool(1) these fibers act on their parks before switching out.
-static_assert(detail::ResumesOnlyThroughExecutor<detail::SemaphoreAcquireAwaiter<void>>);
-static_assert(detail::ResumesOnlyThroughExecutor<detail::SemaphoreAcquireAwaiter<SemaphorePermit>>);
+static_assert(ResumesOnlyThroughExecutor<detail::SemaphoreAcquireAwaiter<void>>);
+static_assert(ResumesOnlyThroughExecutor<detail::SemaphoreAcquireAwaiter<SemaphorePermit>>);
 class SemaphoreFiberTest : public test::PoolThreadsTest {};
 
 TEST_P(SemaphoreFiberTest, FibersAndLazysShareThePermits) {

@@ -257,7 +257,7 @@ TEST(SharedMutexCancellationTest, ACancelledWriterNoLongerBlocksTheReadersBehind
 }
 
 // On ThreadPool(1) these fibers act on their parks before switching out.
-static_assert(detail::ResumesOnlyThroughExecutor<detail::SharedMutexLockAwaiter<true, void>>);
+static_assert(ResumesOnlyThroughExecutor<detail::SharedMutexLockAwaiter<true, void>>);
 class SharedMutexFiberTest : public test::PoolThreadsTest {};
 
 TEST_P(SharedMutexFiberTest, FibersAndLazysReadAndWriteTogether) {

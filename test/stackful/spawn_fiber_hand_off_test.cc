@@ -199,8 +199,8 @@ struct ExecutorProbe {
   }
   int await_resume() const noexcept { return 7; }
 };
-static_assert(detail::ResumesOnlyThroughExecutor<ExecutorProbe>);
-static_assert(!detail::ResumesOnlyThroughExecutor<OrderProbe>);
+static_assert(ResumesOnlyThroughExecutor<ExecutorProbe>);
+static_assert(!ResumesOnlyThroughExecutor<OrderProbe>);
 
 // With awaitProbeWhileAnotherFiberWaits (above): with or without a hand-off, a declining
 // or throwing await_suspend lets `a` continue before `b` runs again.

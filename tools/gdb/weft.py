@@ -275,7 +275,7 @@ def _reset():
 
 def _original_mangled_name(symbol):
     """The mangled name of the function a compiler clone was made from (as weft's
-    symbolizer, executors/detail/symbolizer.cc): g++ names a coroutine body "<name>.actor" with a
+    symbolizer, executors/symbolizer.cc): g++ names a coroutine body "<name>.actor" with a
     parameter of the frame's type, whose name embeds the coroutine's mangled name as
     "<length><original>.Frame"; other clones end in suffixes (".cold", clang++ ".resume")."""
     if not symbol.startswith("_Z"):
@@ -609,8 +609,8 @@ def _describe_awaiter(type_name, awaiter):
             return "FiberFuture (awaiter 0x%x)" % awaiter
     if re.match(r"^weft::detail::CollectAwaiter<.*>::Ref$", type_name):
         return _describe_collect(awaiter)
-    inner = _template_argument(type_name, "weft::detail::ViaAwaiter")
-    if inner is not None and type_name.startswith("weft::detail::ViaAwaiter<"):
+    inner = _template_argument(type_name, "weft::ViaAwaiter")
+    if inner is not None and type_name.startswith("weft::ViaAwaiter<"):
         # A foreign awaitable, wrapped: describe what it wraps (its member awaiter_).
         value = _typed(awaiter, type_name)
         inner_address = _field_address(value, "awaiter_")

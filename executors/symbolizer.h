@@ -4,7 +4,12 @@
 #include <string>
 #include <vector>
 
-namespace weft::detail {
+namespace weft {
+
+// SymbolInfo and symbolize(): names of code addresses of this process, from the
+// binaries' symbol tables (and, on request, source lines from addr2line). Used by async
+// backtraces (coro/async_backtrace.h) and ThreadPool's stall reports; public for tools
+// built on weft (a dump of one's own, a runtime's diagnostics).
 
 // What the symbolizer knows of one code address.
 struct SymbolInfo {
@@ -25,8 +30,12 @@ struct SymbolInfo {
 // stay empty. A coroutine's body is named as the coroutine (g++ and clang++ compile it
 // into clones, "<name>.actor" with a frame parameter, "<name>.resume").
 //
-// Errors: none; what cannot be resolved stays empty. Not async-signal-safe (it
-// allocates, locks and reads files). Thread safety: any thread, concurrently.
+// Errors: none; what cannot be resolved stays empty (std::bad_alloc aside). Not
+// async-signal-safe (it allocates, locks and reads files). Thread safety: any thread,
+// concurrently.
+// Example:
+//   std::vector<weft::SymbolInfo> names = weft::symbolize({address}, /*sourceLines=*/true);
+//   std::printf("%s at %s:%u\n", names[0].function.c_str(), names[0].file.c_str(), names[0].line);
 std::vector<SymbolInfo> symbolize(const std::vector<const void*>& addresses, bool sourceLines);
 
-}  // namespace weft::detail
+}  // namespace weft

@@ -1,4 +1,4 @@
-#include "weft/executors/detail/symbolizer.h"
+#include "weft/executors/symbolizer.h"
 
 #include <cxxabi.h>
 #include <elf.h>
@@ -24,7 +24,7 @@
 
 extern char** environ;
 
-namespace weft::detail {
+namespace weft {
 namespace {
 
 // The function symbols of one ELF object, sorted by address. The file stays mapped (the
@@ -282,4 +282,4 @@ std::vector<SymbolInfo> symbolize(const std::vector<const void*>& addresses, boo
   return infos;
 }
 
-}  // namespace weft::detail
+}  // namespace weft

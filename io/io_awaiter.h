@@ -11,46 +11,54 @@
 #include <string>
 #include <system_error>
 
+#include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
-#include "weft/coro/detail/via_awaiter.h"
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/detail/fd_waits.h"
+#include "weft/io/detail/io_errors.h"
 
-namespace weft::detail {
+namespace weft {
 
+namespace detail {
 struct StreamReads;
 struct StreamInbox;
+}  // namespace detail
 
-// The loop of the calling thread, or a clear error when it has none.
-// Errors: std::logic_error naming the operation; std::system_error if the loop cannot be
-// created (ThreadPool creates a worker's loop on its first I/O).
-inline IoLoop& requireIoLoop(const char* what) {
-  IoLoop* loop = IoLoop::current();
-  if (loop == nullptr) [[unlikely]] {
-    throw std::logic_error(std::string("weft: ") + what +
-                           " was awaited on a thread without an event loop: run the coroutine "
-                           "on a ThreadPool (e.g. syncAwait(task.via(pool)), or a fiber "
-                           "spawned on the pool), or on an executor that binds an IoLoop");
-  }
-  return *loop;
-}
-
-// The failure of an operation that waited when its descriptor was closed (by the
-// stream's close(), its destructor or move-assignment, from any thread).
-[[noreturn]] inline void throwClosedWhileWaiting(const char* what) {
-  throw std::system_error(ECANCELED, std::system_category(),
-                          std::string("weft: ") + what +
-                              ": the socket was closed while the operation waited");
-}
-
-// Throws std::system_error for a failed operation's -errno.
-[[noreturn]] inline void throwIoError(std::int64_t result, const char* what) {
-  throw std::system_error(static_cast<int>(-result), std::system_category(),
-                          std::string("weft: ") + what);
-}
-
-// IoAwaiter: one IoOperation on the calling thread's event loop, as an awaiter.
+// IoAwaiter: one IoOperation on the calling thread's event loop, as an awaiter: the
+// cancellation and withdrawal half of every weft I/O awaiter, public for I/O operations
+// of one's own (docs/io.md, "An I/O operation of your own": test/io/io_awaiter_test.cc
+// has a complete one). A derived awaiter fills in operation() (opcode, fd, buffer...,
+// executors/io_loop.h) in its constructor, and its await_resume calls this one's and
+// turns the result into its own value; IoOperationAwaitable
+// (io/io_operation_awaitable.h) is that, ready-made, for one operation described once.
+//
+// Use: constructed by the awaitable's coAwait(executor, token), which weft calls with the
+// awaiting coroutine's executor and token (coro/awaitable_support.h); the token must
+// outlive the await (it does: it is the coroutine's).
+// Preconditions: the await runs on a thread with an event loop (a ThreadPool worker);
+// the descriptor stays open until the await is over, unless it is closed with weft's own
+// close (the owners' close(): see "Close" below). A descriptor of one's own, closed with
+// ::close, must clear IoOperation::ownerRetiresFd (set by the constructor for weft's
+// descriptors, which are retired from the loop before they are closed), or call
+// IoLoop::retireDescriptor(fd) on the loop's thread before closing it.
+// Errors: await_ready throws OperationCancelled when the token is already cancelled;
+// await_suspend std::logic_error on a thread without an event loop, and what
+// IoLoop::submit throws; await_resume OperationCancelled, ExecutorShutDown, or
+// std::system_error ECANCELED after a close, and otherwise returns the result, a
+// negative one (-errno) as is.
+// Thread safety: one await at a time; the cancellation may come from any thread; the
+// coroutine must be destroyed (while suspended here) on the thread that awaits.
+// Example (docs/io.md has it in full: sendfile(2) once the socket is writable):
+//   struct Awaiter : weft::IoAwaiter {
+//     Awaiter(int fd, weft::Executor* ex, const weft::CancellationToken& token)
+//         : IoAwaiter("sendfile", ex, token) {
+//       operation().opcode = weft::IoOpcode::kPollWritable;
+//       operation().fd = fd;
+//       operation().ownerRetiresFd = false;  // closed with ::close
+//     }
+//     std::size_t await_resume() { IoAwaiter::await_resume(); return sendSome(); }
+//   };
 //
 // await_suspend submits the operation; the epoll loop may complete it at once (then the
 // coroutine does not suspend). Otherwise the loop's completion function resumes the
@@ -63,11 +71,12 @@ inline IoLoop& requireIoLoop(const char* what) {
 // OperationCancelled), or with its own result if it finished first (a read that got data
 // returns it: nothing is lost).
 //
-// Close: while in flight the operation is known to the table of waits (fd_waits.h), so a
-// close of its descriptor (detail::closeDescriptor) cancels it; it then ends with
-// std::system_error ECANCELED naming the close, unless it completed first.
+// Close: while in flight the operation is known to the table of waits (detail/fd_waits.h),
+// so a close of its descriptor by weft's owners (TcpStream::close() and the like, from
+// any thread) cancels it; it then ends with std::system_error ECANCELED naming the close,
+// unless it completed first.
 //
-// Destroying the coroutine while it is suspended here (#15's rule) withdraws the
+// Destroying the coroutine while it is suspended here withdraws the
 // operation: on the loop's thread, synchronously (IoLoop::withdraw: the kernel lets go of
 // the buffers before the frame is freed), leaving the socket as if nobody had waited. If
 // the operation had already taken effect (the kernel read the bytes or accepted the
@@ -79,7 +88,7 @@ inline IoLoop& requireIoLoop(const char* what) {
 // (IoLoop::multishotReceive(), io_uring), a stream's receive() (kReceiveLent) takes
 // what the stream's armed request received, and its read(), readExactly() and readable()
 // (kReceive, kPollReadable) see those bytes first: they go through the stream's inbox
-// (StreamReads, stream_reads.cc), which says there how they wait, complete, and are
+// (detail::StreamReads, detail/stream_reads.cc), which says there how they wait, complete, and are
 // cancelled, timed, closed and withdrawn under the rules above.
 //
 // A `whole` operation (transferWhole(): IoOperation::whole) resumes the coroutine once,
@@ -119,7 +128,7 @@ class IoAwaiter {
   }
 
   bool await_suspend(std::coroutine_handle<> waiter) {
-    IoLoop& loop = requireIoLoop(what_);
+    IoLoop& loop = detail::requireIoLoop(what_);
     op_.complete = &IoAwaiter::onComplete;
     op_.owner = this;
     waiter_ = waiter;
@@ -148,7 +157,7 @@ class IoAwaiter {
     // loop cannot complete it before this returns: completions run on this thread.
     fdWait_.loop = &loop;
     fdWait_.op = &op_;
-    trackWait(fdWait_);
+    detail::trackWait(fdWait_);
     if (token_->canBeCancelled()) {
       // Captures one pointer: stored inline, so this does not throw. If cancellation was
       // already requested it runs now: the cancel then completes the operation later.
@@ -167,7 +176,7 @@ class IoAwaiter {
         throw ExecutorShutDown(executor_ != nullptr ? executor_->name() : "I/O event loop");
       }
       if (token_->isCancellationRequested()) throw OperationCancelled();
-      if (fdWait_.closed) throwClosedWhileWaiting(what_);
+      if (fdWait_.closed) detail::throwClosedWhileWaiting(what_);
     }
     return op_.result;
   }
@@ -181,7 +190,7 @@ class IoAwaiter {
     }
     if (self->whole_ && self->stoppedPartWay() && self->submitRest()) [[unlikely]] return;
     self->inFlight_ = false;
-    untrackWait(self->fdWait_);
+    detail::untrackWait(self->fdWait_);
     self->waiter_.resume();
   }
 
@@ -204,13 +213,15 @@ class IoAwaiter {
   // it is passed on once the rest is. Out of line: only a loop of one's own comes here.
   [[gnu::noinline]] bool submitRest() noexcept {
     do {
-      if (token_->isCancellationRequested() || closeRequested(fdWait_)) {
+      if (token_->isCancellationRequested() || detail::closeRequested(fdWait_)) {
         op_.result = -ECANCELED;
         return false;
       }
       op_.whole = true;
       if (!fdWait_.loop->submit(op_)) {
-        if (token_->isCancellationRequested() || closeRequested(fdWait_)) fdWait_.loop->cancel(op_);
+        if (token_->isCancellationRequested() || detail::closeRequested(fdWait_)) {
+          fdWait_.loop->cancel(op_);
+        }
         return true;
       }
     } while (stoppedPartWay());
@@ -224,10 +235,10 @@ class IoAwaiter {
   bool readsStream(IoLoop& loop) const noexcept {
     switch (op_.opcode) {
       case IoOpcode::kReceiveLent:
-        return loop.multishotReceive() || streamReadsActive(op_.fd);
+        return loop.multishotReceive() || detail::streamReadsActive(op_.fd);
       case IoOpcode::kReceive:
       case IoOpcode::kPollReadable:
-        return streamReadsActive(op_.fd);
+        return detail::streamReadsActive(op_.fd);
       default:
         return false;
     }
@@ -261,7 +272,7 @@ class IoAwaiter {
       abortDestroyedWhileResuming(what_, "its I/O operation had already completed");
     }
     inFlight_ = false;
-    untrackWait(fdWait_);
+    detail::untrackWait(fdWait_);
   }
 
   struct Operation : IoOperation {
@@ -284,8 +295,8 @@ class IoAwaiter {
     bool retry;               // woken to look at the inbox again
   };
 
-  friend struct StreamReads;
-  friend struct StreamInbox;
+  friend struct detail::StreamReads;
+  friend struct detail::StreamInbox;
 
   Operation op_;
   const char* what_;
@@ -296,9 +307,9 @@ class IoAwaiter {
   bool whole_ = false;
   // Its wait on the descriptor while in flight; fdWait_.loop is also the loop the operation
   // went to when it waits in its stream's inbox, untracked (see stream_reads.cc).
-  FdWait fdWait_;
+  detail::FdWait fdWait_;
   Reader reader_;
   std::optional<CancellationCallback> onCancel_;
 };
 
-}  // namespace weft::detail
+}  // namespace weft
