@@ -4,6 +4,17 @@
 
 namespace weft {
 
+namespace {
+
+// Executor::current() of this thread.
+thread_local Executor* tlCurrentExecutor = nullptr;
+
+}  // namespace
+
+Executor* Executor::current() noexcept { return tlCurrentExecutor; }
+
+void Executor::setCurrent(Executor* executor) noexcept { tlCurrentExecutor = executor; }
+
 void Executor::scheduleTimer(detail::TimerEntry& timer) {
   if (!detail::globalTimerQueue().add(timer)) throw ExecutorShutDown("weft-timer");
 }

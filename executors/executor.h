@@ -117,10 +117,26 @@ class Executor {
   // the firing.
   virtual bool cancelTimer(TimerEntry& timer) noexcept;
 
+  // The executor whose thread is the calling thread: set by the executor on each of its
+  // threads (setCurrent; a ThreadPool's workers do), nullptr on any other thread. Not the
+  // coroutine's executor (currentExecutor(), coro/current_executor.h): a plain Lazy
+  // running on a ThreadPool worker has none, but Executor::current() is that pool, which
+  // is where an awaitable can resume it. noexcept: reads a thread_local.
+  // Thread safety: any thread (each sees its own).
+  //
+  // Example:
+  //   Executor* here = weft::Executor::current();   // on a worker of `pool`: &pool
+  static Executor* current() noexcept;
+
  protected:
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it
   // with job->complete(job, false) and throws ExecutorShutDown.
   virtual void scheduleJob(Job* job) = 0;
+
+  // Makes `executor` what current() returns on the calling thread: an executor calls it
+  // with itself on each of its threads before it runs anything there, and with nullptr
+  // before the thread ends. noexcept: writes a thread_local.
+  static void setCurrent(Executor* executor) noexcept;
 
  private:
   std::string name_;

@@ -298,6 +298,7 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
 
 void ThreadPool::workerMain(Worker& self) {
   detail::tlWorker = &self;
+  setCurrent(this);
   // Relaxed: the stall watchdog reads the id alone, and takes a zero for "not yet".
   self.tid.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_relaxed);
   detail::bindStallCapture(&self.capture);
@@ -364,6 +365,7 @@ void ThreadPool::workerMain(Worker& self) {
   }
   detail::bindStallCapture(nullptr);
   detail::tlWorker = nullptr;
+  setCurrent(nullptr);
   ThreadRunQueue::unbind();
 }
 
