@@ -23,6 +23,93 @@ namespace weft {
 
 namespace detail {
 
+// What blocking() returns: the awaitable, defined below the API with its awaiter.
+template <class Fn>
+class BlockingAwaitable;
+
+// What blocking() accepts: a callable taking no arguments, movable into the awaiter.
+template <class F>
+concept BlockingCallable =
+    std::invocable<std::decay_t<F>> && std::constructible_from<std::decay_t<F>, F&&> &&
+    std::move_constructible<std::decay_t<F>>;
+
+}  // namespace detail
+
+// `co_await blocking(fn)`: runs `fn()` on a thread of BlockingPool::defaultPool() (or of
+// `pool`), never on the awaiting coroutine's thread, and returns its value or rethrows
+// its exception. For calls that block: legacy APIs, getaddrinfo, file I/O. Like tokio's
+// spawn_blocking. From a fiber: `weft::await(weft::blocking(fn))`.
+//
+// Semantics:
+//  - fn is moved (or copied) into the awaiter, invoked once as an rvalue on the pool's
+//    thread, and destroyed with the awaiter (after the co_await, on the resuming thread).
+//    Its result type may be void or move-only; a reference result is rejected at compile
+//    time (return a value, a pointer or a std::reference_wrapper: a reference made on
+//    another thread is too easy to leave dangling).
+//  - Calls wait in the pool's FIFO queue while all of its threads are busy.
+//  - Where the coroutine continues after fn: on its executor (a Task, a fiber: through
+//    schedule()); else, if it was awaiting on a ThreadPool worker (a plain Lazy), on that
+//    ThreadPool; else (a plain Lazy under syncAwait, say) inline on the pool's thread, as
+//    a Lazy resumes where its awaitee completed: keep what follows short, or the thread
+//    is not free for the next call. If that executor refuses (it was shut down while fn
+//    ran), the coroutine continues inline on the pool's thread with fn's result, rather
+//    than losing it. (A fn that finishes before the coroutine has finished suspending
+//    lets it go on at once, on its own thread.)
+//  - The ThreadPool the coroutine resumes on shuts down (or is destroyed) during the
+//    call: a call still queued is withdrawn, fn never runs, and the co_await throws
+//    ExecutorShutDown on one of the pool's workers while it drains (the shutdown does
+//    not wait behind unrelated calls queued before it). A call whose fn has started is
+//    waited for: the shutdown does not close the pool until fn has returned, and the
+//    coroutine resumes there, while the pool drains, with fn's value or exception (so
+//    fn's effect is never lost, and what follows runs on the pool, not on a pool's
+//    thread after it is gone). A call awaited on a pool whose shutdown has begun throws
+//    ExecutorShutDown at once (fn never runs), as a sleep does. Other executors are not
+//    watched: they must outlive the call (below).
+//  - Cancellation (the coroutine's token): a request before fn has started takes the call
+//    out of the queue, fn never runs, and the co_await throws OperationCancelled
+//    (resumed as above through the executor or ThreadPool, or else inline on the
+//    canceller's thread, inside requestCancellation()). Once
+//    fn has started it cannot be interrupted: the co_await returns its value (or
+//    exception) when it finishes. Exactly one of the two happens.
+//  - Destruction: destroying the coroutine while its call waits in the queue withdraws
+//    it (fn never runs; its captures are destroyed with the frame). Destroying it once fn
+//    has started, or after its cancellation was delivered, is a use error: weft prints
+//    "weft: a coroutine was destroyed while suspended in blocking() ..." and aborts.
+//
+// Preconditions: awaited once, as the rvalue blocking() returns (awaiting a named one is
+// a compile error). The BlockingPool outlives the await; so does the executor the
+// coroutine resumes on unless it is a ThreadPool (whose shutdown ends or waits for the
+// call, above).
+// Errors: what fn throws, rethrown at the co_await (std::exception_ptr); OperationCancelled
+// (above); ExecutorShutDown naming the BlockingPool after its shutdown() (fn never runs),
+// or naming the ThreadPool the coroutine resumes on when its shutdown withdrew or refused
+// the call (above; fn never runs); std::system_error if the pool has no thread and cannot
+// start one.
+// Thread safety: fn runs on another thread, concurrently with the rest of the program:
+// what it touches must be safe to touch from there. The co_await's result is visible to
+// the coroutine without further synchronisation.
+//
+// Example:
+//   int fd = co_await weft::blocking([&] { return ::open(path, O_RDONLY); });
+//   auto rows = co_await weft::blocking([&] { return legacyDb.query(sql); });
+//   weft::await(weft::blocking([] { std::this_thread::sleep_for(1s); }));  // in a fiber
+template <class F>
+  requires detail::BlockingCallable<F>
+auto blocking(BlockingPool& pool, F&& fn) {
+  static_assert(!std::is_reference_v<std::invoke_result_t<std::decay_t<F>>>,
+                "weft::blocking(fn): fn returns a reference; return a value, a pointer or a "
+                "std::reference_wrapper instead");
+  return detail::BlockingAwaitable<std::decay_t<F>>(pool, std::forward<F>(fn));
+}
+
+template <class F>
+  requires detail::BlockingCallable<F>
+auto blocking(F&& fn) {
+  return blocking(BlockingPool::defaultPool(), std::forward<F>(fn));
+}
+
+namespace detail {
+
 // The awaiter of blocking(fn). Lives in the awaiting coroutine's frame (or on the fiber's
 // stack) with fn, the result, the queue node and the shutdown guard: a call allocates
 // nothing.
@@ -225,84 +312,6 @@ class BlockingAwaitable {
   Fn fn_;
 };
 
-template <class F>
-concept BlockingCallable =
-    std::invocable<std::decay_t<F>> && std::constructible_from<std::decay_t<F>, F&&> &&
-    std::move_constructible<std::decay_t<F>>;
-
 }  // namespace detail
-
-// `co_await blocking(fn)`: runs `fn()` on a thread of BlockingPool::defaultPool() (or of
-// `pool`), never on the awaiting coroutine's thread, and returns its value or rethrows
-// its exception. For calls that block: legacy APIs, getaddrinfo, file I/O. Like tokio's
-// spawn_blocking. From a fiber: `weft::await(weft::blocking(fn))`.
-//
-// Semantics:
-//  - fn is moved (or copied) into the awaiter, invoked once as an rvalue on the pool's
-//    thread, and destroyed with the awaiter (after the co_await, on the resuming thread).
-//    Its result type may be void or move-only; a reference result is rejected at compile
-//    time (return a value, a pointer or a std::reference_wrapper: a reference made on
-//    another thread is too easy to leave dangling).
-//  - Calls wait in the pool's FIFO queue while all of its threads are busy.
-//  - Where the coroutine continues after fn: on its executor (a Task, a fiber: through
-//    schedule()); else, if it was awaiting on a ThreadPool worker (a plain Lazy), on that
-//    ThreadPool; else (a plain Lazy under syncAwait, say) inline on the pool's thread, as
-//    a Lazy resumes where its awaitee completed: keep what follows short, or the thread
-//    is not free for the next call. If that executor refuses (it was shut down while fn
-//    ran), the coroutine continues inline on the pool's thread with fn's result, rather
-//    than losing it. (A fn that finishes before the coroutine has finished suspending
-//    lets it go on at once, on its own thread.)
-//  - The ThreadPool the coroutine resumes on shuts down (or is destroyed) during the
-//    call: a call still queued is withdrawn, fn never runs, and the co_await throws
-//    ExecutorShutDown on one of the pool's workers while it drains (the shutdown does
-//    not wait behind unrelated calls queued before it). A call whose fn has started is
-//    waited for: the shutdown does not close the pool until fn has returned, and the
-//    coroutine resumes there, while the pool drains, with fn's value or exception (so
-//    fn's effect is never lost, and what follows runs on the pool, not on a pool's
-//    thread after it is gone). A call awaited on a pool whose shutdown has begun throws
-//    ExecutorShutDown at once (fn never runs), as a sleep does. Other executors are not
-//    watched: they must outlive the call (below).
-//  - Cancellation (the coroutine's token): a request before fn has started takes the call
-//    out of the queue, fn never runs, and the co_await throws OperationCancelled
-//    (resumed as above through the executor or ThreadPool, or else inline on the
-//    canceller's thread, inside requestCancellation()). Once
-//    fn has started it cannot be interrupted: the co_await returns its value (or
-//    exception) when it finishes. Exactly one of the two happens.
-//  - Destruction: destroying the coroutine while its call waits in the queue withdraws
-//    it (fn never runs; its captures are destroyed with the frame). Destroying it once fn
-//    has started, or after its cancellation was delivered, is a use error: weft prints
-//    "weft: a coroutine was destroyed while suspended in blocking() ..." and aborts.
-//
-// Preconditions: awaited once, as the rvalue blocking() returns (awaiting a named one is
-// a compile error). The BlockingPool outlives the await; so does the executor the
-// coroutine resumes on unless it is a ThreadPool (whose shutdown ends or waits for the
-// call, above).
-// Errors: what fn throws, rethrown at the co_await (std::exception_ptr); OperationCancelled
-// (above); ExecutorShutDown naming the BlockingPool after its shutdown() (fn never runs),
-// or naming the ThreadPool the coroutine resumes on when its shutdown withdrew or refused
-// the call (above; fn never runs); std::system_error if the pool has no thread and cannot
-// start one.
-// Thread safety: fn runs on another thread, concurrently with the rest of the program:
-// what it touches must be safe to touch from there. The co_await's result is visible to
-// the coroutine without further synchronisation.
-//
-// Example:
-//   int fd = co_await weft::blocking([&] { return ::open(path, O_RDONLY); });
-//   auto rows = co_await weft::blocking([&] { return legacyDb.query(sql); });
-//   weft::await(weft::blocking([] { std::this_thread::sleep_for(1s); }));  // in a fiber
-template <class F>
-  requires detail::BlockingCallable<F>
-auto blocking(BlockingPool& pool, F&& fn) {
-  static_assert(!std::is_reference_v<std::invoke_result_t<std::decay_t<F>>>,
-                "weft::blocking(fn): fn returns a reference; return a value, a pointer or a "
-                "std::reference_wrapper instead");
-  return detail::BlockingAwaitable<std::decay_t<F>>(pool, std::forward<F>(fn));
-}
-
-template <class F>
-  requires detail::BlockingCallable<F>
-auto blocking(F&& fn) {
-  return blocking(BlockingPool::defaultPool(), std::forward<F>(fn));
-}
 
 }  // namespace weft
