@@ -1,6 +1,6 @@
 // ThreadPool's shutdown: closing once the pool has drained, holds that keep it open, and
 // how long the pool must outlive the threads that push to it (the rest of the pool:
-// thread_pool.cc).
+// thread_pool.cc; the wake-up protocol's rules named below: thread_pool_idle.cc).
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>

@@ -1,6 +1,6 @@
 // ThreadPool's timers: each worker's own heap, the due list that the timer thread and the
 // backstop for busy workers fill, and the shutdown flush (the rest of the pool:
-// thread_pool.cc).
+// thread_pool.cc; the wake-up protocol's rules (1)-(3) named below: thread_pool_idle.cc).
 #include <time.h>
 
 #include <algorithm>
