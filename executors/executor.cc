@@ -4,6 +4,17 @@
 
 namespace weft {
 
+namespace {
+
+// Executor::current() of this thread.
+thread_local Executor* tlCurrentExecutor = nullptr;
+
+}  // namespace
+
+Executor* Executor::current() noexcept { return tlCurrentExecutor; }
+
+void Executor::setCurrent(Executor* executor) noexcept { tlCurrentExecutor = executor; }
+
 void Executor::scheduleTimer(TimerEntry& timer) { scheduleProcessTimer(timer); }
 
 bool Executor::cancelTimer(TimerEntry& timer) noexcept { return cancelProcessTimer(timer); }

@@ -56,7 +56,8 @@ class ExecutorShutDown : public std::runtime_error {
 // callable overload). Queue handles and jobs as WorkItems if convenient; run items inside
 // `try { item.run(); } catch (...) { reportEscapedException(name()); }`.
 // Override scheduleTimer/cancelTimer only to drive timers from the executor's own event
-// loop (e.g. an epoll timeout). A thread whose queue only it takes from may offer it to
+// loop (e.g. an epoll timeout). Call setCurrent(this) on each of the executor's threads
+// (and setCurrent(nullptr) before it ends) so that Executor::current() names it there. A thread whose queue only it takes from may offer it to
 // schedulers that switch straight to the next item (fibers): executors/thread_run_queue.h.
 // I/O: weft's I/O awaitables (io/) run on the event loop of the thread that awaits them
 // (IoLoop::current()). To serve them, give each of the executor's threads an IoLoop
@@ -129,10 +130,26 @@ class Executor {
   static void scheduleProcessTimer(TimerEntry& timer);
   static bool cancelProcessTimer(TimerEntry& timer) noexcept;
 
+  // The executor whose thread is the calling thread: set by the executor on each of its
+  // threads (setCurrent; a ThreadPool's workers do), nullptr on any other thread. Not the
+  // coroutine's executor (currentExecutor(), coro/current_executor.h): a plain Lazy
+  // running on a ThreadPool worker has none, but Executor::current() is that pool, which
+  // is where an awaitable can resume it. noexcept: reads a thread_local.
+  // Thread safety: any thread (each sees its own).
+  //
+  // Example:
+  //   Executor* here = weft::Executor::current();   // on a worker of `pool`: &pool
+  static Executor* current() noexcept;
+
  protected:
   // Takes ownership of `job`. If the executor refuses it, the implementation frees it
   // with job->complete(job, false) and throws ExecutorShutDown.
   virtual void scheduleJob(Job* job) = 0;
+
+  // Makes `executor` what current() returns on the calling thread: an executor calls it
+  // with itself on each of its threads before it runs anything there, and with nullptr
+  // before the thread ends. noexcept: writes a thread_local.
+  static void setCurrent(Executor* executor) noexcept;
 
  private:
   std::string name_;

@@ -302,7 +302,11 @@ class ThreadPool final : public Executor {
   // failing half-way would lose work or threads; the only possible failure is a
   // std::mutex or futex system error, and terminating is the honest answer to that.
   void wakeWorkerIfNeeded() noexcept;
-  bool wakeNeeded() const noexcept;
+  bool wakeNeeded() const noexcept {
+    // seq_cst loads: rule 1 of the wake-up protocol (after a seq_cst publication).
+    return searching_.load(std::memory_order_seq_cst) == 0 &&
+           sleeping_.load(std::memory_order_seq_cst) != 0;
+  }
   void wakeSleeper() noexcept;
   // Called by a searching worker that found work.
   void stopSearching() noexcept;
@@ -328,7 +332,7 @@ class ThreadPool final : public Executor {
   std::atomic<std::size_t> injectionSize_{0};
   // Outside threads whose push was accepted and that are still waking a worker, or that
   // released the last hold and are still checking whether the pool may close; the pool
-  // must outlive them (see "Lifetime" in thread_pool.cc). Incremented under
+  // must outlive them (see "Lifetime" in thread_pool_shutdown.cc). Incremented under
   // injectionMutex_, on its cache line, which the pusher holds at that moment.
   std::atomic<std::uint32_t> wakesInFlight_{0};
   // Set (under injectionMutex_ and idleMutex_) once the pool has drained during
@@ -355,7 +359,7 @@ class ThreadPool final : public Executor {
   // by a pool of several workers.
   ThreadRunQueue soloRun_{*this, timerDueSize_, injectionSize_};
 
-  // Wake-up protocol (see thread_pool.cc): how many workers are awake and looking for
+  // Wake-up protocol (see thread_pool_idle.cc): how many workers are awake and looking for
   // work, and how many are in idle_.
   alignas(64) std::atomic<std::uint32_t> searching_{0};
   std::atomic<std::uint32_t> sleeping_{0};

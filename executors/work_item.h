@@ -127,14 +127,14 @@ class WorkItem {
     }
   }
 
-  std::uintptr_t bits() const noexcept { return bits_; }
-  static WorkItem fromBits(std::uintptr_t bits) noexcept { return WorkItem(bits); }
+  constexpr std::uintptr_t bits() const noexcept { return bits_; }
+  static constexpr WorkItem fromBits(std::uintptr_t bits) noexcept { return WorkItem(bits); }
 
  private:
   static constexpr std::uintptr_t kJobBit = 1;
   static constexpr std::uintptr_t kTagBit = 2;
   static constexpr std::uintptr_t kLowBits = kJobBit | kTagBit;
-  explicit WorkItem(std::uintptr_t bits) : bits_(bits) {}
+  explicit constexpr WorkItem(std::uintptr_t bits) : bits_(bits) {}
   std::uintptr_t bits_ = 0;
 };
 

@@ -160,7 +160,7 @@ class TlsStream {
   // its BIOs through it.
   ssl_st* nativeHandle() const noexcept;
 
-  // The per-connection state (defined in tls_stream.cc).
+  // The per-connection state (defined in io/detail/tls_state.h).
   struct State;
 
  private:

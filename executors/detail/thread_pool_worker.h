@@ -16,6 +16,7 @@
 #include "weft/executors/detail/worker_counters.h"
 #include "weft/executors/io_loop.h"
 #include "weft/executors/timer_entry.h"
+#include "weft/executors/work_item.h"
 
 namespace weft {
 class ThreadPool;
@@ -23,7 +24,7 @@ class ThreadPool;
 
 namespace weft::detail {
 
-// One ThreadPool worker (executors/thread_pool.cc says how the pool uses each field; the
+// One ThreadPool worker (executors/thread_pool*.cc say how the pool uses each field; the
 // metrics in executors/pool_metrics.cc and the stall watchdog read its counters).
 // alignas(64) (the common cache line size) keeps one worker's hot queue indices off its
 // neighbours' lines.
@@ -58,7 +59,7 @@ struct alignas(64) ThreadPoolWorker {
   const std::atomic<std::size_t> alwaysAttend{1};
   std::thread thread;
 
-  // The worker's timers (see "Timers" in thread_pool.cc). On a cache line of their own:
+  // The worker's timers (see "Timers" in thread_pool_timers.cc). On a cache line of their own:
   // cancellers and the timer thread's poll lock the mutex from other threads.
   alignas(64) std::mutex timerMutex;
   TimerHeap timers;            // guarded by timerMutex
@@ -99,5 +100,23 @@ struct alignas(64) ThreadPoolWorker {
   // leave out of a stall the time the thread waited for a CPU.
   std::atomic<pid_t> tid{0};
 };
+
+// Shared by the files of ThreadPool (executors/thread_pool*.cc).
+
+// The worker running on this thread, if any: set by ThreadPool::workerMain (defined in
+// thread_pool.cc). constinit: constant-initialised, so that the other files read it
+// without calling a TLS wrapper.
+extern constinit thread_local ThreadPoolWorker* tlWorker;
+
+// ThreadPoolWorker::earliestTimer of an empty heap (time_point::max(), which no worker
+// timer has).
+inline constexpr TimerEntry::Clock::rep kNoTimer =
+    std::numeric_limits<TimerEntry::Clock::rep>::max();
+
+// What ThreadPool::findWork returns after it ran I/O completions while parked in the
+// worker's loop, or when one of the worker's own timers is due: no item, but the worker is
+// not out of work (the completions may have queued some; the loop fires the timer).
+// 2 is no frame address and not a job (bit 0 clear).
+inline constexpr WorkItem kLookAgain = WorkItem::fromBits(2);
 
 }  // namespace weft::detail

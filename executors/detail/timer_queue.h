@@ -30,7 +30,7 @@ using weft::TimerEntry;
 // the timers armed from outside the pool and the guards that never expire, and its thread
 // is the pool's backstop for busy workers: the optional `poll` function, which the thread
 // runs when asked (pollBy) and when poll itself asked to be run again, takes the timers of
-// a worker that is stuck in a long item (executors/thread_pool.cc, "Timers"). The
+// a worker that is stuck in a long item (executors/thread_pool_timers.cc, "Timers"). The
 // process-wide queue (globalTimerQueue) serves sleeps without an executor and executors
 // that keep the default timers.
 //

@@ -404,6 +404,22 @@ TEST(ThreadPoolTest, CurrentThreadInExecutorIsTrueOnlyOnItsOwnWorkers) {
   EXPECT_EQ(current.load(), &pool);
 }
 
+TEST(ThreadPoolTest, IsTheExecutorCurrentOnItsWorkersOnly) {
+  ThreadPool pool(2, "current");
+  EXPECT_EQ(Executor::current(), nullptr);  // the test's thread belongs to no executor
+
+  std::atomic<Executor*> onWorker{nullptr};
+  Flag ran;
+  ShutdownOnExit shutdownFirst(pool);
+  pool.schedule([&] {
+    onWorker.store(Executor::current());
+    ran.set();
+  });
+  ASSERT_TRUE(ran.waitFor());
+  EXPECT_EQ(onWorker.load(), &pool);
+  EXPECT_EQ(Executor::current(), nullptr);
+}
+
 TEST(ThreadPoolTest, ReportsItsThreadCountAndName) {
   ThreadPool pool(3, "three");
   EXPECT_EQ(pool.threadCount(), 3u);

@@ -1,4 +1,4 @@
-// ThreadPool's timers (executors/thread_pool.cc, "Timers"): a timer armed on a worker
+// ThreadPool's timers (executors/thread_pool_timers.cc, "Timers"): a timer armed on a worker
 // lives in that worker's heap and is fired by that worker; one armed outside the pool goes
 // to the timer thread; a busy worker's timers are taken by the timer thread's backstop;
 // shutdown ends every armed timer. No test here waits for time to pass as a hand-shake:

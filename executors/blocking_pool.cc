@@ -1,4 +1,4 @@
-#include "weft/io/blocking.h"
+#include "weft/executors/blocking_pool.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include <pthread.h>
 #endif
 
+#include "weft/executors/executor.h"
 #include "weft/executors/pool_metrics.h"
 
 namespace weft {
@@ -162,24 +163,24 @@ bool BlockingPool::withdraw(detail::BlockingJob& job) noexcept {
   return true;
 }
 
-detail::PoolShutdownGuard::Claim BlockingPool::withdrawForShutdown(
+detail::BlockingJob::State BlockingPool::withdrawForShutdown(
     detail::BlockingJob& job) noexcept {
   using State = detail::BlockingJob::State;
-  using Claim = detail::PoolShutdownGuard::Claim;
   std::lock_guard lock(mutex_);
-  switch (job.state) {
+  const State found = job.state;
+  switch (found) {
     case State::kQueued:
       unlinkLocked(job, State::kWithdrawn);
-      return Claim::kTakenBack;
+      break;
     case State::kNew:
       job.state = State::kBarred;  // submit() refuses it
-      return Claim::kBarred;
+      break;
     case State::kTaken:      // fn runs (or ran): its thread resumes the coroutine
     case State::kWithdrawn:  // the cancellation took it and resumes the coroutine
     case State::kBarred:     // (not reached: the guard fires once)
       break;
   }
-  return Claim::kClaimed;
+  return found;
 }
 
 void BlockingPool::startThreadLocked() {
