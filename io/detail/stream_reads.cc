@@ -561,8 +561,8 @@ struct StreamReads {
         in->head = in->tail = nullptr;
         direct = h;
       } else if (op.more && h != nullptr && h->reader_.mode == kParked &&
-                 h->reader_.opcode == IoOpcode::kReceiveLent && in->count() == 0 &&
-                 !in->hasFinal && !in->orphaned) {
+                 h->reader_.opcode == IoOpcode::kReceiveLent && in->count() == 0 && !in->hasFinal &&
+                 !in->orphaned) {
         // A receive() parked (a time limit, a cancellable token, or another loop's reader):
         // the arrival is its without being kept, which would allocate the ring (serveReaders'
         // way, in short: the readers behind it find nothing).
@@ -767,7 +767,9 @@ void IoAwaiter::withdrawFromStream() noexcept {
 
 // ---- outside awaiters: tryRead, release ----------------------------------------------
 
-std::size_t keptArrivalRings() noexcept { return gKeptArrivalRings.load(std::memory_order_relaxed); }
+std::size_t keptArrivalRings() noexcept {
+  return gKeptArrivalRings.load(std::memory_order_relaxed);
+}
 
 InboxRead readInbox(int fd, std::span<std::byte> buffer, std::size_t& n, int& error) noexcept {
   FdEntry& entry = fdEntry(fd);
