@@ -8,7 +8,9 @@
 //    the receive() that armed it; each arrival is a completion on that loop;
 //  - the arrivals no read has taken yet, in order, and after them the stream's end or
 //    failure (the request's last completion): the next read takes them at once, without a
-//    system call;
+//    system call. An arrival that a waiting receive() can take is handed to it without
+//    being kept; the ring that keeps the others is allocated for the first one kept and
+//    freed when the last is taken, so that an idle stream holds no ring;
 //  - the readers waiting, in the order they came.
 //
 // Readers. Only the first waiting reader (the head) acts; those behind it wait (parked)
@@ -44,8 +46,9 @@
 // Otherwise parked (kParked): its operation becomes a kWait
 // on its own loop, which carries its time limit, its cancellation and closeDescriptor's
 // (it is tracked as a wait on the descriptor), and is completed (cancelled) by whoever
-// has something for it: the request's completion on another thread gives it its arrival
-// under the lock and wakes it, and its own completion then lands the result on its loop.
+// has something for it: the request's completion (on its loop's thread, perhaps another)
+// gives it its arrival under the lock and wakes it, and its own completion then lands the
+// result on its loop.
 // A head whose own operation went to the loop is kKernel until that completes.
 //
 // Bound. Arrivals kept while no read waits pin the loop's buffers: past kInboxBuffers of
@@ -67,14 +70,16 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <span>
-#include <vector>
+#include <utility>
 
 #include "weft/io/detail/fd_entry.h"
 #include "weft/io/io_awaiter.h"
@@ -87,6 +92,9 @@ namespace {
 // The bound on what an inbox keeps while no read waits (see the top).
 constexpr std::size_t kInboxBuffers = 4;
 constexpr std::size_t kInboxBytes = 256 * 1024;
+
+// The rings of kept arrivals that exist (keptArrivalRings).
+std::atomic<std::size_t> gKeptArrivalRings{0};
 
 // IoAwaiter::Reader::mode.
 enum Mode : std::uint8_t { kNotReading = 0, kDirect, kParked, kKernel };
@@ -121,59 +129,114 @@ bool isRead(IoOpcode opcode) noexcept {
 
 }  // namespace
 
-struct StreamInbox {
-  struct Request : IoOperation {
-    StreamInbox* inbox = nullptr;
-  };
+// The inbox is itself the stream's request (IoOperation: the loop's slot and completions
+// name it), so that an idle stream's state is one allocation with no pointer back. Its
+// own fields follow, those every arrival touches first (readers, kept arrivals, state),
+// the descriptor's wait (touched when the request is armed and ends) last. The arrivals
+// kept while no reader waits live in a ring of their own (KeptArrivals), allocated when an
+// arrival has to be kept and freed once the last kept one is taken: an idle stream, and
+// one whose reader is back in receive() before the next arrival (the ping-pong case),
+// holds none. What an idle connection costs: docs/design/2026-11-idle-connection-memory.md.
+struct StreamInbox : IoOperation {
   enum class State : std::uint8_t {
     kIdle,    // no request
-    kArmed,   // a request in the kernel, on `loop`
+    kArmed,   // a request in the kernel, on loop()
     kEnding,  // cancelled, its last completion still to come
   };
 
-  explicit StreamInbox(int descriptor) noexcept : fd(descriptor) {
-    request.inbox = this;
+  // The arrivals no reader has taken, in order: a ring of `capacity` (a power of two)
+  // LentBuffers after the header.
+  struct KeptArrivals {
+    std::uint32_t capacity;
+    std::uint32_t first = 0;
+    std::uint32_t count = 0;
+    std::size_t bytes = 0;
+    LentBuffer* buffers() noexcept { return reinterpret_cast<LentBuffer*>(this + 1); }
+    LentBuffer& at(std::uint32_t i) noexcept { return buffers()[(first + i) & (capacity - 1)]; }
+
+    // With `capacity` empty buffers. Aborts with a message when memory runs out (an
+    // arrival cannot be dropped, nor refused by the kernel that already received it).
+    static KeptArrivals* create(std::uint32_t capacity) noexcept {
+      static_assert(sizeof(KeptArrivals) % alignof(LentBuffer) == 0);
+      void* memory =
+          ::operator new(sizeof(KeptArrivals) + capacity * sizeof(LentBuffer), std::nothrow);
+      if (memory == nullptr) {
+        std::fprintf(stderr, "weft: out of memory for a stream's received bytes\n");
+        std::abort();
+      }
+      // Relaxed: a counter for tests (keptArrivalRings), ordered by nothing else.
+      gKeptArrivalRings.fetch_add(1, std::memory_order_relaxed);
+      auto* kept = ::new (memory) KeptArrivals{capacity};
+      std::uninitialized_default_construct_n(kept->buffers(), capacity);
+      return kept;
+    }
+    // Gives the buffers still held back to their loops and frees the ring.
+    static void destroy(KeptArrivals* kept) noexcept {
+      if (kept == nullptr) return;
+      std::destroy_n(kept->buffers(), kept->capacity);
+      kept->~KeptArrivals();
+      ::operator delete(kept);
+      gKeptArrivalRings.fetch_sub(1, std::memory_order_relaxed);
+    }
+  };
+
+  explicit StreamInbox(int descriptor) noexcept {
+    fd = descriptor;
     // Relaxed: a counter (see gStreamInboxes); it is published with the inbox.
     gStreamInboxes.fetch_add(1, std::memory_order_relaxed);
   }
-  ~StreamInbox() { gStreamInboxes.fetch_sub(1, std::memory_order_relaxed); }
+  ~StreamInbox() {
+    KeptArrivals::destroy(kept);
+    gStreamInboxes.fetch_sub(1, std::memory_order_relaxed);
+  }
   StreamInbox(const StreamInbox&) = delete;
   StreamInbox& operator=(const StreamInbox&) = delete;
 
-  // The arrivals, a ring of LentBuffers (capacity a power of two, or 0).
+  // The request's loop (kArmed, kEnding), else nullptr.
+  IoLoop* loop() const noexcept { return requestWait.loop; }
+
+  // The kept arrivals (see KeptArrivals).
+  std::uint32_t count() const noexcept { return kept == nullptr ? 0 : kept->count; }
+  std::size_t keptBytes() const noexcept { return kept == nullptr ? 0 : kept->bytes; }
   void pushBack(LentBuffer buffer) noexcept {
-    if (count == ring.size()) [[unlikely]] grow();
-    bytes += buffer.size();
-    ring[(first + count) & (ring.size() - 1)] = std::move(buffer);
-    ++count;
+    if (kept == nullptr || kept->count == kept->capacity) [[unlikely]] grow();
+    kept->bytes += buffer.size();
+    kept->at(kept->count) = std::move(buffer);
+    ++kept->count;
   }
   void pushFront(LentBuffer buffer) noexcept {
-    if (count == ring.size()) [[unlikely]] grow();
-    bytes += buffer.size();
-    first = (first + ring.size() - 1) & (ring.size() - 1);
-    ring[first] = std::move(buffer);
-    ++count;
+    if (kept == nullptr || kept->count == kept->capacity) [[unlikely]] grow();
+    kept->bytes += buffer.size();
+    kept->first = (kept->first + kept->capacity - 1) & (kept->capacity - 1);
+    kept->at(0) = std::move(buffer);
+    ++kept->count;
   }
-  LentBuffer& front() noexcept { return ring[first]; }
+  // Preconditions for front, popFront and consumeFront: count() != 0.
+  LentBuffer& front() noexcept { return kept->at(0); }
   LentBuffer popFront() noexcept {
-    LentBuffer buffer = std::move(ring[first]);
-    first = (first + 1) & (ring.size() - 1);
-    --count;
-    bytes -= buffer.size();
+    LentBuffer buffer = std::move(kept->at(0));
+    kept->first = (kept->first + 1) & (kept->capacity - 1);
+    kept->bytes -= buffer.size();
+    if (--kept->count == 0) {  // drained: the ring goes (see the top)
+      KeptArrivals::destroy(std::exchange(kept, nullptr));
+    }
     return buffer;
   }
+  void consumeFront(std::size_t n) noexcept {
+    kept->at(0).consume(n);
+    kept->bytes -= n;
+  }
   [[gnu::noinline]] void grow() noexcept {
-    try {
-      std::vector<LentBuffer> larger(ring.empty() ? kInboxBuffers : ring.size() * 2);
-      for (std::size_t i = 0; i < count; ++i) {
-        larger[i] = std::move(ring[(first + i) & (ring.size() - 1)]);
-      }
-      ring.swap(larger);
-      first = 0;
-    } catch (...) {
-      std::fprintf(stderr, "weft: out of memory for a stream's received bytes\n");
-      std::abort();
+    const std::uint32_t capacity =
+        kept == nullptr ? static_cast<std::uint32_t>(kInboxBuffers) : kept->capacity * 2;
+    KeptArrivals* larger = KeptArrivals::create(capacity);
+    if (kept != nullptr) {
+      for (std::uint32_t i = 0; i < kept->count; ++i) larger->buffers()[i] = std::move(kept->at(i));
+      larger->count = kept->count;
+      larger->bytes = kept->bytes;
+      KeptArrivals::destroy(kept);
     }
+    kept = larger;
   }
 
   // The readers, in arrival order.
@@ -189,21 +252,17 @@ struct StreamInbox {
     r.reader_.next = r.reader_.prev = nullptr;
   }
 
-  const int fd;
-  State state = State::kIdle;
-  bool hasFinal = false;  // the stream's end (final 0) or failure (-errno), after the arrivals
-  bool orphaned = false;  // released (TcpStream::release()): the request's end frees it
-  int final = 0;
-  std::uint32_t handouts = 0;  // arrivals given to readers so far (Reader::handout)
-  IoLoop* loop = nullptr;      // the request's loop (kArmed, kEnding)
-  std::vector<LentBuffer> ring;
-  std::size_t first = 0;
-  std::size_t count = 0;
-  std::size_t bytes = 0;
   IoAwaiter* head = nullptr;
   IoAwaiter* tail = nullptr;
-  Request request;
-  FdWait requestWait;  // the request, as a wait on the descriptor (closeDescriptor)
+  KeptArrivals* kept = nullptr;
+  std::uint32_t handouts = 0;  // arrivals given to readers so far (Reader::handout)
+  int final = 0;               // the stream's end (0) or failure (-errno), when hasFinal
+  State state = State::kIdle;
+  bool hasFinal = false;  // `final` comes after the kept arrivals
+  bool orphaned = false;  // released (TcpStream::release()): the request's end frees it
+  // The request, as a wait on the descriptor (closeDescriptor), while armed or ending; its
+  // `loop` is the request's loop then, nullptr otherwise.
+  FdWait requestWait;
 };
 
 void destroyInbox(StreamInbox* inbox) noexcept { delete inbox; }
@@ -225,7 +284,7 @@ struct StreamReads {
   static std::size_t copyOut(StreamInbox& in, void* data, std::size_t size) noexcept {
     auto* out = static_cast<std::byte*>(data);
     std::size_t copied = 0;
-    while (copied < size && in.count != 0) {
+    while (copied < size && in.count() != 0) {
       LentBuffer& buffer = in.front();
       const std::size_t n = std::min(size - copied, buffer.size());
       std::memcpy(out + copied, buffer.data(), n);
@@ -233,8 +292,7 @@ struct StreamReads {
       if (n == buffer.size()) {
         in.popFront();  // given back to its loop
       } else {
-        buffer.consume(n);
-        in.bytes -= n;
+        in.consumeFront(n);
       }
     }
     return copied;
@@ -264,7 +322,7 @@ struct StreamReads {
   static void disarm(StreamInbox& in) noexcept {
     if (in.state != State::kArmed) return;
     in.state = State::kEnding;
-    in.loop->cancel(in.request);
+    in.loop()->cancel(in);
   }
 
   // Whether a read of the descriptor is in flight outside the inbox (issued before it
@@ -280,9 +338,8 @@ struct StreamReads {
   // Arms a request on `loop`. 0 when armed; else the loop refused it at once: its result
   // (-EOPNOTSUPP: the loop keeps no requests after all; -ECANCELED after its shutdown).
   static int arm(FdEntry& entry, StreamInbox& in, IoLoop& loop) noexcept {
-    StreamInbox::Request& request = in.request;
+    IoOperation& request = in;  // the inbox is its stream's request
     request.opcode = IoOpcode::kReceiveMultishot;
-    request.fd = in.fd;
     request.flags = 0;
     request.timeoutNs = -1;
     request.whole = false;
@@ -290,7 +347,6 @@ struct StreamReads {
     request.complete = &StreamReads::onRequest;
     if (loop.submit(request)) return request.result < 0 ? static_cast<int>(request.result) : -EIO;
     in.state = State::kArmed;
-    in.loop = &loop;
     in.requestWait.loop = &loop;
     in.requestWait.op = &request;
     in.requestWait.closed = false;
@@ -325,7 +381,7 @@ struct StreamReads {
 
   // The head waits for the inbox: directly when it may (see the top), else parked.
   static bool wait(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop& loop) noexcept {
-    if (in.loop == &loop && r.op_.timeoutNs < 0) {
+    if (in.loop() == &loop && r.op_.timeoutNs < 0) {
       r.reader_.mode = kDirect;
       r.fdWait_.loop = &loop;
       r.inFlight_ = true;
@@ -352,12 +408,12 @@ struct StreamReads {
       r.fdWait_.closed = true;
       return leave(in, r);
     }
-    if (in.count != 0 || in.hasFinal) {
+    if (in.count() != 0 || in.hasFinal) {
       if (opcode == IoOpcode::kPollReadable) {
         op.result = 0;
         return leave(in, r);
       }
-      if (in.count == 0) {
+      if (in.count() == 0) {
         op.result = takeFinal(in);
         return leave(in, r);
       }
@@ -393,7 +449,7 @@ struct StreamReads {
         if (armed == 0) return wait(entry, in, r, loop);
         if (armed != -EOPNOTSUPP) {
           op.result = armed;
-          op.loopShutDown = in.request.loopShutDown;
+          op.loopShutDown = in.loopShutDown;
           return leave(in, r);
         }
       }
@@ -401,19 +457,26 @@ struct StreamReads {
     }
     // A request is armed (or ending). read() needs it to end first; so does a receive()
     // on another loop (the hand-over).
-    if (opcode == IoOpcode::kReceive || (opcode == IoOpcode::kReceiveLent && in.loop != &loop)) {
+    if (opcode == IoOpcode::kReceive || (opcode == IoOpcode::kReceiveLent && in.loop() != &loop)) {
       disarm(in);
     }
     return wait(entry, in, r, loop);
   }
 
   // Gives the head `h` (receive() or readable(), parked or direct) its result from the
-  // inbox, on the request's thread. A parked one is woken to land it on its loop.
-  static void serve(StreamInbox& in, IoAwaiter& h) noexcept {
+  // inbox, on the request's thread: for a receive(), `arrival` when there is one (the
+  // request's, which nothing kept comes before: handed over without being kept), else
+  // the first arrival kept, else the stream's end. A parked one is woken to land it on
+  // its loop.
+  static void serve(StreamInbox& in, IoAwaiter& h, LentBuffer* arrival = nullptr) noexcept {
     Reader& reader = h.reader_;
     std::int64_t result = 0;
     if (reader.opcode == IoOpcode::kReceiveLent) {
-      if (in.count != 0) {
+      if (arrival != nullptr) {
+        h.op_.lent = std::move(*arrival);
+        result = static_cast<std::int64_t>(h.op_.lent.size());
+        reader.handout = ++in.handouts;
+      } else if (in.count() != 0) {
         h.op_.lent = in.popFront();
         result = static_cast<std::int64_t>(h.op_.lent.size());
         reader.handout = ++in.handouts;
@@ -443,7 +506,7 @@ struct StreamReads {
     while (IoAwaiter* h = in.head) {
       Reader& reader = h->reader_;
       if (reader.mode == kKernel) return;  // its own operation decides
-      const bool something = in.count != 0 || in.hasFinal;
+      const bool something = in.count() != 0 || in.hasFinal;
       if (something && reader.opcode != IoOpcode::kReceive) {
         const bool wasDirect = reader.mode == kDirect;
         serve(in, *h);
@@ -471,14 +534,14 @@ struct StreamReads {
       break;
     }
     if (in.state == State::kArmed && in.head == nullptr &&
-        (in.count >= kInboxBuffers || in.bytes >= kInboxBytes)) {
+        (in.count() >= kInboxBuffers || in.keptBytes() >= kInboxBytes)) {
       disarm(in);  // the bound: the socket holds the rest back
     }
   }
 
   // The request's completions (IoOperation::complete), on its loop's thread.
   static void onRequest(IoOperation& op) noexcept {
-    StreamInbox* in = static_cast<StreamInbox::Request&>(op).inbox;
+    StreamInbox* in = static_cast<StreamInbox*>(&op);  // the inbox is its request
     FdEntry& entry = fdEntry(in->fd);
     IoAwaiter* direct = nullptr;
     DeferredClose deferred;
@@ -487,7 +550,7 @@ struct StreamReads {
       FdEntryLock lock(entry);
       IoAwaiter* h = in->head;
       if (op.more && h != nullptr && h == in->tail && h->reader_.mode == kDirect &&
-          h->reader_.opcode == IoOpcode::kReceiveLent && in->count == 0) [[likely]] {
+          h->reader_.opcode == IoOpcode::kReceiveLent && in->count() == 0) [[likely]] {
         // The plain loop's receive waits directly, alone: the arrival is its (serve's way,
         // in short).
         h->op_.lent = std::move(op.lent);
@@ -497,6 +560,13 @@ struct StreamReads {
         ++in->handouts;
         in->head = in->tail = nullptr;
         direct = h;
+      } else if (op.more && h != nullptr && h->reader_.mode == kParked &&
+                 h->reader_.opcode == IoOpcode::kReceiveLent && in->count() == 0 && !in->hasFinal &&
+                 !in->orphaned) {
+        // A receive() parked (a time limit, a cancellable token, or another loop's reader):
+        // the arrival is its without being kept, which would allocate the ring (serveReaders'
+        // way, in short: the readers behind it find nothing).
+        serve(*in, *h, &op.lent);
       } else if (op.more) {
         if (in->orphaned) {
           lostAfterRelease(in->fd, op.result);
@@ -506,10 +576,10 @@ struct StreamReads {
         }
       } else {
         in->state = State::kIdle;
-        in->loop = nullptr;
         // Unlinked now (a reader may arm the request again below), the close decided after
         // the readers have seen that the descriptor is closing.
         unlinkLocked(entry, in->requestWait);
+        in->requestWait.loop = nullptr;
         if (in->orphaned) {
           if (op.result > 0) lostAfterRelease(in->fd, op.result);
           op.lent.reset();
@@ -578,7 +648,7 @@ IoAwaiter::StreamStep IoAwaiter::suspendOnStream(IoLoop& loop) {
       // Release: a reader that finds it without the lock (streamReadsActive) sees it built.
       entry.inbox.store(in, std::memory_order_release);
     }
-    if (in->head == nullptr && in->count == 0 && !in->hasFinal && in->loop == &loop &&
+    if (in->head == nullptr && in->count() == 0 && !in->hasFinal && in->loop() == &loop &&
         in->state == StreamInbox::State::kArmed && op_.opcode == IoOpcode::kReceiveLent &&
         op_.timeoutNs < 0 && !entry.closing) [[likely]] {
       // The plain loop's receive: the request armed here, nothing kept, nobody waiting:
@@ -710,12 +780,16 @@ namespace weft::detail {
 
 // ---- outside awaiters: tryRead, release ----------------------------------------------
 
+std::size_t keptArrivalRings() noexcept {
+  return gKeptArrivalRings.load(std::memory_order_relaxed);
+}
+
 InboxRead readInbox(int fd, std::span<std::byte> buffer, std::size_t& n, int& error) noexcept {
   FdEntry& entry = fdEntry(fd);
   FdEntryLock lock(entry);
   StreamInbox* in = entry.inbox.load(std::memory_order_relaxed);
   if (in == nullptr) return InboxRead::kSocket;
-  if (in->count != 0) {
+  if (in->count() != 0) {
     n = StreamReads::copyOut(*in, buffer.data(), buffer.size());
     return InboxRead::kBytes;
   }
@@ -735,7 +809,7 @@ void releaseDescriptor(int fd) noexcept {
   {
     FdEntryLock lock(entry);
     if (StreamInbox* in = entry.inbox.load(std::memory_order_relaxed); in != nullptr) {
-      if (in->count != 0 || in->head != nullptr) {
+      if (in->count() != 0 || in->head != nullptr) {
         std::fprintf(stderr,
                      "weft: TcpStream::release() of descriptor %d while %s: on io_uring, "
                      "receive() keeps a receive armed whose arrivals wait for the next read, "

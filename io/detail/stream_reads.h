@@ -16,4 +16,9 @@ enum class InboxRead : unsigned char { kSocket, kNothing, kBytes, kFinal };
 // noexcept: a copy under the inbox's lock. Thread safety: any thread.
 InboxRead readInbox(int fd, std::span<std::byte> buffer, std::size_t& n, int& error) noexcept;
 
+// How many streams' inboxes hold a ring of kept arrivals, process-wide: a ring exists only
+// while arrivals wait in it for a read (stream_reads.cc), so an idle stream holds none. For
+// tests. noexcept: a relaxed load. Thread safety: any thread (a snapshot).
+std::size_t keptArrivalRings() noexcept;
+
 }  // namespace weft::detail

@@ -55,6 +55,7 @@
 #include "weft/executors/thread_pool.h"
 #include "weft/io/tcp_listener.h"
 #include "weft/io/tcp_stream.h"
+#include "weft/io/detail/stream_reads.h"
 #include "test/support/counted.h"
 #include "test/support/io_support.h"
 #include "test/support/one_worker.h"
@@ -362,6 +363,66 @@ TEST_P(StreamReadsTest, ReadsTakeKeptBytesFirst) {
     syncAwait([&]() -> Lazy<void> { co_await pair.stream.readable(); }().via(&pool));
   }
   EXPECT_EQ(std::string(rest, *n), "k");
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
+}
+
+// What an idle stream holds: arrivals that a waiting receive() takes are handed over
+// without being kept, and the ring that keeps arrivals while no read waits is given back
+// once they are read. Rounds of bursts (more messages than the ring's first size) with
+// the reader away, then read to the last byte under a read time limit (a parked
+// receive): every byte once, in order, and after each round no ring and no lent buffer.
+TEST_P(StreamReadsTest, AnIdleStreamHoldsNoRingOfKeptArrivals) {
+  test::Watchdog watchdog(120s, "AnIdleStreamHoldsNoRing");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  pair.stream.setReadTimeout(std::chrono::milliseconds(60000));
+  const bool armed = keepsReceivesArmed(pool);
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+  auto exchange = [&](std::size_t size) {  // one message, received at once
+    const std::vector<std::byte> piece = streamBytes(9, sent, size);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), piece.data(), piece.size()));
+    sent += piece.size();
+    while (received < sent) {
+      LentBuffer data = syncAwait(receiveOnce(pair.stream).via(&pool));
+      ASSERT_FALSE(data.empty());
+      ASSERT_EQ(firstWrong(9, received, data.bytes()), std::string::npos);
+      received += data.size();
+    }
+  };
+  for (int round = 0; round < 20; ++round) {
+    // A receive that found nothing kept: on io_uring the request is armed from here on.
+    exchange(1 + round);
+    // A burst of 1 to 12 messages while no read waits: the armed receive keeps them.
+    const int messages = 1 + round % 12;
+    for (int m = 0; m < messages; ++m) {
+      const std::vector<std::byte> piece = streamBytes(9, sent, 1 + (round * 7 + m) % 300);
+      ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), piece.data(), piece.size()));
+      sent += piece.size();
+    }
+    if (armed) test::waitUntil([] { return detail::keptArrivalRings() == 1; });
+    while (received < sent) {
+      LentBuffer data = syncAwait(receiveOnce(pair.stream).via(&pool));
+      ASSERT_FALSE(data.empty());
+      ASSERT_EQ(firstWrong(9, received, data.bytes()), std::string::npos) << "round " << round;
+      received += data.size();
+    }
+    EXPECT_EQ(received, sent);
+    EXPECT_EQ(detail::keptArrivalRings(), 0u) << "round " << round;
+    EXPECT_EQ(test::lentBuffers(pool), 0u) << "round " << round;
+  }
+  // A receive that waits (parked: it has a time limit) when the next arrival comes takes it
+  // without a ring.
+  std::thread later([&] {
+    const std::vector<std::byte> piece = streamBytes(9, sent, 100);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), piece.data(), piece.size()));
+  });
+  LentBuffer last = syncAwait(receiveOnce(pair.stream).via(&pool));
+  later.join();
+  ASSERT_FALSE(last.empty());
+  EXPECT_EQ(firstWrong(9, received, last.bytes()), std::string::npos);
+  EXPECT_EQ(detail::keptArrivalRings(), 0u);
+  last.reset();
   EXPECT_EQ(test::lentBuffers(pool), 0u);
 }
 
