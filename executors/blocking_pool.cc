@@ -121,8 +121,8 @@ void BlockingPool::setMaxThreads(std::size_t maxThreads) {
   workOrStop_.notify_all();
 }
 
-void BlockingPool::unlinkLocked(detail::BlockingJob& job,
-                                detail::BlockingJob::State next) noexcept {
+void BlockingPool::unlinkLocked(Job& job,
+                                Job::State next) noexcept {
   (job.prev != nullptr ? job.prev->next : head_) = job.next;
   (job.next != nullptr ? job.next->prev : tail_) = job.prev;
   job.prev = job.next = nullptr;
@@ -130,8 +130,8 @@ void BlockingPool::unlinkLocked(detail::BlockingJob& job,
   --queued_;
 }
 
-bool BlockingPool::submit(detail::BlockingJob& job) {
-  using State = detail::BlockingJob::State;
+bool BlockingPool::submit(Job& job) {
+  using State = Job::State;
   std::lock_guard lock(mutex_);
   if (job.state == State::kBarred) return false;
   if (closing_) throw ExecutorShutDown(name_);
@@ -156,16 +156,16 @@ bool BlockingPool::submit(detail::BlockingJob& job) {
   return true;
 }
 
-bool BlockingPool::withdraw(detail::BlockingJob& job) noexcept {
+bool BlockingPool::withdraw(Job& job) noexcept {
   std::lock_guard lock(mutex_);
-  if (job.state != detail::BlockingJob::State::kQueued) return false;
-  unlinkLocked(job, detail::BlockingJob::State::kWithdrawn);
+  if (job.state != Job::State::kQueued) return false;
+  unlinkLocked(job, Job::State::kWithdrawn);
   return true;
 }
 
-detail::BlockingJob::State BlockingPool::withdrawForShutdown(
-    detail::BlockingJob& job) noexcept {
-  using State = detail::BlockingJob::State;
+BlockingPool::Job::State BlockingPool::withdrawForShutdown(
+    Job& job) noexcept {
+  using State = Job::State;
   std::lock_guard lock(mutex_);
   const State found = job.state;
   switch (found) {
@@ -206,8 +206,8 @@ void BlockingPool::threadMain(ThreadList::iterator self) {
   --starting_;
   for (;;) {
     if (head_ != nullptr) {
-      detail::BlockingJob& job = *head_;
-      unlinkLocked(job, detail::BlockingJob::State::kTaken);  // only this thread finishes it
+      Job& job = *head_;
+      unlinkLocked(job, Job::State::kTaken);  // only this thread finishes it
       ++running_;
       lock.unlock();
       job.run(&job);  // may free the job (its coroutine resumed and went on)

@@ -9,8 +9,6 @@
 #include <string_view>
 #include <thread>
 
-#include "weft/executors/detail/blocking_job.h"
-
 namespace weft {
 
 namespace detail {
@@ -99,19 +97,39 @@ class BlockingPool {
   template <class Fn>
   friend class detail::BlockingAwaiter;
 
+  // One call of blocking(fn) as the pool sees it: a node of the pool's intrusive FIFO,
+  // embedded in the awaiter (so in the awaiting coroutine's frame, or on the fiber's stack).
+  // `prev`, `next` and `state` are guarded by the pool's mutex.
+  struct Job {
+    enum class State : unsigned char {
+      kNew,        // not submitted (or submit() failed)
+      kQueued,     // in the pool's queue
+      kTaken,      // a thread of the pool took it: fn runs, or ran
+      kWithdrawn,  // taken back from the queue (cancellation, destruction, shutdown guard)
+      kBarred,     // its ThreadPool's shutdown came before submit(): never queued
+    };
+    Job* prev = nullptr;
+    Job* next = nullptr;
+    State state = State::kNew;
+    // Runs fn on the pool's thread, stores its outcome, and hands the coroutine on. The
+    // job may be freed by its coroutine as soon as this returns (or earlier, from inside).
+    // noexcept: fn's exception is stored for the co_await, not thrown here.
+    void (*run)(Job* job) noexcept = nullptr;
+  };
+
   // Queues `job` and makes sure a thread will run it; false (nothing queued) if the job
   // was barred by withdrawForShutdown(). Throws ExecutorShutDown after shutdown(),
   // std::system_error when no thread exists and none can start; nothing is queued then.
-  bool submit(detail::BlockingJob& job);
+  bool submit(Job& job);
   // Takes `job` back if no thread has taken it yet (then true: it will never run).
   // noexcept: an unlink under a mutex.
-  bool withdraw(detail::BlockingJob& job) noexcept;
+  bool withdraw(Job& job) noexcept;
   // For the shutdown guard of the ThreadPool the call resumes on: takes a queued `job`
   // back (it becomes kWithdrawn), bars one not yet submitted (kBarred: submit() refuses
   // it), and leaves one that a thread took or the cancellation withdrew. Returns the
   // state it found: kQueued (taken back), kNew (barred), or another (left). noexcept:
   // under a mutex.
-  detail::BlockingJob::State withdrawForShutdown(detail::BlockingJob& job) noexcept;
+  Job::State withdrawForShutdown(Job& job) noexcept;
 
   // defaultPool()'s exit handler: ends the threads not inside a call and joins them;
   // the others detach when they next find the queue empty. noexcept: a lock and joins.
@@ -120,7 +138,7 @@ class BlockingPool {
   using ThreadList = std::list<std::thread>;
   void startThreadLocked();
   void threadMain(ThreadList::iterator self);
-  void unlinkLocked(detail::BlockingJob& job, detail::BlockingJob::State next) noexcept;
+  void unlinkLocked(Job& job, Job::State next) noexcept;
 
   const std::chrono::steady_clock::duration idleTimeout_;
   const std::string name_;
@@ -128,8 +146,8 @@ class BlockingPool {
   mutable std::mutex mutex_;
   std::condition_variable workOrStop_;  // a call queued, shutdown, bound lowered
   std::condition_variable threadExited_;  // for shutdown() and the exit handler
-  detail::BlockingJob* head_ = nullptr;  // guarded by mutex_, as is everything below
-  detail::BlockingJob* tail_ = nullptr;
+  Job* head_ = nullptr;  // guarded by mutex_, as is everything below
+  Job* tail_ = nullptr;
   std::size_t queued_ = 0;
   std::size_t maxThreads_;
   std::size_t threads_ = 0;   // alive

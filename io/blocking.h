@@ -15,7 +15,6 @@
 #include "weft/coro/cancellation.h"
 #include "weft/coro/try.h"
 #include "weft/executors/blocking_pool.h"
-#include "weft/executors/detail/blocking_job.h"
 #include "weft/executors/executor.h"
 #include "weft/io/detail/pool_shutdown_guard.h"
 
@@ -134,7 +133,7 @@ namespace detail {
 // thread will resume the coroutine), or the cancellation or the shutdown took it (its
 // resumption is on its way): weft reports the misuse and aborts.
 template <class Fn>
-class BlockingAwaiter final : private BlockingJob, private PoolShutdownGuard::Owner {
+class BlockingAwaiter final : private BlockingPool::Job, private PoolShutdownGuard::Owner {
  public:
   using Result = std::invoke_result_t<Fn>;
 
@@ -215,7 +214,7 @@ class BlockingAwaiter final : private BlockingJob, private PoolShutdownGuard::Ow
 
  private:
   // On one of the pool's threads. noexcept: fn's exception is captured.
-  static void runOnPool(BlockingJob* job) noexcept {
+  static void runOnPool(BlockingPool::Job* job) noexcept {
     auto* self = static_cast<BlockingAwaiter*>(job);
     try {
       if constexpr (std::is_void_v<Result>) {
@@ -233,9 +232,9 @@ class BlockingAwaiter final : private BlockingJob, private PoolShutdownGuard::Ow
   // PoolShutdownGuard::Owner, on a worker of resumeOn_ during its shutdown.
   PoolShutdownGuard::Claim takeBackForShutdown() noexcept override {
     using Claim = PoolShutdownGuard::Claim;
-    const BlockingJob::State found = pool_.withdrawForShutdown(*this);
-    const Claim claim = found == BlockingJob::State::kQueued ? Claim::kTakenBack
-                        : found == BlockingJob::State::kNew  ? Claim::kBarred
+    const BlockingPool::Job::State found = pool_.withdrawForShutdown(*this);
+    const Claim claim = found == BlockingPool::Job::State::kQueued ? Claim::kTakenBack
+                        : found == BlockingPool::Job::State::kNew  ? Claim::kBarred
                                                              : Claim::kClaimed;
     // Written before the guard's arrival (and before its release store of `fired`).
     if (claim == PoolShutdownGuard::Claim::kTakenBack) shutDown_ = true;
