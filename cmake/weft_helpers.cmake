@@ -12,7 +12,8 @@ endfunction()
 # exported as weft::<name>, libweft_<name>.a in the build tree's top directory), a static
 # library of SRCS, or an INTERFACE library when there are none. Paths are relative to the
 # calling CMakeLists.txt (coro/CMakeLists.txt lists lazy.h, detail/config.h, ...). DEPS are
-# PUBLIC: a weft library's headers include those of the layers below it. HDRS are recorded
+# PUBLIC: a weft library's headers include those of the layers below it. The include
+# directories are the top-level CMakeLists.txt's _weft_include_dirs. HDRS are recorded
 # in the global property WEFT_HEADERS (coro/lazy.h: include view, header check, install).
 # Every file named is recorded as listed (weft_check_listed_files).
 function(weft_cc_library name)
@@ -86,7 +87,8 @@ function(weft_check_listed_files dir)
     list(SORT missing)
     string(REPLACE ";" "\n  " missing "${missing}")
     message(SEND_ERROR "weft: files in no list of the build (add each to the list in its "
-                        "directory's CMakeLists.txt, and to BUILD.bazel):\n  ${missing}")
+                        "directory's CMakeLists.txt; a test also to WEFT_TESTS in "
+                        "BUILD.bazel):\n  ${missing}")
   endif()
 endfunction()
 
