@@ -161,10 +161,22 @@ step_clang() {
 # check is left to the gcc and clang steps (the same headers, compiled alone).
 sanitizer_debug_flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only)
 
+# symbolizer_option: ":external_symbolizer_path=<llvm-symbolizer>" for a sanitizer's
+# options, so that reports name functions, files and lines (clang-16 alone has no
+# llvm-symbolizer here, and ASan does not find another version's by itself); empty when
+# there is none.
+symbolizer_option() {
+  local symbolizer
+  symbolizer="$(command -v llvm-symbolizer-16 llvm-symbolizer llvm-symbolizer-14 2>/dev/null | head -n 1 || true)"
+  [[ -z "${symbolizer}" ]] || printf ':external_symbolizer_path=%s' "${symbolizer}"
+}
+
 step_asan() {
   local san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-  ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_init_order=1" \
-  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+  local symbolizer
+  symbolizer="$(symbolizer_option)"
+  ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_init_order=1${symbolizer}" \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${symbolizer}" \
     cmake_build build/clang-asan -DCMAKE_CXX_COMPILER="${CLANGXX}" "${sanitizer_debug_flags[@]}" \
       -DCMAKE_CXX_FLAGS="-O1 ${san} -D_GLIBCXX_ASSERTIONS" \
       -DCMAKE_EXE_LINKER_FLAGS="${san}" \
@@ -190,10 +202,7 @@ step_aarch64() {
 
 step_tsan() {
   local san="-fsanitize=thread -fno-omit-frame-pointer" options="halt_on_error=1:second_deadlock_stack=1"
-  local symbolizer
-  # Reports with function names and lines (clang-16 alone has no llvm-symbolizer here).
-  symbolizer="$(command -v llvm-symbolizer-16 llvm-symbolizer llvm-symbolizer-14 2>/dev/null | head -n 1 || true)"
-  [[ -n "${symbolizer}" ]] && options+=":external_symbolizer_path=${symbolizer}"
+  options+="$(symbolizer_option)"
   TSAN_OPTIONS="${options}" \
     cmake_tests build/clang-tsan '.' -DCMAKE_CXX_COMPILER="${CLANGXX}" \
       "${sanitizer_debug_flags[@]}" -DCMAKE_CXX_FLAGS="-O1 ${san}" \
