@@ -9,8 +9,10 @@
 #   deps      apt-get install what is missing (sudo only when not root)
 #   gcc       g++ Release (-O2): header check, library, tests, examples, benchmarks;
 #             ctest; each benchmark once, briefly (a crash check, not a measurement)
-#   busy      the gcc tree's ctest again, two tests at a time, while two CPU burners keep
-#             both cores busy: no test may depend on how fast or idle the machine is
+#   busy      the gcc tree's ctest again, two tests at a time, while two other CPU-bound
+#             processes keep both cores busy: no test may depend on how fast or idle the
+#             machine is. With the clang step requested too, they are that step's compilers
+#             (its build runs here, two jobs), else (and once that build is done) two burners
 #   clang     clang++-16 Release: the same without the benchmarks (the gcc step builds them)
 #   asan      clang++-16 -O1 with ASan + UBSan (halt on the first error), line tables only:
 #             tests (the header check is the gcc and clang steps' work)
@@ -133,27 +135,47 @@ step_gcc() {
   done
 }
 
-# The machine oversubscribed: ctest -j2 and two processes that spin, on 2 cores, so every
-# test runs with a quarter to a half of a core and is preempted at any instruction. Reuses
-# the gcc step's tree (building only what is missing).
+# The machine oversubscribed: ctest -j2 beside two other CPU-bound processes on 2 cores, so
+# every test runs with a quarter to a half of a core and is preempted at any instruction.
+# Reuses the gcc step's tree (building only what is missing). When the clang step is
+# requested too, the load is that step's build (ninja -j2: two compilers instead of two
+# spinning loops; the clang step then only finds its tree built and runs its tests), and two
+# spinning processes take over whenever the build is not running (before it starts work,
+# after it ends). Otherwise the load is the two spinning processes throughout.
 step_busy() {
-  local dir=build/gcc-release rc=0 burners=() i
+  local dir=build/gcc-release rc=0 load="" keeper=""
   cmake -S . -B "${dir}" -G Ninja -DWEFT_DEVELOPER=ON "${gcc_release_args[@]}" || return 1
   cmake --build "${dir}" "${jobs[@]}" -- -k 0 || return 1
-  for i in 1 2; do
-    (trap 'exit 0' TERM; while :; do :; done) &
-    burners+=($!)
-  done
-  trap 'kill "${burners[@]}" 2>/dev/null || true; wait "${burners[@]}" 2>/dev/null || true' RETURN
-  echo "CPU burners: ${burners[*]}"
+  if [[ " ${steps[*]} " == *" clang "* ]]; then
+    echo "load: the clang step's build of build/clang-release (log: build/clang-release.busy.log)"
+    # Its errors are the clang step's to report: it builds again what failed here.
+    ( cmake -S . -B build/clang-release -G Ninja -DWEFT_DEVELOPER=ON "${clang_release_args[@]}"
+      cmake --build build/clang-release --target weft_header_check --parallel 2 -- -k 0
+      cmake --build build/clang-release --parallel 2 -- -k 0 ) >build/clang-release.busy.log 2>&1 &
+    load=$!
+  fi
+  # Two CPU burners whenever the load build is not running.
+  ( trap 'kill $(jobs -p) 2>/dev/null; exit 0' TERM
+    if [[ -n "${load}" ]]; then
+      while kill -0 "${load}" 2>/dev/null; do sleep 1; done
+    fi
+    for i in 1 2; do (trap 'exit 0' TERM; while :; do :; done) & done
+    echo "CPU burners: $(jobs -p | tr '\n' ' ')"
+    wait ) &
+  keeper=$!
+  trap 'kill "${keeper}" 2>/dev/null || true; wait "${keeper}" 2>/dev/null || true
+        [[ -z "${load}" ]] || wait "${load}" 2>/dev/null || true' RETURN
   ctest --test-dir "${dir}" --output-on-failure --no-tests=error -j2 || rc=1
   [[ ${rc} -eq 0 ]] || echo "test/run.sh: ${dir}: tests FAILED on a busy machine (see above)" >&2
+  [[ -z "${load}" ]] || echo "waiting for the clang step's build (build/clang-release.busy.log)"
   return ${rc}
 }
 
+clang_release_args=(-DCMAKE_CXX_COMPILER="${CLANGXX}" -DCMAKE_BUILD_TYPE=Release
+                    -DWEFT_BUILD_BENCHMARKS=OFF)
+
 step_clang() {
-  cmake_build build/clang-release -DCMAKE_CXX_COMPILER="${CLANGXX}" -DCMAKE_BUILD_TYPE=Release \
-    -DWEFT_BUILD_BENCHMARKS=OFF
+  cmake_build build/clang-release "${clang_release_args[@]}"
 }
 
 # The sanitizer builds are Debug (task tracking on) with line tables only: reports name
