@@ -31,3 +31,19 @@ def weft_fiber_backend_select(asm_x86_64, asm_aarch64, boost):
         "//bazel:aarch64": asm_aarch64,
         "//conditions:default": boost,
     })
+
+def weft_io_uring_select(io_uring, epoll_only):
+    """select() over the event loops built: io_uring (liburing) and epoll by default, epoll
+    only with --define=weft_io_uring=off (.bazelrc: --config=epoll), for systems without
+    liburing, as CMake's -DWEFT_IO_URING=OFF.
+
+    Args:
+      io_uring: the value when the io_uring loop is built (the default).
+      epoll_only: the value with --define=weft_io_uring=off.
+    Returns:
+      A select().
+    """
+    return select({
+        "//bazel:epoll_only": epoll_only,
+        "//conditions:default": io_uring,
+    })

@@ -7,6 +7,91 @@ function(weft_own_target target)
   set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF)
 endfunction()
 
+# weft_cc_library(<name> [HDRS <header>...] [SRCS <source>...] [DEPS <target>...]): one of
+# weft's libraries, shaped like Bazel's cc_library: weft_<name> (alias weft::<name>,
+# exported as weft::<name>, libweft_<name>.a in the build tree's top directory), a static
+# library of SRCS, or an INTERFACE library when there are none. Paths are relative to the
+# calling CMakeLists.txt (coro/CMakeLists.txt lists lazy.h, detail/config.h, ...). DEPS are
+# PUBLIC: a weft library's headers include those of the layers below it. The include
+# directories are the top-level CMakeLists.txt's _weft_include_dirs. HDRS are recorded
+# in the global property WEFT_HEADERS (coro/lazy.h: include view, header check, install).
+# Every file named is recorded as listed (weft_check_listed_files).
+function(weft_cc_library name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "HDRS;SRCS;DEPS")
+  if(arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "weft_cc_library(${name}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
+  endif()
+  weft_listed_files(${arg_HDRS} ${arg_SRCS})
+  file(RELATIVE_PATH dir "${PROJECT_SOURCE_DIR}" "${CMAKE_CURRENT_SOURCE_DIR}")
+  set(headers)
+  foreach(header IN LISTS arg_HDRS)
+    list(APPEND headers "${dir}/${header}")
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY WEFT_HEADERS ${headers})
+  set(target weft_${name})
+  if(arg_SRCS)
+    add_library(${target} STATIC ${arg_SRCS})
+    set(scope PUBLIC)
+    weft_own_target(${target})
+    set_target_properties(${target} PROPERTIES
+        OUTPUT_NAME ${target} ARCHIVE_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}")
+  else()
+    add_library(${target} INTERFACE)
+    set(scope INTERFACE)
+  endif()
+  add_library(weft::${name} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
+  target_include_directories(${target} ${scope} ${_weft_include_dirs})
+  target_compile_features(${target} ${scope} cxx_std_20)
+  target_link_libraries(${target} ${scope} ${arg_DEPS})
+endfunction()
+
+# weft_listed_files(<file>...): records files (relative to the calling CMakeLists.txt) as
+# part of the build, for weft_check_listed_files.
+function(weft_listed_files)
+  set(files)
+  foreach(file IN LISTS ARGN)
+    get_filename_component(file "${file}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    list(APPEND files "${file}")
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY WEFT_LISTED_FILES ${files})
+endfunction()
+
+# weft_check_listed_files(<dir> [EXCLUDE <subdir>...]): fails the configure step when a
+# .h, .cc or .S file under <dir> (relative to the project) is in no list of the build
+# (weft_cc_library, weft_listed_files), naming each one: a file someone forgot to list
+# would otherwise be neither compiled nor installed nor tested, silently. The search is the
+# only glob of weft's build, and has CONFIGURE_DEPENDS: a file added later makes the next
+# build configure again and fail here. EXCLUDE: subdirectories that are not part of this
+# build (test/consumer is a project of its own).
+function(weft_check_listed_files dir)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "EXCLUDE")
+  set(root "${PROJECT_SOURCE_DIR}/${dir}")
+  file(GLOB_RECURSE found CONFIGURE_DEPENDS LIST_DIRECTORIES false
+       "${root}/*.h" "${root}/*.cc" "${root}/*.S")
+  get_property(listed GLOBAL PROPERTY WEFT_LISTED_FILES)
+  set(missing)
+  foreach(file IN LISTS found)
+    file(RELATIVE_PATH rel "${root}" "${file}")
+    set(excluded FALSE)
+    foreach(sub IN LISTS arg_EXCLUDE)
+      if(rel MATCHES "^${sub}/")
+        set(excluded TRUE)
+      endif()
+    endforeach()
+    if(NOT excluded AND NOT file IN_LIST listed)
+      list(APPEND missing "${dir}/${rel}")
+    endif()
+  endforeach()
+  if(missing)
+    list(SORT missing)
+    string(REPLACE ";" "\n  " missing "${missing}")
+    message(SEND_ERROR "weft: files in no list of the build (add each to the list in its "
+                        "directory's CMakeLists.txt; a test also to WEFT_TESTS in "
+                        "BUILD.bazel):\n  ${missing}")
+  endif()
+endfunction()
+
 # Which modules each module's headers may include (DESIGN.md, "Layers").
 set(WEFT_LAYER_executors executors version.h)
 set(WEFT_LAYER_coro coro executors version.h)
@@ -192,7 +277,7 @@ function(weft_add_program target_var name_var source)
   if(dir MATCHES "^examples")
     set(target "weft_examples_${stem}")
   endif()
-  add_executable(${target} "${source}")
+  add_executable(${target} "${PROJECT_SOURCE_DIR}/${source}")
   target_link_libraries(${target} PRIVATE weft::weft)
   # Their own support headers, "test/support/..." and "benchmark/...", through links in
   # the build tree (the repository root would let "coro/lazy.h" pass unnoticed).

@@ -9,10 +9,14 @@
 #   deps      apt-get install what is missing (sudo only when not root)
 #   gcc       g++ Release (-O2): header check, library, tests, examples, benchmarks;
 #             ctest; each benchmark once, briefly (a crash check, not a measurement)
-#   busy      the gcc tree's ctest again, two tests at a time, while two CPU burners keep
-#             both cores busy: no test may depend on how fast or idle the machine is
+#   busy      the gcc tree's ctest again, two tests at a time, while two other CPU-bound
+#             processes keep both cores busy: no test may depend on how fast or idle the
+#             machine is. With the clang step requested too, they are that step's compilers
+#             (its build runs here, two jobs), else (and once that build is done) two burners
 #   clang     clang++-16 Release: the same without the benchmarks (the gcc step builds them)
-#   asan      clang++-16 -O1 with ASan + UBSan (halt on the first error): tests
+#             and the header check (the gcc step's; it checks includes, not the compiler)
+#   asan      clang++-16 -O1 with ASan + UBSan (halt on the first error), line tables only:
+#             tests (the header check is the gcc step's work)
 #   consumer  test/consumer built against weft every way a user gets it, with strict
 #             warnings: the installed CMake package, add_subdirectory, FetchContent,
 #             pkg-config, a Bazel workspace of its own, conan create (Conan 2 from PyPI
@@ -31,7 +35,8 @@
 #   aarch64   cross build with aarch64-linux-gnu-g++ (cmake/toolchains/): the stackful
 #             and io tests and those of coro's core types, run by ctest under qemu-aarch64
 #             (no liburing for the target: the epoll loop, and io_uring tests skip)
-#   tsan      clang++-16 -O1 with ThreadSanitizer (halt on the first report): tests
+#   tsan      clang++-16 -O1 with ThreadSanitizer (halt on the first report), line tables
+#             only: tests
 #   valgrind  the stackful tests of build/gcc-release under valgrind memcheck (any error
 #             fails)
 # Ends with a table of the steps and their times, and "summary: N passed, N failed".
@@ -91,7 +96,9 @@ cmake_build() {
   local dir="$1" rc=0
   shift
   cmake -S . -B "${dir}" -G Ninja -DWEFT_DEVELOPER=ON "$@" || return 1
-  cmake --build "${dir}" --target weft_header_check "${jobs[@]}" -- -k 0 || rc=1
+  if [[ " $* " != *" -DWEFT_HEADER_CHECK=OFF "* ]]; then
+    cmake --build "${dir}" --target weft_header_check "${jobs[@]}" -- -k 0 || rc=1
+  fi
   cmake --build "${dir}" "${jobs[@]}" -- -k 0 || rc=1
   ctest --test-dir "${dir}" --output-on-failure --no-tests=error "${ctest_jobs[@]}" || rc=1
   [[ ${rc} -eq 0 ]] || echo "test/run.sh: ${dir}: build or tests FAILED (see above)" >&2
@@ -129,37 +136,76 @@ step_gcc() {
   done
 }
 
-# The machine oversubscribed: ctest -j2 and two processes that spin, on 2 cores, so every
-# test runs with a quarter to a half of a core and is preempted at any instruction. Reuses
-# the gcc step's tree (building only what is missing).
+# The machine oversubscribed: ctest -j2 beside two other CPU-bound processes on 2 cores, so
+# every test runs with a quarter to a half of a core and is preempted at any instruction.
+# Reuses the gcc step's tree (building only what is missing). When the clang step is
+# requested too, the load is that step's build (ninja -j2: two compilers instead of two
+# spinning loops; the clang step then only finds its tree built and runs its tests), and two
+# spinning processes take over whenever the build is not running (before it starts work,
+# after it ends). Otherwise the load is the two spinning processes throughout.
 step_busy() {
-  local dir=build/gcc-release rc=0 burners=() i
+  local dir=build/gcc-release rc=0 load="" keeper=""
   cmake -S . -B "${dir}" -G Ninja -DWEFT_DEVELOPER=ON "${gcc_release_args[@]}" || return 1
   cmake --build "${dir}" "${jobs[@]}" -- -k 0 || return 1
-  for i in 1 2; do
-    (trap 'exit 0' TERM; while :; do :; done) &
-    burners+=($!)
-  done
-  trap 'kill "${burners[@]}" 2>/dev/null || true; wait "${burners[@]}" 2>/dev/null || true' RETURN
-  echo "CPU burners: ${burners[*]}"
+  if [[ " ${steps[*]} " == *" clang "* ]]; then
+    echo "load: the clang step's build of build/clang-release (log: build/clang-release.busy.log)"
+    # Its errors are the clang step's to report: it builds again what failed here.
+    ( cmake -S . -B build/clang-release -G Ninja -DWEFT_DEVELOPER=ON "${clang_release_args[@]}"
+      cmake --build build/clang-release --parallel 2 -- -k 0 ) >build/clang-release.busy.log 2>&1 &
+    load=$!
+  fi
+  # Two CPU burners whenever the load build is not running.
+  ( trap 'kill $(jobs -p) 2>/dev/null; exit 0' TERM
+    if [[ -n "${load}" ]]; then
+      while kill -0 "${load}" 2>/dev/null; do sleep 1; done
+    fi
+    for i in 1 2; do (trap 'exit 0' TERM; while :; do :; done) & done
+    echo "CPU burners: $(jobs -p | tr '\n' ' ')"
+    wait ) &
+  keeper=$!
+  trap 'kill "${keeper}" 2>/dev/null || true; wait "${keeper}" 2>/dev/null || true
+        [[ -z "${load}" ]] || wait "${load}" 2>/dev/null || true' RETURN
   ctest --test-dir "${dir}" --output-on-failure --no-tests=error -j2 || rc=1
   [[ ${rc} -eq 0 ]] || echo "test/run.sh: ${dir}: tests FAILED on a busy machine (see above)" >&2
+  [[ -z "${load}" ]] || echo "waiting for the clang step's build (build/clang-release.busy.log)"
   return ${rc}
 }
 
+# No header check: whether a header compiles alone and within its layers depends on its
+# includes, not on the compiler (the gcc step checks it), and clang compiles every header's
+# code anyway, in this tree and the sanitizer trees, through the files that include it.
+clang_release_args=(-DCMAKE_CXX_COMPILER="${CLANGXX}" -DCMAKE_BUILD_TYPE=Release
+                    -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_HEADER_CHECK=OFF)
+
 step_clang() {
-  cmake_build build/clang-release -DCMAKE_CXX_COMPILER="${CLANGXX}" -DCMAKE_BUILD_TYPE=Release \
-    -DWEFT_BUILD_BENCHMARKS=OFF
+  cmake_build build/clang-release "${clang_release_args[@]}"
+}
+
+# The sanitizer builds are Debug (task tracking on) with line tables only: reports name
+# functions, files and lines, and compiling costs less than with full -g. Their header
+# check is left to the gcc step (the same headers, compiled alone).
+sanitizer_debug_flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only)
+
+# symbolizer_option: ":external_symbolizer_path=<llvm-symbolizer>" for a sanitizer's
+# options, so that reports name functions, files and lines (clang-16 alone has no
+# llvm-symbolizer here, and ASan does not find another version's by itself); empty when
+# there is none.
+symbolizer_option() {
+  local symbolizer
+  symbolizer="$(command -v llvm-symbolizer-16 llvm-symbolizer llvm-symbolizer-14 2>/dev/null | head -n 1 || true)"
+  [[ -z "${symbolizer}" ]] || printf ':external_symbolizer_path=%s' "${symbolizer}"
 }
 
 step_asan() {
   local san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-  ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_init_order=1" \
-  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-    cmake_build build/clang-asan -DCMAKE_CXX_COMPILER="${CLANGXX}" -DCMAKE_BUILD_TYPE=Debug \
+  local symbolizer
+  symbolizer="$(symbolizer_option)"
+  ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_init_order=1${symbolizer}" \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${symbolizer}" \
+    cmake_build build/clang-asan -DCMAKE_CXX_COMPILER="${CLANGXX}" "${sanitizer_debug_flags[@]}" \
       -DCMAKE_CXX_FLAGS="-O1 ${san} -D_GLIBCXX_ASSERTIONS" \
       -DCMAKE_EXE_LINKER_FLAGS="${san}" \
-      -DWEFT_BUILD_BENCHMARKS=OFF
+      -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_HEADER_CHECK=OFF
 }
 
 # The fiber tests on the other switch core. The coro/executors tests do not depend on it.
@@ -181,13 +227,10 @@ step_aarch64() {
 
 step_tsan() {
   local san="-fsanitize=thread -fno-omit-frame-pointer" options="halt_on_error=1:second_deadlock_stack=1"
-  local symbolizer
-  # Reports with function names and lines (clang-16 alone has no llvm-symbolizer here).
-  symbolizer="$(command -v llvm-symbolizer-16 llvm-symbolizer llvm-symbolizer-14 2>/dev/null | head -n 1 || true)"
-  [[ -n "${symbolizer}" ]] && options+=":external_symbolizer_path=${symbolizer}"
+  options+="$(symbolizer_option)"
   TSAN_OPTIONS="${options}" \
     cmake_tests build/clang-tsan '.' -DCMAKE_CXX_COMPILER="${CLANGXX}" \
-      -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1 ${san}" \
+      "${sanitizer_debug_flags[@]}" -DCMAKE_CXX_FLAGS="-O1 ${san}" \
       -DCMAKE_EXE_LINKER_FLAGS="${san}" -DWEFT_BUILD_BENCHMARKS=OFF -DWEFT_BUILD_EXAMPLES=OFF
 }
 
