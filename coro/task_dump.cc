@@ -34,14 +34,16 @@ struct Collected {
   std::vector<TaskDumpEntry> fibers;
 };
 
-// A root task: what its innermost coroutine waits on (the wait its registry slot
-// publishes) and the chain from that coroutine up; or, when nothing is published (it
-// runs, or is queued to run), the root alone. The DumpRead keeps the slot's subject, the
-// root's frame, and what the published note leads to (the awaiter, the chain above it)
-// alive and unchanged (coro/detail/dump_gate.h).
-void dumpTask(RegistrySlot& slot, std::uintptr_t subject, TaskDumpEntry& entry) {
-  const auto& root = *reinterpret_cast<const LazyPromiseBase*>(subject);
-  entry.order = numberTask(slot, subject);
+// A root task: what its innermost coroutine waits on (the wait its record publishes) and
+// the chain from that coroutine up; or, when nothing is published (it runs, or is queued
+// to run), the root alone. The DumpRead keeps the record (its slot's subject), the root's
+// frame, and what the published note leads to (the awaiter, the chain above it) alive and
+// unchanged (coro/detail/dump_gate.h).
+void dumpTask(const TaskRecord& record, TaskDumpEntry& entry) {
+  const auto& root = *static_cast<const LazyPromiseBase*>(record.root);
+  // Relaxed: written before the slot's subject, which the caller read (acquire).
+  entry.order = record.loadId();
+  entry.firstWaitMs = record.loadFirstWaitMs();
   entry.title = "task " + std::to_string(entry.order);
   const CompletionSink* sink = root.completionSink();
   if (sink != nullptr && sink->traceLabel_ != nullptr) {
@@ -49,11 +51,9 @@ void dumpTask(RegistrySlot& slot, std::uintptr_t subject, TaskDumpEntry& entry) 
     entry.title += sink->traceLabel_;
     entry.title += ')';
   }
-  // acquire: pairs with publishWait's release (the note as written for this wait, and
-  // the time of the task's first wait).
-  const std::uintptr_t wait = slot.wait.load(std::memory_order_acquire);
-  if ((wait & 1) == 0) entry.firstWaitMs = slot.firstWaitMs.load(std::memory_order_relaxed);
-  if (wait != 0 && (wait & 1) == 0) {
+  // acquire: pairs with publishWait's release (the note as written for this wait).
+  const std::uintptr_t wait = record.loadWait(std::memory_order_acquire);
+  if (wait != 0) {
     const auto* note = reinterpret_cast<const LazyWaitNote*>(wait);
     entry.state = "waiting on ";
     note->describe(note->awaiter, entry.state);
@@ -68,20 +68,19 @@ void collectTask(RegistrySlot& slot, void* context) {
   auto& out = *static_cast<Collected*>(context);
   try {
     if (!DumpSession::canRead()) {
-      // Without membarrier a subject may be freed under the dump: only the slot is read.
+      // Without membarrier a record may be freed under the dump: only the slot is read.
       const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
       if (subject == 0 || subject == kSlotEnd) return;
       TaskDumpEntry& entry = out.tasks.emplace_back();
-      entry.order = numberTask(slot, subject);
-      entry.title = "task " + std::to_string(entry.order);
+      entry.title = "task";
       entry.state = kWaitNotRead;
       return;
     }
     DumpRead read;
-    // acquire: pairs with the claim's release (the slot's fields as written for it).
+    // acquire: pairs with publishFirstWait's release (the record as written for it).
     const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
     if (subject == 0 || subject == kSlotEnd) return;  // released since the first look
-    dumpTask(slot, subject, out.tasks.emplace_back());
+    dumpTask(*reinterpret_cast<const TaskRecord*>(subject), out.tasks.emplace_back());
   } catch (...) {
     // No memory: the entry stays as far as it got.
   }
