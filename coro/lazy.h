@@ -122,7 +122,7 @@ class StartSink final : public CompletionSink {
   }
   // The task was never run (its executor refused it): frees the sink, not the frame.
   void abandon() noexcept {
-    unregisterRootTask(record_);
+    // Never ran, so never listed: nothing to unregister (task_registry.h).
     delete this;
   }
 

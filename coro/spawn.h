@@ -308,7 +308,7 @@ auto spawn(Executor* executor, W&& work) {
     try {
       taskExecutor->schedule(handle);
     } catch (...) {
-      detail::unregisterRootTask(state->record_);
+      // Never ran, so never listed: nothing to unregister (task_registry.h).
       delete state;  // not started: the task still owns (and frees) the frame
       throw;
     }

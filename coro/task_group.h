@@ -369,7 +369,7 @@ class TaskGroup {
     try {
       executor->schedule(handle);
     } catch (...) {
-      detail::unregisterRootTask(sink->record);
+      // Never ran, so never listed: nothing to unregister (task_registry.h).
       delete sink;  // not started: the task still owns (and frees) the frame
       std::lock_guard guard(mutex_);
       --running_;  // refused by its executor: it never ran

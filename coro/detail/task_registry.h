@@ -56,6 +56,9 @@ DumpFiber fiberDumper() noexcept;
 // What dumps do not list, then: a root task that has not waited yet (one queued that has
 // never run, or one running its first stretch).
 //
+// A task that never ran (its executor refused it) was never listed: it may be dropped
+// without unregisterRootTask.
+//
 // noexcept: stores. Precondition of unregisterRootTask: `root` was registered with
 // `record` and is not unregistered yet.
 // What a root's sink holds: a TaskRecord with WEFT_TASK_TRACKING, else nothing (a member
