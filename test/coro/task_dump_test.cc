@@ -168,16 +168,16 @@ TEST(TaskDumpTest, ARunningTaskThatHasWaitedShowsItselfRunning) {
   weft::ThreadPool pool(1);
   std::string text;
   std::atomic<bool> done{false};
-  [](std::string& out) -> weft::Lazy<> {
+  auto waitThenDump = [](std::string& out) -> weft::Lazy<> {
     co_await weft::yield();  // its first wait lists it
     out = dump();
-  }(text)
-                              .via(&pool)
-                              .start([&](weft::Try<void>) { done = true; });
+  };
+  waitThenDump(text).via(&pool).start([&](weft::Try<void>) { done = true; });
   while (!done) std::this_thread::yield();
-  EXPECT_THAT(text, ContainsRegex("task [0-9]+ \\(start\\(\\)\\), age [0-9]+\\.[0-9]{3} s: "
-                                  "running or runnable\n"
-                                  "  #0 coroutine [^\n]*ARunningTaskThatHasWaitedShowsItselfRunning"));
+  EXPECT_THAT(text,
+              ContainsRegex("task [0-9]+ \\(start\\(\\)\\), age [0-9]+\\.[0-9]{3} s: "
+                            "running or runnable\n"
+                            "  #0 coroutine [^\n]*ARunningTaskThatHasWaitedShowsItselfRunning"));
 }
 
 TEST(TaskDumpTest, ATaskThatHasNotWaitedIsNotListed) {

@@ -277,11 +277,11 @@ TEST(TaskRegistryTest, ATaskIsListedFromItsFirstWaitAndKeepsItsNumber) {
   }
   // It waited: listed, numbered, with an age.
   std::smatch match;
-  ASSERT_TRUE(std::regex_search(text, match,
-                                std::regex("task ([0-9]+) \\(start\\(\\)\\), age [0-9]+\\.[0-9]{3} s: "
-                                           "waiting on Event::wait \\(0x[0-9a-f]+\\)\n"
-                                           "  #0 coroutine [^\n]*waitsThenRuns")))
-      << text;
+  const std::regex listed(
+      "task ([0-9]+) \\(start\\(\\)\\), age [0-9]+\\.[0-9]{3} s: "
+      "waiting on Event::wait \\(0x[0-9a-f]+\\)\n"
+      "  #0 coroutine [^\n]*waitsThenRuns");
+  ASSERT_TRUE(std::regex_search(text, match, listed)) << text;
   const std::string number = match[1];
   first.set();
   while (stage.load() < 2) std::this_thread::yield();
