@@ -151,8 +151,8 @@ template <class A>
 using BoundAwaitable = decltype(bindAwaitable(std::declval<A>(), std::declval<Executor*>(),
                                               std::declval<const CancellationToken&>()));
 
-// What a suspended coroutine of a root task waits on, as the task's registry slot
-// publishes it (RegistrySlot::wait, coro/detail/registry_slot.h): the awaiter and how to
+// What a suspended coroutine of a root task waits on, as the task's record publishes it
+// (TaskRecord::wait, coro/detail/registry_slot.h): the awaiter and how to
 // describe it, the coroutine that waits (where a dump starts its async backtrace) and
 // where (its co_await, WEFT_CODE_ADDRESS, which async backtraces show as file:line).
 // Lives beside the awaiter, in the waiting coroutine's frame. No member initializers: a
@@ -165,14 +165,14 @@ struct LazyWaitNote {
 };
 
 // An awaiter as a Lazy awaits it with WEFT_TASK_TRACKING: when the coroutine belongs to a
-// root task (its promise has the task's registry slot) and suspends, the wait is
-// published in the task's slot, and withdrawn when the co_await is over. `Awaiter` may be
+// root task (its promise has the task's record) and suspends, the wait is published in
+// the task's record, and withdrawn when the co_await is over. `Awaiter` may be
 // a reference type.
 //
-// Cost: an await that does not suspend (await_ready) pays one store (`slot` cleared,
+// Cost: an await that does not suspend (await_ready) pays one store (`record` cleared,
 // after the awaiter's own await_ready, which lets the compiler drop the test in
 // await_resume on that path). One that suspends outside a root task (a collect's
-// branches, a fiber's driver) tests the promise's slot and `slot`; inside one, writes the
+// branches, a fiber's driver) tests the promise's record and `record`; inside one, writes the
 // note (four words), publishes it, and withdraws it when resumed (a store, and the dump
 // gate's load and branch).
 template <class Awaiter>
@@ -188,9 +188,9 @@ struct NotedAwaiter {
   NotedAwaiter& operator=(const NotedAwaiter&) = delete;
 
   Awaiter awaiter;
-  // The slot the wait is published in; null: not published (set on every path before
+  // The record the wait is published in; null: not published (set on every path before
   // await_resume reads it).
-  RegistrySlot* slot;
+  TaskRecord* record;
   LazyWaitNote note;  // filled in only when published
 
   // All forced inline: g++ stops inlining into a coroutine's body past a size, and the
@@ -198,19 +198,19 @@ struct NotedAwaiter {
   // point noted is then in the coroutine's body, too.
   [[gnu::always_inline]] bool await_ready() {
     const bool ready = awaiter.await_ready();
-    slot = nullptr;
+    record = nullptr;
     return ready;
   }
   template <class Promise>
   [[gnu::always_inline]] decltype(auto) await_suspend(std::coroutine_handle<Promise> self);
   // The wait is withdrawn before the awaiter's own await_resume and destruction. A
-  // coroutine destroyed while suspended here never gets here: its root task's record is
-  // released first (unregisterRootTask), so no dump reads the slot any more.
+  // coroutine destroyed while suspended here never gets here: its root task is
+  // unregistered first (unregisterRootTask), so no dump reads the record any more.
   [[gnu::always_inline]] decltype(auto) await_resume() {
-    if (slot != nullptr) [[unlikely]] {
-      noteMonitoredResume(slot);  // for TaskMonitor (monitored_task.h)
-      slot->withdrawWait();
-      enterRootRun(slot);  // for stall reports (running_root.h)
+    if (record != nullptr) [[unlikely]] {
+      noteMonitoredResume(record);  // for TaskMonitor (monitored_task.h)
+      record->withdrawWait();
+      enterRootRun(record);  // for stall reports (running_root.h)
     }
     return awaiter.await_resume();
   }
@@ -229,7 +229,20 @@ class LazyPromiseBase : public FrameAllocated {
  public:
   // Lazily started: nothing runs until the Lazy is awaited, started or synchronously
   // awaited.
+  //
+  // With WEFT_TASK_TRACKING, a root task's first run starts where its root coroutine
+  // leaves its initial suspend (enterFirstRun).
+#if WEFT_TASK_TRACKING
+  struct InitialAwaiter {
+    LazyPromiseBase& promise;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    [[gnu::always_inline]] void await_resume() const noexcept { promise.enterFirstRun(); }
+  };
+  InitialAwaiter initial_suspend() noexcept { return {*this}; }
+#else
   std::suspend_always initial_suspend() noexcept { return {}; }
+#endif
 
   struct FinalAwaiter {
     bool await_ready() noexcept { return false; }
@@ -247,7 +260,7 @@ class LazyPromiseBase : public FrameAllocated {
   // executor and token.
   //
   // With WEFT_TASK_TRACKING, the awaiter of anything but a Lazy (whose awaiter passes the
-  // root task's slot on to the awaited Lazy) is wrapped in a NotedAwaiter, which publishes
+  // root task's record on to the awaited Lazy) is wrapped in a NotedAwaiter, which publishes
   // what this coroutine waits on while it is suspended.
   template <class A>
   decltype(auto) await_transform(A&& awaitable) {
@@ -285,25 +298,41 @@ class LazyPromiseBase : public FrameAllocated {
   }
   void setAsyncParent(AsyncParent parent) noexcept { asyncParent_ = parent; }
 
-  // The registry slot of the root task this coroutine runs in (coro/detail/registry_slot.h),
+  // The record of the root task this coroutine runs in (coro/detail/registry_slot.h),
   // where its NotedAwaiters publish what it waits on: set on the root by
   // registerRootTask, passed on to each Lazy it awaits (LazyAwaiter). Null outside a root
   // task (a collect's branches, a Task awaited by another coroutine, a fiber's driver):
   // nothing is published then. Only with WEFT_TASK_TRACKING.
-  RegistrySlot* rootSlot() const noexcept {
+  TaskRecord* rootRecord() const noexcept {
 #if WEFT_TASK_TRACKING
-    return rootSlot_;
+    return rootRecord_;
 #else
     return nullptr;
 #endif
   }
-  void setRootSlot(RegistrySlot* slot) noexcept {
+  void setRootRecord(TaskRecord* record) noexcept {
 #if WEFT_TASK_TRACKING
-    rootSlot_ = slot;
+    rootRecord_ = record;
 #else
-    (void)slot;
+    (void)record;
 #endif
   }
+#if WEFT_TASK_TRACKING
+  // The coroutine starts running (its initial suspend ends). If it is a registered root
+  // task (its completion sink set, its record set by registerRootTask), the task's first
+  // run starts on this thread: the record learns its root, and the thread's running-root
+  // word names it (running_root.h, for stall reports). Every other Lazy (one awaited by
+  // another, a Task that hops back through a sink of its awaiter's, which has no record)
+  // pays a load and a test. noexcept: loads and stores.
+  [[gnu::always_inline]] void enterFirstRun() noexcept {
+    if ((continuation_ & 1u) != 0) [[unlikely]] {
+      if (TaskRecord* record = rootRecord_; record != nullptr) {
+        record->root = this;
+        enterRootRun(record);
+      }
+    }
+  }
+#endif
   // A root task started under a TaskMonitor (coro/task_monitor.h) keeps the monitor's
   // record of it in its parent word, which asyncParent() never answers for a root (a root
   // has a completion sink). Set by TaskMonitor::instrument() on the Lazy it returns; read
@@ -358,11 +387,11 @@ class LazyPromiseBase : public FrameAllocated {
   std::uintptr_t continuation_ = 0;
   AsyncParent asyncParent_;
   // What an awaited Lazy inherits (LazyAwaiter): its executor, its root task (whose
-  // registry slot its waits are published in), its cancellation token. The executor and
+  // record its waits are published in), its cancellation token. The executor and
   // the root side by side: both null in a new frame, one 16-byte store.
   Executor* executor_ = nullptr;
 #if WEFT_TASK_TRACKING
-  RegistrySlot* rootSlot_ = nullptr;
+  TaskRecord* rootRecord_ = nullptr;
 #endif
   const CancellationToken* token_ = &kNoCancellationToken;
 };
@@ -372,24 +401,24 @@ template <class Promise>
 [[gnu::always_inline]] inline decltype(auto) NotedAwaiter<Awaiter>::await_suspend(
     std::coroutine_handle<Promise> self) {
   LazyPromiseBase& promise = self.promise();
-  if (RegistrySlot* root = promise.rootSlot(); root != nullptr) {
+  if (TaskRecord* root = promise.rootRecord(); root != nullptr) {
     note = LazyWaitNote{&describeAwaiter<Plain>, std::addressof(awaiter), &promise,
                         WEFT_CODE_ADDRESS()};
-    slot = root;
+    record = root;
     root->publishWait(&note);
     leaveRootRun(root);  // for stall reports (running_root.h)
-    // For TaskMonitor (monitored_task.h): may mark `slot`.
-    noteMonitoredSuspend(slot);
+    // For TaskMonitor (monitored_task.h): may mark `record`.
+    noteMonitoredSuspend(record);
   }
   // If await_suspend throws, the coroutine goes on (to its handler) without await_resume:
   // the wait is withdrawn here.
   try {
     return awaiter.await_suspend(self);
   } catch (...) {
-    if (slot != nullptr) {
-      noteMonitoredResume(slot);
-      slot->withdrawWait();
-      enterRootRun(slot);
+    if (record != nullptr) {
+      noteMonitoredResume(record);
+      record->withdrawWait();
+      enterRootRun(record);
     }
     throw;
   }

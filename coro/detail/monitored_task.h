@@ -48,10 +48,10 @@ struct TaskMonitorState {
 // await_suspend), or where monitoredBody ends. While a poll runs, the thread's word
 // tMonitoredRun names the record, and the record the one it replaced (runs nest: a task's
 // poll may resume another task inline, whose poll ends first). A wait that ends a poll
-// marks the NotedAwaiter's slot pointer (its low bit, kMonitoredWait: slots are 8-byte
-// aligned), so that its resumption, on any thread, finds the record again through the
-// slot: the slot's subject is monitoredBody's promise, whose parent word holds the record
-// (LazyPromiseBase::monitorRecord).
+// marks the NotedAwaiter's pointer to the task's TaskRecord (its low bit, kMonitoredWait:
+// records are 8-byte aligned), so that its resumption, on any thread, finds this record
+// again through the task's: TaskRecord::root is monitoredBody's promise, whose parent word
+// holds this record (LazyPromiseBase::monitorRecord).
 //
 // Clock: std::chrono::steady_clock (CLOCK_MONOTONIC, read through the vDSO, some 20-25 ns),
 // read once per poll boundary of a monitored task and never for other tasks. The coarse
@@ -76,10 +76,10 @@ class MonitoredTask {
   // one does. noexcept: a clock read and adds.
   void lastPoll() noexcept;
 
-  // The poll of the task in `root` ends here, on the thread whose run this record is, if
+  // The poll of the task of `root` (its TaskRecord) ends here, on the thread whose run this record is, if
   // the task is this record's: returns `root` marked (kMonitoredWait), else `root`.
   // noexcept: a clock read and adds.
-  RegistrySlot* suspend(RegistrySlot* root) noexcept;
+  TaskRecord* suspend(TaskRecord* root) noexcept;
   // A poll of this record's task starts on the calling thread. noexcept: as above.
   void resume() noexcept;
 
@@ -89,8 +89,8 @@ class MonitoredTask {
 
   std::shared_ptr<TaskMonitorState> monitor_;
   LazyPromiseBase* promise_ = nullptr;
-  // The task's registry slot, when its polls are measured; else null.
-  RegistrySlot* slot_ = nullptr;
+  // The task's TaskRecord (registry_slot.h), when its polls are measured; else null.
+  TaskRecord* taskRecord_ = nullptr;
   // While a poll runs: the thread's previous tMonitoredRun.
   MonitoredTask* outer_ = nullptr;
   std::int64_t instrumentedAt_;
@@ -99,7 +99,7 @@ class MonitoredTask {
   bool running_ = false;
 };
 
-// The bit of a NotedAwaiter's slot pointer that says its wait ended a monitored poll.
+// The bit of a NotedAwaiter's record pointer that says its wait ended a monitored poll.
 inline constexpr std::uintptr_t kMonitoredWait = 1;
 
 // The record whose poll runs on the calling thread now (innermost), or null. Only its
@@ -138,26 +138,26 @@ WEFT_OPAQUE_CALL inline MonitoredTask* localMonitoredRun() noexcept { return tMo
 #endif
 
 // The slow halves of the hooks below (monitored_task.cc), out of line and cold.
-[[gnu::cold]] WEFT_NOINLINE RegistrySlot* suspendMonitored(MonitoredTask* run,
-                                                           RegistrySlot* root) noexcept;
-[[gnu::cold]] WEFT_NOINLINE RegistrySlot* resumeMonitored(RegistrySlot* marked) noexcept;
+[[gnu::cold]] WEFT_NOINLINE TaskRecord* suspendMonitored(MonitoredTask* run,
+                                                           TaskRecord* root) noexcept;
+[[gnu::cold]] WEFT_NOINLINE TaskRecord* resumeMonitored(TaskRecord* marked) noexcept;
 
 // The hooks NotedAwaiter calls (coro/detail/lazy_promise.h), on the paths that publish
 // and withdraw a root task's wait; both noexcept.
 //
-// A coroutine of the root task in `slot` publishes a wait: if a monitored poll runs on
-// this thread and is that task's, it ends, and `slot` is marked. For a task that is not
+// A coroutine of the root task of `record` publishes a wait: if a monitored poll runs on
+// this thread and is that task's, it ends, and `record` is marked. For a task that is not
 // monitored: a thread-local load and a test (null unless a monitored task runs here).
-[[gnu::always_inline]] inline void noteMonitoredSuspend(RegistrySlot*& slot) noexcept {
+[[gnu::always_inline]] inline void noteMonitoredSuspend(TaskRecord*& record) noexcept {
   if (MonitoredTask* run = localMonitoredRun(); run != nullptr) [[unlikely]]
-    slot = suspendMonitored(run, slot);
+    record = suspendMonitored(run, record);
 }
-// That wait is withdrawn (the coroutine resumes): if `slot` is marked, a poll of the
-// monitored task starts, and `slot` is unmarked. For a task that is not monitored: a test
+// That wait is withdrawn (the coroutine resumes): if `record` is marked, a poll of the
+// monitored task starts, and `record` is unmarked. For a task that is not monitored: a test
 // of a bit of the pointer, which the caller has loaded anyway.
-[[gnu::always_inline]] inline void noteMonitoredResume(RegistrySlot*& slot) noexcept {
-  if ((reinterpret_cast<std::uintptr_t>(slot) & kMonitoredWait) != 0) [[unlikely]]
-    slot = resumeMonitored(slot);
+[[gnu::always_inline]] inline void noteMonitoredResume(TaskRecord*& record) noexcept {
+  if ((reinterpret_cast<std::uintptr_t>(record) & kMonitoredWait) != 0) [[unlikely]]
+    record = resumeMonitored(record);
 }
 
 }  // namespace weft::detail

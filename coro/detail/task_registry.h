@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "weft/coro/async_backtrace.h"
 #include "weft/coro/detail/config.h"
@@ -24,14 +25,13 @@ struct TaskDumpEntry {
   std::int64_t firstWaitMs = 0;  // a task that has waited: when it first did (its age)
 };
 
+// A task number, unique in the process, from the process-wide sequence itself (not a
+// thread's block): for a stall signal's handler, which numbers a task in its first run
+// (task_dump.cc). noexcept and async-signal-safe: a lock-free atomic add.
+std::uint64_t takeTaskNumber() noexcept;
+
 // CLOCK_MONOTONIC_COARSE in milliseconds: what ages are read with.
 std::int64_t coarseMilliseconds() noexcept;
-
-// The number of the root task in `slot`, whose subject a dump read as `subject`, inside
-// its DumpRead: the one it took at its first wait, else the one a dump gave it, else a
-// new one (the first dump that lists a task which has not waited numbers it). noexcept:
-// loads, an exchange, and an atomic add per block of numbers.
-std::uint64_t numberTask(RegistrySlot& slot, std::uintptr_t subject) noexcept;
 
 // Calls visitTask(slot, context) for every task slot and visitFiber(slot, context) for
 // every fiber slot of every thread's rings that is not free, in a DumpSession; each makes
@@ -49,33 +49,51 @@ DumpFiber fiberDumper() noexcept;
 // A root task's registration, from registerRootTask(), called once the root's completion
 // sink is set (the sink's trace label names the task's origin: "syncAwait", "start()",
 // "spawn()", "TaskGroup::spawn()"), to unregisterRootTask(), called once, before the
-// root's frame is destroyed. Both do nothing without WEFT_TASK_TRACKING.
+// root's frame and `record` (a member of its sink) are destroyed. Both do nothing without
+// WEFT_TASK_TRACKING.
 //
-// Cost: registering claims a slot of the calling thread's ring (registry_slot.h), writes
-// two words and points the root at the slot, where the coroutines of the task publish
-// what they wait on; unregistering clears one word and passes the dump gate. No lock, no
-// atomic read-modify-write, no clock: the task gets its number and its age when it first
-// waits (or from the first dump that lists it, a number).
+// Cost: registering writes one word of the record and points the root at it; the task
+// is listed (a slot of the ring of the thread it runs on claimed, a number and the coarse
+// clock read) only when it first waits (TaskRecord::publishWait), so a task that ends
+// without waiting never touches the registry. Unregistering loads the record's wait word,
+// and if the task was listed, clears its slot's subject and passes the dump gate. No
+// lock, no atomic read-modify-write.
 //
-// noexcept: stores (the slow path of a claim aborts when out of memory). Precondition of
-// unregisterRootTask: `root` was registered and is not unregistered yet.
-[[gnu::always_inline]] inline void registerRootTask(LazyPromiseBase& root) noexcept {
+// What dumps do not list, then: a root task that has not waited yet (one queued that has
+// never run, or one running its first stretch).
+//
+// A task that never ran (its executor refused it) was never listed: it may be dropped
+// without unregisterRootTask.
+//
+// noexcept: stores. Precondition of unregisterRootTask: `root` was registered with
+// `record` and is not unregistered yet.
+// What a root's sink holds: a TaskRecord with WEFT_TASK_TRACKING, else nothing (a member
+// [[no_unique_address]]).
+struct NoTaskRecord {};
+using RootTaskRecord = std::conditional_t<WEFT_TASK_TRACKING != 0, TaskRecord, NoTaskRecord>;
+
+[[gnu::always_inline]] inline void registerRootTask(LazyPromiseBase& root,
+                                                    RootTaskRecord& record) noexcept {
 #if WEFT_TASK_TRACKING
-  RegistrySlot* slot = claimSlot<RegistrySlot>(localRegistryCursor());
-  slot->wait.store(kNeverWaited, std::memory_order_relaxed);
-  // release: a dump that reads the subject (acquire) reads `wait` as written here.
-  slot->subject.store(reinterpret_cast<std::uintptr_t>(&root), std::memory_order_release);
-  root.setRootSlot(slot);
+  // A plain store: nothing reads the record before the task is listed (publishFirstWait's
+  // release), and the task's own coroutines run after this.
+  record.wait = kNeverWaited;
+  root.setRootRecord(&record);
 #else
   (void)root;
+  (void)record;
 #endif
 }
-[[gnu::always_inline]] inline void unregisterRootTask(LazyPromiseBase& root) noexcept {
+[[gnu::always_inline]] inline void unregisterRootTask(RootTaskRecord& record) noexcept {
 #if WEFT_TASK_TRACKING
-  leaveRootRun(root.rootSlot());  // for stall reports (running_root.h)
-  releaseSlot(*root.rootSlot());
+  // For stall reports (running_root.h): the task's run ends here when this is its
+  // thread (a task that ends elsewhere, syncAwait's, left its run where it completed).
+  leaveRootRun(&record);
+  // Relaxed: written by the task's own threads, whose last write happens before this.
+  // Odd: never waited, never listed (registry_slot.h).
+  if ((record.loadWait(std::memory_order_relaxed) & 1) == 0) releaseSlot(*record.slot);
 #else
-  (void)root;
+  (void)record;
 #endif
 }
 
