@@ -1,70 +1,27 @@
 #include "weft/coro/task_prometheus_text.h"
 
-#include <cinttypes>
 #include <cstdint>
-#include <cstdio>
 #include <stdexcept>
+
+#include "weft/executors/prometheus_writer.h"
 
 namespace weft {
 
 namespace {
 
-// A label value as the text format wants it: backslash, double quote and line feed
-// escaped.
-std::string escapeLabel(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string integer(std::uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "%" PRIu64, value);
-  return text;
-}
-
-// `nanos` in seconds, exactly ("1.000000250").
-std::string seconds(std::uint64_t nanos) {
-  char text[48];
-  std::snprintf(text, sizeof text, "%" PRIu64 ".%09" PRIu64, nanos / 1000000000,
-                nanos % 1000000000);
-  return text;
-}
+using Writer = PrometheusWriter;
 
 enum class Unit { kCount, kNanos };
 
 // One metric: its HELP and TYPE, then a sample per monitor.
-void metric(std::string& out, const std::vector<TaskMetrics>& monitors,
+void metric(Writer& out, const std::vector<TaskMetrics>& monitors,
             const std::vector<std::string>& labels, const char* name, const char* type,
             const char* help, Unit unit, std::uint64_t TaskMetrics::*field) {
-  out += "# HELP ";
-  out += name;
-  out += ' ';
-  out += help;
-  out += "\n# TYPE ";
-  out += name;
-  out += ' ';
-  out += type;
-  out += '\n';
+  out.header(name, type, help);
   for (std::size_t i = 0; i < monitors.size(); ++i) {
     const std::uint64_t value = monitors[i].*field;
-    out += name;
-    out += "{monitor=\"";
-    out += escapeLabel(labels[i]);
-    out += "\"} ";
-    out += unit == Unit::kNanos ? seconds(value) : integer(value);
-    out += '\n';
+    out.sample(name, Writer::label("monitor", labels[i]),
+               unit == Unit::kNanos ? Writer::seconds(value) : Writer::integer(value));
   }
 }
 
@@ -82,7 +39,7 @@ std::string toPrometheusText(const std::vector<TaskMetrics>& monitors,
   const auto& m = monitors;
   const auto& l = labels;
   using TM = TaskMetrics;
-  std::string out;
+  Writer out;
   metric(out, m, l, "weft_task_instrumented_total", "counter",
          "Tasks started under the monitor (Lazys it instrumented).", Unit::kCount,
          &TM::instrumentedCount);
@@ -120,7 +77,7 @@ std::string toPrometheusText(const std::vector<TaskMetrics>& monitors,
          Unit::kCount, &TM::totalIdledCount);
   metric(out, m, l, "weft_task_idle_duration_seconds_total", "counter",
          "Time tasks were idle between polls.", Unit::kNanos, &TM::totalIdleDurationNanos);
-  return out;
+  return out.take();
 }
 
 }  // namespace weft

@@ -1,46 +1,21 @@
 #include "weft/executors/prometheus_text.h"
 
-#include <cinttypes>
 #include <cstdint>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "weft/executors/prometheus_writer.h"
 
 namespace weft {
 
 namespace {
 
-// A label value as the text format wants it: backslash, double quote and line feed
-// escaped.
-std::string escapeLabel(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// `nanos` in seconds, exactly ("1.000000250").
-std::string seconds(std::uint64_t nanos) {
-  char text[48];
-  std::snprintf(text, sizeof text, "%" PRIu64 ".%09" PRIu64, nanos / 1000000000,
-                nanos % 1000000000);
-  return text;
-}
+using Writer = PrometheusWriter;
 
 // A bucket's bound, 2^i microseconds, in seconds without trailing zeros ("0.000512").
 std::string bucketBound(std::size_t i) {
-  std::string text = seconds(LatenessHistogram::upperBoundMicros(i) * 1000);
+  std::string text = Writer::seconds(LatenessHistogram::upperBoundMicros(i) * 1000);
   while (text.back() == '0') text.pop_back();
   if (text.back() == '.') text.pop_back();
   return text;
@@ -53,7 +28,7 @@ class Exposition {
   Exposition(const std::vector<PoolMetrics>& pools, const std::vector<std::string>& labels)
       : pools_(pools) {
     for (const std::string& label : labels)
-      poolLabels_.push_back("pool=\"" + escapeLabel(label) + "\"");
+      poolLabels_.push_back(Writer::label("pool", label));
   }
 
   std::string write() {
@@ -115,28 +90,15 @@ class Exposition {
     poolGauge("weft_pool_blocking_queued",
               "Calls waiting for a thread of the process's default blocking pool.",
               [](const PoolMetrics& p) { return p.blockingQueued; });
-    return std::move(out_);
+    return out_.take();
   }
 
  private:
   void header(const char* name, const char* type, const char* help) {
-    out_ += "# HELP ";
-    out_ += name;
-    out_ += ' ';
-    out_ += help;
-    out_ += "\n# TYPE ";
-    out_ += name;
-    out_ += ' ';
-    out_ += type;
-    out_ += '\n';
+    out_.header(name, type, help);
   }
   void sample(const char* name, const std::string& labels, const std::string& value) {
-    out_ += name;
-    out_ += '{';
-    out_ += labels;
-    out_ += "} ";
-    out_ += value;
-    out_ += '\n';
+    out_.sample(name, labels, value);
   }
   std::string workerLabels(std::size_t pool, const std::string& worker) const {
     return poolLabels_[pool] + ",worker=\"" + worker + "\"";
@@ -217,7 +179,7 @@ class Exposition {
                  std::to_string(cumulative));
         }
         sample(bucket.c_str(), labels + ",le=\"+Inf\"", std::to_string(h.count));
-        sample(sum.c_str(), labels, seconds(h.sumNanos));
+        sample(sum.c_str(), labels, Writer::seconds(h.sumNanos));
         sample(count.c_str(), labels, std::to_string(h.count));
       }
     }
@@ -225,7 +187,7 @@ class Exposition {
 
   const std::vector<PoolMetrics>& pools_;
   std::vector<std::string> poolLabels_;
-  std::string out_;
+  Writer out_;
 };
 
 }  // namespace

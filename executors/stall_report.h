@@ -14,8 +14,9 @@ namespace weft {
 // the pool is in that state at once. ThreadPoolOptions::onStall receives it; the default
 // prints toString() to stderr.
 //
-// A worker's stall is reported once, when it is first seen (between one and one and a half
-// thresholds after the item started), and not again until the worker has moved on (run
+// A worker's stall is reported once, when it is first seen (for an item not preempted,
+// between one and a half and two thresholds after it started; time its thread waits for
+// a CPU does not count), and not again until the worker has moved on (run
 // another item or I/O completion, or gone idle). The whole pool's stall is reported once
 // too, when the last of its workers is seen stalled, and again only after one of them has
 // moved on.
@@ -34,8 +35,11 @@ struct StallReport {
   // to 15 characters as Linux names threads).
   std::size_t worker = 0;
   std::string thread;
-  // How long the worker has been in the item, at least: from the watchdog's first look
-  // that found it there (so the item may have started up to half a threshold earlier).
+  // How long the worker has been stalled in the item, at least: the wall time since the
+  // watchdog's first look that found it there without progress (the item may have
+  // started up to a threshold earlier), less the time its thread waited for a CPU
+  // meanwhile (its run-queue wait, where the kernel shows it: docs/debugging.md, "Stall
+  // detector"). Time blocked in a call counts.
   std::chrono::milliseconds stalledFor{0};
   // The worker's progress count (items run, I/O completions run) it is stuck at.
   std::uint64_t progress = 0;

@@ -742,6 +742,8 @@ detail::WorkItem ThreadPool::takeFromInjection(Worker& self, bool returnFirst) {
 
 void ThreadPool::workerMain(Worker& self) {
   tlWorker = &self;
+  // Relaxed: the stall watchdog reads the id alone, and takes a zero for "not yet".
+  self.tid.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_relaxed);
   detail::bindStallCapture(&self.capture);
   if (stallSignal_ > 0) detail::unblockStallSignal(stallSignal_);
   if (solo_) soloRun_.bind();

@@ -41,13 +41,14 @@ struct ThreadPoolOptions {
   IoBackendChoice ioBackend = IoBackendChoice::kAuto;
 
   // The stall detector: a worker that has been running one item (a coroutine between two
-  // suspensions, a callable, an I/O completion's resumption) for at least this long is
-  // reported to onStall, once per stall, with its native backtrace and the function its
-  // item entered; so is a pool whose every worker is stalled at once (StallReport;
-  // docs/debugging.md, "In production"). The pool then has one more thread,
-  // "<name>-stall", which wakes every stallThreshold/2 and reads counters the workers
-  // keep anyway (no cost on them beyond the metrics'); a worker is signalled only when it
-  // is stalled. 0 turns the detector off (no thread).
+  // suspensions, a callable, an I/O completion's resumption) for at least this long
+  // (stall time: running or blocked in a call, not waiting for a CPU while the kernel
+  // runs other threads) is reported to onStall, once per stall, with its native
+  // backtrace and the function its item entered; so is a pool whose every worker is
+  // stalled at once (StallReport; docs/debugging.md, "In production"). The pool then has
+  // one more thread, "<name>-stall", which wakes every stallThreshold/2 and reads
+  // counters the workers keep anyway (no cost on them beyond the metrics'); a worker is
+  // signalled only when it is stalled. 0 turns the detector off (no thread).
   // Precondition: >= 0 (else the constructor throws std::invalid_argument).
   std::chrono::milliseconds stallThreshold{100};
   // Receives each StallReport, on the pool's stall thread (so a slow callback delays the

@@ -343,9 +343,7 @@ class UringLoop final : public IoLoopBase {
       return true;
     }
     prepare(sqe, op);
-    op.loopCancelled = false;
-    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
-    op.loopKey = takeSlot(op, lane);
+    openSlot(op, lane);
     io_uring_sqe_set_data64(sqe, op.loopKey);
     if (timed) linkTimeout(sqe, op);  // room was made above
     if (lane != kNoLane) {  // alone in its lane
@@ -490,6 +488,14 @@ class UringLoop final : public IoLoopBase {
     return static_cast<std::uint32_t>(key);
   }
 
+  // Starts `op`'s life in the loop: not cancelled, no state yet, a slot of its own (its
+  // key in op.loopKey). Throws std::bad_alloc if the slot table cannot grow.
+  void openSlot(IoOperation& op, std::uint32_t lane) {
+    op.loopCancelled = false;
+    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
+    op.loopKey = takeSlot(op, lane);
+  }
+
   std::uint64_t takeSlot(IoOperation& op, std::uint32_t lane) {
     std::uint32_t index;
     if (freeHead_ != kNoFree) {
@@ -542,9 +548,7 @@ class UringLoop final : public IoLoopBase {
   // that starts now (loopTime holds the timespec until the kernel has read it). True when
   // no submission entry was left for the timer: `op` is then done, with -EBUSY.
   bool holdSlot(IoOperation& op, std::uint32_t lane, Where where) noexcept {
-    op.loopCancelled = false;
-    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
-    op.loopKey = takeSlot(op, lane);
+    openSlot(op, lane);
     Slot& slot = slots_[indexOf(op.loopKey)];
     slot.where = where;
     if (op.timeoutNs >= 0) {
@@ -603,9 +607,7 @@ class UringLoop final : public IoLoopBase {
       return true;
     }
     prepare(sqe, op);
-    op.loopCancelled = false;
-    op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
-    op.loopKey = takeSlot(op, kNoLane);
+    openSlot(op, kNoLane);
     io_uring_sqe_set_data64(sqe, op.loopKey);
     ++inFlight_;
     return false;

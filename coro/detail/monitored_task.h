@@ -17,8 +17,8 @@ class LazyPromiseBase;
 // field is a TaskMetrics field; every update is a relaxed atomic add (or a CAS loop for
 // the maximum): readers want each number, not a snapshot consistent across them.
 struct TaskMonitorState {
-  explicit TaskMonitorState(std::uint64_t slowPollThresholdNanos) noexcept
-      : slowPollThresholdNanos(slowPollThresholdNanos) {}
+  explicit TaskMonitorState(std::uint64_t threshold) noexcept
+      : slowPollThresholdNanos(threshold) {}
 
   // The counters as of now. noexcept: relaxed loads.
   TaskMetrics read() const noexcept;

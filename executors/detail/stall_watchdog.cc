@@ -1,8 +1,12 @@
 #include "weft/executors/detail/stall_watchdog.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -44,7 +48,65 @@ std::string threadName(const std::string& pool, std::size_t index) {
   return name;
 }
 
+// The run-queue wait (the second of the three numbers) of a schedstat text: "<on-CPU ns>
+// <run-queue wait ns> <timeslices>", then an optional newline. False for anything else.
+bool runQueueWait(std::string_view text, std::uint64_t& wait) noexcept {
+  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  const char* at = text.data();
+  const char* const end = text.data() + text.size();
+  std::uint64_t values[3];
+  for (int i = 0; i < 3; ++i) {
+    if (i != 0) {
+      if (at == end || *at != ' ') return false;
+      ++at;
+    }
+    const auto [next, error] = std::from_chars(at, end, values[i]);
+    if (error != std::errc{}) return false;
+    at = next;
+  }
+  if (at != end) return false;
+  wait = values[1];
+  return true;
+}
+
+// Room for a schedstat text: three 20-digit numbers, two spaces and a newline.
+constexpr std::size_t kSchedstatSize = 96;
+
+// Reads the schedstat text of `worker`'s thread into `buffer`: empty when it cannot be
+// read (the worker has not stored its thread id yet, or its thread has ended, or the
+// kernel has no schedstat). noexcept: system calls only.
+std::string_view readSchedstat(const ThreadPoolWorker& worker,
+                               char (&buffer)[kSchedstatSize]) noexcept {
+  // Relaxed: the id is the only thing read, and a zero (not stored yet) is handled.
+  const pid_t tid = worker.tid.load(std::memory_order_relaxed);
+  if (tid <= 0) return {};
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  ssize_t n;
+  do {
+    n = ::read(fd, buffer, sizeof buffer);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n <= 0 || static_cast<std::size_t>(n) == sizeof buffer) return {};
+  return {buffer, static_cast<std::size_t>(n)};
+}
+
 }  // namespace
+
+std::chrono::nanoseconds stallTime(std::chrono::nanoseconds wall, std::string_view atStart,
+                                   std::string_view now) noexcept {
+  if (wall <= std::chrono::nanoseconds::zero()) return std::chrono::nanoseconds::zero();
+  std::uint64_t before = 0;
+  std::uint64_t after = 0;
+  if (!runQueueWait(atStart, before) || !runQueueWait(now, after) || after < before) {
+    return wall;
+  }
+  const std::uint64_t waited = after - before;
+  if (waited >= static_cast<std::uint64_t>(wall.count())) return std::chrono::nanoseconds::zero();
+  return wall - std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(waited));
+}
 
 StallWatchdog::StallWatchdog(Options options, std::vector<ThreadPoolWorker*> workers,
                              const ThreadRunQueue* solo)
@@ -95,8 +157,7 @@ void StallWatchdog::run() {
   while (!stopping_) {
     if (wake_.wait_until(lock, next, [this] { return stopping_; })) break;
     lock.unlock();
-    const auto now = Clock::now();
-    look(now);
+    look();
     // From when this look ended: a slow report (symbolizing) does not make the next
     // look come at once.
     next = std::max(next + period, Clock::now() + period / 2);
@@ -104,9 +165,10 @@ void StallWatchdog::run() {
   }
 }
 
-void StallWatchdog::look(Clock::time_point now) {
+void StallWatchdog::look() {
   bool allStalled = !workers_.empty();
   std::size_t latest = 0;  // the stalled worker that stalled last
+  char buffer[kSchedstatSize];
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     const ThreadPoolWorker& worker = *workers_[i];
     View& view = views_[i];
@@ -116,11 +178,31 @@ void StallWatchdog::look(Clock::time_point now) {
     // the same count over looks a threshold apart, so a moment's mix-up reports nothing.
     const bool idle = read(worker.counters.idleAt) == progress;
     if (progress != view.progress || idle) {
-      view = View{progress, now, false, false};
+      view.progress = progress;
+      view.watching = false;
+      view.stalledFor = std::chrono::nanoseconds::zero();
+      view.stalled = false;
+      view.reported = false;
       allStalled = false;
       continue;
     }
-    if (now - view.since < options_.threshold) {
+    // Busy, without progress since the last look.
+    if (!view.watching) {
+      // Where the stall time starts: the schedstat text first, then the clock, so that
+      // run-queue wait between the two reads is subtracted from wall time that is not
+      // counted (a delay of this thread errs towards a shorter stall, never a longer).
+      view.schedstat.assign(readSchedstat(worker, buffer));
+      view.since = Clock::now();
+      view.watching = true;
+      allStalled = false;
+      continue;
+    }
+    // The clock first, then the text (the same reason, the other way round).
+    const Clock::time_point at = Clock::now();
+    view.stalledFor = stallTime(at - view.since, view.schedstat, readSchedstat(worker, buffer));
+    // Once stalled, stalled until the worker moves on (a later reading a little shorter
+    // does not end the episode).
+    if (!view.stalled && view.stalledFor < options_.threshold) {
       allStalled = false;
       continue;
     }
@@ -128,7 +210,7 @@ void StallWatchdog::look(Clock::time_point now) {
     if (views_[latest].since <= view.since || !views_[latest].stalled) latest = i;
     if (!view.reported) {
       view.reported = true;
-      StallReport report = describe(i, now, /*native=*/true);
+      StallReport report = describe(i, /*native=*/true);
       bump(workerReports_);
       deliver(report);
     }
@@ -139,7 +221,7 @@ void StallWatchdog::look(Clock::time_point now) {
   }
   if (poolReported_) return;
   poolReported_ = true;
-  StallReport report = describe(latest, now, /*native=*/false);
+  StallReport report = describe(latest, /*native=*/false);
   report.wholePool = true;
   for (std::size_t i = 0; i < workers_.size(); ++i) report.stalledWorkers.push_back(i);
   report.nativeBacktraceMissing = "see the worker's own report";
@@ -147,14 +229,14 @@ void StallWatchdog::look(Clock::time_point now) {
   deliver(report);
 }
 
-StallReport StallWatchdog::describe(std::size_t index, Clock::time_point now, bool native) {
+StallReport StallWatchdog::describe(std::size_t index, bool native) {
   ThreadPoolWorker& worker = *workers_[index];
   const View& view = views_[index];
   StallReport report;
   report.pool = options_.pool;
   report.worker = index;
   report.thread = threadName(options_.pool, index);
-  report.stalledFor = std::chrono::duration_cast<std::chrono::milliseconds>(now - view.since);
+  report.stalledFor = std::chrono::duration_cast<std::chrono::milliseconds>(view.stalledFor);
   report.progress = view.progress;
   std::vector<const void*> addresses;
   bool haveTask = false;

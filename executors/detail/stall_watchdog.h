@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -30,17 +31,32 @@ inline std::uint64_t progressOf(const ThreadPoolWorker& worker,
          read(worker.counters.itemsTaken) + read(worker.counters.io.completedAll);
 }
 
+// The stall time of a worker from two readings of its thread's
+// /proc/self/task/<tid>/schedstat ("<on-CPU ns> <run-queue wait ns> <timeslices>"): the
+// one taken when the watchdog first saw the worker without progress (`atStart`) and the
+// one taken `wall` later (`now`). It is `wall` minus the run-queue wait accumulated
+// between the two (the time the thread was runnable but given no CPU), at least zero: so
+// an item that runs, or blocks in a call, counts; a thread that the scheduler preempts
+// does not. When either text is empty or unreadable (kernels without CONFIG_SCHED_INFO
+// have no such file; a thread that has ended neither), or the counts went back, it is
+// `wall`. noexcept: parses two strings.
+std::chrono::nanoseconds stallTime(std::chrono::nanoseconds wall, std::string_view atStart,
+                                   std::string_view now) noexcept;
+
 // ThreadPool's stall detector (ThreadPoolOptions::stallThreshold): a thread of the pool's
 // that wakes every threshold/2 and looks at each worker's progress count. A worker that
 // is not idle (its count differs from the one it stored when it last ran out of work)
-// and whose count has not moved for at least the threshold is stalled in one item: it is
+// and whose count has not moved for at least the threshold of stall time (stallTime:
+// wall time since the first look that saw it without progress, less the time its thread
+// waited for a CPU meanwhile) is stalled in one item: it is
 // reported once (with its native backtrace, taken by signal, and the function its item
 // entered), and not again until its count moves or it goes idle. When every worker is
 // stalled at once, the pool is reported too, once per such episode.
 //
 // No cost on the workers beyond the counters they keep for the metrics, the entry
-// function they record per item and the count they store when they run out of work: no
-// clock read, no shared write.
+// function they record per item, the count they store when they run out of work and
+// their thread id, stored once: no clock read, no shared write. The watchdog reads a
+// thread's schedstat only at looks that see that worker busy without progress.
 //
 // Thread safety: start and stop from the thread that owns the pool; reportsCount from
 // any thread.
@@ -79,14 +95,20 @@ class StallWatchdog {
  private:
   struct View {
     std::uint64_t progress = ~std::uint64_t{0};
+    // Whether a look has seen the worker busy without progress; `since` and `schedstat`
+    // are from the first such look (the schedstat text read just before the clock).
+    bool watching = false;
     std::chrono::steady_clock::time_point since{};
+    std::string schedstat;
+    // The stall time at the last look (stallTime), what stalledFor reports.
+    std::chrono::nanoseconds stalledFor{0};
     bool stalled = false;
     bool reported = false;
   };
 
   void run();
-  void look(std::chrono::steady_clock::time_point now);
-  StallReport describe(std::size_t worker, std::chrono::steady_clock::time_point now, bool native);
+  void look();
+  StallReport describe(std::size_t worker, bool native);
   void deliver(const StallReport& report) noexcept;
 
   const Options options_;

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -92,6 +94,10 @@ struct alignas(64) ThreadPoolWorker {
   StallCapture capture;
   std::mutex signalMutex;
   bool exited = false;  // guarded by signalMutex
+  // The worker thread's kernel id (gettid), stored by the worker as it starts (0
+  // before): the stall watchdog reads the thread's /proc/self/task/<tid>/schedstat to
+  // leave out of a stall the time the thread waited for a CPU.
+  std::atomic<pid_t> tid{0};
 };
 
 }  // namespace weft::detail

@@ -123,8 +123,8 @@ TEST(TaskDumpTest, IsSafeWhileRootTasksAwaitChildLazysThatSuspendAndFinish) {
   yieldingRoot(stop, sums[0]).via(&pool).start(done);
   receivingRoot(stop, channel, sums[1]).via(&pool).start(done);
   sendingRoot(stop, channel).via(&pool).start(done);
-  // A root task is listed from its first wait: until the three have waited.
-  while (count(dump(), "\ntask ") < 3u) std::this_thread::yield();
+  // A root task is listed, with its age, from its first wait: until the three have waited.
+  while (count(dump(), " (start()), age ") < 3u) std::this_thread::yield();
 
   // EXPECT, not ASSERT, and a stop at the first failure: the tasks must be stopped below
   // whatever happens (the pool's destructor waits for them).
