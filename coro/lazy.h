@@ -120,6 +120,13 @@ class StartSink final : public CompletionSink {
     handle_.promise().setCompletionSink(this);
     registerRootTask(handle_.promise(), record_);
   }
+  // Starts the task on the calling thread (Lazy::start(), Task::start() on one of its
+  // executor's threads). The sink may be freed before this returns. noexcept: see
+  // runRootTask.
+  void runHere() noexcept { runRootTask(handle_, record_); }
+  // Starts the task on `executor` (Task::start() from another thread). Errors: as
+  // scheduleRootTask's; the caller then abandon()s the sink.
+  void scheduleOn(Executor* executor) { scheduleRootTask(executor, handle_, record_, start_); }
   // The task was never run (its executor refused it): frees the sink, not the frame.
   void abandon() noexcept {
     // Never ran, so never listed: nothing to unregister (task_registry.h).
@@ -148,6 +155,7 @@ class StartSink final : public CompletionSink {
   std::coroutine_handle<LazyPromise<T>> handle_;
   Callback callback_;
   [[no_unique_address]] RootTaskRecord record_;  // the task's, for task dumps
+  [[no_unique_address]] RootTaskJob start_;      // scheduleOn()'s
 };
 
 }  // namespace detail
@@ -219,7 +227,8 @@ class [[nodiscard]] Lazy {
     auto* sink = new detail::StartSink<T, std::decay_t<Callback>>(
         handle_, std::decay_t<Callback>(std::forward<Callback>(callback)));
     sink->attach();
-    std::exchange(handle_, nullptr).resume();
+    handle_ = nullptr;  // the sink frees the frame
+    sink->runHere();
   }
 
   // `co_await std::move(lazy)`: the awaiter takes the frame, and this Lazy is empty from

@@ -47,6 +47,7 @@ class SpawnedTask final : public CompletionSink {
   const CancellationToken token_;  // the task's promise points here
   Try<T> result_;
   [[no_unique_address]] RootTaskRecord record_;  // the task's, for task dumps
+  [[no_unique_address]] RootTaskJob start_;      // what starts it on another thread
   std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
   Executor* awaiterExecutor_ = nullptr;  // idem
   std::atomic<int> state_{kRunning};
@@ -303,10 +304,11 @@ auto spawn(Executor* executor, W&& work) {
   handle.promise().setCompletionSink(state);
   detail::registerRootTask(handle.promise(), state->record_);
   if (taskExecutor->currentThreadInExecutor()) {
-    detail::LazyAccess::release(lazy).resume();  // may finish it: the state records that
+    detail::LazyAccess::release(lazy);
+    detail::runRootTask(handle, state->record_);  // may finish it: the state records that
   } else {
     try {
-      taskExecutor->schedule(handle);
+      detail::scheduleRootTask(taskExecutor, handle, state->record_, state->start_);
     } catch (...) {
       // Never ran, so never listed: nothing to unregister (task_registry.h).
       delete state;  // not started: the task still owns (and frees) the frame

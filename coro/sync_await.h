@@ -50,6 +50,13 @@ class SyncWaitSink final : public CompletionSink {
   // Before the root's frame is destroyed (syncAwait's Lazy outlives its sink).
   ~SyncWaitSink() { unregisterRootTask(record_); }
 
+  // Starts the task (`root`, whose sink this is) on the calling thread. noexcept: see
+  // runRootTask.
+  template <class Promise>
+  void run(std::coroutine_handle<Promise> root) noexcept {
+    runRootTask(root, record_);
+  }
+
   void wait() {
     // acquire: pairs with the release in complete(), so the result stored in the frame
     // before completion is visible here.
@@ -130,7 +137,7 @@ T syncAwait(Lazy<T> lazy) {
   auto handle = detail::LazyAccess::handle(lazy);
   if (!handle) detail::abortInvalidLazy("syncAwait");
   detail::SyncWaitSink sink(handle.promise());
-  handle.resume();
+  sink.run(handle);
   sink.wait();
   return detail::takeResult(handle.promise());
 }

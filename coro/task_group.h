@@ -333,6 +333,7 @@ class TaskGroup {
     TaskGroup* group;
     std::coroutine_handle<detail::LazyPromise<U>> handle;
     [[no_unique_address]] detail::RootTaskRecord record;  // the task's, for task dumps
+    [[no_unique_address]] detail::RootTaskJob start;      // what starts it on another thread
 
     // noexcept: runs inside the task's final suspend.
     static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
@@ -363,11 +364,12 @@ class TaskGroup {
       ++running_;
     }
     if (executor->currentThreadInExecutor()) {
-      detail::LazyAccess::release(lazy).resume();
+      detail::LazyAccess::release(lazy);
+      detail::runRootTask(handle, sink->record);
       return;
     }
     try {
-      executor->schedule(handle);
+      detail::scheduleRootTask(executor, handle, sink->record, sink->start);
     } catch (...) {
       // Never ran, so never listed: nothing to unregister (task_registry.h).
       delete sink;  // not started: the task still owns (and frees) the frame

@@ -228,21 +228,10 @@ struct NotedAwaiter {
 class LazyPromiseBase : public FrameAllocated {
  public:
   // Lazily started: nothing runs until the Lazy is awaited, started or synchronously
-  // awaited.
-  //
-  // With WEFT_TASK_TRACKING, a root task's first run starts where its root coroutine
-  // leaves its initial suspend (enterFirstRun).
-#if WEFT_TASK_TRACKING
-  struct InitialAwaiter {
-    LazyPromiseBase& promise;
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<>) const noexcept {}
-    [[gnu::always_inline]] void await_resume() const noexcept { promise.enterFirstRun(); }
-  };
-  InitialAwaiter initial_suspend() noexcept { return {*this}; }
-#else
+  // awaited. (A root task's first run, for stall reports, starts where the task is
+  // started: runRootTask and scheduleRootTask, coro/detail/task_registry.h; a Lazy pays
+  // nothing for it.)
   std::suspend_always initial_suspend() noexcept { return {}; }
-#endif
 
   struct FinalAwaiter {
     bool await_ready() noexcept { return false; }
@@ -317,22 +306,6 @@ class LazyPromiseBase : public FrameAllocated {
     (void)record;
 #endif
   }
-#if WEFT_TASK_TRACKING
-  // The coroutine starts running (its initial suspend ends). If it is a registered root
-  // task (its completion sink set, its record set by registerRootTask), the task's first
-  // run starts on this thread: the record learns its root, and the thread's running-root
-  // word names it (running_root.h, for stall reports). Every other Lazy (one awaited by
-  // another, a Task that hops back through a sink of its awaiter's, which has no record)
-  // pays a load and a test. noexcept: loads and stores.
-  [[gnu::always_inline]] void enterFirstRun() noexcept {
-    if ((continuation_ & 1u) != 0) [[unlikely]] {
-      if (TaskRecord* record = rootRecord_; record != nullptr) {
-        record->root = this;
-        enterRootRun(record);
-      }
-    }
-  }
-#endif
   // A root task started under a TaskMonitor (coro/task_monitor.h) keeps the monitor's
   // record of it in its parent word, which asyncParent() never answers for a root (a root
   // has a completion sink). Set by TaskMonitor::instrument() on the Lazy it returns; read

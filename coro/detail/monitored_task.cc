@@ -79,7 +79,7 @@ void MonitoredTask::firstPoll() noexcept {
   raise(monitor_->maxFirstPollDelayNanos, delay);
 #if WEFT_TASK_TRACKING
   // Polls are measured when monitoredBody's Lazy is the root of its task: its task's
-  // record names it as the root (set as its first run started, before this), and its
+  // record names it as the root (set where the task was started, before this), and its
   // parent word still holds this record (an await of it would have replaced both).
   TaskRecord* record = promise_ != nullptr ? promise_->rootRecord() : nullptr;
   if (record != nullptr && record->root == promise_ && promise_->monitorRecord() == this) {

@@ -60,7 +60,7 @@ static_assert(sizeof(RegistrySlot) == 8);
 // is initialised until registerRootTask.
 struct TaskRecord {
   //  - odd: it has not waited: not listed, the fields below unset but `root` (set when
-  //    its first run starts); the rest is the number a stall report that named it in
+  //    it is started); the rest is the number a stall report that named it in
   //    its first run gave it (0: none; kNeverWaited when registered), which it keeps;
   //  - 0: it runs, or is queued to run, and has waited before;
   //  - else: what its innermost coroutine waits on (a LazyWaitNote*,
@@ -70,7 +70,7 @@ struct TaskRecord {
   // age in dumps). Written before the ring slot's subject (release).
   std::uint64_t id;
   std::int64_t firstWaitMs;
-  // From its first run (LazyPromiseBase::enterFirstRun, on the thread that runs it): the
+  // From its start (runRootTask, scheduleRootTask: coro/detail/task_registry.h): the
   // root task's promise (a LazyPromiseBase*), what dumps start from when it runs.
   const void* root;
   // Its ring slot, from its first wait (the task's own threads only).

@@ -12,10 +12,10 @@ namespace weft::detail {
 // record (registry_slot.h, in its completion sink), or null. Only with
 // WEFT_TASK_TRACKING.
 //
-// A task's run on a thread starts where its root coroutine first runs (its initial
-// suspend's end: LazyPromiseBase::enterFirstRun) or where its innermost coroutine resumes
-// from a published wait (NotedAwaiter::await_resume), both enterRootRun; it ends where a
-// coroutine of it publishes its next wait or the task ends on this thread (the task's
+// A task's run on a thread starts where the task is started on that thread (runRootTask,
+// or the job of scheduleRootTask: task_registry.h) or where its innermost coroutine
+// resumes from a published wait (NotedAwaiter::await_resume), both enterRootRun; it ends
+// where a coroutine of it publishes its next wait or the task ends on this thread (the task's
 // completion sink, unregisterRootTask or SyncWaitSink::complete), both leaveRootRun. A
 // store at each end, nothing elsewhere. Not seen: a task resumed inside another's run (an
 // await that resumes a waiter inline): the word then names the inner task until it waits

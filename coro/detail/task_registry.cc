@@ -225,7 +225,7 @@ void TaskRecord::publishFirstWait(const void* note) noexcept {
   std::atomic_signal_fence(std::memory_order_release);
   std::atomic_ref<std::uintptr_t>(wait).store(reinterpret_cast<std::uintptr_t>(note),
                                               std::memory_order_relaxed);
-  // `root` was set when the task's first run started (LazyPromiseBase::enterFirstRun).
+  // `root` was set when the task was started (runRootTask, scheduleRootTask).
   // release: a dump that reads the subject (acquire) reads the record and the note as
   // written here.
   claimed->subject.store(reinterpret_cast<std::uintptr_t>(this), std::memory_order_release);
