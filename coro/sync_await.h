@@ -48,7 +48,7 @@ class SyncWaitSink final : public CompletionSink {
   SyncWaitSink(const SyncWaitSink&) = delete;
   SyncWaitSink& operator=(const SyncWaitSink&) = delete;
   // Before the root's frame is destroyed (syncAwait's Lazy outlives its sink).
-  ~SyncWaitSink() { unregisterRootTask(record_); }
+  ~SyncWaitSink() { unregisterEndedRootTask(record_); }
 
   // Starts the task (`root`, whose sink this is) on the calling thread. noexcept: see
   // runRootTask.
@@ -72,9 +72,9 @@ class SyncWaitSink final : public CompletionSink {
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<SyncWaitSink*>(sink);
 #if WEFT_TASK_TRACKING
-    // The task ends its run here (it is unregistered later, by the waiter); before the
-    // exchange, after which the waiter may free `self`. For stall reports (running_root.h).
-    leaveRootRun(&self->record_);
+    // The task ends its run here (it is unregistered later, by the waiter). For stall
+    // reports (running_root.h).
+    endRootRun();
 #endif
     // acq_rel: release publishes the result; acquire orders the wake-up below after the
     // waiter's registration.

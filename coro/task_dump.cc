@@ -134,7 +134,9 @@ void captureStalledTask(std::uintptr_t item,
   (void)item;
 #if WEFT_TASK_TRACKING
   // Relaxed: this thread's own stores (the signal interrupted it).
-  TaskRecord* record = tRunningRoot.load(std::memory_order_relaxed);
+  // Marked (kMonitoredRun) while the run is a monitored poll.
+  auto* record = reinterpret_cast<TaskRecord*>(tRunningRoot.load(std::memory_order_relaxed) &
+                                               ~kMonitoredRun);
   if (record == nullptr) return;
   std::atomic_ref<std::uintptr_t> wait(record->wait);
   const std::uintptr_t word = wait.load(std::memory_order_relaxed);

@@ -169,12 +169,13 @@ struct LazyWaitNote {
 // the task's record, and withdrawn when the co_await is over. `Awaiter` may be
 // a reference type.
 //
-// Cost: an await that does not suspend (await_ready) pays one store (`record` cleared,
-// after the awaiter's own await_ready, which lets the compiler drop the test in
-// await_resume on that path). One that suspends outside a root task (a collect's
-// branches, a fiber's driver) tests the promise's record and `record`; inside one, writes the
-// note (four words), publishes it, and withdraws it when resumed (a store, and the dump
-// gate's load and branch).
+// Cost: an await that does not suspend (await_ready) pays one store (`record` cleared on
+// that path only, which lets the compiler drop the test in await_resume there). One that
+// suspends outside a root task (a collect's branches, a fiber's driver) stores the
+// promise's record (null) in `record`, and tests it twice; inside one, writes the note
+// (four words), publishes it, ends the task's run on the thread (running_root.h), and
+// withdraws it when resumed (a store, and the dump gate's load and branch) and enters
+// the run again.
 template <class Awaiter>
 struct NotedAwaiter {
   using Plain = std::remove_cvref_t<Awaiter>;
@@ -188,8 +189,10 @@ struct NotedAwaiter {
   NotedAwaiter& operator=(const NotedAwaiter&) = delete;
 
   Awaiter awaiter;
-  // The record the wait is published in; null: not published (set on every path before
-  // await_resume reads it).
+  // The record the wait is published in (marked kMonitoredWait when the wait ended a
+  // monitored poll: monitored_task.h); null: not published. Set on every path before
+  // await_resume reads it: null by await_ready when the awaiter is ready, the
+  // promise's record by await_suspend.
   TaskRecord* record;
   LazyWaitNote note;  // filled in only when published
 
@@ -198,7 +201,7 @@ struct NotedAwaiter {
   // point noted is then in the coroutine's body, too.
   [[gnu::always_inline]] bool await_ready() {
     const bool ready = awaiter.await_ready();
-    record = nullptr;
+    if (ready) record = nullptr;
     return ready;
   }
   template <class Promise>
@@ -208,9 +211,12 @@ struct NotedAwaiter {
   // unregistered first (unregisterRootTask), so no dump reads the record any more.
   [[gnu::always_inline]] decltype(auto) await_resume() {
     if (record != nullptr) [[unlikely]] {
-      noteMonitoredResume(record);  // for TaskMonitor (monitored_task.h)
-      record->withdrawWait();
-      enterRootRun(record);  // for stall reports (running_root.h)
+      if (monitoredWait(record)) [[unlikely]] {
+        resumeMonitored(record);  // for TaskMonitor (monitored_task.h): all three steps
+      } else {
+        record->withdrawWait();
+        enterRootRun(record);  // for stall reports (running_root.h)
+      }
     }
     return awaiter.await_resume();
   }
@@ -374,14 +380,15 @@ template <class Promise>
 [[gnu::always_inline]] inline decltype(auto) NotedAwaiter<Awaiter>::await_suspend(
     std::coroutine_handle<Promise> self) {
   LazyPromiseBase& promise = self.promise();
-  if (TaskRecord* root = promise.rootRecord(); root != nullptr) {
+  TaskRecord* const root = promise.rootRecord();
+  record = root;
+  if (root != nullptr) {
     note = LazyWaitNote{&describeAwaiter<Plain>, std::addressof(awaiter), &promise,
                         WEFT_CODE_ADDRESS()};
-    record = root;
     root->publishWait(&note);
-    leaveRootRun(root);  // for stall reports (running_root.h)
-    // For TaskMonitor (monitored_task.h): may mark `record`.
-    noteMonitoredSuspend(record);
+    // For stall reports (running_root.h) and TaskMonitor (monitored_task.h): may mark
+    // `record`.
+    leaveRunAtWait(root, record);
   }
   // If await_suspend throws, the coroutine goes on (to its handler) without await_resume:
   // the wait is withdrawn here.
@@ -389,9 +396,12 @@ template <class Promise>
     return awaiter.await_suspend(self);
   } catch (...) {
     if (record != nullptr) {
-      noteMonitoredResume(record);
-      record->withdrawWait();
-      enterRootRun(record);
+      if (monitoredWait(record)) {
+        resumeMonitored(record);
+      } else {
+        record->withdrawWait();
+        enterRootRun(record);
+      }
     }
     throw;
   }

@@ -85,6 +85,10 @@ void MonitoredTask::firstPoll() noexcept {
   if (record != nullptr && record->root == promise_ && promise_->monitorRecord() == this) {
     taskRecord_ = record;
     startPoll(now);
+    // The task's run is a poll from here: the running-root word names it marked, so that
+    // its next wait takes the hook's cold path (leaveRunAtWait, monitored_task.h).
+    const auto named = reinterpret_cast<std::uintptr_t>(record);
+    if (loadRunningRoot() == named) storeRunningRoot(named | kMonitoredRun);
   }
 #endif
 }
@@ -131,18 +135,25 @@ void MonitoredTask::resume() noexcept {
   startPoll(now);
 }
 
-TaskRecord* suspendMonitored(MonitoredTask* run, TaskRecord* root) noexcept {
-  return run->suspend(root);
+TaskRecord* leaveRunAtWaitSlow(TaskRecord* record) noexcept {
+  // The word names the task marked: its run, a monitored poll, ends here.
+  if (loadRunningRoot() == (reinterpret_cast<std::uintptr_t>(record) | kMonitoredRun)) {
+    storeRunningRoot(0);
+  }
+  if (MonitoredTask* run = tMonitoredRun; run != nullptr) return run->suspend(record);
+  return record;
 }
 
-TaskRecord* resumeMonitored(TaskRecord* marked) noexcept {
+void resumeMonitored(TaskRecord* marked) noexcept {
   auto* record =
       reinterpret_cast<TaskRecord*>(reinterpret_cast<std::uintptr_t>(marked) & ~kMonitoredWait);
-  // The record is the task's until it ends; its root was set as the task's first run
-  // started, which happened before this resumption.
+  // The record is the task's until it ends; its root was set where the task was started,
+  // which happened before this resumption.
   const auto* root = static_cast<const LazyPromiseBase*>(record->root);
   root->monitorRecord()->resume();
-  return record;
+  record->withdrawWait();
+  // Its run is a poll again (running_root.h): marked, as the wait's record.
+  enterRootRun(marked);
 }
 
 }  // namespace weft::detail

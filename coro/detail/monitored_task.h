@@ -6,6 +6,7 @@
 
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/registry_slot.h"
+#include "weft/coro/detail/running_root.h"
 #include "weft/coro/task_metrics.h"
 
 namespace weft::detail {
@@ -101,6 +102,8 @@ class MonitoredTask {
 
 // The bit of a NotedAwaiter's record pointer that says its wait ended a monitored poll.
 inline constexpr std::uintptr_t kMonitoredWait = 1;
+// The marked record is what the running-root word holds while the poll runs.
+static_assert(kMonitoredWait == kMonitoredRun);
 
 // The record whose poll runs on the calling thread now (innermost), or null. Only its
 // thread reads or writes it.
@@ -111,53 +114,37 @@ inline constexpr std::uintptr_t kMonitoredWait = 1;
 inline constinit thread_local MonitoredTask* tMonitoredRun{nullptr};
 #endif
 
-// The calling thread's tMonitoredRun. Read in a coroutine's body, which can continue on
-// another thread after a co_await: the address is computed afresh at each call, as
-// localRunningRoot() does (running_root.h).
-#if WEFT_INLINE_TLS_ADDRESS
-inline MonitoredTask* localMonitoredRun() noexcept {
-  MonitoredTask** word;
-#if defined(__x86_64__)
-  asm volatile(
-      "movq %%fs:0, %0\n\t"
-      "addq weft_detail_monitored_run@gottpoff(%%rip), %0"
-      : "=r"(word));
-#else  // aarch64
-  void* offset;
-  asm volatile(
-      "mrs %0, tpidr_el0\n\t"
-      "adrp %1, :gottprel:weft_detail_monitored_run\n\t"
-      "ldr %1, [%1, #:gottprel_lo12:weft_detail_monitored_run]\n\t"
-      "add %0, %0, %1"
-      : "=r"(word), "=r"(offset));
-#endif
-  return *word;
-}
-#else
-WEFT_OPAQUE_CALL inline MonitoredTask* localMonitoredRun() noexcept { return tMonitoredRun; }
-#endif
-
 // The slow halves of the hooks below (monitored_task.cc), out of line and cold.
-[[gnu::cold]] WEFT_NOINLINE TaskRecord* suspendMonitored(MonitoredTask* run,
-                                                           TaskRecord* root) noexcept;
-[[gnu::cold]] WEFT_NOINLINE TaskRecord* resumeMonitored(TaskRecord* marked) noexcept;
+[[gnu::cold]] WEFT_NOINLINE TaskRecord* leaveRunAtWaitSlow(TaskRecord* record) noexcept;
+// The resumption of a wait that ended a monitored poll (`marked`: its record, marked): a
+// poll of the task starts, the wait is withdrawn (as TaskRecord::withdrawWait), and the
+// thread's running-root word names the task, marked.
+[[gnu::cold]] WEFT_NOINLINE void resumeMonitored(TaskRecord* marked) noexcept;
 
 // The hooks NotedAwaiter calls (coro/detail/lazy_promise.h), on the paths that publish
-// and withdraw a root task's wait; both noexcept.
+// and withdraw a root task's wait; all noexcept.
 //
-// A coroutine of the root task of `record` publishes a wait: if a monitored poll runs on
-// this thread and is that task's, it ends, and `record` is marked. For a task that is not
-// monitored: a thread-local load and a test (null unless a monitored task runs here).
-[[gnu::always_inline]] inline void noteMonitoredSuspend(TaskRecord*& record) noexcept {
-  if (MonitoredTask* run = localMonitoredRun(); run != nullptr) [[unlikely]]
-    record = suspendMonitored(run, record);
+// A coroutine of the root task of `record` publishes a wait: the task's run on this
+// thread ends (running_root.h), and if the run is a monitored poll of that task, so does
+// the poll, and `record` is marked. The common case, the running-root word naming the
+// task unmarked: a load, a compare, a store. Else the cold path: the word names the task
+// marked (its run is a monitored poll: TaskMonitor's hook runs), or the task runs inside
+// another's run or outside any (the word names another task, or none: the thread's
+// monitored poll, if there is one, is asked whether it is this task's, a poll that the
+// nested runs hid from the word).
+// `record` is the NotedAwaiter's, `root` its value (in a register).
+[[gnu::always_inline]] inline void leaveRunAtWait(TaskRecord* root, TaskRecord*& record) noexcept {
+  if (loadRunningRoot() == reinterpret_cast<std::uintptr_t>(root)) [[likely]] {
+    storeRunningRoot(0);
+  } else {
+    record = leaveRunAtWaitSlow(root);
+  }
 }
-// That wait is withdrawn (the coroutine resumes): if `record` is marked, a poll of the
-// monitored task starts, and `record` is unmarked. For a task that is not monitored: a test
-// of a bit of the pointer, which the caller has loaded anyway.
-[[gnu::always_inline]] inline void noteMonitoredResume(TaskRecord*& record) noexcept {
-  if ((reinterpret_cast<std::uintptr_t>(record) & kMonitoredWait) != 0) [[unlikely]]
-    record = resumeMonitored(record);
+// Whether the wait published in `record` (a NotedAwaiter's) ended a monitored poll: then
+// its resumption is resumeMonitored's. For a task that is not monitored: a test of a bit
+// of the pointer, which the caller has loaded anyway.
+[[gnu::always_inline]] inline bool monitoredWait(const TaskRecord* record) noexcept {
+  return (reinterpret_cast<std::uintptr_t>(record) & kMonitoredWait) != 0;
 }
 
 }  // namespace weft::detail

@@ -92,17 +92,24 @@ using RootTaskRecord = std::conditional_t<WEFT_TASK_TRACKING != 0, TaskRecord, N
   (void)record;
 #endif
 }
-[[gnu::always_inline]] inline void unregisterRootTask(RootTaskRecord& record) noexcept {
+//
+// unregisterRootTask is called where the task ends, inside its run (its sink's
+// completion): the run ends too. unregisterEndedRootTask is for a sink that ended the run
+// where the task completed and unregisters it later, elsewhere (syncAwait's).
+[[gnu::always_inline]] inline void unregisterEndedRootTask(RootTaskRecord& record) noexcept {
 #if WEFT_TASK_TRACKING
-  // For stall reports (running_root.h): the task's run ends here when this is its
-  // thread (a task that ends elsewhere, syncAwait's, left its run where it completed).
-  leaveRootRun(&record);
   // Relaxed: written by the task's own threads, whose last write happens before this.
   // Odd: never waited, never listed (registry_slot.h).
   if ((record.loadWait(std::memory_order_relaxed) & 1) == 0) releaseSlot(*record.slot);
 #else
   (void)record;
 #endif
+}
+[[gnu::always_inline]] inline void unregisterRootTask(RootTaskRecord& record) noexcept {
+#if WEFT_TASK_TRACKING
+  endRootRun();  // for stall reports (running_root.h)
+#endif
+  unregisterEndedRootTask(record);
 }
 
 // The first run of a registered root task: where it starts, the record learns its root
