@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/registry_slot.h"
