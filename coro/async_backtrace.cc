@@ -34,14 +34,14 @@ const void* codeOfPromise(const LazyPromiseBase* promise) noexcept {
 }
 
 // Where `promise`, a suspended coroutine, waits: the suspend point of its published wait
-// when its root task's slot publishes one of its (it is the task's innermost coroutine:
+// when its root task's record publishes one of its (it is the task's innermost coroutine:
 // the note holds while it waits), else unknown (null): a coroutine awaiting a Lazy does
 // not record where.
 const void* suspendPointOf(const LazyPromiseBase* promise) noexcept {
-  if (const RegistrySlot* slot = promise->rootSlot()) {
+  if (const TaskRecord* record = promise->rootRecord()) {
     // acquire: pairs with publishWait's release.
-    const std::uintptr_t wait = slot->wait.load(std::memory_order_acquire);
-    if (wait != 0 && (wait & 1) == 0) {
+    const std::uintptr_t wait = record->loadWait(std::memory_order_acquire);
+    if (wait != 0 && (wait & 1) == 0) {  // odd: it has not waited
       const auto* note = reinterpret_cast<const LazyWaitNote*>(wait);
       if (note->waiter == promise) return note->suspendPoint;
     }

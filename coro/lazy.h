@@ -74,8 +74,8 @@ class LazyAwaiter {
 
   // Starts the awaited Lazy by symmetric transfer; it transfers back when it finishes.
   // A Lazy awaited inside a weft coroutine inherits that coroutine's executor,
-  // cancellation token and root task (whose registry slot its own waits are published
-  // in, for task dumps); it records who awaits it (for async backtraces). Where the
+  // cancellation token and root task (whose record its own waits are published in,
+  // for task dumps); it records who awaits it (for async backtraces). Where the
   // awaiting coroutine waits on it (the co_await's address) is not recorded: that would
   // cost two instructions per await (docs/design/2026-11-task-tracking-registry.md);
   // async backtraces show such a coroutine by its definition. noexcept: only stores.
@@ -88,7 +88,7 @@ class LazyAwaiter {
     if constexpr (std::is_base_of_v<LazyPromiseBase, Promise>) {
       promise.setExecutor(awaiting.promise().executor());
       promise.setCancellationToken(awaiting.promise().cancellationTokenPointer());
-      promise.setRootSlot(awaiting.promise().rootSlot());
+      promise.setRootRecord(awaiting.promise().rootRecord());
     }
     return handle_;
   }
@@ -118,11 +118,18 @@ class StartSink final : public CompletionSink {
   // finishes (or abandon()). noexcept: stores.
   void attach() noexcept {
     handle_.promise().setCompletionSink(this);
-    registerRootTask(handle_.promise());
+    registerRootTask(handle_.promise(), record_);
   }
+  // Starts the task on the calling thread (Lazy::start(), Task::start() on one of its
+  // executor's threads). The sink may be freed before this returns. noexcept: see
+  // runRootTask.
+  void runHere() noexcept { runRootTask(handle_, record_); }
+  // Starts the task on `executor` (Task::start() from another thread). Errors: as
+  // scheduleRootTask's; the caller then abandon()s the sink.
+  void scheduleOn(Executor* executor) { scheduleRootTask(executor, handle_, record_, start_); }
   // The task was never run (its executor refused it): frees the sink, not the frame.
   void abandon() noexcept {
-    unregisterRootTask(handle_.promise());
+    // Never ran, so never listed: nothing to unregister (task_registry.h).
     delete this;
   }
 
@@ -131,7 +138,7 @@ class StartSink final : public CompletionSink {
   // report to, so weft says so and aborts.
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<StartSink*>(sink);
-    unregisterRootTask(self->handle_.promise());
+    unregisterRootTask(self->record_);
     Try<T> result = std::move(self->handle_.promise().result_);
     self->handle_.destroy();
     Callback callback = std::move(self->callback_);
@@ -147,6 +154,8 @@ class StartSink final : public CompletionSink {
 
   std::coroutine_handle<LazyPromise<T>> handle_;
   Callback callback_;
+  [[no_unique_address]] RootTaskRecord record_;  // the task's, for task dumps
+  [[no_unique_address]] RootTaskJob start_;      // scheduleOn()'s
 };
 
 }  // namespace detail
@@ -218,7 +227,8 @@ class [[nodiscard]] Lazy {
     auto* sink = new detail::StartSink<T, std::decay_t<Callback>>(
         handle_, std::decay_t<Callback>(std::forward<Callback>(callback)));
     sink->attach();
-    std::exchange(handle_, nullptr).resume();
+    handle_ = nullptr;  // the sink frees the frame
+    sink->runHere();
   }
 
   // `co_await std::move(lazy)`: the awaiter takes the frame, and this Lazy is empty from

@@ -15,6 +15,7 @@
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/task_registry.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
@@ -45,6 +46,8 @@ class SpawnedTask final : public CompletionSink {
   CancellationSource source_;
   const CancellationToken token_;  // the task's promise points here
   Try<T> result_;
+  [[no_unique_address]] RootTaskRecord record_;  // the task's, for task dumps
+  [[no_unique_address]] RootTaskJob start_;      // what starts it on another thread
   std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
   Executor* awaiterExecutor_ = nullptr;  // idem
   std::atomic<int> state_{kRunning};
@@ -72,7 +75,7 @@ class SpawnedTask final : public CompletionSink {
   // noexcept: runs inside the task's final suspend.
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<SpawnedTask*>(sink);
-    unregisterRootTask(self->handle_.promise());  // listed in task dumps since spawn()
+    unregisterRootTask(self->record_);  // registered since spawn()
     self->result_ = std::move(self->handle_.promise().result_);
     std::exchange(self->handle_, nullptr).destroy();
     // acq_rel: release publishes the result; acquire sees the awaiter's handle (written
@@ -299,14 +302,15 @@ auto spawn(Executor* executor, W&& work) {
   auto* state = new detail::SpawnedTask<T>(handle);
   handle.promise().setCancellationToken(&state->token_);
   handle.promise().setCompletionSink(state);
-  detail::registerRootTask(handle.promise());
+  detail::registerRootTask(handle.promise(), state->record_);
   if (taskExecutor->currentThreadInExecutor()) {
-    detail::LazyAccess::release(lazy).resume();  // may finish it: the state records that
+    detail::LazyAccess::release(lazy);
+    detail::runRootTask(handle, state->record_);  // may finish it: the state records that
   } else {
     try {
-      taskExecutor->schedule(handle);
+      detail::scheduleRootTask(taskExecutor, handle, state->record_, state->start_);
     } catch (...) {
-      detail::unregisterRootTask(handle.promise());
+      // Never ran, so never listed: nothing to unregister (task_registry.h).
       delete state;  // not started: the task still owns (and frees) the frame
       throw;
     }

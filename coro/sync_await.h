@@ -13,6 +13,7 @@
 #include "weft/coro/awaitable_support.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/task_registry.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
 #include "weft/executors/executor.h"
@@ -40,14 +41,21 @@ class SyncWaitSink final : public CompletionSink {
   // Sets `root`'s completion sink to this one and lists the task in task dumps while the
   // waiter waits.
   explicit SyncWaitSink(LazyPromiseBase& root) noexcept
-      : CompletionSink(&SyncWaitSink::complete, "syncAwait"), root_(root) {
+      : CompletionSink(&SyncWaitSink::complete, "syncAwait") {
     root.setCompletionSink(this);
-    registerRootTask(root);
+    registerRootTask(root, record_);
   }
   SyncWaitSink(const SyncWaitSink&) = delete;
   SyncWaitSink& operator=(const SyncWaitSink&) = delete;
   // Before the root's frame is destroyed (syncAwait's Lazy outlives its sink).
-  ~SyncWaitSink() { unregisterRootTask(root_); }
+  ~SyncWaitSink() { unregisterEndedRootTask(record_); }
+
+  // Starts the task (`root`, whose sink this is) on the calling thread. noexcept: see
+  // runRootTask.
+  template <class Promise>
+  void run(std::coroutine_handle<Promise> root) noexcept {
+    runRootTask(root, record_);
+  }
 
   void wait() {
     // acquire: pairs with the release in complete(), so the result stored in the frame
@@ -64,9 +72,9 @@ class SyncWaitSink final : public CompletionSink {
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<SyncWaitSink*>(sink);
 #if WEFT_TASK_TRACKING
-    // The task ends its run here (its slot is released later, by the waiter); before the
-    // exchange, after which the waiter may free `self`. For stall reports (running_root.h).
-    leaveRootRun(self->root_.rootSlot());
+    // The task ends its run here (it is unregistered later, by the waiter). For stall
+    // reports (running_root.h).
+    endRootRun();
 #endif
     // acq_rel: release publishes the result; acquire orders the wake-up below after the
     // waiter's registration.
@@ -82,7 +90,7 @@ class SyncWaitSink final : public CompletionSink {
   std::mutex mutex_;
   std::condition_variable woken_;
   bool wakeUp_ = false;
-  LazyPromiseBase& root_;  // listed in task dumps while the waiter waits
+  [[no_unique_address]] RootTaskRecord record_;  // the root task's, for task dumps
 };
 
 template <class T>
@@ -129,7 +137,7 @@ T syncAwait(Lazy<T> lazy) {
   auto handle = detail::LazyAccess::handle(lazy);
   if (!handle) detail::abortInvalidLazy("syncAwait");
   detail::SyncWaitSink sink(handle.promise());
-  handle.resume();
+  sink.run(handle);
   sink.wait();
   return detail::takeResult(handle.promise());
 }

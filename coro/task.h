@@ -148,11 +148,12 @@ class [[nodiscard]] Task {
         handle, std::decay_t<Callback>(std::forward<Callback>(callback)));
     sink->attach();
     if (executor->currentThreadInExecutor()) {
-      detail::LazyAccess::release(lazy_).resume();
+      detail::LazyAccess::release(lazy_);  // the sink frees the frame
+      sink->runHere();
       return;
     }
     try {
-      executor->schedule(handle);
+      sink->scheduleOn(executor);
     } catch (...) {
       sink->abandon();  // not started: lazy_ still owns (and frees) the frame
       throw;

@@ -25,7 +25,6 @@
 #include "weft/coro/detail/snapshot_reads.h"
 #include "weft/coro/detail/task_registry.h"
 #include "weft/executors/stall_task_hook.h"
-#include "weft/executors/work_item.h"
 
 namespace weft {
 namespace detail {
@@ -37,14 +36,16 @@ struct Collected {
   std::vector<TaskDumpEntry> fibers;
 };
 
-// A root task: what its innermost coroutine waits on (the wait its registry slot
-// publishes) and the chain from that coroutine up; or, when nothing is published (it
-// runs, or is queued to run), the root alone. The DumpRead keeps the slot's subject, the
-// root's frame, and what the published note leads to (the awaiter, the chain above it)
-// alive and unchanged (coro/detail/dump_gate.h).
-void dumpTask(RegistrySlot& slot, std::uintptr_t subject, TaskDumpEntry& entry) {
-  const auto& root = *reinterpret_cast<const LazyPromiseBase*>(subject);
-  entry.order = numberTask(slot, subject);
+// A root task: what its innermost coroutine waits on (the wait its record publishes) and
+// the chain from that coroutine up; or, when nothing is published (it runs, or is queued
+// to run), the root alone. The DumpRead keeps the record (its slot's subject), the root's
+// frame, and what the published note leads to (the awaiter, the chain above it) alive and
+// unchanged (coro/detail/dump_gate.h).
+void dumpTask(const TaskRecord& record, TaskDumpEntry& entry) {
+  const auto& root = *static_cast<const LazyPromiseBase*>(record.root);
+  // Relaxed: written before the slot's subject, which the caller read (acquire).
+  entry.order = record.loadId();
+  entry.firstWaitMs = record.loadFirstWaitMs();
   entry.title = "task " + std::to_string(entry.order);
   const CompletionSink* sink = root.completionSink();
   if (sink != nullptr && sink->traceLabel_ != nullptr) {
@@ -52,11 +53,9 @@ void dumpTask(RegistrySlot& slot, std::uintptr_t subject, TaskDumpEntry& entry) 
     entry.title += sink->traceLabel_;
     entry.title += ')';
   }
-  // acquire: pairs with publishWait's release (the note as written for this wait, and
-  // the time of the task's first wait).
-  const std::uintptr_t wait = slot.wait.load(std::memory_order_acquire);
-  if ((wait & 1) == 0) entry.firstWaitMs = slot.firstWaitMs.load(std::memory_order_relaxed);
-  if (wait != 0 && (wait & 1) == 0) {
+  // acquire: pairs with publishWait's release (the note as written for this wait).
+  const std::uintptr_t wait = record.loadWait(std::memory_order_acquire);
+  if (wait != 0) {
     const auto* note = reinterpret_cast<const LazyWaitNote*>(wait);
     entry.state = "waiting on ";
     note->describe(note->awaiter, entry.state);
@@ -71,20 +70,19 @@ void collectTask(RegistrySlot& slot, void* context) {
   auto& out = *static_cast<Collected*>(context);
   try {
     if (!DumpSession::canRead()) {
-      // Without membarrier a subject may be freed under the dump: only the slot is read.
+      // Without membarrier a record may be freed under the dump: only the slot is read.
       const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
       if (subject == 0 || subject == kSlotEnd) return;
       TaskDumpEntry& entry = out.tasks.emplace_back();
-      entry.order = numberTask(slot, subject);
-      entry.title = "task " + std::to_string(entry.order);
+      entry.title = "task";
       entry.state = kWaitNotRead;
       return;
     }
     DumpRead read;
-    // acquire: pairs with the claim's release (the slot's fields as written for it).
+    // acquire: pairs with publishFirstWait's release (the record as written for it).
     const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
     if (subject == 0 || subject == kSlotEnd) return;  // released since the first look
-    dumpTask(slot, subject, out.tasks.emplace_back());
+    dumpTask(*reinterpret_cast<const TaskRecord*>(subject), out.tasks.emplace_back());
   } catch (...) {
     // No memory: the entry stays as far as it got.
   }
@@ -115,74 +113,80 @@ void collectFiber(FiberSlot& slot, void* context) {
 }
 
 // ThreadPool's stall reports name the task a stalled worker runs (executors/
-// stall_task_hook.h). The signal handler, on the worker, records two candidates, which
-// the watchdog then checks inside DumpReads, where a task it finds still registered stays
-// alive (dump_gate.h):
-//  - the task whose run the thread is in (running_root.h): its slot and the slot's
-//    subject (slots are never freed: reading one in the handler is safe). It is named if
-//    the slot still holds that subject and has no wait published (it has not waited
-//    since);
-//  - the coroutine that the pool item the worker started last resumed: the root task
-//    whose root coroutine that is, if it has never waited, is in its first run, which
-//    that item started (a task that has run and not waited since is still in the run
-//    that began with its last wait's end, or its first). Found by looking through the
-//    registry.
-// Words: 0 the running root's slot, 1 its subject, 2 the item's coroutine frame (0: the
-// item was a Job), 3 unused.
-enum StallWord { kRunningSlot = 0, kRunningSubject = 1, kItemFrame = 2 };
+// stall_task_hook.h): the task whose run the thread is in (running_root.h), whose record
+// is alive while the thread runs it, so the signal's handler may read it:
+//  - a task that has waited is listed: the handler records its ring slot and the slot's
+//    subject (the record). The watchdog reads the slot again inside a DumpRead (slots
+//    are never freed; a task still listed there keeps its record and frames alive,
+//    dump_gate.h) and names the task if the slot still leads to that record and no wait is
+//    published (it has not waited since, or it would have left its run);
+//  - a task in its first run (it has not waited: not listed, nothing the watchdog could
+//    read safely later) is described by the handler itself from what is alive then: a
+//    number (the task keeps it when it is listed), its origin's label (a string literal)
+//    and its root coroutine's code address, which the watchdog only symbolizes.
+// Words: listed: 0 the slot, 1 its subject; first run: 1 the number, 2 the root's code
+// address, 3 the label (0: none).
+enum StallWord { kRunningSlot = 0, kRunningSubject = 1, kFirstRunNumber = 1, kFirstRunCode = 2,
+                 kFirstRunLabel = 3 };
 
 void captureStalledTask(std::uintptr_t item,
                         std::uintptr_t (&words)[StallTaskHook::kWords]) noexcept {
+  (void)item;
 #if WEFT_TASK_TRACKING
   // Relaxed: this thread's own stores (the signal interrupted it).
-  RegistrySlot* slot = tRunningRoot.load(std::memory_order_relaxed);
-  if (slot != nullptr) {
+  // Marked (kMonitoredRun) while the run is a monitored poll.
+  auto* record = reinterpret_cast<TaskRecord*>(tRunningRoot.load(std::memory_order_relaxed) &
+                                               ~kMonitoredRun);
+  if (record == nullptr) return;
+  std::atomic_ref<std::uintptr_t> wait(record->wait);
+  const std::uintptr_t word = wait.load(std::memory_order_relaxed);
+  // Pairs with publishFirstWait's signal fence: `slot` is set once `wait` is even.
+  std::atomic_signal_fence(std::memory_order_acquire);
+  if ((word & 1) == 0) {
+    RegistrySlot* slot = record->slot;
     words[kRunningSlot] = reinterpret_cast<std::uintptr_t>(slot);
     words[kRunningSubject] = slot->subject.load(std::memory_order_relaxed);
+    return;
   }
-  const WorkItem work = WorkItem::fromBits(item);
-  if (!work.empty() && !work.isJob()) {
-    words[kItemFrame] = reinterpret_cast<std::uintptr_t>(work.handle().address());
+  // Its first run: numbered now if no report has numbered it (it keeps the number).
+  std::uint64_t number = word >> 1;
+  if (number == 0) {
+    number = takeTaskNumber();
+    wait.store((static_cast<std::uintptr_t>(number) << 1) | 1, std::memory_order_relaxed);
   }
+  const auto* root = static_cast<const LazyPromiseBase*>(record->root);
+  const void* const* frame = static_cast<const void* const*>(
+      std::coroutine_handle<LazyPromiseBase>::from_promise(const_cast<LazyPromiseBase&>(*root))
+          .address());
+  const CompletionSink* sink = root->completionSink();
+  words[kFirstRunNumber] = number;
+  words[kFirstRunCode] = reinterpret_cast<std::uintptr_t>(frame[0] != nullptr ? frame[0] : frame[1]);
+  words[kFirstRunLabel] =
+      sink != nullptr ? reinterpret_cast<std::uintptr_t>(sink->traceLabel_) : 0;
 #else
-  (void)item;
   (void)words;
 #endif
 }
 
-#if WEFT_TASK_TRACKING
-struct StalledTaskSearch {
-  std::uintptr_t frame;  // the item's coroutine
-  TaskDumpEntry* entry;
-  bool found = false;
-};
-
-// Inside the watchdog's DumpSession: the task whose root coroutine is the item's, if it
-// has never waited.
-void findFirstRun(RegistrySlot& slot, void* context) {
-  auto& search = *static_cast<StalledTaskSearch*>(context);
-  if (search.found) return;
-  DumpRead read;
-  // acquire: pairs with the claim's release (the slot's fields as written for it).
-  const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
-  if (subject == 0 || subject == kSlotEnd) return;
-  auto& root = *reinterpret_cast<LazyPromiseBase*>(subject);
-  if (reinterpret_cast<std::uintptr_t>(
-          std::coroutine_handle<LazyPromiseBase>::from_promise(root).address()) != search.frame) {
-    return;
-  }
-  // acquire: as in dumpTask.
-  if ((slot.wait.load(std::memory_order_acquire) & 1) == 0) return;  // it has waited
-  dumpTask(slot, subject, *search.entry);
-  search.found = true;
-}
-
-void skipFiber(FiberSlot&, void*) {}
-#endif
-
 void describeStalledTask(const std::uintptr_t (&words)[StallTaskHook::kWords],
                          StallReport& report) {
 #if WEFT_TASK_TRACKING
+  if (words[kRunningSlot] == 0 && words[kFirstRunCode] != 0) {
+    // Its first run: from the words alone (nothing they point to is read but the label, a
+    // string literal).
+    std::string title = "task " + std::to_string(words[kFirstRunNumber]);
+    AsyncBacktrace trace;
+    trace.addCoroutine(reinterpret_cast<const void*>(words[kFirstRunCode]));
+    if (const auto* label = reinterpret_cast<const char*>(words[kFirstRunLabel])) {
+      title += " (";
+      title += label;
+      title += ')';
+      trace.addMarker(label);
+    }
+    report.task = std::move(title);
+    report.asyncFunctions = trace.functionNames();
+    return;
+  }
   TaskDumpEntry entry;
   bool found = false;
   {
@@ -196,19 +200,16 @@ void describeStalledTask(const std::uintptr_t (&words)[StallTaskHook::kWords],
     SnapshotReads snapshot;
     if (auto* slot = reinterpret_cast<RegistrySlot*>(words[kRunningSlot])) {
       DumpRead read;
-      // acquire: pairs with the claim's release.
+      // acquire: pairs with publishFirstWait's release (the record as written for it).
       const std::uintptr_t subject = slot->subject.load(std::memory_order_acquire);
       // The same task, and no wait published since (then it would have left its run).
-      if (subject != 0 && subject != kSlotEnd && subject == words[kRunningSubject] &&
-          slot->wait.load(std::memory_order_acquire) == 0) {
-        dumpTask(*slot, subject, entry);
-        found = true;
+      if (subject != 0 && subject != kSlotEnd && subject == words[kRunningSubject]) {
+        const auto& record = *reinterpret_cast<const TaskRecord*>(subject);
+        if (record.loadWait(std::memory_order_acquire) == 0) {
+          dumpTask(record, entry);
+          found = true;
+        }
       }
-    }
-    if (!found && words[kItemFrame] != 0) {
-      StalledTaskSearch search{words[kItemFrame], &entry};
-      forEachRegistrySlot(&findFirstRun, &skipFiber, &search);
-      found = search.found;
     }
   }
   if (!found) {

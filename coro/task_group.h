@@ -20,6 +20,7 @@
 #include "weft/coro/detail/lazy_promise.h"
 #include "weft/coro/detail/spin_lock.h"
 #include "weft/coro/detail/task_group_waiter.h"
+#include "weft/coro/detail/task_registry.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
 #include "weft/coro/try.h"
@@ -331,11 +332,13 @@ class TaskGroup {
         : CompletionSink(&ChildSink::complete, "TaskGroup::spawn()"), group(g), handle(h) {}
     TaskGroup* group;
     std::coroutine_handle<detail::LazyPromise<U>> handle;
+    [[no_unique_address]] detail::RootTaskRecord record;  // the task's, for task dumps
+    [[no_unique_address]] detail::RootTaskJob start;      // what starts it on another thread
 
     // noexcept: runs inside the task's final suspend.
     static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
       auto* self = static_cast<ChildSink*>(sink);
-      detail::unregisterRootTask(self->handle.promise());  // listed since startTask()
+      detail::unregisterRootTask(self->record);  // registered since startTask()
       Try<U> result = std::move(self->handle.promise().result_);
       self->handle.destroy();
       TaskGroup* group = self->group;
@@ -355,19 +358,20 @@ class TaskGroup {
     handle.promise().setCancellationToken(&token_);
     auto* sink = new ChildSink<U>(this, handle);
     handle.promise().setCompletionSink(sink);
-    detail::registerRootTask(handle.promise());
+    detail::registerRootTask(handle.promise(), sink->record);
     {
       std::lock_guard guard(mutex_);
       ++running_;
     }
     if (executor->currentThreadInExecutor()) {
-      detail::LazyAccess::release(lazy).resume();
+      detail::LazyAccess::release(lazy);
+      detail::runRootTask(handle, sink->record);
       return;
     }
     try {
-      executor->schedule(handle);
+      detail::scheduleRootTask(executor, handle, sink->record, sink->start);
     } catch (...) {
-      detail::unregisterRootTask(handle.promise());
+      // Never ran, so never listed: nothing to unregister (task_registry.h).
       delete sink;  // not started: the task still owns (and frees) the frame
       std::lock_guard guard(mutex_);
       --running_;  // refused by its executor: it never ran

@@ -87,6 +87,15 @@ class Executor {
     scheduleJob(new CallableJob<std::decay_t<F>>(std::forward<F>(f)));
   }
 
+  // Runs `job` later on one of this executor's threads: job->complete(job, true), once.
+  // What schedule(F&&) queues, and the allocation-free way in for work kept in the
+  // caller's own memory (weft keeps the job that starts a root task in the task's state,
+  // coro/detail/task_registry.h): `complete` decides what "free" means.
+  // Takes ownership of `job` (until its complete runs). Errors: if the executor refuses
+  // it, the implementation calls job->complete(job, false) and throws ExecutorShutDown;
+  // std::bad_alloc likewise. Thread safety: any thread.
+  virtual void scheduleJob(Job* job) = 0;
+
   // True when the calling thread is one of this executor's own threads. An executor
   // that owns no threads (InlineExecutor) answers false. noexcept: it is asked on paths
   // that must not fail (deciding whether to run inline); implementations only read state.
@@ -142,10 +151,6 @@ class Executor {
   static Executor* current() noexcept;
 
  protected:
-  // Takes ownership of `job`. If the executor refuses it, the implementation frees it
-  // with job->complete(job, false) and throws ExecutorShutDown.
-  virtual void scheduleJob(Job* job) = 0;
-
   // Makes `executor` what current() returns on the calling thread: an executor calls it
   // with itself on each of its threads before it runs anything there, and with nullptr
   // before the thread ends. noexcept: writes a thread_local.

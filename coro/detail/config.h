@@ -73,7 +73,8 @@
 
 // WEFT_TASK_TRACKING: 1 to keep, for task dumps (coro/task_dump.h, gdb's `weft tasks`),
 // the registry of root tasks and a note of what each suspended Lazy waits on. It costs a
-// few stores per suspension and a registry slot per root task (docs/debugging.md, "Cost"); async
+// few stores per suspension, two stores per root task and a registry slot per root task
+// that waits (docs/debugging.md, "Cost"); async
 // backtraces, the fiber registry and fibers' wait notes are kept either way. CMake sets
 // it for weft and everything that links it (option WEFT_TASK_TRACKING: on for Debug
 // builds by default), an installed weft's build_config.h for builds without its -D flags;

@@ -11,13 +11,13 @@ namespace weft::detail {
 // fibers that other threads run, without ever reading what has been freed or reused.
 //
 // A dump follows pointers that their owners publish as they suspend (a root task's note
-// of what its innermost coroutine waits on; a fiber's park) or as they start (a root task
-// or a fiber in its registry slot, coro/detail/registry_slot.h) into memory that their
-// owners free or reuse once the wait or the task is over (an awaiter in a frame or on a
-// fiber's stack, a slot of a frame that the next co_await reuses, the frames of a task,
-// a fiber). So every owner, where a wait or a task ends, first unpublishes it (withdraws
-// the note, marks the fiber running, releases the registry slot) and then passes the
-// gate, before anything it leads to may go:
+// of what its innermost coroutine waits on; a fiber's park) or as they start (a fiber, or
+// a root task at its first wait, in its registry slot, coro/detail/registry_slot.h) into
+// memory that their owners free or reuse once the wait or the task is over (an awaiter in
+// a frame or on a fiber's stack, a slot of a frame that the next co_await reuses, the
+// frames of a task and its record, a fiber). So every owner, where a wait or a task ends,
+// first unpublishes it (withdraws the note, marks the fiber running, releases the registry
+// slot) and then passes the gate, before anything it leads to may go:
 //
 //   owner                                    dump
 //   clear the note                           (DumpSession) dumping = 1; heavy barrier

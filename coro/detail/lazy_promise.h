@@ -151,8 +151,8 @@ template <class A>
 using BoundAwaitable = decltype(bindAwaitable(std::declval<A>(), std::declval<Executor*>(),
                                               std::declval<const CancellationToken&>()));
 
-// What a suspended coroutine of a root task waits on, as the task's registry slot
-// publishes it (RegistrySlot::wait, coro/detail/registry_slot.h): the awaiter and how to
+// What a suspended coroutine of a root task waits on, as the task's record publishes it
+// (TaskRecord::wait, coro/detail/registry_slot.h): the awaiter and how to
 // describe it, the coroutine that waits (where a dump starts its async backtrace) and
 // where (its co_await, WEFT_CODE_ADDRESS, which async backtraces show as file:line).
 // Lives beside the awaiter, in the waiting coroutine's frame. No member initializers: a
@@ -165,16 +165,17 @@ struct LazyWaitNote {
 };
 
 // An awaiter as a Lazy awaits it with WEFT_TASK_TRACKING: when the coroutine belongs to a
-// root task (its promise has the task's registry slot) and suspends, the wait is
-// published in the task's slot, and withdrawn when the co_await is over. `Awaiter` may be
+// root task (its promise has the task's record) and suspends, the wait is published in
+// the task's record, and withdrawn when the co_await is over. `Awaiter` may be
 // a reference type.
 //
-// Cost: an await that does not suspend (await_ready) pays one store (`slot` cleared,
+// Cost: an await that does not suspend (await_ready) pays one store (`record` cleared,
 // after the awaiter's own await_ready, which lets the compiler drop the test in
 // await_resume on that path). One that suspends outside a root task (a collect's
-// branches, a fiber's driver) tests the promise's slot and `slot`; inside one, writes the
-// note (four words), publishes it, and withdraws it when resumed (a store, and the dump
-// gate's load and branch).
+// branches, a fiber's driver) tests the promise's record and `record`; inside one,
+// writes the note (four words), publishes it, ends the task's run on the thread
+// (running_root.h, monitored_task.h), and when resumed withdraws it (a store, and the
+// dump gate's load and branch) and enters the run again.
 template <class Awaiter>
 struct NotedAwaiter {
   using Plain = std::remove_cvref_t<Awaiter>;
@@ -188,9 +189,11 @@ struct NotedAwaiter {
   NotedAwaiter& operator=(const NotedAwaiter&) = delete;
 
   Awaiter awaiter;
-  // The slot the wait is published in; null: not published (set on every path before
-  // await_resume reads it).
-  RegistrySlot* slot;
+  // The record the wait is published in (marked kMonitoredWait when the wait ended a
+  // monitored poll: monitored_task.h); null: not published. Set on every path before
+  // await_resume reads it: null by await_ready, the task's record by await_suspend when
+  // it publishes.
+  TaskRecord* record;
   LazyWaitNote note;  // filled in only when published
 
   // All forced inline: g++ stops inlining into a coroutine's body past a size, and the
@@ -198,19 +201,25 @@ struct NotedAwaiter {
   // point noted is then in the coroutine's body, too.
   [[gnu::always_inline]] bool await_ready() {
     const bool ready = awaiter.await_ready();
-    slot = nullptr;
+    // On both paths: a store only where the awaiter is ready costs a jump back
+    // (BM_Mutex_Uncontended 44 -> 45 instructions per lock), more than the store it
+    // saves on the path that publishes.
+    record = nullptr;
     return ready;
   }
   template <class Promise>
   [[gnu::always_inline]] decltype(auto) await_suspend(std::coroutine_handle<Promise> self);
   // The wait is withdrawn before the awaiter's own await_resume and destruction. A
-  // coroutine destroyed while suspended here never gets here: its root task's record is
-  // released first (unregisterRootTask), so no dump reads the slot any more.
+  // coroutine destroyed while suspended here never gets here: its root task is
+  // unregistered first (unregisterRootTask), so no dump reads the record any more.
   [[gnu::always_inline]] decltype(auto) await_resume() {
-    if (slot != nullptr) [[unlikely]] {
-      noteMonitoredResume(slot);  // for TaskMonitor (monitored_task.h)
-      slot->withdrawWait();
-      enterRootRun(slot);  // for stall reports (running_root.h)
+    if (record != nullptr) [[unlikely]] {
+      if (monitoredWait(record)) [[unlikely]] {
+        resumeMonitored(record);  // for TaskMonitor (monitored_task.h): all three steps
+      } else {
+        record->withdrawWait();
+        enterRootRun(record);  // for stall reports (running_root.h)
+      }
     }
     return awaiter.await_resume();
   }
@@ -228,7 +237,9 @@ struct NotedAwaiter {
 class LazyPromiseBase : public FrameAllocated {
  public:
   // Lazily started: nothing runs until the Lazy is awaited, started or synchronously
-  // awaited.
+  // awaited. (A root task's first run, for stall reports, starts where the task is
+  // started: runRootTask and scheduleRootTask, coro/detail/task_registry.h; a Lazy pays
+  // nothing for it.)
   std::suspend_always initial_suspend() noexcept { return {}; }
 
   struct FinalAwaiter {
@@ -247,7 +258,7 @@ class LazyPromiseBase : public FrameAllocated {
   // executor and token.
   //
   // With WEFT_TASK_TRACKING, the awaiter of anything but a Lazy (whose awaiter passes the
-  // root task's slot on to the awaited Lazy) is wrapped in a NotedAwaiter, which publishes
+  // root task's record on to the awaited Lazy) is wrapped in a NotedAwaiter, which publishes
   // what this coroutine waits on while it is suspended.
   template <class A>
   decltype(auto) await_transform(A&& awaitable) {
@@ -285,23 +296,23 @@ class LazyPromiseBase : public FrameAllocated {
   }
   void setAsyncParent(AsyncParent parent) noexcept { asyncParent_ = parent; }
 
-  // The registry slot of the root task this coroutine runs in (coro/detail/registry_slot.h),
+  // The record of the root task this coroutine runs in (coro/detail/registry_slot.h),
   // where its NotedAwaiters publish what it waits on: set on the root by
   // registerRootTask, passed on to each Lazy it awaits (LazyAwaiter). Null outside a root
   // task (a collect's branches, a Task awaited by another coroutine, a fiber's driver):
   // nothing is published then. Only with WEFT_TASK_TRACKING.
-  RegistrySlot* rootSlot() const noexcept {
+  TaskRecord* rootRecord() const noexcept {
 #if WEFT_TASK_TRACKING
-    return rootSlot_;
+    return rootRecord_;
 #else
     return nullptr;
 #endif
   }
-  void setRootSlot(RegistrySlot* slot) noexcept {
+  void setRootRecord(TaskRecord* record) noexcept {
 #if WEFT_TASK_TRACKING
-    rootSlot_ = slot;
+    rootRecord_ = record;
 #else
-    (void)slot;
+    (void)record;
 #endif
   }
   // A root task started under a TaskMonitor (coro/task_monitor.h) keeps the monitor's
@@ -358,11 +369,11 @@ class LazyPromiseBase : public FrameAllocated {
   std::uintptr_t continuation_ = 0;
   AsyncParent asyncParent_;
   // What an awaited Lazy inherits (LazyAwaiter): its executor, its root task (whose
-  // registry slot its waits are published in), its cancellation token. The executor and
+  // record its waits are published in), its cancellation token. The executor and
   // the root side by side: both null in a new frame, one 16-byte store.
   Executor* executor_ = nullptr;
 #if WEFT_TASK_TRACKING
-  RegistrySlot* rootSlot_ = nullptr;
+  TaskRecord* rootRecord_ = nullptr;
 #endif
   const CancellationToken* token_ = &kNoCancellationToken;
 };
@@ -372,24 +383,27 @@ template <class Promise>
 [[gnu::always_inline]] inline decltype(auto) NotedAwaiter<Awaiter>::await_suspend(
     std::coroutine_handle<Promise> self) {
   LazyPromiseBase& promise = self.promise();
-  if (RegistrySlot* root = promise.rootSlot(); root != nullptr) {
+  if (TaskRecord* const root = promise.rootRecord(); root != nullptr) {
+    record = root;
     note = LazyWaitNote{&describeAwaiter<Plain>, std::addressof(awaiter), &promise,
                         WEFT_CODE_ADDRESS()};
-    slot = root;
     root->publishWait(&note);
-    leaveRootRun(root);  // for stall reports (running_root.h)
-    // For TaskMonitor (monitored_task.h): may mark `slot`.
-    noteMonitoredSuspend(slot);
+    // For stall reports (running_root.h) and TaskMonitor (monitored_task.h): may mark
+    // `record`.
+    leaveRunAtWait(root, record);
   }
   // If await_suspend throws, the coroutine goes on (to its handler) without await_resume:
   // the wait is withdrawn here.
   try {
     return awaiter.await_suspend(self);
   } catch (...) {
-    if (slot != nullptr) {
-      noteMonitoredResume(slot);
-      slot->withdrawWait();
-      enterRootRun(slot);
+    if (record != nullptr) {
+      if (monitoredWait(record)) {
+        resumeMonitored(record);
+      } else {
+        record->withdrawWait();
+        enterRootRun(record);
+      }
     }
     throw;
   }

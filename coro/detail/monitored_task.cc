@@ -78,15 +78,17 @@ void MonitoredTask::firstPoll() noexcept {
   add(monitor_->totalFirstPollDelayNanos, delay);
   raise(monitor_->maxFirstPollDelayNanos, delay);
 #if WEFT_TASK_TRACKING
-  // Polls are measured when monitoredBody's Lazy is the root of its task: its slot names
-  // it, and its parent word still holds this record (an await of it would have replaced
-  // both).
-  RegistrySlot* slot = promise_ != nullptr ? promise_->rootSlot() : nullptr;
-  if (slot != nullptr &&
-      slot->subject.load(std::memory_order_relaxed) == reinterpret_cast<std::uintptr_t>(promise_) &&
-      promise_->monitorRecord() == this) {
-    slot_ = slot;
+  // Polls are measured when monitoredBody's Lazy is the root of its task: its task's
+  // record names it as the root (set where the task was started, before this), and its
+  // parent word still holds this record (an await of it would have replaced both).
+  TaskRecord* record = promise_ != nullptr ? promise_->rootRecord() : nullptr;
+  if (record != nullptr && record->root == promise_ && promise_->monitorRecord() == this) {
+    taskRecord_ = record;
     startPoll(now);
+    // The task's run is a poll from here: the running-root word names it marked, so that
+    // its next wait takes the hook's cold path (leaveRunAtWait, monitored_task.h).
+    const auto named = reinterpret_cast<std::uintptr_t>(record);
+    if (loadRunningRoot() == named) storeRunningRoot(named | kMonitoredRun);
   }
 #endif
 }
@@ -120,10 +122,10 @@ void MonitoredTask::endPoll(std::int64_t now) noexcept {
     tMonitoredRun = outer;
 }
 
-RegistrySlot* MonitoredTask::suspend(RegistrySlot* root) noexcept {
-  if (root != slot_) return root;  // another task's wait, inside this one's poll
+TaskRecord* MonitoredTask::suspend(TaskRecord* root) noexcept {
+  if (root != taskRecord_) return root;  // another task's wait, inside this one's poll
   endPoll(nowNanos());
-  return reinterpret_cast<RegistrySlot*>(reinterpret_cast<std::uintptr_t>(root) | kMonitoredWait);
+  return reinterpret_cast<TaskRecord*>(reinterpret_cast<std::uintptr_t>(root) | kMonitoredWait);
 }
 
 void MonitoredTask::resume() noexcept {
@@ -133,19 +135,25 @@ void MonitoredTask::resume() noexcept {
   startPoll(now);
 }
 
-RegistrySlot* suspendMonitored(MonitoredTask* run, RegistrySlot* root) noexcept {
-  return run->suspend(root);
+TaskRecord* leaveRunAtWaitSlow(TaskRecord* record) noexcept {
+  // The word names the task marked: its run, a monitored poll, ends here.
+  if (loadRunningRoot() == (reinterpret_cast<std::uintptr_t>(record) | kMonitoredRun)) {
+    storeRunningRoot(0);
+  }
+  if (MonitoredTask* run = tMonitoredRun; run != nullptr) return run->suspend(record);
+  return record;
 }
 
-RegistrySlot* resumeMonitored(RegistrySlot* marked) noexcept {
-  auto* slot =
-      reinterpret_cast<RegistrySlot*>(reinterpret_cast<std::uintptr_t>(marked) & ~kMonitoredWait);
-  // Relaxed: the slot is the task's until it ends; its subject was stored before the task
-  // first ran, which happened before this resumption.
-  const auto* root =
-      reinterpret_cast<const LazyPromiseBase*>(slot->subject.load(std::memory_order_relaxed));
+void resumeMonitored(TaskRecord* marked) noexcept {
+  auto* record =
+      reinterpret_cast<TaskRecord*>(reinterpret_cast<std::uintptr_t>(marked) & ~kMonitoredWait);
+  // The record is the task's until it ends; its root was set where the task was started,
+  // which happened before this resumption.
+  const auto* root = static_cast<const LazyPromiseBase*>(record->root);
   root->monitorRecord()->resume();
-  return slot;
+  record->withdrawWait();
+  // Its run is a poll again (running_root.h): marked, as the wait's record.
+  enterRootRun(marked);
 }
 
 }  // namespace weft::detail

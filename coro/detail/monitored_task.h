@@ -6,6 +6,7 @@
 
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/registry_slot.h"
+#include "weft/coro/detail/running_root.h"
 #include "weft/coro/task_metrics.h"
 
 namespace weft::detail {
@@ -48,10 +49,10 @@ struct TaskMonitorState {
 // await_suspend), or where monitoredBody ends. While a poll runs, the thread's word
 // tMonitoredRun names the record, and the record the one it replaced (runs nest: a task's
 // poll may resume another task inline, whose poll ends first). A wait that ends a poll
-// marks the NotedAwaiter's slot pointer (its low bit, kMonitoredWait: slots are 8-byte
-// aligned), so that its resumption, on any thread, finds the record again through the
-// slot: the slot's subject is monitoredBody's promise, whose parent word holds the record
-// (LazyPromiseBase::monitorRecord).
+// marks the NotedAwaiter's pointer to the task's TaskRecord (its low bit, kMonitoredWait:
+// records are 8-byte aligned), so that its resumption, on any thread, finds this record
+// again through the task's: TaskRecord::root is monitoredBody's promise, whose parent word
+// holds this record (LazyPromiseBase::monitorRecord).
 //
 // Clock: std::chrono::steady_clock (CLOCK_MONOTONIC, read through the vDSO, some 20-25 ns),
 // read once per poll boundary of a monitored task and never for other tasks. The coarse
@@ -76,10 +77,10 @@ class MonitoredTask {
   // one does. noexcept: a clock read and adds.
   void lastPoll() noexcept;
 
-  // The poll of the task in `root` ends here, on the thread whose run this record is, if
+  // The poll of the task of `root` (its TaskRecord) ends here, on the thread whose run this record is, if
   // the task is this record's: returns `root` marked (kMonitoredWait), else `root`.
   // noexcept: a clock read and adds.
-  RegistrySlot* suspend(RegistrySlot* root) noexcept;
+  TaskRecord* suspend(TaskRecord* root) noexcept;
   // A poll of this record's task starts on the calling thread. noexcept: as above.
   void resume() noexcept;
 
@@ -89,8 +90,8 @@ class MonitoredTask {
 
   std::shared_ptr<TaskMonitorState> monitor_;
   LazyPromiseBase* promise_ = nullptr;
-  // The task's registry slot, when its polls are measured; else null.
-  RegistrySlot* slot_ = nullptr;
+  // The task's TaskRecord (registry_slot.h), when its polls are measured; else null.
+  TaskRecord* taskRecord_ = nullptr;
   // While a poll runs: the thread's previous tMonitoredRun.
   MonitoredTask* outer_ = nullptr;
   std::int64_t instrumentedAt_;
@@ -99,8 +100,10 @@ class MonitoredTask {
   bool running_ = false;
 };
 
-// The bit of a NotedAwaiter's slot pointer that says its wait ended a monitored poll.
+// The bit of a NotedAwaiter's record pointer that says its wait ended a monitored poll.
 inline constexpr std::uintptr_t kMonitoredWait = 1;
+// The marked record is what the running-root word holds while the poll runs.
+static_assert(kMonitoredWait == kMonitoredRun);
 
 // The record whose poll runs on the calling thread now (innermost), or null. Only its
 // thread reads or writes it.
@@ -111,53 +114,37 @@ inline constexpr std::uintptr_t kMonitoredWait = 1;
 inline constinit thread_local MonitoredTask* tMonitoredRun{nullptr};
 #endif
 
-// The calling thread's tMonitoredRun. Read in a coroutine's body, which can continue on
-// another thread after a co_await: the address is computed afresh at each call, as
-// localRunningRoot() does (running_root.h).
-#if WEFT_INLINE_TLS_ADDRESS
-inline MonitoredTask* localMonitoredRun() noexcept {
-  MonitoredTask** word;
-#if defined(__x86_64__)
-  asm volatile(
-      "movq %%fs:0, %0\n\t"
-      "addq weft_detail_monitored_run@gottpoff(%%rip), %0"
-      : "=r"(word));
-#else  // aarch64
-  void* offset;
-  asm volatile(
-      "mrs %0, tpidr_el0\n\t"
-      "adrp %1, :gottprel:weft_detail_monitored_run\n\t"
-      "ldr %1, [%1, #:gottprel_lo12:weft_detail_monitored_run]\n\t"
-      "add %0, %0, %1"
-      : "=r"(word), "=r"(offset));
-#endif
-  return *word;
-}
-#else
-WEFT_OPAQUE_CALL inline MonitoredTask* localMonitoredRun() noexcept { return tMonitoredRun; }
-#endif
-
 // The slow halves of the hooks below (monitored_task.cc), out of line and cold.
-[[gnu::cold]] WEFT_NOINLINE RegistrySlot* suspendMonitored(MonitoredTask* run,
-                                                           RegistrySlot* root) noexcept;
-[[gnu::cold]] WEFT_NOINLINE RegistrySlot* resumeMonitored(RegistrySlot* marked) noexcept;
+[[gnu::cold]] WEFT_NOINLINE TaskRecord* leaveRunAtWaitSlow(TaskRecord* record) noexcept;
+// The resumption of a wait that ended a monitored poll (`marked`: its record, marked): a
+// poll of the task starts, the wait is withdrawn (as TaskRecord::withdrawWait), and the
+// thread's running-root word names the task, marked.
+[[gnu::cold]] WEFT_NOINLINE void resumeMonitored(TaskRecord* marked) noexcept;
 
 // The hooks NotedAwaiter calls (coro/detail/lazy_promise.h), on the paths that publish
-// and withdraw a root task's wait; both noexcept.
+// and withdraw a root task's wait; all noexcept.
 //
-// A coroutine of the root task in `slot` publishes a wait: if a monitored poll runs on
-// this thread and is that task's, it ends, and `slot` is marked. For a task that is not
-// monitored: a thread-local load and a test (null unless a monitored task runs here).
-[[gnu::always_inline]] inline void noteMonitoredSuspend(RegistrySlot*& slot) noexcept {
-  if (MonitoredTask* run = localMonitoredRun(); run != nullptr) [[unlikely]]
-    slot = suspendMonitored(run, slot);
+// A coroutine of the root task of `record` publishes a wait: the task's run on this
+// thread ends (running_root.h), and if the run is a monitored poll of that task, so does
+// the poll, and `record` is marked. The common case, the running-root word naming the
+// task unmarked: a load, a compare, a store. Else the cold path: the word names the task
+// marked (its run is a monitored poll: TaskMonitor's hook runs), or the task runs inside
+// another's run or outside any (the word names another task, or none: the thread's
+// monitored poll, if there is one, is asked whether it is this task's, a poll that the
+// nested runs hid from the word).
+// `record` is the NotedAwaiter's, `root` its value (in a register).
+[[gnu::always_inline]] inline void leaveRunAtWait(TaskRecord* root, TaskRecord*& record) noexcept {
+  if (loadRunningRoot() == reinterpret_cast<std::uintptr_t>(root)) [[likely]] {
+    storeRunningRoot(0);
+  } else {
+    record = leaveRunAtWaitSlow(root);
+  }
 }
-// That wait is withdrawn (the coroutine resumes): if `slot` is marked, a poll of the
-// monitored task starts, and `slot` is unmarked. For a task that is not monitored: a test
-// of a bit of the pointer, which the caller has loaded anyway.
-[[gnu::always_inline]] inline void noteMonitoredResume(RegistrySlot*& slot) noexcept {
-  if ((reinterpret_cast<std::uintptr_t>(slot) & kMonitoredWait) != 0) [[unlikely]]
-    slot = resumeMonitored(slot);
+// Whether the wait published in `record` (a NotedAwaiter's) ended a monitored poll: then
+// its resumption is resumeMonitored's. For a task that is not monitored: a test of a bit
+// of the pointer, which the caller has loaded anyway.
+[[gnu::always_inline]] inline bool monitoredWait(const TaskRecord* record) noexcept {
+  return (reinterpret_cast<std::uintptr_t>(record) & kMonitoredWait) != 0;
 }
 
 }  // namespace weft::detail

@@ -13,10 +13,11 @@ namespace weft::detail {
 // `weft tasks` / `weft fibers` (tools/gdb/weft.py) list: every root task (a Lazy started
 // by syncAwait, start(), spawn() or TaskGroup::spawn(), with WEFT_TASK_TRACKING) and
 // every fiber. Each thread that registers something owns rings of slots
-// (task_registry.cc), one kind for tasks (RegistrySlot, 32 bytes) and one for fibers
-// (FiberSlot, 8 bytes: a fiber costs one word more than it did in a list of its own),
-// and claims the next free slot with no lock and no atomic read-modify-write: a task or
-// fiber is registered where it is started, and its slot may be released from any thread.
+// (task_registry.cc), one kind for tasks (RegistrySlot) and one for fibers (FiberSlot),
+// 8 bytes each, and claims the next free slot with no lock and no atomic
+// read-modify-write: a fiber is registered where it is created, a root task where it
+// first waits (its TaskRecord until then is in its completion sink, unlisted), and a slot
+// may be released from any thread.
 //
 //  - Claiming (the owner thread only): the slot under the thread's cursor, if free, is
 //    taken and the cursor moves on: a load, a test, a few stores, all in the thread's own
@@ -32,50 +33,91 @@ namespace weft::detail {
 // Rings are never freed (they are the registry's memory); a thread that exits leaves its
 // rings to the next thread that registers something, slots still taken included.
 
-// A root task's slot: 32 bytes, two per cache line. Every field is read by dumps on other
-// threads.
+// TaskRecord::wait of a task that has not waited yet, and no number given. (Odd: it has
+// not waited; the rest is the number a stall report gave it, 0: none.)
+inline constexpr std::uintptr_t kNeverWaited = 1;
+
+// A root task's slot in a ring: its subject only (0: free; kSlotEnd: the word after a
+// ring's last slot; else the task's TaskRecord*). Taken at the task's first wait, not when
+// it starts (TaskRecord::publishWait): a task that ends without ever waiting never touches
+// the ring.
 struct RegistrySlot {
-  // 0: free. kSlotEnd: the word after a ring's last slot. Else the root task's promise (a
-  // LazyPromiseBase*). Written last when claimed (release: the fields below first),
-  // cleared first when released.
   std::atomic<std::uintptr_t> subject{0};
-  // A root task:
-  //  - odd: it has not waited yet; the rest is the number a dump gave it (0: none yet).
-  //    kNeverWaited when registered: one store registers the task, no clock is read.
+};
+static_assert(sizeof(RegistrySlot) == 8);
+
+// What the registry knows of a root task, in the task's completion sink (syncAwait's,
+// start()'s, spawn()'s, a TaskGroup child's), from registerRootTask() to
+// unregisterRootTask() (coro/detail/task_registry.h). Every coroutine of the task points
+// at it (LazyPromiseBase::rootRecord()), and the one that waits on something other than a
+// Lazy publishes its wait here. The task is listed in the ring of the thread where it first
+// waits, from then until it ends; dumps on other threads read the record once the ring
+// slot leads them here.
+//
+// The fields are plain words, read and written atomically through std::atomic_ref where
+// a dump may read them concurrently (wait, id, firstWaitMs): a std::atomic member would
+// be zeroed when the sink is built, stores a task that never waits does not need. Nothing
+// is initialised until registerRootTask.
+struct TaskRecord {
+  //  - odd: it has not waited: not listed, the fields below unset but `root` (set when
+  //    it is started); the rest is the number a stall report that named it in
+  //    its first run gave it (0: none; kNeverWaited when registered), which it keeps;
   //  - 0: it runs, or is queued to run, and has waited before;
   //  - else: what its innermost coroutine waits on (a LazyWaitNote*,
   //    coro/detail/lazy_promise.h) while it is suspended.
-  std::atomic<std::uintptr_t> wait{0};
-  // Once `wait` is even (the task has waited): its number, and CLOCK_MONOTONIC_COARSE in
-  // milliseconds at its first wait (its age in dumps). Written before `wait` turns even
-  // (release).
-  std::atomic<std::uint64_t> id{0};
-  std::atomic<std::int64_t> firstWaitMs{0};
+  std::uintptr_t wait;
+  // From its first wait: its number, and CLOCK_MONOTONIC_COARSE in milliseconds then (its
+  // age in dumps). Written before the ring slot's subject (release).
+  std::uint64_t id;
+  std::int64_t firstWaitMs;
+  // From its start (runRootTask, scheduleRootTask: coro/detail/task_registry.h): the
+  // root task's promise (a LazyPromiseBase*), what dumps start from when it runs.
+  const void* root;
+  // Its ring slot, from its first wait (the task's own threads only).
+  RegistrySlot* slot;
+
+  // The wait word, read by a dump or async backtrace on any thread.
+  std::uintptr_t loadWait(std::memory_order order) const noexcept {
+    return std::atomic_ref<std::uintptr_t>(const_cast<std::uintptr_t&>(wait)).load(order);
+  }
+  // The number and the time of the first wait, read by a dump once the slot led it here
+  // (the subject's acquire orders them): relaxed.
+  std::uint64_t loadId() const noexcept {
+    return std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(id))
+        .load(std::memory_order_relaxed);
+  }
+  std::int64_t loadFirstWaitMs() const noexcept {
+    return std::atomic_ref<std::int64_t>(const_cast<std::int64_t&>(firstWaitMs))
+        .load(std::memory_order_relaxed);
+  }
 
   // The task's innermost coroutine suspends on `note` (a LazyWaitNote*). release: a dump
   // that reads the word (acquire) reads the note as written for this wait. noexcept:
-  // a load and a store; on the task's first wait also a number and a clock read.
+  // a load and a store; on the task's first wait also a number, a clock read and the
+  // claim of a ring slot.
   [[gnu::always_inline]] void publishWait(const void* note) noexcept {
-    const std::uintptr_t previous = wait.load(std::memory_order_relaxed);
-    if ((previous & 1) != 0) [[unlikely]] {
-      publishFirstWait(note, previous);
+    std::atomic_ref<std::uintptr_t> word(wait);
+    // Relaxed: only the task's own threads (and a stall signal's handler on the thread
+    // that runs it) write the word.
+    if ((word.load(std::memory_order_relaxed) & 1) != 0) [[unlikely]] {
+      publishFirstWait(note);
       return;
     }
-    wait.store(reinterpret_cast<std::uintptr_t>(note), std::memory_order_release);
+    word.store(reinterpret_cast<std::uintptr_t>(note), std::memory_order_release);
   }
   // That coroutine resumed: the note is withdrawn, then the dump gate passed, before the
   // awaiter it describes goes. noexcept: a store and passDumpGate's bounded wait.
   [[gnu::always_inline]] void withdrawWait() noexcept {
     // Relaxed: passDumpGate orders it before its load (dump_gate.h).
-    wait.store(0, std::memory_order_relaxed);
+    std::atomic_ref<std::uintptr_t>(wait).store(0, std::memory_order_relaxed);
     passDumpGate(wait);
   }
 
  private:
-  [[gnu::cold]] WEFT_NOINLINE void publishFirstWait(const void* note,
-                                                    std::uintptr_t previous) noexcept;
+  [[gnu::cold]] WEFT_NOINLINE void publishFirstWait(const void* note) noexcept;
 };
-static_assert(sizeof(RegistrySlot) == 32);
+static_assert(std::is_trivially_default_constructible_v<TaskRecord>);
+static_assert(std::atomic_ref<std::uintptr_t>::required_alignment <= alignof(std::uintptr_t));
 
 // A fiber's slot: its subject only (0: free; kSlotEnd: the end of a ring; else the
 // FiberCore*), written when the fiber is created, cleared when it is freed.
@@ -84,7 +126,6 @@ struct FiberSlot {
 };
 static_assert(sizeof(FiberSlot) == 8);
 
-inline constexpr std::uintptr_t kNeverWaited = 1;
 inline constexpr std::uintptr_t kSlotEnd = 1;
 
 // A thread's position in its rings, and the ids it hands out. Thread-local; only its

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/registry_slot.h"
@@ -8,33 +9,48 @@
 namespace weft::detail {
 
 // The root task whose coroutines the calling thread runs now, for ThreadPool's stall
-// reports (executors/stall_task_hook.h; the hook is in coro/task_dump.cc): the registry
-// slot (registry_slot.h) of the task, or null. Only with WEFT_TASK_TRACKING.
+// reports (executors/stall_task_hook.h; the hook is in coro/task_dump.cc): the task's
+// record (registry_slot.h, in its completion sink), or null. Only with
+// WEFT_TASK_TRACKING.
 //
-// A task's run on a thread starts where its innermost coroutine resumes from a published
-// wait (NotedAwaiter::await_resume: enterRootRun) and ends where a coroutine of it
-// publishes its next wait or the task ends (leaveRootRun): a store at each end, on the
-// paths that publish and withdraw, nothing elsewhere. Not seen: a root task's first run up
-// to its first wait (the stall hook finds that one from the pool item that started it),
-// and a task resumed inside another's run (an await that resumes a waiter inline): the
-// word then names the outer task until the inner one waits, then nothing.
+// A task's run on a thread starts where the task is started on that thread (runRootTask,
+// or the job of scheduleRootTask: task_registry.h) or where its innermost coroutine
+// resumes from a published wait (NotedAwaiter::await_resume), both enterRootRun; it ends
+// where a coroutine of it publishes its next wait or the task ends on this thread (the task's
+// completion sink, unregisterRootTask or SyncWaitSink::complete), leaveRunAtWait
+// (monitored_task.h) and endRootRun. A store at each end, nothing elsewhere. Not seen: a task resumed inside another's run (an
+// await that resumes a waiter inline): the word then names the inner task until it waits
+// or ends, then nothing.
 //
+// The word never names a freed record: a run moves to another thread only through a
+// published wait (every await of a root task's coroutines but a Lazy's, which runs on the
+// same thread, is a NotedAwaiter), which leaves it first, and a task ends inside its run,
+// on the thread that runs it, which leaves it before the record goes. So the stall
+// signal's handler, on the same thread, may read the record it names.
+//
+// While the run is a poll of a task under a TaskMonitor (monitored_task.h), the word
+// names it marked (kMonitoredRun set): a wait it publishes then takes the cold path that
+// ends the poll (leaveRunAtWait, lazy_promise.h), and every other task's skips the
+// monitor's check.
+inline constexpr std::uintptr_t kMonitoredRun = 1;
+
 // Read by the stall signal's handler on the same thread: an atomic, relaxed (a signal
-// handler on the writing thread sees its stores in program order).
+// handler on the writing thread sees its stores in program order). A TaskRecord*, marked
+// or not, as an integer.
 #if WEFT_INLINE_TLS_ADDRESS
 [[gnu::used,
-  gnu::tls_model("initial-exec")]] inline constinit thread_local std::atomic<RegistrySlot*>
-    tRunningRoot asm("weft_detail_running_root"){nullptr};
+  gnu::tls_model("initial-exec")]] inline constinit thread_local std::atomic<std::uintptr_t>
+    tRunningRoot asm("weft_detail_running_root"){0};
 #else
-inline constinit thread_local std::atomic<RegistrySlot*> tRunningRoot{nullptr};
+inline constinit thread_local std::atomic<std::uintptr_t> tRunningRoot{0};
 #endif
 
 // The calling thread's word. The run is entered and left in a coroutine's body, which
 // can continue on another thread after a co_await: the address is computed afresh at
 // each call, as localRegistryCursor() does (registry_slot.h).
 #if WEFT_INLINE_TLS_ADDRESS
-inline std::atomic<RegistrySlot*>& localRunningRoot() noexcept {
-  std::atomic<RegistrySlot*>* word;
+inline std::atomic<std::uintptr_t>& localRunningRoot() noexcept {
+  std::atomic<std::uintptr_t>* word;
 #if defined(__x86_64__)
   asm volatile(
       "movq %%fs:0, %0\n\t"
@@ -52,23 +68,56 @@ inline std::atomic<RegistrySlot*>& localRunningRoot() noexcept {
   return *word;
 }
 #else
-WEFT_OPAQUE_CALL inline std::atomic<RegistrySlot*>& localRunningRoot() noexcept {
+WEFT_OPAQUE_CALL inline std::atomic<std::uintptr_t>& localRunningRoot() noexcept {
   return tRunningRoot;
 }
 #endif
 
-// The task of `slot` runs on this thread from here. noexcept: a store.
-[[gnu::always_inline]] inline void enterRootRun(RegistrySlot* slot) noexcept {
-  // Relaxed: only this thread (and its signal handler) reads the word.
-  localRunningRoot().store(slot, std::memory_order_relaxed);
+// The calling thread's word, loaded and stored. On x86-64 (with WEFT_INLINE_TLS_ADDRESS)
+// each access is one instruction addressed from the thread pointer (`%fs`) plus the
+// word's initial-exec TLS offset, the same on every thread (so an asm that is not
+// volatile loads it, which the compiler may keep across a co_await: the access adds the
+// thread pointer of the thread that makes it): an instruction fewer than through
+// localRunningRoot(), on the path of every published wait. Volatile asm statements, kept
+// in their order; relaxed, as above: only this thread and its signal handler read the
+// word.
+#if WEFT_INLINE_TLS_ADDRESS && defined(__x86_64__)
+[[gnu::always_inline]] inline std::uintptr_t runningRootOffset() noexcept {
+  std::uintptr_t offset;
+  asm("movq weft_detail_running_root@gottpoff(%%rip), %0" : "=r"(offset));
+  return offset;
 }
-// The task of `slot` stops running on this thread (it waits, or ends): the word is
-// cleared if it names that task (else it names a task whose run this one's was inside,
-// or nothing). noexcept: a load, a compare, a store.
-[[gnu::always_inline]] inline void leaveRootRun(RegistrySlot* slot) noexcept {
-  std::atomic<RegistrySlot*>& word = localRunningRoot();
-  // Relaxed: as above.
-  if (word.load(std::memory_order_relaxed) == slot) word.store(nullptr, std::memory_order_relaxed);
+[[gnu::always_inline]] inline std::uintptr_t loadRunningRoot() noexcept {
+  std::uintptr_t word;
+  asm volatile("movq %%fs:(%1), %0" : "=r"(word) : "r"(runningRootOffset()));
+  return word;
 }
+// The "memory" clobber keeps the store where the program puts it among the other
+// memory accesses and calls: a record's root stored before the word names it (the
+// signal's handler reads it), the word cleared before the wait that ends the run can let
+// another thread end the task and free the record.
+[[gnu::always_inline]] inline void storeRunningRoot(std::uintptr_t word) noexcept {
+  asm volatile("movq %1, %%fs:(%0)" : : "r"(runningRootOffset()), "re"(word) : "memory");
+}
+#else
+[[gnu::always_inline]] inline std::uintptr_t loadRunningRoot() noexcept {
+  return localRunningRoot().load(std::memory_order_relaxed);
+}
+[[gnu::always_inline]] inline void storeRunningRoot(std::uintptr_t word) noexcept {
+  localRunningRoot().store(word, std::memory_order_relaxed);
+}
+#endif
+
+// The task of `record` runs on this thread from here (`record` marked kMonitoredRun when
+// the run is a monitored poll). noexcept: a store.
+[[gnu::always_inline]] inline void enterRootRun(TaskRecord* record) noexcept {
+  storeRunningRoot(reinterpret_cast<std::uintptr_t>(record));
+}
+// The task whose run this thread is in ends here (a root task ends inside its run, on the
+// thread that runs it): the word is cleared without a test, since it names that task
+// (marked or not) or nothing (a run nested in this one has ended it: see above; a run
+// that starts inside this one ends, by a wait or its own end, before control comes back
+// to this one). noexcept: a store.
+[[gnu::always_inline]] inline void endRootRun() noexcept { storeRunningRoot(0); }
 
 }  // namespace weft::detail

@@ -17,7 +17,7 @@ namespace weft::detail {
 struct RegistryRing {
   RegistryRing* next;      // the thread's older rings of the same kind (never freed)
   std::uint64_t capacity;  // slots, the end marker not counted
-  std::uint64_t padding[2];  // the slots start at a 32-byte boundary, two per cache line
+  std::uint64_t padding[2];  // the header is 32 bytes (gdb's `weft tasks` reads past it)
 
   template <class Slot>
   Slot* slots() noexcept {
@@ -43,7 +43,7 @@ struct RegistryThread {
   std::atomic<bool> owned{true};
 };
 
-constinit RegistrySlot gNoRegistrySlot{kSlotEnd, 0, 0, 0};
+constinit RegistrySlot gNoRegistrySlot{kSlotEnd};
 constinit FiberSlot gNoFiberSlot{kSlotEnd};
 // Every RegistryThread, newest first (release when one is added).
 constinit std::atomic<RegistryThread*> gRegistryThreads{nullptr};
@@ -209,46 +209,32 @@ std::int64_t coarseMilliseconds() noexcept {
   return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
 }
 
-void RegistrySlot::publishFirstWait(const void* note, std::uintptr_t previous) noexcept {
-  // Relaxed: published by the release below.
-  firstWaitMs.store(coarseMilliseconds(), std::memory_order_relaxed);
-  std::uint64_t own = 0;
-  for (;;) {
-    // A dump's number if one gave it one (the word's upper bits), else one of its own.
-    std::uint64_t number = previous >> 1;
-    if (number == 0) {
-      if (own == 0) own = nextTaskId();
-      number = own;
-    }
-    id.store(number, std::memory_order_relaxed);
-    // release: a dump that reads the note (acquire) reads the number and the time. The
-    // word changes meanwhile only if a dump numbers the task: then again, with its number.
-    if (wait.compare_exchange_weak(previous, reinterpret_cast<std::uintptr_t>(note),
-                                   std::memory_order_release, std::memory_order_relaxed)) {
-      return;
-    }
-  }
+void TaskRecord::publishFirstWait(const void* note) noexcept {
+  // The number a stall report gave it in its first run, if one did (registry_slot.h).
+  const std::uint64_t given =
+      std::atomic_ref<std::uintptr_t>(wait).load(std::memory_order_relaxed) >> 1;
+  RegistrySlot* claimed = claimSlot<RegistrySlot>(localRegistryCursor());
+  slot = claimed;
+  // Relaxed, all of them: published by the subject's release below (a dump finds the
+  // record only through the slot).
+  std::atomic_ref<std::int64_t>(firstWaitMs).store(coarseMilliseconds(), std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t>(id).store(given != 0 ? given : nextTaskId(),
+                                           std::memory_order_relaxed);
+  // `slot` before `wait` turns even, for a stall signal's handler on this thread, which
+  // reads `slot` once it sees `wait` even (task_dump.cc): a signal fence keeps the order.
+  std::atomic_signal_fence(std::memory_order_release);
+  std::atomic_ref<std::uintptr_t>(wait).store(reinterpret_cast<std::uintptr_t>(note),
+                                              std::memory_order_relaxed);
+  // `root` was set when the task was started (runRootTask, scheduleRootTask).
+  // release: a dump that reads the subject (acquire) reads the record and the note as
+  // written here.
+  claimed->subject.store(reinterpret_cast<std::uintptr_t>(this), std::memory_order_release);
 }
 
-std::uint64_t numberTask(RegistrySlot& slot, std::uintptr_t subject) noexcept {
-  // acquire: an even word was published after the number (publishFirstWait).
-  std::uintptr_t word = slot.wait.load(std::memory_order_acquire);
-  if ((word & 1) == 0) return slot.id.load(std::memory_order_relaxed);
-  if (word != kNeverWaited) return word >> 1;
-  const std::uint64_t number = nextTaskId();
-  if (!slot.wait.compare_exchange_strong(word, (number << 1) | 1, std::memory_order_acq_rel,
-                                         std::memory_order_acquire)) {
-    // The task first waited meanwhile: its own number.
-    return (word & 1) == 0 ? slot.id.load(std::memory_order_relaxed) : word >> 1;
-  }
-  // The slot may have been released and claimed for another task before the exchange
-  // (its owner does not wait for this read to reuse it): the number is then that task's,
-  // taken back if it has not waited since.
-  if (slot.subject.load(std::memory_order_acquire) != subject) {
-    std::uintptr_t given = (number << 1) | 1;
-    slot.wait.compare_exchange_strong(given, kNeverWaited, std::memory_order_relaxed);
-  }
-  return number;
+std::uint64_t takeTaskNumber() noexcept {
+  // Relaxed: numbers need only be unique. A lock-free add: async-signal-safe.
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+  return gNextTaskId.fetch_add(1, std::memory_order_relaxed);
 }
 
 namespace {

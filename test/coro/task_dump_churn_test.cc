@@ -123,15 +123,15 @@ TEST(TaskDumpTest, IsSafeWhileRootTasksAwaitChildLazysThatSuspendAndFinish) {
   yieldingRoot(stop, sums[0]).via(&pool).start(done);
   receivingRoot(stop, channel, sums[1]).via(&pool).start(done);
   sendingRoot(stop, channel).via(&pool).start(done);
-  // A root task's age is taken at its first wait: until the three have waited, a dump may
-  // list one without it.
+  // A root task is listed, with its age, from its first wait: until the three have waited.
   while (count(dump(), " (start()), age ") < 3u) std::this_thread::yield();
 
   // EXPECT, not ASSERT, and a stop at the first failure: the tasks must be stopped below
   // whatever happens (the pool's destructor waits for them).
   for (int i = 0; i < kDumps && !HasFailure(); ++i) {
     const std::string text = dump();
-    // Each root is listed for as long as it runs, with a state, whatever it is doing.
+    // Each root is listed from then on for as long as it runs, with a state, whatever it
+    // is doing.
     EXPECT_THAT(text, ContainsRegex(kHeader)) << text;
     EXPECT_GE(count(text, "\ntask "), 3u) << text;
     EXPECT_EQ(count(text, " (start()), age "),

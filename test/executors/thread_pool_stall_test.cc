@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,8 @@
 #include "weft/coro/lazy.h"
 #include "weft/coro/spawn.h"
 #include "weft/coro/sync_await.h"
+#include "weft/coro/task.h"
+#include "weft/coro/task_group.h"
 #include "weft/coro/yield.h"
 #include "weft/executors/stall_report.h"
 #include "weft/executors/thread_pool.h"
@@ -262,6 +265,124 @@ TEST(ThreadPoolStallTest, ReportsNameTheTaskWithItsAsyncBacktrace) {
   EXPECT_EQ(waited.asyncFunctions[1], "spawn()");
   EXPECT_NE(spawned.toString().find("async backtrace (root coroutine, then origin):\n    #0 "),
             std::string::npos);
+}
+
+// Each way a root task starts, on a worker (inline) or from another thread (scheduled on
+// the pool): a task that stalls in its first run, before it ever waits, is named with its
+// origin. (Its first run is entered by the start itself, not by its root coroutine:
+// coro/detail/task_registry.h, runRootTask and scheduleRootTask.)
+struct FirstRunStart {
+  const char* name;
+  const char* origin;  // the task's label
+  // Starts `root` on `pool` as a root task; returns once it is started (it may still be
+  // queued). `done` is set once the task has ended.
+  std::function<void(ThreadPool& pool, Lazy<> root, std::atomic<bool>& done)> start;
+};
+
+std::vector<FirstRunStart> firstRunStarts(TaskGroup<void>& group) {
+  // On a worker: a callable of the pool starts the task there, inline.
+  auto onWorker = [](ThreadPool& pool, std::function<void()> start) {
+    pool.schedule([start = std::move(start)] { start(); });
+  };
+  return {
+      {"syncAwait on a worker", "syncAwait",
+       [=](ThreadPool& pool, Lazy<> root, std::atomic<bool>& done) {
+         onWorker(pool, [root = std::make_shared<Lazy<>>(std::move(root)), &done] {
+           syncAwait(std::move(*root));
+           done.store(true);
+         });
+       }},
+      {"Lazy::start() on a worker", "start()",
+       [=](ThreadPool& pool, Lazy<> root, std::atomic<bool>& done) {
+         onWorker(pool, [root = std::make_shared<Lazy<>>(std::move(root)), &done] {
+           std::move(*root).start([&done](Try<void>&&) { done.store(true); });
+         });
+       }},
+      {"Task::start() scheduled", "start()",
+       [](ThreadPool& pool, Lazy<> root, std::atomic<bool>& done) {
+         std::move(root).via(&pool).start([&done](Try<void>&&) { done.store(true); });
+       }},
+      {"Task::start() on a worker", "start()",
+       [=](ThreadPool& pool, Lazy<> root, std::atomic<bool>& done) {
+         onWorker(pool, [&pool, root = std::make_shared<Lazy<>>(std::move(root)), &done] {
+           std::move(*root).via(&pool).start([&done](Try<void>&&) { done.store(true); });
+         });
+       }},
+      {"spawn() scheduled", "spawn()",
+       [](ThreadPool& pool, Lazy<> root, std::atomic<bool>& done) {
+         spawn(&pool, [](Lazy<> task, std::atomic<bool>& done) -> Lazy<> {
+           co_await std::move(task);
+           done.store(true);
+         }(std::move(root), done)).detach();
+       }},
+      {"spawn() on a worker", "spawn()",
+       [=](ThreadPool& pool, Lazy<> root, std::atomic<bool>& done) {
+         onWorker(pool, [&pool, root = std::make_shared<Lazy<>>(std::move(root)), &done] {
+           spawn(&pool, [](Lazy<> task, std::atomic<bool>& done) -> Lazy<> {
+             co_await std::move(task);
+             done.store(true);
+           }(std::move(*root), done)).detach();
+         });
+       }},
+      {"TaskGroup::spawn() scheduled", "TaskGroup::spawn()",
+       [&group](ThreadPool&, Lazy<> root, std::atomic<bool>& done) {
+         group.spawn([](Lazy<> task, std::atomic<bool>& done) -> Lazy<> {
+           co_await std::move(task);
+           done.store(true);
+         }(std::move(root), done));
+       }},
+      {"TaskGroup::spawn() on a worker", "TaskGroup::spawn()",
+       [=, &group](ThreadPool& pool, Lazy<> root, std::atomic<bool>& done) {
+         onWorker(pool, [&group, root = std::make_shared<Lazy<>>(std::move(root)), &done] {
+           group.spawn([](Lazy<> task, std::atomic<bool>& done) -> Lazy<> {
+             co_await std::move(task);
+             done.store(true);
+           }(std::move(*root), done));
+         });
+       }},
+  };
+}
+
+TEST(ThreadPoolStallTest, ATaskStalledInItsFirstRunIsNamedHoweverItStarted) {
+  test::Watchdog watchdog(kLimit,
+                          "ThreadPoolStallTest.ATaskStalledInItsFirstRunIsNamedHoweverItStarted");
+  Reports reports;
+  ThreadPool pool(detecting(2, "firstrun", reports));
+  TaskGroup<void> group(&pool);
+  std::size_t expected = 0;
+  for (const FirstRunStart& way : firstRunStarts(group)) {
+    SCOPED_TRACE(way.name);
+    std::atomic<bool> spinning{false}, release{false}, done{false};
+    // The stalling coroutine is awaited by the task's root (or, where the start wraps
+    // the task to see it end, one level further down).
+    way.start(pool, stallRoot(spinning, release), done);
+    ++expected;
+    const bool reported =
+        reports.waitFor([&](const auto& r) { return workerReports(r) == expected; });
+    release.store(true);
+    test::waitUntil([&] { return done.load(); });
+    ASSERT_TRUE(reported) << "no stall report";
+    const StallReport report = reports.all().back();
+    SCOPED_TRACE(report.toString());
+    ASSERT_FALSE(report.wholePool);
+    ASSERT_FALSE(report.nativeFrames.empty()) << report.nativeBacktraceMissing;
+    EXPECT_TRUE(names(report, "stallInner"));
+    if (!WEFT_TASK_TRACKING) {
+      EXPECT_TRUE(report.task.empty());
+      EXPECT_NE(report.asyncBacktraceMissing.find("task tracking is off"), std::string::npos);
+      continue;
+    }
+    // Named in its first run: its number and origin, its root coroutine, then the origin.
+    EXPECT_EQ(report.task.rfind("task ", 0), 0u);
+    EXPECT_NE(report.task.find(std::string("(") + way.origin + ")"), std::string::npos);
+    ASSERT_EQ(report.asyncFunctions.size(), 2u);
+    EXPECT_EQ(report.asyncFunctions[1], way.origin);
+  }
+  syncAwait(group.join());
+  pool.shutdown();
+  // One report per stall: none for the whole pool (one worker stalled at a time), none
+  // twice.
+  EXPECT_EQ(reports.all().size(), expected);
 }
 
 // A Task that syncAwait(lazy, executor) runs is awaited by syncAwait's own root task: it

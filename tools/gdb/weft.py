@@ -54,15 +54,15 @@ _KIND_SHARED = 1
 # type name -> {field: fallback offset}. The debug information wins when it has the type.
 _FALLBACK = {
     "weft::detail::LazyPromiseBase": {
-        "continuation_": 0, "asyncParent_": 8, "executor_": 16, "rootSlot_": 24, "token_": 32},
+        "continuation_": 0, "asyncParent_": 8, "executor_": 16, "rootRecord_": 24, "token_": 32},
     "weft::detail::CompletionSink": {
         "onComplete_": 0, "traceLabel_": 8, "traceFiber_": 16, "traceParent_": 24},
     "weft::detail::WaitNote": {"describe": 0, "awaiter": 8},
     "weft::detail::LazyWaitNote": {"describe": 0, "awaiter": 8, "waiter": 16,
                                    "suspendPoint": 24},
     # registry_slot.h and task_registry.cc: the registry of tasks and fibers.
-    "weft::detail::RegistrySlot": {"subject": 0, "wait": 8, "id": 16, "firstWaitMs": 24,
-                                   "sizeof": 32},
+    "weft::detail::RegistrySlot": {"subject": 0, "sizeof": 8},
+    "weft::detail::TaskRecord": {"wait": 0, "id": 8, "firstWaitMs": 16, "root": 24, "slot": 32},
     "weft::detail::FiberSlot": {"subject": 0, "sizeof": 8},
     "weft::detail::RegistryRing": {"next": 0, "capacity": 8, "sizeof": 32},
     # RegistryThread {nextThread; RegistryRings tasks; RegistryRings fibers; ...}, each
@@ -430,14 +430,14 @@ def _code_of_frame(frame):
 
 
 def _published_note(promise):
-    """The wait note its root task's registry slot publishes (LazyWaitNote*), if the
-    program keeps task registries (WEFT_TASK_TRACKING) and `promise` has a root; else 0."""
-    if not _layout.has_field("weft::detail::LazyPromiseBase", "rootSlot_"):
+    """The wait note its root task's record publishes (LazyWaitNote*), if the program
+    keeps task registries (WEFT_TASK_TRACKING) and `promise` has a root; else 0."""
+    if not _layout.has_field("weft::detail::LazyPromiseBase", "rootRecord_"):
         return 0
-    slot = _u64(promise + _off("weft::detail::LazyPromiseBase", "rootSlot_"))
-    if slot == 0:
+    record = _u64(promise + _off("weft::detail::LazyPromiseBase", "rootRecord_"))
+    if record == 0:
         return 0
-    wait = _u64(slot + _off("weft::detail::RegistrySlot", "wait"))
+    wait = _u64(record + _off("weft::detail::TaskRecord", "wait"))
     return wait if wait != 0 and not wait & 1 else 0
 
 
@@ -713,8 +713,8 @@ def _registry_slots(kind):
 
 
 def _task_slots():
-    """The registry slots of root tasks (subject: the root's promise), as weft::dumpTasks
-    reads them, or None without a registry."""
+    """The registry slots of root tasks (subject: the task's TaskRecord), as
+    weft::dumpTasks reads them, or None without a registry."""
     return _registry_slots("tasks")
 
 
@@ -1347,7 +1347,7 @@ shown."""
             blocks.append(self._fiber(core))
         count = len(fibers)
         # As in-process: a program built without WEFT_TASK_TRACKING registers no root task.
-        untracked = not _layout.has_field("weft::detail::LazyPromiseBase", "rootSlot_")
+        untracked = not _layout.has_field("weft::detail::LazyPromiseBase", "rootRecord_")
         print("weft: %d task%s, %d fiber%s%s" % (
             len(tasks), "" if len(tasks) == 1 else "s", count, "" if count == 1 else "s",
             " (root tasks are listed in builds with WEFT_TASK_TRACKING=1)" if untracked
@@ -1358,16 +1358,14 @@ shown."""
                 print(line)
 
     @staticmethod
-    def _task(slot, root, now):
-        """coro/task_dump.cc dumpTask: (its number, its lines). What its slot publishes: the
-        innermost coroutine's wait and the chain from it, or, when nothing is published (it
-        runs or is queued), the root alone."""
+    def _task(slot, record, now):
+        """coro/task_dump.cc dumpTask: (its number, its lines). What its record publishes:
+        the innermost coroutine's wait and the chain from it, or, when nothing is published
+        (it runs or is queued), the root alone. A listed task has waited once at least."""
         try:
-            wait = _u64(slot + _off("weft::detail::RegistrySlot", "wait"))
-            if wait & 1:
-                number = wait >> 1  # it has not waited: what a dump numbered it, if one did
-            else:
-                number = _u64(slot + _off("weft::detail::RegistrySlot", "id"))
+            wait = _u64(record + _off("weft::detail::TaskRecord", "wait"))
+            number = _u64(record + _off("weft::detail::TaskRecord", "id"))
+            root = _u64(record + _off("weft::detail::TaskRecord", "root"))
             title = "task %s" % (number if number else "?")
             continuation = _u64(root + _off("weft::detail::LazyPromiseBase", "continuation_"))
             if continuation & 1:
@@ -1375,17 +1373,16 @@ shown."""
                                                         "traceLabel_"))
                 if label != 0:
                     title += " (%s)" % _cstring(label)
-            if not wait & 1:
-                first = struct.unpack("<q", _memory(
-                    slot + _off("weft::detail::RegistrySlot", "firstWaitMs"), 8))[0]
-                if now is not None:
-                    age = now - first
-                    title += ", age %d.%03d s" % (age // 1000, age % 1000)
-                else:
-                    title += ", first waited at %d.%03d s (monotonic clock)" % (
-                        first // 1000, first % 1000)
+            first = struct.unpack("<q", _memory(
+                record + _off("weft::detail::TaskRecord", "firstWaitMs"), 8))[0]
+            if now is not None:
+                age = now - first
+                title += ", age %d.%03d s" % (age // 1000, age % 1000)
+            else:
+                title += ", first waited at %d.%03d s (monotonic clock)" % (
+                    first // 1000, first % 1000)
             entries = []
-            if wait != 0 and not wait & 1:
+            if wait != 0:
                 state = "waiting on " + (_describe_wait_note(wait) or "?")
                 waiter = _u64(wait + _off("weft::detail::LazyWaitNote", "waiter"))
                 _append_async_chain(entries, waiter)  # AsyncParent::promise(waiter)

@@ -91,7 +91,8 @@ TEST(TaskRegistryTest, ATaskStartedOnOneThreadAndFinishedOnAnotherIsListedUntilI
   weft::Event release;
   std::atomic<bool> finished{false};
   std::atomic<std::thread::id> finishedOn{};
-  // Registered here, on the test's thread (not one of the pool's: the task is queued).
+  // Started here, on the test's thread (queued: it runs on the pool); listed in the ring of
+  // the pool's thread where it first waits, released by whichever thread finishes it.
   heldTask(release).via(&pool).start([&](weft::Try<void> r) {
     EXPECT_TRUE(r.hasValue());
     finishedOn = std::this_thread::get_id();
@@ -149,6 +150,10 @@ TEST(TaskRegistryTest, ListsEveryLiveTaskWhileTasksComeAndGoOnSeveralThreadsAndD
     });
   }
   while (started.load() < kHeld) std::this_thread::yield();
+  // A task is listed from its first wait: until every held task waits on `release`.
+  while (numbersOf(dump(), "heldTask").size() < static_cast<std::size_t>(kHeld)) {
+    std::this_thread::yield();
+  }
 
   // Each dump lists every held task (by the coroutine it runs), each with a state, and
   // every task it lists has one.
@@ -250,7 +255,7 @@ weft::Lazy<> busyUntil(std::atomic<bool>& started, const std::atomic<bool>& letG
   co_return;
 }
 
-TEST(TaskRegistryTest, ATaskKeepsItsNumberAndGetsAnAgeWhenItFirstWaits) {
+TEST(TaskRegistryTest, ATaskIsListedFromItsFirstWaitAndKeepsItsNumber) {
   if (!WEFT_TASK_TRACKING) GTEST_SKIP() << "root tasks are listed with WEFT_TASK_TRACKING=1";
   weft::ThreadPool pool(1);
   weft::Event first, second;
@@ -261,28 +266,32 @@ TEST(TaskRegistryTest, ATaskKeepsItsNumberAndGetsAnAgeWhenItFirstWaits) {
   while (!blocking) std::this_thread::yield();
   waitsThenRuns(first, second, stage).via(&pool).start([&](weft::Try<void>) { done = true; });
 
-  // Queued: listed, numbered by this dump, no age yet (it has not waited).
-  const std::string queued = dump();
-  std::smatch match;
-  ASSERT_TRUE(std::regex_search(queued, match,
-                                std::regex("task ([0-9]+) \\(start\\(\\)\\): running or runnable\n"
-                                           "  #0 coroutine [^\n]*waitsThenRuns")))
-      << queued;
-  const std::string number = match[1];
-  EXPECT_EQ(numbersOf(dump(), "waitsThenRuns"), std::set<std::string>{number});
+  // Queued, never run: not listed (a task is listed from its first wait).
+  EXPECT_THAT(dump(), Not(HasSubstr("waitsThenRuns")));
   letGo = true;
   weft::syncAwait(std::move(blocker));
   std::string text = dump();
-  for (int i = 0; i < 10000 && text.find("waiting on Event::wait") == std::string::npos; ++i) {
+  while (text.find("waiting on Event::wait") == std::string::npos) {
     std::this_thread::yield();
     text = dump();
   }
-  // It waited: the same number, and an age.
-  EXPECT_THAT(text, ContainsRegex("task " + number +
-                                  " \\(start\\(\\)\\), age [0-9]+\\.[0-9]{3} s: "
-                                  "waiting on Event::wait"));
+  // It waited: listed, numbered, with an age.
+  std::smatch match;
+  const std::regex listed(
+      "task ([0-9]+) \\(start\\(\\)\\), age [0-9]+\\.[0-9]{3} s: "
+      "waiting on Event::wait \\(0x[0-9a-f]+\\)\n"
+      "  #0 coroutine [^\n]*waitsThenRuns");
+  ASSERT_TRUE(std::regex_search(text, match, listed)) << text;
+  const std::string number = match[1];
   first.set();
   while (stage.load() < 2) std::this_thread::yield();
+  // Past its first wait (withdrawn before stage 2): any wait seen now is its second.
+  text = dump();
+  while (text.find("waiting on Event::wait") == std::string::npos) {
+    std::this_thread::yield();
+    text = dump();
+  }
+  EXPECT_EQ(numbersOf(text, "waitsThenRuns"), std::set<std::string>{number}) << text;
   second.set();
   while (!done) std::this_thread::yield();
   EXPECT_THAT(dump(), Not(HasSubstr("waitsThenRuns")));
