@@ -313,6 +313,9 @@ class ThreadPool final : public Executor {
   // Requires idleMutex_ held and every worker parked: closes the pool if nothing is
   // queued, and wakes every worker so that it exits.
   void closeIfQuiescentLocked() noexcept;
+  // Requires idleMutex_ held and closed_ set: wakes every idle worker (it exits on
+  // waking) and empties the idle list. noexcept: stores and futex wake-ups.
+  void wakeIdleWorkersToExitLocked() noexcept;
   // Constructor failure: stops and joins the workers started so far.
   void abandonStart() noexcept;
   // metrics(): the items worker `index` has run (pool_metrics.cc). noexcept: loads, and a

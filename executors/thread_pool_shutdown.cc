@@ -44,6 +44,11 @@ void ThreadPool::closeIfQuiescentLocked() noexcept {
     if (!injection_.empty() || timerDueHead_ != nullptr || holds_ != 0) return;
     closed_.store(true, std::memory_order_seq_cst);
   }
+  wakeIdleWorkersToExitLocked();
+  sleeping_.store(0, std::memory_order_seq_cst);
+}
+
+void ThreadPool::wakeIdleWorkersToExitLocked() noexcept {
   for (Worker* worker : idle_) {
     worker->inIdle = false;
     worker->parked = false;
@@ -53,7 +58,6 @@ void ThreadPool::closeIfQuiescentLocked() noexcept {
   }
   idle_.clear();
   parked_ = 0;
-  sleeping_.store(0, std::memory_order_seq_cst);
 }
 
 void ThreadPool::shutdown() {
@@ -138,15 +142,7 @@ void ThreadPool::abandonStart() noexcept {
       closed_.store(true, std::memory_order_seq_cst);
     }
     closing_ = true;
-    for (Worker* worker : idle_) {
-      worker->inIdle = false;
-      worker->parked = false;
-      // Release: makes closed_ visible to the woken worker.
-      worker->wakeToken.store(1, std::memory_order_release);
-      detail::futexWake(worker->wakeToken);
-    }
-    idle_.clear();
-    parked_ = 0;
+    wakeIdleWorkersToExitLocked();
   }
   for (auto& worker : workers_) {
     if (worker->thread.joinable()) worker->thread.join();
