@@ -183,14 +183,14 @@ bool EpollLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, sta
   if (notReady) readiness(*fd, write) = false;
   op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
   op.loopKey |= kQueued;
-  append(write ? fd->writers : fd->readers, op);
+  (write ? fd->writers : fd->readers).append(op);
   ++inFlight_;
   if (op.timeoutNs >= 0) {
     op.loopDeadline = nowNs() + op.timeoutNs;
     try {
       heapPush(op);
     } catch (...) {  // std::bad_alloc growing the heap: the operation fails instead
-      remove(write ? fd->writers : fd->readers, op);
+      (write ? fd->writers : fd->readers).remove(op);
       --inFlight_;
       op.loopKey = 0;
       op.result = -ENOMEM;
@@ -206,7 +206,7 @@ bool EpollLoop::withdraw(IoOperation& op) noexcept {
     unqueue(op);
   } else if ((op.loopKey & kReady) != 0) {
     // Complete (or cancelled, or timed out): its result waits for this turn.
-    remove(ready_, op);
+    ready_.remove(op);
     neverTookEffect = false;
   } else {
     return true;  // not in flight
@@ -277,12 +277,12 @@ void EpollLoop::shutdown() noexcept {
     for (List* list : {&fd.readers, &fd.writers}) {
       while (!list->empty()) {
         IoOperation& op = *list->head;
-        remove(*list, op);
+        list->remove(op);
         untime(op);
         op.result = -ECANCELED;
         op.loopShutDown = true;
         op.loopKey = kReady;
-        append(ready_, op);
+        ready_.append(op);
       }
     }
   }
@@ -302,11 +302,11 @@ inline bool EpollLoop::retry(List& list, bool mayDrain) noexcept {
       }
       return false;
     }
-    remove(list, op);
+    list.remove(op);
     untime(op);
     op.result = r;
     op.loopKey = kReady;
-    append(ready_, op);
+    ready_.append(op);
     if (mayDrain && drained(op, r)) return false;
   }
   return true;
@@ -339,7 +339,7 @@ inline void EpollLoop::expireDeadlines() noexcept {
     unqueue(op);
     op.result = -ETIMEDOUT;
     op.loopKey = kReady;
-    append(ready_, op);
+    ready_.append(op);
   }
 }
 
@@ -348,12 +348,12 @@ void EpollLoop::cancelLocal(IoOperation& op) noexcept {
   unqueue(op);
   op.result = -ECANCELED;
   op.loopKey = kReady;
-  append(ready_, op);
+  ready_.append(op);
 }
 
 inline void EpollLoop::unqueue(IoOperation& op) noexcept {
   Fd& fd = fds_[static_cast<std::size_t>(op.fd)];
-  remove(isWrite(op.opcode) ? fd.writers : fd.readers, op);
+  (isWrite(op.opcode) ? fd.writers : fd.readers).remove(op);
   untime(op);
 }
 
@@ -363,7 +363,7 @@ inline std::size_t EpollLoop::runReady() noexcept {
     drainRemoteCancels();
     if (ready_.empty()) return n;
     IoOperation& op = *ready_.head;
-    remove(ready_, op);
+    ready_.remove(op);
     op.loopKey = 0;
     finish(op);
     ++n;

@@ -367,7 +367,7 @@ class UringLoop final : public IoLoopBase {
       // epoll's ready ops.
       const bool neverTookEffect = slot.where != Where::kReady;
       const bool timer = slot.timer && !consumed(slot.timerTail);
-      remove(listOf(slot), op);
+      listOf(slot).remove(op);
       retire(op, index);
       releaseHeldBuffer(op);
       // The kernel may not have read its timer's entry yet, which points into `op`.
@@ -438,7 +438,7 @@ class UringLoop final : public IoLoopBase {
     // kernel: they end now.
     while (parked_.head != nullptr) {
       IoOperation& op = *parked_.head;
-      remove(parked_, op);
+      parked_.remove(op);
       op.result = -ECANCELED;
       op.loopShutDown = true;
       makeReady(op);
@@ -446,7 +446,7 @@ class UringLoop final : public IoLoopBase {
     for (List& lane : lanes_) {
       while (lane.head != nullptr && lane.head->loopNext != nullptr) {
         IoOperation& op = *lane.head->loopNext;
-        remove(lane, op);
+        lane.remove(op);
         op.result = -ECANCELED;
         op.loopShutDown = true;
         makeReady(op);
@@ -479,10 +479,7 @@ class UringLoop final : public IoLoopBase {
   };
   // Operations linked through loopNext/loopPrev: a lane (the head in the kernel, the
   // others queued behind it) or ready_.
-  struct List {
-    IoOperation* head = nullptr;
-    IoOperation* tail = nullptr;
-  };
+  using List = IoOperationList;
 
   static std::uint32_t indexOf(std::uint64_t key) noexcept {
     return static_cast<std::uint32_t>(key);
@@ -519,18 +516,6 @@ class UringLoop final : public IoLoopBase {
     ++slot.generation;
     slot.nextFree = freeHead_;
     freeHead_ = index;
-  }
-
-  static void append(List& list, IoOperation& op) noexcept {
-    op.loopNext = nullptr;
-    op.loopPrev = list.tail;
-    (list.tail == nullptr ? list.head : list.tail->loopNext) = &op;
-    list.tail = &op;
-  }
-  static void remove(List& list, IoOperation& op) noexcept {
-    (op.loopPrev == nullptr ? list.head : op.loopPrev->loopNext) = op.loopNext;
-    (op.loopNext == nullptr ? list.tail : op.loopNext->loopPrev) = op.loopPrev;
-    op.loopNext = op.loopPrev = nullptr;
   }
 
   // Grows the table of lanes to hold `lane`. False if that fails (std::bad_alloc).
@@ -570,7 +555,7 @@ class UringLoop final : public IoLoopBase {
   // Queues `op` behind its lane's head (holdSlot).
   bool enqueue(IoOperation& op, std::uint32_t lane) noexcept {
     if (holdSlot(op, lane, Where::kQueued)) return true;
-    append(lanes_[lane], op);
+    lanes_[lane].append(op);
     ++inFlight_;
     return false;
   }
@@ -588,7 +573,7 @@ class UringLoop final : public IoLoopBase {
   // limit, until cancel() or the timer ends it.
   [[gnu::noinline]] bool park(IoOperation& op) noexcept {
     if (holdSlot(op, kNoLane, Where::kParked)) return true;
-    append(parked_, op);
+    parked_.append(op);
     ++inFlight_;
     return false;
   }
@@ -669,7 +654,7 @@ class UringLoop final : public IoLoopBase {
         slots_[indexOf(next->loopKey)].where = Where::kKernel;
         return;
       }
-      remove(lane, *next);
+      lane.remove(*next);
       next->result = -EBUSY;
       makeReady(*next);
     }
@@ -678,7 +663,7 @@ class UringLoop final : public IoLoopBase {
   // Puts `op` (holding a slot, in no list) on ready_ with its result set.
   void makeReady(IoOperation& op) noexcept {
     slots_[indexOf(op.loopKey)].where = Where::kReady;
-    append(ready_, op);
+    ready_.append(op);
   }
 
   // Frees the slot of `op`, which is leaving (its list is left already, except a lane's
@@ -832,7 +817,7 @@ class UringLoop final : public IoLoopBase {
       if (slots_[index].where == Where::kReady) return;  // completing already
       // Queued or parked: it never reached the kernel, and ends now (its completion runs
       // from run()).
-      remove(listOf(slots_[index]), op);
+      listOf(slots_[index]).remove(op);
       op.result = -ECANCELED;
       op.loopCancelled = true;
       makeReady(op);
@@ -965,7 +950,7 @@ class UringLoop final : public IoLoopBase {
   // Runs the completion of the first operation on ready_.
   void finishReady() noexcept {
     IoOperation& op = *ready_.head;
-    remove(ready_, op);
+    ready_.remove(op);
     const std::uint32_t index = indexOf(op.loopKey);
     const bool timer = slots_[index].timer && !consumed(slots_[index].timerTail);
     retire(op, index);
@@ -990,7 +975,7 @@ class UringLoop final : public IoLoopBase {
     slot.timer = false;
     IoOperation& op = *slot.op;
     if (slot.where == Where::kQueued || slot.where == Where::kParked) {
-      remove(listOf(slot), op);
+      listOf(slot).remove(op);
       op.result = -ETIMEDOUT;
       makeReady(op);
     } else if (slot.where == Where::kKernel) {

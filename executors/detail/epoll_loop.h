@@ -101,11 +101,7 @@ class EpollLoop final : public IoLoopBase {
   void shutdown() noexcept override;
 
  private:
-  struct List {
-    IoOperation* head = nullptr;
-    IoOperation* tail = nullptr;
-    bool empty() const noexcept { return head == nullptr; }
-  };
+  using List = IoOperationList;
   // What the loop knows of one descriptor number.
   struct Fd {
     List readers;
@@ -129,18 +125,6 @@ class EpollLoop final : public IoLoopBase {
 
     bool idle() const noexcept { return readers.empty() && writers.empty(); }
   };
-
-  static void append(List& list, IoOperation& op) noexcept {
-    op.loopNext = nullptr;
-    op.loopPrev = list.tail;
-    (list.tail == nullptr ? list.head : list.tail->loopNext) = &op;
-    list.tail = &op;
-  }
-  static void remove(List& list, IoOperation& op) noexcept {
-    (op.loopPrev == nullptr ? list.head : op.loopPrev->loopNext) = op.loopNext;
-    (op.loopNext == nullptr ? list.tail : op.loopNext->loopPrev) = op.loopPrev;
-    op.loopNext = op.loopPrev = nullptr;
-  }
 
   static bool& readiness(Fd& fd, bool write) noexcept { return write ? fd.writable : fd.readable; }
 

@@ -47,6 +47,27 @@ inline void advanceWhole(IoOperation& op, std::size_t n) noexcept {
   op.length -= n;
 }
 
+// Operations linked through IoOperation::loopNext/loopPrev, in order: a loop's ready
+// list, a descriptor's readers or writers on epoll, a lane or the parked operations on
+// io_uring. An operation is in one list at a time. noexcept: pointer stores.
+struct IoOperationList {
+  IoOperation* head = nullptr;
+  IoOperation* tail = nullptr;
+
+  bool empty() const noexcept { return head == nullptr; }
+  void append(IoOperation& op) noexcept {
+    op.loopNext = nullptr;
+    op.loopPrev = tail;
+    (tail == nullptr ? head : tail->loopNext) = &op;
+    tail = &op;
+  }
+  void remove(IoOperation& op) noexcept {
+    (op.loopPrev == nullptr ? head : op.loopPrev->loopNext) = op.loopNext;
+    (op.loopNext == nullptr ? tail : op.loopNext->loopPrev) = op.loopPrev;
+    op.loopNext = op.loopPrev = nullptr;
+  }
+};
+
 // What weft's two loops share: the eventfd that wake() writes, cancellation requests from
 // other threads, and the completion hand-off.
 //
