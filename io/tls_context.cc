@@ -161,21 +161,34 @@ int selectAlpn(SSL*, const unsigned char** out, unsigned char* outLength,
 }
 
 // Client: a session the server gave us (a TLS 1.3 ticket, or a TLS 1.2 session), kept
-// for the next connection to the same name.
+// for the next connection to the same name. The cache keeps a copy, not the session itself:
+// the session is also the one this connection holds (and copies when the next ticket
+// arrives), and the connection that resumes it runs on another worker. With the copy, a
+// session is only ever used by one connection at a time, and the last reference to each is
+// dropped on a thread the cache's lock orders after every other use; sharing one would
+// leave that order to OpenSSL's reference count alone (a free on one worker racing a copy
+// on another, as ThreadSanitizer reported with a thousand connections resuming at once).
 int keepSession(SSL* ssl, SSL_SESSION* session) {
   auto* shared = static_cast<TlsContext::Shared*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
   const char* key = static_cast<const char*>(SSL_get_ex_data(ssl, tlsSessionKeyIndex()));
   if (shared == nullptr || key == nullptr || !shared->resumeSessions) return 0;
   if (SSL_SESSION_is_resumable(session) != 1) return 0;
-  std::lock_guard lock(shared->sessionsMutex);
-  if (shared->sessions.size() >= TlsContext::Shared::kMaxSessions &&
-      shared->sessions.find(key) == shared->sessions.end()) {
-    return 0;  // full: keep what is there (a server that hands out tickets for many names)
+  SSL_SESSION* copy = SSL_SESSION_dup(session);
+  if (copy == nullptr) return 0;  // out of memory: the next connection makes a full handshake
+  SSL_SESSION* replaced = nullptr;
+  {
+    std::lock_guard lock(shared->sessionsMutex);
+    auto it = shared->sessions.find(key);
+    if (it != shared->sessions.end()) {
+      replaced = std::exchange(it->second, copy);
+    } else if (shared->sessions.size() < TlsContext::Shared::kMaxSessions) {
+      shared->sessions.emplace(key, copy);
+    } else {
+      replaced = copy;  // full: keep what is there (a server that hands out tickets for many names)
+    }
   }
-  SSL_SESSION*& slot = shared->sessions[key];
-  if (slot != nullptr) SSL_SESSION_free(slot);
-  slot = session;
-  return 1;  // we keep the reference OpenSSL gave us
+  if (replaced != nullptr) SSL_SESSION_free(replaced);
+  return 0;  // OpenSSL keeps its reference: the connection's own session
 }
 
 std::shared_ptr<TlsContext::Shared> makeShared(bool server) {
