@@ -20,8 +20,8 @@ namespace weft::detail::uring {
 // result to complete it with (-ECANCELED for an ENOBUFS that a cancellation stopped,
 // -EOPNOTSUPP when the kernel refused the multishot form: the loop then offers it no
 // more).
-bool UringLoop::multishotCompletion(IoOperation& op, Slot& slot, int& res,
-                                    std::uint32_t flags) noexcept {
+inline bool UringLoop::multishotCompletion(IoOperation& op, Slot& slot, int& res,
+                                           std::uint32_t flags) noexcept {
   if ((flags & IORING_CQE_F_MORE) != 0) [[likely]] {
     takeReceived(op, res, flags);
     op.result = res;
@@ -185,7 +185,7 @@ void UringLoop::timerExpired(std::uint64_t key, int res) noexcept {
 
 // A completion that names a ring buffer (IORING_CQE_F_BUFFER): the buffer left the ring.
 // With res > 0 bytes it is lent into *lent; otherwise it goes back.
-void UringLoop::ringBufferBack(std::uint32_t flags, int res, LentBuffer* lent) noexcept {
+inline void UringLoop::ringBufferBack(std::uint32_t flags, int res, LentBuffer* lent) noexcept {
   const std::uint32_t id = flags >> IORING_CQE_BUFFER_SHIFT;
   --ringHeld_;
   if (res > 0 && lent != nullptr) {
@@ -198,7 +198,8 @@ void UringLoop::ringBufferBack(std::uint32_t flags, int res, LentBuffer* lent) n
 // A kReceiveLent's or kReceiveMessageLent's completion: the received bytes (in a ring
 // buffer or the buffer it held) are lent into op.lent; a buffer with nothing in it (the
 // end of a stream, an empty datagram, a failure) goes back.
-void UringLoop::takeReceived(IoOperation& op, int res, std::uint32_t flags) noexcept {
+[[gnu::always_inline]] inline void UringLoop::takeReceived(IoOperation& op, int res,
+                                                          std::uint32_t flags) noexcept {
   if ((flags & IORING_CQE_F_BUFFER) != 0) {
     ringBufferBack(flags, res, &op.lent);
   } else if (op.loopBuffer != BufferPool::kNone) {

@@ -15,8 +15,10 @@
 
 namespace weft::detail::uring {
 
+bool UringLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, start(op)); }
+
 // submit() without the counting.
-bool UringLoop::start(IoOperation& op) noexcept {
+[[gnu::always_inline]] inline bool UringLoop::start(IoOperation& op) noexcept {
   op.loopShutDown = false;
   if (shutDown_) {
     op.result = -ECANCELED;

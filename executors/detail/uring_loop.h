@@ -124,9 +124,14 @@ class UringLoop final : public IoLoopBase {
   bool multishotReceive() const noexcept override { return multishot_; }
 
   // Counted for the metrics (IoLoopBase::counted). start() leaves op.opcode as it is.
-  bool submit(IoOperation& op) noexcept override { return counted(op.opcode, start(op)); }
+  bool submit(IoOperation& op) noexcept override;
 
-  bool start(IoOperation& op) noexcept;
+  // Declared inline, as are multishotCompletion, takeReceived and ringBufferBack: each is
+  // defined in the one file that calls it (uring_submit.cc, uring_reap.cc), and start,
+  // takeSlot and takeReceived are always inlined, so that the hot path is folded as it was
+  // when the loop was one file whose class the compiler saw whole (out of line, the echo
+  // request's path grew: docs/design/2026-11-idle-connection-memory.md).
+  [[gnu::always_inline]] inline bool start(IoOperation& op) noexcept;
   bool withdraw(IoOperation& op) noexcept override;
   std::size_t lentBuffers() const noexcept override;
   LentBuffer lendBuffer() noexcept override;
@@ -162,13 +167,13 @@ class UringLoop final : public IoLoopBase {
 
   // Starts `op`'s life in the loop: not cancelled, no state yet, a slot of its own (its
   // key in op.loopKey). Throws std::bad_alloc if the slot table cannot grow.
-  void openSlot(IoOperation& op, std::uint32_t lane) {
+  [[gnu::always_inline]] void openSlot(IoOperation& op, std::uint32_t lane) {
     op.loopCancelled = false;
     op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
     op.loopKey = takeSlot(op, lane);
   }
 
-  std::uint64_t takeSlot(IoOperation& op, std::uint32_t lane) {
+  [[gnu::always_inline]] std::uint64_t takeSlot(IoOperation& op, std::uint32_t lane) {
     std::uint32_t index;
     if (freeHead_ != kNoFree) {
       index = freeHead_;
@@ -208,7 +213,8 @@ class UringLoop final : public IoLoopBase {
 
   [[gnu::noinline]] bool park(IoOperation& op) noexcept;
   [[gnu::noinline]] bool submitMultishot(IoOperation& op) noexcept;
-  bool multishotCompletion(IoOperation& op, Slot& slot, int& res, std::uint32_t flags) noexcept;
+  inline bool multishotCompletion(IoOperation& op, Slot& slot, int& res,
+                                  std::uint32_t flags) noexcept;
   void leaveLane(IoOperation& op, std::uint32_t index) noexcept;
   [[gnu::noinline]] void promote(List& lane) noexcept;
 
@@ -247,7 +253,7 @@ class UringLoop final : public IoLoopBase {
     return sqe;
   }
 
-  [[gnu::always_inline]] void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept;
+  [[gnu::always_inline]] inline void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept;
   void armWake() noexcept;
   void cancelLocal(IoOperation& op) noexcept override;
   std::size_t reap() noexcept;
@@ -260,8 +266,9 @@ class UringLoop final : public IoLoopBase {
   [[gnu::noinline]] bool setUpBufferRing() noexcept;
   bool growRing(std::uint32_t n) noexcept;
   static bool recycleIntoRing(void* context, std::uint32_t id) noexcept;
-  void ringBufferBack(std::uint32_t flags, int res, LentBuffer* lent) noexcept;
-  void takeReceived(IoOperation& op, int res, std::uint32_t flags) noexcept;
+  inline void ringBufferBack(std::uint32_t flags, int res, LentBuffer* lent) noexcept;
+  [[gnu::always_inline]] inline void takeReceived(IoOperation& op, int res,
+                                                std::uint32_t flags) noexcept;
 
   // Gives back the buffer `op` holds for a plain recv, if any.
   void releaseHeldBuffer(IoOperation& op) noexcept {
