@@ -4,9 +4,13 @@
 // stream_read_waits.cc holds IoAwaiter's stream path and stream_inbox.cc the inbox seen
 // from outside an awaiter.
 //
-// The inbox. The first receive() of a stream on such a loop gives the stream an inbox, in
-// the table of waits (FdEntry::inbox, under the entry's lock), which lives until the
-// descriptor is closed (or released). It holds:
+// The inbox. The first receive() without a time limit of a stream on such a loop gives the
+// stream an inbox, in the table of waits (FdEntry::inbox, under the entry's lock), which
+// lives until the descriptor is closed (or released). A receive() with a time limit on a
+// stream that has none arms nothing: it is a single receive of its own, as on a loop that
+// keeps none (IoAwaiter::readsStream), so that a stream read only with time limits holds
+// neither an inbox nor a second slot in the loop (its reader's kWait beside the request):
+// docs/design/2026-11-idle-connection-memory.md. The inbox holds:
 //  - at most one request (IoOpcode::kReceiveMultishot) armed in the kernel, by the loop of
 //    the receive() that armed it; each arrival is a completion on that loop;
 //  - the arrivals no read has taken yet, in order, and after them the stream's end or
