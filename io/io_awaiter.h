@@ -228,14 +228,19 @@ class IoAwaiter {
     return false;
   }
 
-  // The stream path (stream_reads.cc): whether this read goes through its stream's inbox;
-  // taking it there (kNotStream: the stream has none after all, the plain path serves it);
-  // a completion of its operation there (true: resume); its withdrawal.
+  // The stream path (stream_read_waits.cc; the design: stream_reads.cc): whether this read
+  // goes through its stream's inbox; taking it there (kNotStream: the stream has none after
+  // all, the plain path serves it); a completion of its operation there (true: resume); its
+  // withdrawal.
   enum class StreamStep : std::uint8_t { kDone, kWaiting, kNotStream };
   bool readsStream(IoLoop& loop) const noexcept {
     switch (op_.opcode) {
       case IoOpcode::kReceiveLent:
-        return loop.multishotReceive() || detail::streamReadsActive(op_.fd);
+        // One with a time limit arms no request: it is a single receive of its own, as on a
+        // loop that keeps none, unless its stream already has an inbox (whose arrivals come
+        // first). A stream read only with time limits holds no inbox (stream_reads.cc).
+        return (op_.timeoutNs < 0 && loop.multishotReceive()) ||
+               detail::streamReadsActive(op_.fd);
       case IoOpcode::kReceive:
       case IoOpcode::kPollReadable:
         return detail::streamReadsActive(op_.fd);

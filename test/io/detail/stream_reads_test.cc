@@ -55,6 +55,7 @@
 #include "weft/executors/thread_pool.h"
 #include "weft/io/tcp_listener.h"
 #include "weft/io/tcp_stream.h"
+#include "weft/io/detail/fd_waits.h"
 #include "weft/io/detail/stream_reads.h"
 #include "test/support/counted.h"
 #include "test/support/io_support.h"
@@ -375,7 +376,6 @@ TEST_P(StreamReadsTest, AnIdleStreamHoldsNoRingOfKeptArrivals) {
   test::Watchdog watchdog(120s, "AnIdleStreamHoldsNoRing");
   ThreadPool pool(options(1));
   test::StreamAndPeer pair = test::connectedPair(pool);
-  pair.stream.setReadTimeout(std::chrono::milliseconds(60000));
   const bool armed = keepsReceivesArmed(pool);
   std::uint64_t sent = 0;
   std::uint64_t received = 0;
@@ -390,6 +390,10 @@ TEST_P(StreamReadsTest, AnIdleStreamHoldsNoRingOfKeptArrivals) {
       received += data.size();
     }
   };
+  // A receive() without a time limit gives the stream its inbox (on io_uring; one with a
+  // limit arms none of its own): the rounds below read under a limit, parked in it.
+  exchange(1);
+  pair.stream.setReadTimeout(std::chrono::milliseconds(60000));
   for (int round = 0; round < 20; ++round) {
     // A receive that found nothing kept: on io_uring the request is armed from here on.
     exchange(1 + round);
@@ -527,6 +531,64 @@ TEST_P(StreamReadsTest, CloseWithAReceiveArmedAndBytesKeptGivesEverythingBack) {
     EXPECT_TRUE(r == 0 || (r < 0 && errno == ECONNRESET)) << "the socket was not closed";
     EXPECT_EQ(test::lentBuffers(pool), 0u);
   }
+}
+
+// A stream read only with a time limit holds no inbox: on io_uring each such receive() is
+// a single receive of its own, as on a loop that keeps none (what an idle connection of a
+// server with read time limits holds: docs/design/2026-11-idle-connection-memory.md). A
+// receive() without a limit then gives the stream its inbox, and the timed receives after
+// it wait in that inbox, parked: every byte once, in order, every buffer back.
+TEST_P(StreamReadsTest, ReceivesWithATimeLimitAloneArmNothing) {
+  test::Watchdog watchdog(60s, "ReceivesWithATimeLimitAlone");
+  ThreadPool pool(options(1));
+  test::StreamAndPeer pair = test::connectedPair(pool);
+  const bool armed = keepsReceivesArmed(pool);
+  const int fd = pair.stream.nativeHandle();
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+  auto exchange = [&](std::size_t size) {
+    const std::vector<std::byte> piece = streamBytes(4, sent, size);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), piece.data(), piece.size()));
+    sent += piece.size();
+    while (received < sent) {
+      LentBuffer data = syncAwait(receiveOnce(pair.stream).via(&pool));
+      ASSERT_FALSE(data.empty());
+      ASSERT_EQ(firstWrong(4, received, data.bytes()), std::string::npos);
+      received += data.size();
+    }
+  };
+  pair.stream.setReadTimeout(std::chrono::milliseconds(60000));
+  for (std::size_t size = 1; size <= 4096; size *= 4) exchange(size);
+  EXPECT_FALSE(detail::streamReadsActive(fd));
+  // A timed receive whose bytes come from another thread, perhaps while it waits (no
+  // inbox: its own receive in the kernel).
+  std::thread later([&] {
+    const std::vector<std::byte> piece = streamBytes(4, sent, 100);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), piece.data(), piece.size()));
+  });
+  test::quiesce(pool);
+  LentBuffer data = syncAwait(receiveOnce(pair.stream).via(&pool));
+  later.join();
+  sent += 100;
+  ASSERT_FALSE(data.empty());
+  EXPECT_EQ(firstWrong(4, received, data.bytes()), std::string::npos);
+  received += data.size();
+  data.reset();
+  while (received < sent) {
+    LentBuffer more = syncAwait(receiveOnce(pair.stream).via(&pool));
+    ASSERT_FALSE(more.empty());
+    ASSERT_EQ(firstWrong(4, received, more.bytes()), std::string::npos);
+    received += more.size();
+  }
+  EXPECT_FALSE(detail::streamReadsActive(fd));
+  pair.stream.setReadTimeout(std::chrono::milliseconds(0));
+  exchange(10);
+  EXPECT_EQ(detail::streamReadsActive(fd), armed);
+  pair.stream.setReadTimeout(std::chrono::milliseconds(60000));
+  for (std::size_t size = 1; size <= 4096; size *= 4) exchange(size);
+  EXPECT_EQ(detail::streamReadsActive(fd), armed);
+  EXPECT_EQ(received, sent);
+  EXPECT_EQ(test::lentBuffers(pool), 0u);
 }
 
 // close() while a receive waits (directly, and parked: with a read time limit), from
