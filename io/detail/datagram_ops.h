@@ -43,12 +43,13 @@ class SendMessageAwaitable {
       // sendmsg(2) only reads through the iovec and the name: the const_casts never lead
       // to a write.
       describeOpen(operation(),
-               {.opcode = IoOpcode::kSendMessage,
-                .fd = a.fd_,
-                .message = message_.point(const_cast<std::byte*>(a.buffer_.data()),
-                                          a.buffer_.size(), const_cast<sockaddr*>(to_.native()),
-                                          to_.nativeLength())},
-               a.what_);
+                   {.opcode = IoOpcode::kSendMessage,
+                    .fd = a.fd_,
+                    .message = message_.point(const_cast<std::byte*>(a.buffer_.data()),
+                                              a.buffer_.size(),
+                                              const_cast<sockaddr*>(to_.native()),
+                                              to_.nativeLength())},
+                   a.what_);
     }
 
     // The number of bytes sent (a datagram is sent whole). Errors: std::system_error
@@ -92,11 +93,11 @@ class ReceiveMessageAwaiterBase : public IoAwaiter {
                             const CancellationToken& token)
       : IoAwaiter(what, executor, token), what_(what) {
     describeOpen(operation(),
-             {.opcode = opcode,
-              .fd = fd,
-              .message = message_.point(buffer.data(), buffer.size(), from_.nativeBuffer(),
-                                        SocketAddress::kNativeCapacity)},
-             what);
+                 {.opcode = opcode,
+                  .fd = fd,
+                  .message = message_.point(buffer.data(), buffer.size(), from_.nativeBuffer(),
+                                            SocketAddress::kNativeCapacity)},
+                 what);
   }
 
   // The bytes received; sets `datagram`'s truncated and from. Errors: std::system_error

@@ -14,7 +14,8 @@ namespace weft::detail {
 // IoRequest: the description of one I/O operation (the opcode and the descriptor, then
 // what the opcode needs: buffer, flags, offset, address, message, and a time limit), and
 // describe() below, the one place that turns a description into the IoOperation an
-// awaiter submits (describeOpen() when the descriptor is a socket's, which may be closed). Every weft awaiter that fills in its IoOperation goes through it
+// awaiter submits (describeOpen() when the descriptor is a socket's, which may be closed).
+// Every weft awaiter that fills in its IoOperation goes through it
 // (IoOperationAwaitable, File's operations on io_uring, the whole transfers, the datagram
 // and vectored sends), so what a description sets, and the check that comes before
 // anything is submitted, are written once.

@@ -191,11 +191,11 @@ class VectoredSendAwaitable {
         message_.msg_namelen = to_.nativeLength();
       }
       describeOpen(operation(),
-               {.opcode = IoOpcode::kSendMessage,
-                .fd = a.fd_,
-                .message = &message_,
-                .timeoutNs = a.timeoutNs_},
-               a.what_);
+                   {.opcode = IoOpcode::kSendMessage,
+                    .fd = a.fd_,
+                    .message = &message_,
+                    .timeoutNs = a.timeoutNs_},
+                   a.what_);
     }
 
     // An empty stream write completes at once (with 0), after the cancellation check.

@@ -71,12 +71,12 @@ class WholeTransferAwaitable {
           size_(a.size_) {
       if (size_ == 0) return;  // completes at once, whatever the stream's state
       describeOpen(operation(),
-               {.opcode = a.opcode_,
-                .fd = a.fd_,
-                .buffer = a.data_,
-                .length = a.size_,
-                .timeoutNs = a.timeoutNs_},
-               a.what_);
+                   {.opcode = a.opcode_,
+                    .fd = a.fd_,
+                    .buffer = a.data_,
+                    .length = a.size_,
+                    .timeoutNs = a.timeoutNs_},
+                   a.what_);
       transferWhole();
     }
 
