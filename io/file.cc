@@ -21,6 +21,7 @@
 #include "weft/executors/io_loop.h"
 #include "weft/io/blocking.h"
 #include "weft/io/detail/fd_waits.h"
+#include "weft/io/detail/io_request.h"
 #include "weft/io/io_awaiter.h"
 
 namespace weft {
@@ -33,7 +34,8 @@ constexpr std::size_t kMaxTransfer = 0x7ffff000;
 
 // One IoOperation on the calling thread's loop (io_uring here), as an awaitable whose
 // co_await returns the raw result: >= 0, or -errno (File names the failure with its
-// path). The IoOperation lives in the awaiter, in the awaiting coroutine's frame.
+// path). The IoOperation lives in the awaiter, in the awaiting coroutine's frame; the
+// awaitable holds only the fields a file operation sets (it too is in the frame).
 class RingOperation {
  public:
   RingOperation(const char* what, IoOpcode opcode, int fd) noexcept
@@ -53,13 +55,13 @@ class RingOperation {
    public:
     Awaiter(const RingOperation& a, Executor* executor, const CancellationToken& token) noexcept
         : IoAwaiter(a.what_, executor, token) {
-      IoOperation& op = operation();
-      op.opcode = a.opcode_;
-      op.fd = a.fd_;
-      op.flags = a.flags_;
-      op.buffer = a.buffer_;
-      op.length = a.length_;
-      op.offset = a.offset_;
+      detail::describe(operation(),
+                       {.opcode = a.opcode_,
+                        .fd = a.fd_,
+                        .flags = a.flags_,
+                        .buffer = a.buffer_,
+                        .length = a.length_,
+                        .offset = a.offset_});
     }
     // IoAwaiter::await_resume: the result, OperationCancelled, ExecutorShutDown.
   };

@@ -12,6 +12,7 @@
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/detail/io_errors.h"
+#include "weft/io/detail/io_request.h"
 #include "weft/io/io_awaiter.h"
 
 namespace weft {
@@ -43,34 +44,34 @@ namespace weft {
 class IoOperationAwaitable {
  public:
   IoOperationAwaitable(const char* what, IoOpcode opcode, int fd) noexcept
-      : what_(what), opcode_(opcode), fd_(fd) {}
+      : what_(what), request_{.opcode = opcode, .fd = fd} {}
 
   IoOperationAwaitable& buffer(void* data, std::size_t size) noexcept {
-    buffer_ = data;
-    length_ = size;
+    request_.buffer = data;
+    request_.length = size;
     return *this;
   }
   IoOperationAwaitable& flags(int flags) noexcept {
-    flags_ = flags;
+    request_.flags = flags;
     return *this;
   }
   IoOperationAwaitable& offset(std::uint64_t offset) noexcept {
-    offset_ = offset;
+    request_.offset = offset;
     return *this;
   }
   IoOperationAwaitable& address(sockaddr* address, socklen_t length) noexcept {
-    address_ = address;
-    addressLength_ = length;
+    request_.address = address;
+    request_.addressLength = length;
     return *this;
   }
   IoOperationAwaitable& message(msghdr* message) noexcept {
-    message_ = message;
+    request_.message = message;
     return *this;
   }
   // Fails the operation with ETIMEDOUT if it has not completed `ns` nanoseconds after it
   // was submitted (negative: no limit).
   IoOperationAwaitable& timeout(std::int64_t ns) noexcept {
-    timeoutNs_ = ns;
+    request_.timeoutNs = ns;
     return *this;
   }
 
@@ -78,18 +79,7 @@ class IoOperationAwaitable {
    public:
     Awaiter(const IoOperationAwaitable& a, Executor* executor, const CancellationToken& token)
         : IoAwaiter(a.what_, executor, token), what_(a.what_) {
-      if (a.fd_ < 0) detail::throwClosed(a.what_);
-      IoOperation& op = operation();
-      op.opcode = a.opcode_;
-      op.fd = a.fd_;
-      op.flags = a.flags_;
-      op.buffer = a.buffer_;
-      op.length = a.length_;
-      op.offset = a.offset_;
-      op.address = a.address_;
-      op.addressLength = a.addressLength_;
-      op.message = a.message_;
-      op.timeoutNs = a.timeoutNs_;
+      detail::describeOpen(operation(), a.request_, a.what_);
     }
 
     // The result; for kAccept, the peer address length is in operation().addressLength.
@@ -110,16 +100,7 @@ class IoOperationAwaitable {
 
  private:
   const char* what_;
-  IoOpcode opcode_;
-  int fd_;
-  int flags_ = 0;
-  void* buffer_ = nullptr;
-  std::size_t length_ = 0;
-  std::uint64_t offset_ = 0;
-  sockaddr* address_ = nullptr;
-  socklen_t addressLength_ = 0;
-  msghdr* message_ = nullptr;
-  std::int64_t timeoutNs_ = -1;
+  detail::IoRequest request_;
 };
 
 }  // namespace weft

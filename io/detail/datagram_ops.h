@@ -14,6 +14,7 @@
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/io_awaiter.h"
+#include "weft/io/detail/io_request.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/datagram.h"
 #include "weft/io/lent_datagram.h"
@@ -39,17 +40,16 @@ class SendMessageAwaitable {
     // Errors: std::system_error EBADF when the socket is closed (nothing is submitted).
     Awaiter(const SendMessageAwaitable& a, Executor* executor, const CancellationToken& token)
         : IoAwaiter(a.what_, executor, token), what_(a.what_), to_(a.to_) {
-      if (a.fd_ < 0) throwClosed(a.what_);
-      iovec_.iov_base = const_cast<std::byte*>(a.buffer_.data());
-      iovec_.iov_len = a.buffer_.size();
-      message_.msg_name = const_cast<sockaddr*>(to_.native());
-      message_.msg_namelen = to_.nativeLength();
-      message_.msg_iov = &iovec_;
-      message_.msg_iovlen = 1;
-      IoOperation& op = operation();
-      op.opcode = IoOpcode::kSendMessage;
-      op.fd = a.fd_;
-      op.message = &message_;
+      // sendmsg(2) only reads through the iovec and the name: the const_casts never lead
+      // to a write.
+      describeOpen(operation(),
+                   {.opcode = IoOpcode::kSendMessage,
+                    .fd = a.fd_,
+                    .message = message_.point(const_cast<std::byte*>(a.buffer_.data()),
+                                              a.buffer_.size(),
+                                              const_cast<sockaddr*>(to_.native()),
+                                              to_.nativeLength())},
+                   a.what_);
     }
 
     // The number of bytes sent (a datagram is sent whole). Errors: std::system_error
@@ -66,8 +66,7 @@ class SendMessageAwaitable {
    private:
     const char* what_;
     SocketAddress to_;
-    iovec iovec_{};
-    msghdr message_{};
+    OneBufferMessage message_;
   };
 
   Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
@@ -93,17 +92,12 @@ class ReceiveMessageAwaiterBase : public IoAwaiter {
                             std::span<std::byte> buffer, Executor* executor,
                             const CancellationToken& token)
       : IoAwaiter(what, executor, token), what_(what) {
-    if (fd < 0) throwClosed(what);
-    iovec_.iov_base = buffer.data();
-    iovec_.iov_len = buffer.size();
-    message_.msg_name = from_.nativeBuffer();
-    message_.msg_namelen = SocketAddress::kNativeCapacity;
-    message_.msg_iov = &iovec_;
-    message_.msg_iovlen = 1;
-    IoOperation& op = operation();
-    op.opcode = opcode;
-    op.fd = fd;
-    op.message = &message_;
+    describeOpen(operation(),
+                 {.opcode = opcode,
+                  .fd = fd,
+                  .message = message_.point(buffer.data(), buffer.size(), from_.nativeBuffer(),
+                                            SocketAddress::kNativeCapacity)},
+                 what);
   }
 
   // The bytes received; sets `datagram`'s truncated and from. Errors: std::system_error
@@ -112,8 +106,8 @@ class ReceiveMessageAwaiterBase : public IoAwaiter {
   std::size_t finish(D& datagram) {
     const std::int64_t r = IoAwaiter::await_resume();
     if (r < 0) [[unlikely]] throwIoError(r, what_);
-    datagram.truncated = (message_.msg_flags & MSG_TRUNC) != 0;
-    from_.setNativeLength(message_.msg_namelen);
+    datagram.truncated = (message_.header.msg_flags & MSG_TRUNC) != 0;
+    from_.setNativeLength(message_.header.msg_namelen);
     datagram.from = from_;
     return static_cast<std::size_t>(r);
   }
@@ -121,8 +115,7 @@ class ReceiveMessageAwaiterBase : public IoAwaiter {
  private:
   const char* what_;
   SocketAddress from_;
-  iovec iovec_{};
-  msghdr message_{};
+  OneBufferMessage message_;
 };
 
 // recvmsg(fd, {sender, one iovec}) as an awaitable returning a Datagram.

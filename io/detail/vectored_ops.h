@@ -20,6 +20,7 @@
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/io_awaiter.h"
+#include "weft/io/detail/io_request.h"
 #include "weft/io/detail/socket_ops.h"
 #include "weft/io/socket_address.h"
 
@@ -189,11 +190,12 @@ class VectoredSendAwaitable {
         message_.msg_name = const_cast<sockaddr*>(to_.native());
         message_.msg_namelen = to_.nativeLength();
       }
-      IoOperation& op = operation();
-      op.opcode = IoOpcode::kSendMessage;
-      op.fd = a.fd_;
-      op.message = &message_;
-      op.timeoutNs = a.timeoutNs_;
+      describeOpen(operation(),
+                   {.opcode = IoOpcode::kSendMessage,
+                    .fd = a.fd_,
+                    .message = &message_,
+                    .timeoutNs = a.timeoutNs_},
+                   a.what_);
     }
 
     // An empty stream write completes at once (with 0), after the cancellation check.

@@ -8,6 +8,7 @@
 #include "weft/executors/executor.h"
 #include "weft/executors/io_loop.h"
 #include "weft/io/io_awaiter.h"
+#include "weft/io/detail/io_request.h"
 #include "weft/io/detail/socket_ops.h"
 
 namespace weft::detail {
@@ -69,13 +70,13 @@ class WholeTransferAwaitable {
           base_(static_cast<std::byte*>(a.data_)),
           size_(a.size_) {
       if (size_ == 0) return;  // completes at once, whatever the stream's state
-      if (a.fd_ < 0) throwClosed(a.what_);
-      IoOperation& op = operation();
-      op.opcode = a.opcode_;
-      op.fd = a.fd_;
-      op.buffer = a.data_;
-      op.length = a.size_;
-      op.timeoutNs = a.timeoutNs_;
+      describeOpen(operation(),
+                   {.opcode = a.opcode_,
+                    .fd = a.fd_,
+                    .buffer = a.data_,
+                    .length = a.size_,
+                    .timeoutNs = a.timeoutNs_},
+                   a.what_);
       transferWhole();
     }
 
