@@ -25,6 +25,11 @@
 //                                       awaiter": a plain function pointer and the data
 //                                       an async backtrace reads through it;
 //    AsyncParent, asyncParentOf(h)      who waits for a coroutine, one step up its chain.
+//  The one-shot result (what spawn's JoinHandle and spawnFiber's FiberFuture share):
+//    OneShotResult<T, Owner>            a result published once by concurrent work, awaited
+//                                       once or detached, freed by the side done last;
+//    OneShotRef<State>,                 the handle's owning share of it, and its await
+//    OneShotAwaiter<State>              (coro/detail/one_shot.h).
 //  What a suspended coroutine or fiber waits on (task dumps, gdb):
 //    WaitNote, DescribeWait,            an awaiter and how to describe it
 //    describeAwaiter<Awaiter>           (its describeWait(std::string&), else its type).
@@ -48,6 +53,7 @@
 #include "weft/coro/detail/config.h"
 #include "weft/coro/detail/dump_gate.h"
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/one_shot.h"
 #include "weft/coro/detail/registry_slot.h"
 #include "weft/coro/detail/task_registry.h"
 #include "weft/coro/detail/wait_note.h"
@@ -64,6 +70,11 @@ using PromiseBase = detail::LazyPromiseBase;
 using detail::AsyncParent;
 using detail::asyncParentOf;
 using detail::CompletionSink;
+
+// The one-shot result.
+using detail::OneShotAwaiter;
+using detail::OneShotRef;
+using detail::OneShotResult;
 
 // Wait descriptions.
 using detail::describeAwaiter;

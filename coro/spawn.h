@@ -1,9 +1,6 @@
 #pragma once
 
-#include <atomic>
 #include <coroutine>
-#include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <stdexcept>
@@ -15,6 +12,7 @@
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/one_shot.h"
 #include "weft/coro/detail/task_registry.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"
@@ -30,65 +28,46 @@ namespace detail {
 
 struct JoinHandleAccess;
 
-// What a spawned task and its JoinHandle share: the result, the task's cancellation
-// source, and who waits. Freed by whichever side is done with it last.
+// What a spawned task and its JoinHandle share: the one-shot result (coro/detail/one_shot.h),
+// the task's cancellation source, and what runs it. Freed by whichever side is done with it
+// last.
 template <class T>
-class SpawnedTask final : public CompletionSink {
+class SpawnedTask final : public OneShotResult<T, SpawnedTask<T>> {
  public:
-  enum : int { kRunning, kAwaiting, kDone, kDetached };
+  static constexpr const char* kHandleName = "JoinHandle";
+  static constexpr const char* kAwaitName = "co_await of a JoinHandle";
+  static constexpr const char* kClaimedBy = "the task's end";
 
   explicit SpawnedTask(std::coroutine_handle<LazyPromise<T>> handle)
-      : CompletionSink(&SpawnedTask::complete, "spawn()"),
+      : OneShotResult<T, SpawnedTask>(&SpawnedTask::complete, "spawn()"),
         handle_(handle),
         token_(source_.token()) {}
 
   std::coroutine_handle<LazyPromise<T>> handle_;  // until the task completes
   CancellationSource source_;
   const CancellationToken token_;  // the task's promise points here
-  Try<T> result_;
   [[no_unique_address]] RootTaskRecord record_;  // the task's, for task dumps
   [[no_unique_address]] RootTaskJob start_;      // what starts it on another thread
-  std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
-  Executor* awaiterExecutor_ = nullptr;  // idem
-  std::atomic<int> state_{kRunning};
 
-  // The handle is dropped: frees the state if the task has finished, else lets it run on.
-  void detach() noexcept {
-    // acq_rel: acquire the result if the task finished; pairs with complete()'s exchange
-    // so that exactly one side frees.
-    if (state_.exchange(kDetached, std::memory_order_acq_rel) == kDone) finishDetached(this);
+  // Done and detached: nobody will see the result, so a failure would be lost silently;
+  // it is reported, as one escaping a detached fiber or a std::thread is. The
+  // OperationCancelled of a task that was cancelled is its expected end, not a failure.
+  void onLostResult() noexcept {
+    if (this->result_.hasException() && !source_.isCancellationRequested()) {
+      abortOnLostException(
+          "a spawned task whose JoinHandle was dropped ended with an exception nobody awaited",
+          this->result_.exception());
+    }
   }
 
  private:
-  static void finishDetached(SpawnedTask* self) noexcept {
-    // Nobody will see the result: a failure would be lost silently, so it is reported, as
-    // one escaping a detached fiber or a std::thread is; the OperationCancelled of a task
-    // that was cancelled is its expected end, not a failure.
-    if (self->result_.hasException() && !self->source_.isCancellationRequested()) {
-      abortOnLostException(
-          "a spawned task whose JoinHandle was dropped ended with an exception nobody awaited",
-          self->result_.exception());
-    }
-    delete self;
-  }
-
   // noexcept: runs inside the task's final suspend.
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {
     auto* self = static_cast<SpawnedTask*>(sink);
     unregisterRootTask(self->record_);  // registered since spawn()
     self->result_ = std::move(self->handle_.promise().result_);
     std::exchange(self->handle_, nullptr).destroy();
-    // acq_rel: release publishes the result; acquire sees the awaiter's handle (written
-    // before its kAwaiting exchange) or the detach.
-    const int previous = self->state_.exchange(kDone, std::memory_order_acq_rel);
-    if (previous == kAwaiting) {
-      std::coroutine_handle<> awaiter = self->awaiter_;
-      Executor* executor = self->awaiterExecutor_;
-      if (executor == nullptr) return awaiter;
-      return resumeOnExecutor(executor, awaiter);
-    }
-    if (previous == kDetached) finishDetached(self);
-    return std::noop_coroutine();
+    return self->publish();  // may free the state
   }
 };
 
@@ -115,115 +94,66 @@ class [[nodiscard]] JoinHandle {
   using ValueType = T;
 
   JoinHandle(JoinHandle&& other) noexcept
-      : state_(std::exchange(other.state_, nullptr)),
-        executor_(std::exchange(other.executor_, nullptr)) {}
+      : state_(std::move(other.state_)), executor_(std::exchange(other.executor_, nullptr)) {}
   JoinHandle& operator=(JoinHandle&& other) noexcept {
     if (this != &other) {
-      release();
-      state_ = std::exchange(other.state_, nullptr);
+      state_ = std::move(other.state_);
       executor_ = std::exchange(other.executor_, nullptr);
     }
     return *this;
   }
-  ~JoinHandle() { release(); }
+  ~JoinHandle() = default;
 
-  bool valid() const noexcept { return state_ != nullptr; }
+  bool valid() const noexcept { return state_.valid(); }
   // True once the task has finished. noexcept: one atomic load.
-  bool ready() const noexcept {
-    // acquire: pairs with complete(); a true answer lets the caller await without waiting.
-    return state_ != nullptr &&
-           state_->state_.load(std::memory_order_acquire) == detail::SpawnedTask<T>::kDone;
-  }
+  bool ready() const noexcept { return state_.ready(); }
   // Requests the task's cancellation (its cancellable awaits throw OperationCancelled).
   // No effect on an empty handle or a finished task. noexcept.
   void cancel() noexcept {
-    if (state_ != nullptr) state_->source_.requestCancellation();
+    if (state_.valid()) state_.get()->source_.requestCancellation();
   }
   // Lets the task run on without anyone waiting (what the destructor does).
-  void detach() && { release(); }
+  void detach() && { state_.reset(); }
 
-  class Awaiter {
+  // The one-shot await (coro/detail/one_shot.h), made cancellation-aware.
+  class Awaiter : public detail::OneShotAwaiter<detail::SpawnedTask<T>> {
+    using Base = detail::OneShotAwaiter<detail::SpawnedTask<T>>;
+
    public:
     Awaiter(detail::SpawnedTask<T>* state, Executor* executor,
             const CancellationToken* token) noexcept
-        : state_(state), executor_(executor), token_(token) {}
-    Awaiter(Awaiter&& other) noexcept
-        : state_(std::exchange(other.state_, nullptr)),
-          executor_(other.executor_),
-          token_(other.token_) {}
+        : Base(state, executor), token_(token) {}
+    Awaiter(Awaiter&& other) noexcept : Base(std::move(other)), token_(other.token_) {}
     Awaiter& operator=(Awaiter&&) = delete;
-    ~Awaiter() {
-      onCancel_.reset();
-      if (state_ == nullptr) return;
-      if (suspended_) [[unlikely]] {
-        // Destroyed while waiting: detach; if the task finished first, its completion has
-        // claimed us and our resumption is under way (the caller's race).
-        if (state_->state_.exchange(detail::SpawnedTask<T>::kDetached,
-                                    std::memory_order_acq_rel) ==
-            detail::SpawnedTask<T>::kDone) {
-          weft::abortDestroyedWhileResuming("co_await of a JoinHandle", "the task's end");
-        }
-        return;
-      }
-      state_->detach();
-    }
+    // The cancellation callback goes first (a member), then the base withdraws or frees.
+    ~Awaiter() = default;
 
-    bool await_ready() const noexcept {
-      // acquire: see ready().
-      return state_->state_.load(std::memory_order_acquire) == detail::SpawnedTask<T>::kDone;
-    }
     bool await_suspend(std::coroutine_handle<> awaiting) {
       // The awaiter's cancellation becomes the task's; registered first (it only
       // requests, it never resumes us).
       if (token_ != nullptr && token_->canBeCancelled()) {
-        onCancel_.emplace(*token_, [state = state_] { state->source_.requestCancellation(); });
+        onCancel_.emplace(*token_,
+                          [state = this->state()] { state->source_.requestCancellation(); });
       }
-      state_->awaiter_ = awaiting;
-      state_->awaiterExecutor_ = executor_;
-      suspended_ = true;
-      int expected = detail::SpawnedTask<T>::kRunning;
-      // acq_rel: release publishes the handle to complete(); on failure (the task just
-      // finished) acquire makes its result visible.
-      if (state_->state_.compare_exchange_strong(expected, detail::SpawnedTask<T>::kAwaiting,
-                                                 std::memory_order_acq_rel,
-                                                 std::memory_order_acquire)) {
-        return true;
-      }
-      suspended_ = false;
-      return false;
+      return Base::await_suspend(awaiting);
     }
     T await_resume() {
-      suspended_ = false;
       onCancel_.reset();
-      detail::SpawnedTask<T>* state = std::exchange(state_, nullptr);
-      struct Free {
-        detail::SpawnedTask<T>* state;
-        ~Free() { delete state; }
-      } free{state};
-      if constexpr (std::is_void_v<T>) {
-        state->result_.value();
-      } else {
-        return std::move(state->result_).value();
-      }
+      return Base::await_resume();
     }
 
    private:
-    detail::SpawnedTask<T>* state_;
-    Executor* executor_;
     const CancellationToken* token_;
     std::optional<CancellationCallback> onCancel_;
-    bool suspended_ = false;
   };
 
   // Used by weft coroutines' await_transform and fibers' await().
   Awaiter coAwait(Executor* executor, const CancellationToken& token) && noexcept {
-    if (state_ == nullptr) abortEmpty();
-    return Awaiter(std::exchange(state_, nullptr), executor, &token);
+    return Awaiter(state_.takeForAwait(), executor, &token);
   }
   // For other coroutines: resumes on the thread that finishes the task.
   Awaiter operator co_await() && noexcept {
-    if (state_ == nullptr) abortEmpty();
-    return Awaiter(std::exchange(state_, nullptr), nullptr, nullptr);
+    return Awaiter(state_.takeForAwait(), nullptr, nullptr);
   }
   void operator co_await() & = delete;
 
@@ -236,17 +166,7 @@ class [[nodiscard]] JoinHandle {
   JoinHandle(detail::SpawnedTask<T>* state, Executor* executor) noexcept
       : state_(state), executor_(executor) {}
 
-  [[noreturn]] static void abortEmpty() noexcept {
-    std::fprintf(stderr,
-                 "weft: co_await on an empty JoinHandle (already awaited, detached or "
-                 "moved-from; a JoinHandle is awaited once)\n");
-    std::abort();
-  }
-  void release() noexcept {
-    if (detail::SpawnedTask<T>* state = std::exchange(state_, nullptr)) state->detach();
-  }
-
-  detail::SpawnedTask<T>* state_ = nullptr;
+  detail::OneShotRef<detail::SpawnedTask<T>> state_;
   Executor* executor_ = nullptr;
 };
 

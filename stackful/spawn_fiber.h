@@ -59,15 +59,18 @@ namespace detail {
 struct FiberFutureAccess;
 
 
-// What a spawned fiber and its FiberFuture share: the result, and who is waiting for it.
-// Freed by whichever side is done with it last (see the state machine in complete()).
+// What a spawned fiber and its FiberFuture share: the one-shot result
+// (weft::runtime::OneShotResult, coro/runtime_hooks.h) and what drives the fiber. Freed
+// by whichever side is done with it last.
 template <class T>
-class SpawnState final : public runtime::CompletionSink {
+class SpawnState final : public runtime::OneShotResult<T, SpawnState<T>> {
  public:
-  enum : int { kRunning, kAwaiting, kDone, kDetached };
+  static constexpr const char* kHandleName = "FiberFuture";
+  static constexpr const char* kAwaitName = "co_await of a FiberFuture";
+  static constexpr const char* kClaimedBy = nullptr;
 
   SpawnState(Executor* executor, CancellationToken token) noexcept
-      : runtime::CompletionSink(&SpawnState::complete),
+      : runtime::OneShotResult<T, SpawnState>(&SpawnState::complete),
         executor_(executor),
         token_(std::move(token)) {
     link_.executor = executor;
@@ -78,58 +81,13 @@ class SpawnState final : public runtime::CompletionSink {
   CancellationToken token_;  // the driver's promise and the link point at it
   std::uint64_t fiberId_ = 0;
   ParkLink link_;  // link_.driver: the driver, until it completes
-  Try<T> result_;
-  std::coroutine_handle<> awaiter_;      // written before kRunning -> kAwaiting
-  Executor* awaiterExecutor_ = nullptr;  // idem
-  bool taken_ = false;                   // the future's awaiter took the result
-  std::atomic<int> state_{kRunning};
 
-  // The future is dropped: detach. Frees the state if the fiber has finished. noexcept:
-  // called from the future's destructor; an exchange and maybe a delete.
-  void detach() noexcept {
-    // acq_rel: acquire the result if the fiber finished; release nothing in particular
-    // but pairs with the exchange in complete() so exactly one side frees.
-    int previous = state_.exchange(kDetached, std::memory_order_acq_rel);
-    if (previous == kDone) finishDetached(this);
+  // Done and detached: nobody will see the result, so an exception there would be lost
+  // silently; it is reported, as one escaping a std::thread (or a Go goroutine) is.
+  void onLostResult() noexcept {
+    if (this->result_.hasException()) reportDetachedException();
   }
 
- private:
-  [[noreturn]] static void reportDetachedException(SpawnState* self) noexcept {
-    char message[160];
-    std::snprintf(message, sizeof(message),
-                  "detached fiber %llu (spawnFiber on executor '%.*s') ended with an exception "
-                  "nobody awaited",
-                  static_cast<unsigned long long>(self->fiberId_),
-                  static_cast<int>(self->executor_->name().size()), self->executor_->name().data());
-    abortOnLostException(message, self->result_.exception());
-  }
-  static void finishDetached(SpawnState* self) noexcept {
-    // Nobody will see the result: an exception there would be lost silently, so it is
-    // reported, as an exception escaping a std::thread (or a Go goroutine) is.
-    if (!self->taken_ && self->result_.hasException()) reportDetachedException(self);
-    delete self;
-  }
-
-  // The driver finished (runs in its final suspend, on whatever thread ran the fiber's
-  // last step). noexcept: a final-suspend path.
-  static std::coroutine_handle<> complete(runtime::CompletionSink* sink) noexcept {
-    auto* self = static_cast<SpawnState*>(sink);
-    std::exchange(self->link_.driver, nullptr).destroy();  // suspended at its final point
-    // acq_rel: release publishes the result to the future; acquire sees the awaiter's
-    // handle (written before its kAwaiting exchange) or the detach.
-    int previous = self->state_.exchange(kDone, std::memory_order_acq_rel);
-    if (previous == kAwaiting) {
-      // The awaiter may free the state as soon as it runs: read what we need first.
-      std::coroutine_handle<> awaiter = self->awaiter_;
-      Executor* executor = self->awaiterExecutor_;
-      if (executor == nullptr) return awaiter;
-      return resumeOnExecutor(executor, awaiter);
-    }
-    if (previous == kDetached) finishDetached(self);
-    return std::noop_coroutine();
-  }
-
- public:
   // The driver's frame is being destroyed before the fiber finished (see
   // FiberDriverPromise's destructor); the fiber's stack has been unwound. Completes the
   // state with FiberDestroyed, as complete() would with a result: the awaiter, if any, is
@@ -144,23 +102,26 @@ class SpawnState final : public runtime::CompletionSink {
     } catch (...) {
       self->result_.setException(std::current_exception());  // std::bad_alloc
     }
-    // acq_rel: as in complete().
-    int previous = self->state_.exchange(kDone, std::memory_order_acq_rel);
-    if (previous == kAwaiting) {
-      std::coroutine_handle<> awaiter = self->awaiter_;
-      Executor* executor = self->awaiterExecutor_;
-      if (executor == nullptr) {
-        awaiter.resume();
-        return;
-      }
-      try {
-        executor->schedule(awaiter);
-      } catch (...) {
-        abortExecutorGone(executor);
-      }
-      return;
-    }
-    if (previous == kDetached) finishDetached(self);
+    self->publishAndResume();  // may free the state
+  }
+
+ private:
+  [[noreturn]] void reportDetachedException() noexcept {
+    char message[160];
+    std::snprintf(message, sizeof(message),
+                  "detached fiber %llu (spawnFiber on executor '%.*s') ended with an exception "
+                  "nobody awaited",
+                  static_cast<unsigned long long>(fiberId_),
+                  static_cast<int>(executor_->name().size()), executor_->name().data());
+    abortOnLostException(message, this->result_.exception());
+  }
+
+  // The driver finished (runs in its final suspend, on whatever thread ran the fiber's
+  // last step). noexcept: a final-suspend path.
+  static std::coroutine_handle<> complete(runtime::CompletionSink* sink) noexcept {
+    auto* self = static_cast<SpawnState*>(sink);
+    std::exchange(self->link_.driver, nullptr).destroy();  // suspended at its final point
+    return self->publish();  // may free the state
   }
 };
 
@@ -221,125 +182,65 @@ class [[nodiscard]] FiberFuture {
  public:
   using ValueType = T;
 
-  FiberFuture(FiberFuture&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  FiberFuture& operator=(FiberFuture&& other) noexcept {
-    if (this != &other) {
-      release();
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  ~FiberFuture() { release(); }
+  FiberFuture(FiberFuture&& other) noexcept = default;
+  FiberFuture& operator=(FiberFuture&& other) noexcept = default;
+  ~FiberFuture() = default;
 
   // Lets the fiber run on without anyone waiting for it (what the destructor does).
-  void detach() && { release(); }
+  void detach() && { state_.reset(); }
 
   // False once awaited, detached or moved from. noexcept: reads a member.
-  bool valid() const noexcept { return state_ != nullptr; }
+  bool valid() const noexcept { return state_.valid(); }
 
   // True once the fiber has finished. noexcept: one atomic load.
-  bool ready() const noexcept {
-    // acquire: pairs with the release in complete(); a true answer lets the caller read.
-    return state_ != nullptr &&
-           state_->state_.load(std::memory_order_acquire) == detail::SpawnState<T>::kDone;
-  }
+  bool ready() const noexcept { return state_.ready(); }
 
   // The executor the fiber runs on (nullptr for an empty future): syncAwait refuses, with
   // SyncAwaitDeadlock, to block one of its threads on this future (coro/sync_await.h).
   // noexcept: reads a member.
   Executor* syncAwaitExecutor() const noexcept {
-    return state_ != nullptr ? state_->executor_ : nullptr;
+    return state_.valid() ? state_.get()->executor_ : nullptr;
   }
 
-  // Owns the shared state from the co_await on: the future is empty by then, so a second
-  // await finds it empty and aborts instead of reading a result already moved out.
-  class Awaiter {
+  // The one-shot await (runtime::OneShotAwaiter), which owns the shared state from the
+  // co_await on: the future is empty by then, so a second await finds it empty and aborts
+  // instead of reading a result already moved out. Adds the fiber's async backtrace link.
+  class Awaiter : public runtime::OneShotAwaiter<detail::SpawnState<T>> {
+    using Base = runtime::OneShotAwaiter<detail::SpawnState<T>>;
+
    public:
-    Awaiter(detail::SpawnState<T>* state, Executor* executor) noexcept
-        : state_(state), executor_(executor) {}
-    // Only before the await starts (getAwaiter, ViaAwaiter and fiber await() move it).
-    Awaiter(Awaiter&& other) noexcept
-        : state_(std::exchange(other.state_, nullptr)), executor_(other.executor_) {}
+    using Base::Base;
+    Awaiter(Awaiter&&) noexcept = default;  // only before the await starts
     Awaiter& operator=(Awaiter&&) = delete;
-    // Lets go of the state as the future's destructor would: frees it when the fiber has
-    // finished (always so after await_resume), or detaches the fiber when the awaiting
-    // coroutine is destroyed while it waits here (complete() then resumes nobody).
+    // Destroyed while waiting: the state's note of who awaits the fiber goes first, and
+    // the dump gate is passed (coro/detail/dump_gate.h): a task dump reaches the state
+    // through the fiber, which runs on, and must not follow the note into the awaiting
+    // coroutine's frames once they are freed. Then the base detaches.
     ~Awaiter() {
-      if (state_ == nullptr) return;
-      if (suspended_) [[unlikely]] {
-        // Destroyed while waiting: detach. If the fiber finished first, its completion
-        // has already claimed us and our resumption is under way (the caller's race).
-        // The state's note of who awaits the fiber goes first, and the dump gate is
-        // passed (coro/detail/dump_gate.h): a task dump reaches the state through the
-        // fiber, which runs on, and must not follow the note into the awaiting
-        // coroutine's frames once they are freed.
-        state_->traceParent_ = {};
-        runtime::passDumpGate(state_->traceParent_);
-        // acq_rel: as in detach().
-        if (state_->state_.exchange(detail::SpawnState<T>::kDetached,
-                                    std::memory_order_acq_rel) ==
-            detail::SpawnState<T>::kDone) {
-          weft::abortDestroyedWhileResuming("co_await of a FiberFuture");
-        }
-        return;  // the fiber's completion frees the state
+      if (this->suspended()) [[unlikely]] {
+        this->state()->traceParent_ = {};
+        runtime::passDumpGate(this->state()->traceParent_);
       }
-      state_->detach();
     }
 
-    // noexcept: one atomic load.
-    bool await_ready() const noexcept {
-      // acquire: see ready().
-      return state_->state_.load(std::memory_order_acquire) == detail::SpawnState<T>::kDone;
-    }
-    // noexcept: three stores and a compare-exchange.
+    // noexcept: four stores and a compare-exchange.
     template <class Promise>
     bool await_suspend(std::coroutine_handle<Promise> awaiting) noexcept {
-      state_->awaiter_ = awaiting;
-      state_->awaiterExecutor_ = executor_;
       // Async backtraces of the fiber go on to the awaiter (the sink's traceFiber_ is the
       // fiber, set by spawnFiber).
-      state_->traceParent_ = runtime::asyncParentOf(awaiting);
-      // Set before the exchange: once it succeeds we may be resumed on another thread,
-      // and nothing of the awaiter may be written here afterwards.
-      suspended_ = true;
-      int expected = detail::SpawnState<T>::kRunning;
-      // acq_rel: release publishes the handle to complete(); on failure (the fiber just
-      // finished) acquire makes its result visible, and we continue without suspending.
-      if (state_->state_.compare_exchange_strong(expected, detail::SpawnState<T>::kAwaiting,
-                                                 std::memory_order_acq_rel,
-                                                 std::memory_order_acquire)) {
-        return true;
-      }
-      suspended_ = false;
-      return false;
-    }
-    T await_resume() {
-      suspended_ = false;
-      state_->taken_ = true;
-      if constexpr (std::is_void_v<T>) {
-        state_->result_.value();
-      } else if constexpr (std::is_reference_v<T>) {
-        return state_->result_.value();
-      } else {
-        return std::move(state_->result_).value();
-      }
+      this->state()->traceParent_ = runtime::asyncParentOf(awaiting);
+      return Base::await_suspend(awaiting);
     }
 
     // For task dumps (coro/detail/wait_note.h).
     void describeWait(std::string& out) const {
-      out += "FiberFuture of fiber " + std::to_string(state_->fiberId_);
+      out += "FiberFuture of fiber " + std::to_string(this->state()->fiberId_);
     }
-
-   private:
-    detail::SpawnState<T>* state_;
-    Executor* executor_;
-    bool suspended_ = false;  // between a successful await_suspend and await_resume
   };
 
   // Used by weft coroutines' await_transform: resumes the awaiter on `awaitingExecutor`.
   Awaiter coAwait(Executor* awaitingExecutor) && noexcept {
-    if (state_ == nullptr) abortEmpty();
-    return Awaiter(std::exchange(state_, nullptr), awaitingExecutor);
+    return Awaiter(state_.takeForAwait(), awaitingExecutor);
   }
   // For other coroutines: resumes the awaiter on the thread that finishes the fiber.
   Awaiter operator co_await() && noexcept { return std::move(*this).coAwait(nullptr); }
@@ -351,18 +252,7 @@ class [[nodiscard]] FiberFuture {
 
   explicit FiberFuture(detail::SpawnState<T>* state) noexcept : state_(state) {}
 
-  [[noreturn]] static void abortEmpty() noexcept {
-    std::fprintf(stderr,
-                 "weft: co_await on an empty FiberFuture (already awaited, detached or "
-                 "moved-from; a FiberFuture is awaited once)\n");
-    std::abort();
-  }
-
-  void release() noexcept {
-    if (detail::SpawnState<T>* state = std::exchange(state_, nullptr)) state->detach();
-  }
-
-  detail::SpawnState<T>* state_ = nullptr;
+  runtime::OneShotRef<detail::SpawnState<T>> state_;
 };
 
 namespace detail {
