@@ -134,9 +134,17 @@ void captureStalledTask(std::uintptr_t item,
   (void)item;
 #if WEFT_TASK_TRACKING
   // Relaxed: this thread's own stores (the signal interrupted it).
-  // Marked (kMonitoredRun) while the run is a monitored poll.
-  auto* record = reinterpret_cast<TaskRecord*>(tRunningRoot.load(std::memory_order_relaxed) &
-                                               ~kMonitoredRun);
+  // Marked (kMonitoredRun) while the run is a monitored poll; in the task's first run, its
+  // root's promise tagged kFirstRun (running_root.h).
+  const std::uintptr_t running = tRunningRoot.load(std::memory_order_relaxed);
+  const LazyPromiseBase* root = nullptr;
+  TaskRecord* record;
+  if ((running & kFirstRun) != 0) {
+    root = reinterpret_cast<const LazyPromiseBase*>(running & ~kRunTags);
+    record = root->rootRecord();
+  } else {
+    record = reinterpret_cast<TaskRecord*>(running & ~kRunTags);
+  }
   if (record == nullptr) return;
   std::atomic_ref<std::uintptr_t> wait(record->wait);
   const std::uintptr_t word = wait.load(std::memory_order_relaxed);
@@ -148,13 +156,14 @@ void captureStalledTask(std::uintptr_t item,
     words[kRunningSubject] = slot->subject.load(std::memory_order_relaxed);
     return;
   }
-  // Its first run: numbered now if no report has numbered it (it keeps the number).
+  // Its first run (the word names its root: only a resumption from a wait names the
+  // record): numbered now if no report has numbered it (it keeps the number).
+  if (root == nullptr) return;
   std::uint64_t number = word >> 1;
   if (number == 0) {
     number = takeTaskNumber();
     wait.store((static_cast<std::uintptr_t>(number) << 1) | 1, std::memory_order_relaxed);
   }
-  const auto* root = static_cast<const LazyPromiseBase*>(record->root);
   const void* const* frame = static_cast<const void* const*>(
       std::coroutine_handle<LazyPromiseBase>::from_promise(const_cast<LazyPromiseBase&>(*root))
           .address());

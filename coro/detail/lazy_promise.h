@@ -387,10 +387,9 @@ template <class Promise>
     record = root;
     note = LazyWaitNote{&describeAwaiter<Plain>, std::addressof(awaiter), &promise,
                         WEFT_CODE_ADDRESS()};
-    root->publishWait(&note);
-    // For stall reports (running_root.h) and TaskMonitor (monitored_task.h): may mark
-    // `record`.
-    leaveRunAtWait(root, record);
+    // Published, and for stall reports (running_root.h) and TaskMonitor
+    // (monitored_task.h) the task's run on this thread ended: may mark `record`.
+    publishWaitAndLeaveRun(root, &note, record);
   }
   // If await_suspend throws, the coroutine goes on (to its handler) without await_resume:
   // the wait is withdrawn here.

@@ -78,17 +78,18 @@ void MonitoredTask::firstPoll() noexcept {
   add(monitor_->totalFirstPollDelayNanos, delay);
   raise(monitor_->maxFirstPollDelayNanos, delay);
 #if WEFT_TASK_TRACKING
-  // Polls are measured when monitoredBody's Lazy is the root of its task: its task's
-  // record names it as the root (set where the task was started, before this), and its
-  // parent word still holds this record (an await of it would have replaced both).
+  // Polls are measured when monitoredBody's Lazy is the root of its task: this is the
+  // task's first run, whose running-root word names it as the root (stored where the
+  // task was started, just before this: running_root.h), and its parent word still holds
+  // this record (an await of it would have replaced both).
   TaskRecord* record = promise_ != nullptr ? promise_->rootRecord() : nullptr;
-  if (record != nullptr && record->root == promise_ && promise_->monitorRecord() == this) {
+  const auto named = reinterpret_cast<std::uintptr_t>(promise_) | kFirstRun;
+  if (record != nullptr && loadRunningRoot() == named && promise_->monitorRecord() == this) {
     taskRecord_ = record;
     startPoll(now);
     // The task's run is a poll from here: the running-root word names it marked, so that
-    // its next wait takes the hook's cold path (leaveRunAtWait, monitored_task.h).
-    const auto named = reinterpret_cast<std::uintptr_t>(record);
-    if (loadRunningRoot() == named) storeRunningRoot(named | kMonitoredRun);
+    // its next wait takes the hook's cold path (publishWaitAndLeaveRun, monitored_task.h).
+    storeRunningRoot(named | kMonitoredRun);
   }
 #endif
 }
@@ -135,9 +136,17 @@ void MonitoredTask::resume() noexcept {
   startPoll(now);
 }
 
-TaskRecord* leaveRunAtWaitSlow(TaskRecord* record) noexcept {
-  // The word names the task marked: its run, a monitored poll, ends here.
-  if (loadRunningRoot() == (reinterpret_cast<std::uintptr_t>(record) | kMonitoredRun)) {
+TaskRecord* publishWaitSlow(TaskRecord* record, const void* note) noexcept {
+  // Its first wait lists the task (the word may not tell: a run nested in its first
+  // run cleared it).
+  record->publishWait(note);
+  // The word names the task, by its root in its first run, or marked: its run ends here.
+  // (A promise it names is alive: the word never names a finished task's.)
+  const std::uintptr_t word = loadRunningRoot();
+  const std::uintptr_t named = word & ~kRunTags;
+  if ((word & kFirstRun) != 0
+          ? reinterpret_cast<const LazyPromiseBase*>(named)->rootRecord() == record
+          : named == reinterpret_cast<std::uintptr_t>(record)) {
     storeRunningRoot(0);
   }
   if (MonitoredTask* run = tMonitoredRun; run != nullptr) return run->suspend(record);

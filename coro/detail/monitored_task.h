@@ -115,7 +115,8 @@ inline constinit thread_local MonitoredTask* tMonitoredRun{nullptr};
 #endif
 
 // The slow halves of the hooks below (monitored_task.cc), out of line and cold.
-[[gnu::cold]] WEFT_NOINLINE TaskRecord* leaveRunAtWaitSlow(TaskRecord* record) noexcept;
+[[gnu::cold]] WEFT_NOINLINE TaskRecord* publishWaitSlow(TaskRecord* record,
+                                                        const void* note) noexcept;
 // The resumption of a wait that ended a monitored poll (`marked`: its record, marked): a
 // poll of the task starts, the wait is withdrawn (as TaskRecord::withdrawWait), and the
 // thread's running-root word names the task, marked.
@@ -124,20 +125,25 @@ inline constinit thread_local MonitoredTask* tMonitoredRun{nullptr};
 // The hooks NotedAwaiter calls (coro/detail/lazy_promise.h), on the paths that publish
 // and withdraw a root task's wait; all noexcept.
 //
-// A coroutine of the root task of `record` publishes a wait: the task's run on this
-// thread ends (running_root.h), and if the run is a monitored poll of that task, so does
-// the poll, and `record` is marked. The common case, the running-root word naming the
-// task unmarked: a load, a compare, a store. Else the cold path: the word names the task
-// marked (its run is a monitored poll: TaskMonitor's hook runs), or the task runs inside
+// A coroutine of the root task of `record` publishes a wait on `note` (TaskRecord::
+// publishWait), and the task's run on this thread ends (running_root.h); if the run is a
+// monitored poll of that task, so does the poll, and `record` is marked. The common case,
+// the running-root word naming the task's record unmarked (so the task has waited before:
+// only a resumption from a published wait stores that), is the note's store and the
+// word's load, compare and store. Else the cold path: the task's first run (the word
+// names its root, kFirstRun: this wait lists the task), the word names the task marked
+// (its run is a monitored poll: TaskMonitor's hook runs), or the task runs inside
 // another's run or outside any (the word names another task, or none: the thread's
 // monitored poll, if there is one, is asked whether it is this task's, a poll that the
-// nested runs hid from the word).
+// nested runs hid from the word); it publishes the wait as publishWait does.
 // `record` is the NotedAwaiter's, `root` its value (in a register).
-[[gnu::always_inline]] inline void leaveRunAtWait(TaskRecord* root, TaskRecord*& record) noexcept {
+[[gnu::always_inline]] inline void publishWaitAndLeaveRun(TaskRecord* root, const void* note,
+                                                          TaskRecord*& record) noexcept {
   if (loadRunningRoot() == reinterpret_cast<std::uintptr_t>(root)) [[likely]] {
+    root->publishNextWait(note);
     storeRunningRoot(0);
   } else {
-    record = leaveRunAtWaitSlow(root);
+    record = publishWaitSlow(root, note);
   }
 }
 // Whether the wait published in `record` (a NotedAwaiter's) ended a monitored poll: then

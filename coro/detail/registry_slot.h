@@ -59,8 +59,8 @@ static_assert(sizeof(RegistrySlot) == 8);
 // be zeroed when the sink is built, stores a task that never waits does not need. Nothing
 // is initialised until registerRootTask.
 struct TaskRecord {
-  //  - odd: it has not waited: not listed, the fields below unset but `root` (set when
-  //    it is started); the rest is the number a stall report that named it in
+  //  - odd: it has not waited: not listed, the fields below unset; the rest is the
+  //    number a stall report that named it in
   //    its first run gave it (0: none; kNeverWaited when registered), which it keeps;
   //  - 0: it runs, or is queued to run, and has waited before;
   //  - else: what its innermost coroutine waits on (a LazyWaitNote*,
@@ -70,8 +70,9 @@ struct TaskRecord {
   // age in dumps). Written before the ring slot's subject (release).
   std::uint64_t id;
   std::int64_t firstWaitMs;
-  // From its start (runRootTask, scheduleRootTask: coro/detail/task_registry.h): the
-  // root task's promise (a LazyPromiseBase*), what dumps start from when it runs.
+  // From its first wait (publishFirstWait finds it, up the waiting coroutine's chain): the
+  // root task's promise (a LazyPromiseBase*), what dumps start from when it runs. In its
+  // first run the running-root word names the root instead (running_root.h).
   const void* root;
   // Its ring slot, from its first wait (the task's own threads only).
   RegistrySlot* slot;
@@ -94,7 +95,8 @@ struct TaskRecord {
   // The task's innermost coroutine suspends on `note` (a LazyWaitNote*). release: a dump
   // that reads the word (acquire) reads the note as written for this wait. noexcept:
   // a load and a store; on the task's first wait also a number, a clock read and the
-  // claim of a ring slot.
+  // claim of a ring slot. The path of a task known to have waited before is
+  // publishNextWait.
   [[gnu::always_inline]] void publishWait(const void* note) noexcept {
     std::atomic_ref<std::uintptr_t> word(wait);
     // Relaxed: only the task's own threads (and a stall signal's handler on the thread
@@ -104,6 +106,13 @@ struct TaskRecord {
       return;
     }
     word.store(reinterpret_cast<std::uintptr_t>(note), std::memory_order_release);
+  }
+  // publishWait for a task that has waited before (its run on this thread was entered
+  // from a published wait: publishWaitAndLeaveRun, monitored_task.h, tells): the store
+  // alone.
+  [[gnu::always_inline]] void publishNextWait(const void* note) noexcept {
+    std::atomic_ref<std::uintptr_t>(wait).store(reinterpret_cast<std::uintptr_t>(note),
+                                                std::memory_order_release);
   }
   // That coroutine resumed: the note is withdrawn, then the dump gate passed, before the
   // awaiter it describes goes. noexcept: a store and passDumpGate's bounded wait.

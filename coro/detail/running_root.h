@@ -10,33 +10,43 @@ namespace weft::detail {
 
 // The root task whose coroutines the calling thread runs now, for ThreadPool's stall
 // reports (executors/stall_task_hook.h; the hook is in coro/task_dump.cc): the task's
-// record (registry_slot.h, in its completion sink), or null. Only with
-// WEFT_TASK_TRACKING.
+// record (registry_slot.h, in its completion sink), or in the task's first run its root
+// coroutine's promise tagged kFirstRun (below), or null. Only with WEFT_TASK_TRACKING.
 //
-// A task's run on a thread starts where the task is started on that thread (runRootTask,
-// or the job of scheduleRootTask: task_registry.h) or where its innermost coroutine
-// resumes from a published wait (NotedAwaiter::await_resume), both enterRootRun; it ends
-// where a coroutine of it publishes its next wait or the task ends on this thread (the task's
-// completion sink, unregisterRootTask or SyncWaitSink::complete), leaveRunAtWait
-// (monitored_task.h) and endRootRun. A store at each end, nothing elsewhere. Not seen: a task resumed inside another's run (an
-// await that resumes a waiter inline): the word then names the inner task until it waits
-// or ends, then nothing.
+// A task's run on a thread starts where the task is started on that thread (runRootTask, or the
+// job of scheduleRootTask: task_registry.h), enterFirstRun, or where its innermost coroutine
+// resumes from a published wait (NotedAwaiter::await_resume), enterRootRun; it ends where a
+// coroutine of it publishes its next wait or the task ends on this thread (the task's completion
+// sink, unregisterRootTask or SyncWaitSink::complete), publishWaitAndLeaveRun (monitored_task.h)
+// and endRootRun. A store at each end, nothing elsewhere. Not seen: a task resumed inside
+// another's run (an await that resumes a waiter inline): the word then names the inner task
+// until it waits or ends, then nothing.
 //
-// The word never names a freed record: a run moves to another thread only through a
+// The word never names a freed record or frame: a run moves to another thread only through a
 // published wait (every await of a root task's coroutines but a Lazy's, which runs on the
 // same thread, is a NotedAwaiter), which leaves it first, and a task ends inside its run,
 // on the thread that runs it, which leaves it before the record goes. So the stall
-// signal's handler, on the same thread, may read the record it names.
+// signal's handler, on the same thread, may read the record (or promise) it names.
 //
 // While the run is a poll of a task under a TaskMonitor (monitored_task.h), the word
 // names it marked (kMonitoredRun set): a wait it publishes then takes the cold path that
-// ends the poll (leaveRunAtWait, lazy_promise.h), and every other task's skips the
+// ends the poll (publishWaitAndLeaveRun, monitored_task.h), and every other task's skips the
 // monitor's check.
 inline constexpr std::uintptr_t kMonitoredRun = 1;
 
+// In a task's first run (it has not waited yet) the word names the task by its root coroutine's
+// promise (a LazyPromiseBase*, whose rootRecord() is the task's record), tagged kFirstRun: where
+// the task is started, its record's root is not stored (the first wait finds it), and the word
+// it starts with is one store. The tag also makes the task's first wait take
+// publishWaitAndLeaveRun's cold path, the one that lists the task (monitored_task.h), so that
+// the common path publishes a wait with a single store. Marked kMonitoredRun too while the first
+// run is a monitored poll.
+inline constexpr std::uintptr_t kFirstRun = 2;
+inline constexpr std::uintptr_t kRunTags = kMonitoredRun | kFirstRun;
+
 // Read by the stall signal's handler on the same thread: an atomic, relaxed (a signal
-// handler on the writing thread sees its stores in program order). A TaskRecord*, marked
-// or not, as an integer.
+// handler on the writing thread sees its stores in program order). A TaskRecord* or a
+// tagged promise, marked or not, as an integer.
 #if WEFT_INLINE_TLS_ADDRESS
 [[gnu::used,
   gnu::tls_model("initial-exec")]] inline constinit thread_local std::atomic<std::uintptr_t>
@@ -112,6 +122,11 @@ WEFT_OPAQUE_CALL inline std::atomic<std::uintptr_t>& localRunningRoot() noexcept
 // the run is a monitored poll). noexcept: a store.
 [[gnu::always_inline]] inline void enterRootRun(TaskRecord* record) noexcept {
   storeRunningRoot(reinterpret_cast<std::uintptr_t>(record));
+}
+// The first run of the task whose root coroutine's promise is `root` starts here (the
+// task's start: task_registry.h). noexcept: a store.
+[[gnu::always_inline]] inline void enterFirstRun(const void* root) noexcept {
+  storeRunningRoot(reinterpret_cast<std::uintptr_t>(root) | kFirstRun);
 }
 // The task whose run this thread is in ends here (a root task ends inside its run, on the
 // thread that runs it): the word is cleared without a test, since it names that task

@@ -225,7 +225,17 @@ void TaskRecord::publishFirstWait(const void* note) noexcept {
   std::atomic_signal_fence(std::memory_order_release);
   std::atomic_ref<std::uintptr_t>(wait).store(reinterpret_cast<std::uintptr_t>(note),
                                               std::memory_order_relaxed);
-  // `root` was set when the task was started (runRootTask, scheduleRootTask).
+  // The root: the outermost coroutine of the waiting one's chain that belongs to this task
+  // (the chain is suspended on this thread: it holds still while we read it). Not stored
+  // where the task was started, which names it in the running-root word instead
+  // (running_root.h).
+  const LazyPromiseBase* promise = static_cast<const LazyWaitNote*>(note)->waiter;
+  for (;;) {
+    const LazyPromiseBase* parent = promise->asyncParent().promise();
+    if (parent == nullptr || parent->rootRecord() != this) break;
+    promise = parent;
+  }
+  root = promise;
   // release: a dump that reads the subject (acquire) reads the record and the note as
   // written here.
   claimed->subject.store(reinterpret_cast<std::uintptr_t>(this), std::memory_order_release);

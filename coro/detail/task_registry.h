@@ -59,7 +59,7 @@ DumpFiber fiberDumper() noexcept;
 // starts there (below). All do nothing more than that without WEFT_TASK_TRACKING.
 //
 // Cost: registering writes one word of the record and points the root at it; starting
-// writes two (the record's root, the thread's running-root word); the task is listed (a
+// writes one (the thread's running-root word, naming the root); the task is listed (a
 // slot of the ring of the thread it runs on claimed, a number and the coarse clock read)
 // only when it first waits (TaskRecord::publishWait), so a task that ends without
 // waiting never touches the registry. Unregistering loads the record's wait word, and if
@@ -112,10 +112,10 @@ using RootTaskRecord = std::conditional_t<WEFT_TASK_TRACKING != 0, TaskRecord, N
   unregisterEndedRootTask(record);
 }
 
-// The first run of a registered root task: where it starts, the record learns its root
-// (TaskRecord::root, what a stall report names and TaskMonitor finds its record by) and
-// the thread's running-root word names the task (running_root.h), so that a stall report
-// names a task that spins before it ever waits. Only the starts of root tasks pay this:
+// The first run of a registered root task: where it starts, the thread's running-root
+// word names the task by its root's promise (running_root.h, kFirstRun), so that a stall
+// report names a task that spins before it ever waits (the record's root is stored at
+// the task's first wait, TaskRecord::publishFirstWait). Only the starts of root tasks pay this:
 // a Lazy's initial suspend is a plain std::suspend_always (a Lazy awaited by another is
 // resumed by its awaiter's symmetric transfer and never needs it).
 
@@ -126,11 +126,9 @@ using RootTaskRecord = std::conditional_t<WEFT_TASK_TRACKING != 0, TaskRecord, N
 template <class Promise>
 [[gnu::always_inline]] inline void runRootTask(std::coroutine_handle<Promise> root,
                                                RootTaskRecord& record) noexcept {
-#if WEFT_TASK_TRACKING
-  record.root = static_cast<const LazyPromiseBase*>(&root.promise());
-  enterRootRun(&record);
-#else
   (void)record;
+#if WEFT_TASK_TRACKING
+  enterFirstRun(static_cast<const LazyPromiseBase*>(&root.promise()));
 #endif
   root.resume();
 }
@@ -147,19 +145,19 @@ class RootTaskJob {
   RootTaskJob(const RootTaskJob&) = delete;
   RootTaskJob& operator=(const RootTaskJob&) = delete;
 
-  // Builds the job that starts the task of `record` (its root already stored there) by
-  // resuming `root`. noexcept: stores.
-  Job* make(TaskRecord& record, std::coroutine_handle<> root) noexcept {
+  // Builds the job that starts the task whose root is `root` (`promise` its promise) by
+  // resuming it. noexcept: stores.
+  Job* make(const LazyPromiseBase* promise, std::coroutine_handle<> root) noexcept {
     auto* job = ::new (static_cast<void*>(room_)) Start;
     job->complete = &Start::run;
-    job->record = &record;
+    job->promise = promise;
     job->root = root;
     return job;
   }
 
  private:
   struct Start final : Job {
-    TaskRecord* record;
+    const LazyPromiseBase* promise;
     std::coroutine_handle<> root;
 
     // run false: the executor refused the job; scheduleRootTask's caller still owns the
@@ -170,7 +168,7 @@ class RootTaskJob {
       if (!run) return;
       auto* job = static_cast<Start*>(self);
       const std::coroutine_handle<> root = job->root;
-      enterRootRun(job->record);
+      enterFirstRun(job->promise);
       root.resume();
     }
   };
@@ -189,13 +187,10 @@ struct RootTaskJob {};
 template <class Promise>
 inline void scheduleRootTask(Executor* executor, std::coroutine_handle<Promise> root,
                              RootTaskRecord& record, RootTaskJob& job) {
-#if WEFT_TASK_TRACKING
-  // A plain store: the scheduling publishes it to the thread that runs the job, whose
-  // stall signal's handler reads it there (task_dump.cc).
-  record.root = static_cast<const LazyPromiseBase*>(&root.promise());
-  executor->scheduleJob(job.make(record, root));
-#else
   (void)record;
+#if WEFT_TASK_TRACKING
+  executor->scheduleJob(job.make(static_cast<const LazyPromiseBase*>(&root.promise()), root));
+#else
   (void)job;
   executor->schedule(root);
 #endif
