@@ -143,7 +143,8 @@ endfunction()
 
 # weft_add_header_check(<target> <header>...): every header compiles on its own, and
 # only with the layers below it; no library file includes another module's detail/ (a
-# check <target> runs, also the ctest test cmake/check_detail_includes). One generated .cc per header includes it (twice, so a
+# check <target> runs, also the ctest test cmake/check_detail_includes); no public function
+# names detail:: in its signature (likewise, cmake/check_public_signatures). One generated .cc per header includes it (twice, so a
 # missing #pragma once fails too); the .cc files of module M are compiled with an include
 # root that holds only the modules M may use (symlinks in the build tree), so that e.g.
 # executors/x.h including "weft/coro/lazy.h" fails with "weft/coro/lazy.h: No such file".
@@ -173,6 +174,15 @@ function(weft_add_header_check target)
   add_custom_target(${target}_detail_includes COMMAND ${detail_check} VERBATIM)
   add_dependencies(${target} ${target}_detail_includes)
   add_test(NAME cmake/check_detail_includes COMMAND ${detail_check})
+  # And no public function names detail:: in its signature
+  # (cmake/check_public_signatures.cmake, which names file and line): run by <target> and
+  # as the test cmake/check_public_signatures.
+  set(signature_check "${CMAKE_COMMAND}" "-DWEFT_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+      "-DWEFT_MODULES=${library_modules}"
+      -P "${PROJECT_SOURCE_DIR}/cmake/check_public_signatures.cmake")
+  add_custom_target(${target}_public_signatures COMMAND ${signature_check} VERBATIM)
+  add_dependencies(${target} ${target}_public_signatures)
+  add_test(NAME cmake/check_public_signatures COMMAND ${signature_check})
   foreach(module IN LISTS modules)
     if(NOT DEFINED WEFT_LAYER_${module})
       message(FATAL_ERROR "weft: module ${module}/ has no WEFT_LAYER_${module} in cmake/weft_helpers.cmake")

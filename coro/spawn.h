@@ -143,10 +143,12 @@ class [[nodiscard]] JoinHandle {
   void detach() && { release(); }
 
   class Awaiter {
-   public:
+    friend class JoinHandle;  // makes it: the constructor is not API
     Awaiter(detail::SpawnedTask<T>* state, Executor* executor,
             const CancellationToken* token) noexcept
         : state_(state), executor_(executor), token_(token) {}
+
+   public:
     Awaiter(Awaiter&& other) noexcept
         : state_(std::exchange(other.state_, nullptr)),
           executor_(other.executor_),

@@ -254,9 +254,11 @@ class [[nodiscard]] FiberFuture {
   // Owns the shared state from the co_await on: the future is empty by then, so a second
   // await finds it empty and aborts instead of reading a result already moved out.
   class Awaiter {
-   public:
+    friend class FiberFuture;  // makes it: the constructor is not API
     Awaiter(detail::SpawnState<T>* state, Executor* executor) noexcept
         : state_(state), executor_(executor) {}
+
+   public:
     // Only before the await starts (getAwaiter, ViaAwaiter and fiber await() move it).
     Awaiter(Awaiter&& other) noexcept
         : state_(std::exchange(other.state_, nullptr)), executor_(other.executor_) {}
