@@ -56,7 +56,9 @@ class ExecutorShutDown : public std::runtime_error {
 // callable overload). Queue handles and jobs as WorkItems if convenient; run items inside
 // `try { item.run(); } catch (...) { reportEscapedException(name()); }`.
 // Override scheduleTimer/cancelTimer only to drive timers from the executor's own event
-// loop (e.g. an epoll timeout). Call setCurrent(this) on each of the executor's threads
+// loop (e.g. an epoll timeout). An executor with a shutdown after which it refuses work
+// implements scheduleShutdownTimer/holdOpen/releaseHold ("Shutdown support" below), so
+// that waits whose wake-up comes from another thread (blocking(fn), signal()) end cleanly. Call setCurrent(this) on each of the executor's threads
 // (and setCurrent(nullptr) before it ends) so that Executor::current() names it there. A thread whose queue only it takes from may offer it to
 // schedulers that switch straight to the next item (fibers): executors/thread_run_queue.h.
 // I/O: weft's I/O awaitables (io/) run on the event loop of the thread that awaits them
