@@ -143,7 +143,8 @@ endfunction()
 
 # weft_add_header_check(<target> <header>...): every header compiles on its own, and
 # only with the layers below it; no library file includes another module's detail/ (a
-# check <target> runs, also the ctest test cmake/check_detail_includes). One generated .cc per header includes it (twice, so a
+# check <target> runs, also the ctest test cmake/check_detail_includes); no public function
+# names detail:: in its signature (likewise, cmake/check_public_signatures). One generated .cc per header includes it (twice, so a
 # missing #pragma once fails too); the .cc files of module M are compiled with an include
 # root that holds only the modules M may use (symlinks in the build tree), so that e.g.
 # executors/x.h including "weft/coro/lazy.h" fails with "weft/coro/lazy.h: No such file".
@@ -173,6 +174,51 @@ function(weft_add_header_check target)
   add_custom_target(${target}_detail_includes COMMAND ${detail_check} VERBATIM)
   add_dependencies(${target} ${target}_detail_includes)
   add_test(NAME cmake/check_detail_includes COMMAND ${detail_check})
+  # And no public function names detail:: in its signature
+  # (cmake/check_public_signatures.cmake, which names file and line): run by <target> and
+  # as the test cmake/check_public_signatures.
+  set(signature_check "${CMAKE_COMMAND}" "-DWEFT_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+      "-DWEFT_MODULES=${library_modules}"
+      -P "${PROJECT_SOURCE_DIR}/cmake/check_public_signatures.cmake")
+  add_custom_target(${target}_public_signatures COMMAND ${signature_check} VERBATIM)
+  add_dependencies(${target} ${target}_public_signatures)
+  add_test(NAME cmake/check_public_signatures COMMAND ${signature_check})
+  # The check must also reject: a header written here with three signatures to report
+  # and their look-alikes that are fine (an alias, a constraint, a default argument `= {}`
+  # before an initializer, private members, a detail namespace).
+  set(fixture "${PROJECT_BINARY_DIR}/check_public_signatures_fixture")
+  file(CONFIGURE OUTPUT "${fixture}/bad/bad.h" CONTENT [=[
+#pragma once
+namespace weft {
+namespace detail {
+struct Impl {};
+inline Impl make() { return {}; }
+}  // namespace detail
+using Operation = detail::Impl;
+inline detail::Impl returnsDetail() { return {}; }
+inline void takesDetail(const detail::Impl& impl) { (void)impl; }
+inline Operation returnsAlias() { return {}; }
+template <class T>
+  requires(sizeof(detail::Impl) > 0)
+Operation constrained(T) { return {}; }
+class Widget {
+ public:
+  explicit Widget(int x, int y = {})
+      : impl_(detail::make()) {}
+  detail::Impl member() const { return impl_; }
+  Operation aliased() const { return impl_; }
+
+ private:
+  detail::Impl hidden() const { return impl_; }
+  detail::Impl impl_;
+};
+}  // namespace weft
+]=])
+  add_test(NAME cmake/check_public_signatures_rejects
+           COMMAND "${CMAKE_COMMAND}" "-DWEFT_SOURCE_DIR=${fixture}" -DWEFT_MODULES=bad
+                   -P "${PROJECT_SOURCE_DIR}/cmake/check_public_signatures.cmake")
+  set_tests_properties(cmake/check_public_signatures_rejects PROPERTIES
+                       PASS_REGULAR_EXPRESSION "weft: 3 public function\\(s\\) name detail::")
   foreach(module IN LISTS modules)
     if(NOT DEFINED WEFT_LAYER_${module})
       message(FATAL_ERROR "weft: module ${module}/ has no WEFT_LAYER_${module} in cmake/weft_helpers.cmake")

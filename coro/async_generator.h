@@ -195,6 +195,8 @@ class [[nodiscard]] AsyncGenerator {
  public:
   using promise_type = detail::AsyncGeneratorPromise<T>;
   using ValueType = T;
+  // What next() returns: an awaitable that resumes with std::optional<T>.
+  using NextOperation = detail::AsyncGeneratorNext<T>;
 
   AsyncGenerator() noexcept = default;
   AsyncGenerator(AsyncGenerator&& other) noexcept
@@ -213,7 +215,7 @@ class [[nodiscard]] AsyncGenerator {
   bool valid() const noexcept { return handle_ != nullptr; }
 
   // `co_await gen.next()`: the next element, or an empty optional at the end.
-  detail::AsyncGeneratorNext<T> next() noexcept { return detail::AsyncGeneratorNext<T>(handle_); }
+  NextOperation next() noexcept { return NextOperation(handle_); }
 
  private:
   friend promise_type;

@@ -413,6 +413,10 @@ struct CurrentCancellationTokenAwaitable {
 //   }
 using detail::kNoCancellationToken;
 
+// What currentCancellationToken() returns: an awaitable that resumes with a
+// CancellationToken.
+using CurrentCancellationTokenOperation = detail::CurrentCancellationTokenAwaitable;
+
 // `co_await currentCancellationToken()`: a copy of the token the current Lazy/Task
 // carries (bound with withCancellation, inherited from its awaiter, or, by default, one
 // that can never be cancelled). Never suspends. From a fiber, `await()` gives the
@@ -423,6 +427,6 @@ using detail::kNoCancellationToken;
 // Example:
 //   weft::CancellationToken token = co_await weft::currentCancellationToken();
 //   for (auto& item : batch) { token.throwIfCancellationRequested(); process(item); }
-inline detail::CurrentCancellationTokenAwaitable currentCancellationToken() noexcept { return {}; }
+inline CurrentCancellationTokenOperation currentCancellationToken() noexcept { return {}; }
 
 }  // namespace weft

@@ -20,6 +20,9 @@ struct CurrentExecutorAwaitable {
 };
 }  // namespace detail
 
+// What currentExecutor() returns: an awaitable that resumes with an Executor*.
+using CurrentExecutorOperation = detail::CurrentExecutorAwaitable;
+
 // `co_await currentExecutor()`: the executor the current Lazy/Task is bound to, or
 // nullptr for a Lazy that is not running inside a Task. Never suspends.
 //
@@ -28,6 +31,6 @@ struct CurrentExecutorAwaitable {
 // Example:
 //   weft::Executor* ex = co_await weft::currentExecutor();
 //   if (ex != nullptr) ex->schedule([] { /* ... */ });
-inline detail::CurrentExecutorAwaitable currentExecutor() noexcept { return {}; }
+inline CurrentExecutorOperation currentExecutor() noexcept { return {}; }
 
 }  // namespace weft

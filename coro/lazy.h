@@ -194,6 +194,9 @@ class [[nodiscard]] Lazy {
  public:
   using promise_type = detail::LazyPromise<T>;
   using ValueType = T;
+  // What `co_await std::move(lazy)` uses: the awaiter that runs the Lazy and resumes with
+  // its result.
+  using Awaiter = detail::LazyAwaiter<T>;
 
   Lazy() noexcept = default;
   Lazy(Lazy&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
@@ -234,9 +237,9 @@ class [[nodiscard]] Lazy {
   // `co_await std::move(lazy)`: the awaiter takes the frame, and this Lazy is empty from
   // here on (valid() is false), so a second `co_await std::move(lazy)` aborts with
   // "weft: co_await on an empty Lazy" rather than resuming a finished coroutine.
-  detail::LazyAwaiter<T> operator co_await() && noexcept {
+  Awaiter operator co_await() && noexcept {
     if (!handle_) detail::abortInvalidLazy("co_await");
-    return detail::LazyAwaiter<T>(std::exchange(handle_, nullptr));
+    return Awaiter(std::exchange(handle_, nullptr));
   }
   // A Lazy runs once: await it as an rvalue, `co_await std::move(lazy)` (awaiting an
   // lvalue is a compile error).

@@ -100,6 +100,9 @@ class Mutex {
  public:
   // What lock() returns (an awaitable that resumes with a ScopedLock<Mutex>).
   using LockOperation = detail::SyncOperation<detail::MutexLockAwaiter<void>, Mutex&>;
+  // What scopedLock() returns (an awaitable that resumes with a ScopedLock<Mutex>).
+  using ScopedLockOperation =
+      detail::SyncOperation<detail::MutexLockAwaiter<ScopedLock<Mutex>>, Mutex&>;
 
   Mutex() noexcept = default;
   Mutex(const Mutex&) = delete;
@@ -117,10 +120,7 @@ class Mutex {
     return detail::SyncOperation<detail::MutexLockAwaiter<void>, Mutex&>(*this);
   }
   // Awaitable: acquires the lock; returns a ScopedLock<Mutex> owning it.
-  detail::SyncOperation<detail::MutexLockAwaiter<ScopedLock<Mutex>>, Mutex&>
-  scopedLock() noexcept {
-    return detail::SyncOperation<detail::MutexLockAwaiter<ScopedLock<Mutex>>, Mutex&>(*this);
-  }
+  ScopedLockOperation scopedLock() noexcept { return ScopedLockOperation(*this); }
 
   // Acquires the lock if it is free and nobody waits; never suspends.
   bool tryLock() noexcept {

@@ -116,6 +116,9 @@ struct ResumeOnAwaitable {
 
 }  // namespace detail
 
+// What resumeOn() returns: an awaitable that moves the coroutine, resuming with void.
+using ResumeOnOperation = detail::ResumeOnAwaitable;
+
 // `co_await weft::resumeOn(executor)`: moves the running coroutine to `executor`: it
 // continues on one of the executor's threads, and from then on is bound to it (the
 // awaits that follow resume there, and the Lazys it awaits inherit it), as cppcoro's
@@ -137,9 +140,9 @@ struct ResumeOnAwaitable {
 //   co_await weft::resumeOn(&cpuPool);   // parse on the CPU pool
 //   Document doc = parse(bytes);
 //   co_await weft::resumeOn(&ioPool);    // back to the I/O pool
-inline detail::ResumeOnAwaitable resumeOn(Executor* executor) {
+inline ResumeOnOperation resumeOn(Executor* executor) {
   if (executor == nullptr) throw std::invalid_argument("weft: resumeOn(nullptr)");
-  return detail::ResumeOnAwaitable{executor};
+  return ResumeOnOperation{executor};
 }
 
 }  // namespace weft

@@ -11,9 +11,18 @@
 
 namespace weft {
 
+// The public names of select()'s case and result types (their definitions are in
+// coro/detail/): what defaultCase() and timeoutCase() return (channels' own cases are
+// Channel<T>::ReceiveCase and Channel<T>::SendCase), and what select(cases...) returns:
+// an awaitable that resumes with a std::variant of the cases' results (see select()).
+using SelectDefaultCase = detail::SelectDefaultCase;
+using SelectTimeoutCase = detail::SelectTimeoutCase;
+template <class... Cases>
+using SelectOperation = detail::SelectAwaitable<Cases...>;
+
 // defaultCase(): the `default:` of a Go select, making it a non-blocking poll: chosen
 // (its result is std::monostate) when no other case can complete at once.
-inline detail::SelectDefaultCase defaultCase() noexcept { return {}; }
+inline SelectDefaultCase defaultCase() noexcept { return {}; }
 
 // timeoutCase(duration): the `case <-time.After(d):` of a Go select: chosen (its result
 // is std::monostate) when no other case has completed `duration` after the select began
@@ -25,7 +34,7 @@ inline detail::SelectDefaultCase defaultCase() noexcept { return {}; }
 // until cancelled, as sleep() does.
 // Errors: std::invalid_argument if `duration` is NaN.
 template <class Rep, class Period>
-detail::SelectTimeoutCase timeoutCase(std::chrono::duration<Rep, Period> duration) {
+SelectTimeoutCase timeoutCase(std::chrono::duration<Rep, Period> duration) {
   return {detail::clampedDuration(duration, "weft: timeoutCase of a NaN duration")};
 }
 
@@ -87,8 +96,8 @@ detail::SelectTimeoutCase timeoutCase(std::chrono::duration<Rep, Period> duratio
 // selects at the same time.
 template <class... Cases>
   requires(detail::kIsSelectCase<std::remove_cvref_t<Cases>> && ...)
-detail::SelectAwaitable<std::remove_cvref_t<Cases>...> select(Cases&&... cases) {
-  return detail::SelectAwaitable<std::remove_cvref_t<Cases>...>(
+SelectOperation<std::remove_cvref_t<Cases>...> select(Cases&&... cases) {
+  return SelectOperation<std::remove_cvref_t<Cases>...>(
       std::remove_cvref_t<Cases>(std::forward<Cases>(cases))...);
 }
 

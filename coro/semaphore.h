@@ -105,6 +105,9 @@ class Semaphore {
   // What acquire() returns (an awaitable that resumes with a SemaphorePermit).
   using AcquireOperation =
       detail::SyncOperation<detail::SemaphoreAcquireAwaiter<void>, Semaphore&>;
+  // What scopedAcquire() returns (an awaitable that resumes with a SemaphorePermit).
+  using ScopedAcquireOperation =
+      detail::SyncOperation<detail::SemaphoreAcquireAwaiter<SemaphorePermit>, Semaphore&>;
 
   explicit Semaphore(std::ptrdiff_t initialCount) : state_(checkedInitial(initialCount)) {}
   Semaphore(const Semaphore&) = delete;
@@ -128,11 +131,7 @@ class Semaphore {
   }
   // Awaitable: as acquire(), returning a SemaphorePermit that releases the permit at the
   // end of its scope. Cancelled, it throws OperationCancelled and no permit is held.
-  detail::SyncOperation<detail::SemaphoreAcquireAwaiter<SemaphorePermit>, Semaphore&>
-  scopedAcquire() noexcept {
-    return detail::SyncOperation<detail::SemaphoreAcquireAwaiter<SemaphorePermit>, Semaphore&>(
-        *this);
-  }
+  ScopedAcquireOperation scopedAcquire() noexcept { return ScopedAcquireOperation(*this); }
 
   // Takes a permit if one is free and nobody waits; never suspends.
   bool tryAcquire() noexcept {

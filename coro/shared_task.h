@@ -135,12 +135,14 @@ class SharedTask {
   }
 
   class Awaiter {
-   public:
+    friend class SharedTask;  // makes it: the constructor is not API
     Awaiter(std::shared_ptr<detail::SharedTaskState<T>> state, Executor* executor,
             const CancellationToken* token) noexcept
         : state_(std::move(state)), token_(token) {
       waiter_.executor = executor;
     }
+
+   public:
     Awaiter(const Awaiter&) = delete;
     Awaiter& operator=(const Awaiter&) = delete;
     ~Awaiter() {

@@ -119,10 +119,12 @@ class [[nodiscard]] JoinHandle {
   class Awaiter : public detail::OneShotAwaiter<detail::SpawnedTask<T>> {
     using Base = detail::OneShotAwaiter<detail::SpawnedTask<T>>;
 
-   public:
+    friend class JoinHandle;  // makes it: the constructor is not API
     Awaiter(detail::SpawnedTask<T>* state, Executor* executor,
             const CancellationToken* token) noexcept
         : Base(state, executor), token_(token) {}
+
+   public:
     Awaiter(Awaiter&& other) noexcept : Base(std::move(other)), token_(other.token_) {}
     Awaiter& operator=(Awaiter&&) = delete;
     // The cancellation callback goes first (a member), then the base withdraws or frees.

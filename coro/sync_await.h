@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "weft/coro/awaitable_support.h"
+#include "weft/coro/await_result.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
 #include "weft/coro/detail/task_registry.h"
@@ -159,7 +160,7 @@ T syncAwait(Lazy<T> lazy, Executor* executor) {
 
 template <class A>
   requires(!detail::kIsLazy<std::remove_cvref_t<A>> && !detail::kIsTask<std::remove_cvref_t<A>>)
-detail::AwaitResult<A> syncAwait(A&& awaitable) {
+AwaitResult<A> syncAwait(A&& awaitable) {
   if constexpr (detail::NamesSyncAwaitExecutor<A>) {
     Executor* executor = awaitable.syncAwaitExecutor();
     // Thrown whether or not the work has finished yet, as for a Task: the answer must not
@@ -173,7 +174,7 @@ detail::AwaitResult<A> syncAwait(A&& awaitable) {
 
 template <class A>
   requires(!detail::kIsLazy<std::remove_cvref_t<A>> && !detail::kIsTask<std::remove_cvref_t<A>>)
-detail::AwaitResult<A> syncAwait(A&& awaitable, Executor* executor) {
+AwaitResult<A> syncAwait(A&& awaitable, Executor* executor) {
   return syncAwait(
       detail::awaitInLazy<detail::AwaitResult<A>, A>(std::forward<A>(awaitable)).via(executor));
 }

@@ -123,6 +123,9 @@ template <class T = void>
 class [[nodiscard]] Task {
  public:
   using ValueType = T;
+  // What coAwait() and `co_await std::move(task)` use: the awaiter that starts the task on
+  // its executor and resumes the awaiter with its result.
+  using Awaiter = detail::TaskAwaiter<T>;
 
   Task() noexcept = default;
   Task(Task&&) noexcept = default;
@@ -166,19 +169,18 @@ class [[nodiscard]] Task {
   // now on (the awaiter keeps it alive until the task has finished).
   // The awaiter takes the frame: the Task is empty afterwards, and awaiting it again
   // aborts with "weft: co_await Task on an empty Lazy".
-  detail::TaskAwaiter<T> coAwait(Executor* awaitingExecutor,
-                                 const CancellationToken& token) && noexcept {
+  Awaiter coAwait(Executor* awaitingExecutor, const CancellationToken& token) && noexcept {
     if (!lazy_.valid()) detail::abortInvalidLazy("co_await Task");
     auto handle = detail::LazyAccess::release(lazy_);
     handle.promise().setCancellationToken(&token);
-    return detail::TaskAwaiter<T>(handle, awaitingExecutor);
+    return Awaiter(handle, awaitingExecutor);
   }
-  detail::TaskAwaiter<T> coAwait(Executor* awaitingExecutor) && noexcept {
+  Awaiter coAwait(Executor* awaitingExecutor) && noexcept {
     if (!lazy_.valid()) detail::abortInvalidLazy("co_await Task");
-    return detail::TaskAwaiter<T>(detail::LazyAccess::release(lazy_), awaitingExecutor);
+    return Awaiter(detail::LazyAccess::release(lazy_), awaitingExecutor);
   }
   // For coroutines that are not weft's (no executor to return to).
-  detail::TaskAwaiter<T> operator co_await() && noexcept {
+  Awaiter operator co_await() && noexcept {
     return std::move(*this).coAwait(nullptr);
   }
   void operator co_await() & = delete;

@@ -4,6 +4,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "weft/coro/await_result.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
@@ -90,7 +91,7 @@ Task<T> withCancellation(CancellationToken token, Task<T> task) {
 // moved into the returned Lazy; an lvalue is awaited in place and must outlive it.
 template <class A>
   requires(!detail::kIsLazy<std::remove_cvref_t<A>> && !detail::kIsTask<std::remove_cvref_t<A>>)
-Lazy<detail::AwaitResult<A>> withCancellation(CancellationToken token, A&& awaitable) {
+Lazy<AwaitResult<A>> withCancellation(CancellationToken token, A&& awaitable) {
   return detail::withCancellationImpl(std::move(token), detail::asLazy(std::forward<A>(awaitable)));
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "weft/coro/cancellation.h"
+#include "weft/coro/await_result.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
 #include "weft/coro/detail/timeout_race.h"
@@ -181,8 +182,8 @@ Lazy<T> withTimeout(Lazy<T> lazy, std::chrono::duration<Rep, Period> timeout) {
 // Errors: as above; an empty Task or FiberFuture aborts with a message when awaited.
 template <class A, class Rep, class Period>
   requires(!detail::kIsLazy<std::remove_cvref_t<A>>)
-Lazy<detail::AwaitResult<A>> withTimeout(A&& awaitable,
-                                         std::chrono::duration<Rep, Period> timeout) {
+Lazy<AwaitResult<A>> withTimeout(A&& awaitable,
+                                 std::chrono::duration<Rep, Period> timeout) {
   return detail::withTimeoutImpl(detail::asLazy(std::forward<A>(awaitable)), timeout);
 }
 

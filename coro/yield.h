@@ -66,6 +66,9 @@ struct YieldAwaitable {
 };
 }  // namespace detail
 
+// What yield() returns: an awaitable that reschedules the coroutine, resuming with void.
+using YieldOperation = detail::YieldAwaitable;
+
 // `co_await yield()`: reschedules the current Lazy/Task at the back of its executor's
 // queue, letting other queued work run first (on a ThreadPool, work is FIFO per worker).
 // In a coroutine without an executor it does not suspend. `weft::await(yield())` does the
@@ -86,6 +89,6 @@ struct YieldAwaitable {
 //     process(item);
 //     co_await weft::yield();  // also where a cancelled batch stops
 //   }
-inline detail::YieldAwaitable yield() noexcept { return {}; }
+inline YieldOperation yield() noexcept { return {}; }
 
 }  // namespace weft

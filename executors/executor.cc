@@ -19,6 +19,8 @@ void Executor::scheduleTimer(TimerEntry& timer) { scheduleProcessTimer(timer); }
 
 bool Executor::cancelTimer(TimerEntry& timer) noexcept { return cancelProcessTimer(timer); }
 
+bool Executor::scheduleShutdownTimer(TimerEntry& /*timer*/) { return false; }
+
 void Executor::scheduleProcessTimer(TimerEntry& timer) {
   if (!detail::globalTimerQueue().add(timer)) throw ExecutorShutDown("weft-timer");
 }

@@ -56,7 +56,9 @@ class ExecutorShutDown : public std::runtime_error {
 // callable overload). Queue handles and jobs as WorkItems if convenient; run items inside
 // `try { item.run(); } catch (...) { reportEscapedException(name()); }`.
 // Override scheduleTimer/cancelTimer only to drive timers from the executor's own event
-// loop (e.g. an epoll timeout). Call setCurrent(this) on each of the executor's threads
+// loop (e.g. an epoll timeout). An executor with a shutdown after which it refuses work
+// implements scheduleShutdownTimer/holdOpen/releaseHold ("Shutdown support" below), so
+// that waits whose wake-up comes from another thread (blocking(fn), signal()) end cleanly. Call setCurrent(this) on each of the executor's threads
 // (and setCurrent(nullptr) before it ends) so that Executor::current() names it there. A thread whose queue only it takes from may offer it to
 // schedulers that switch straight to the next item (fibers): executors/thread_run_queue.h.
 // I/O: weft's I/O awaitables (io/) run on the event loop of the thread that awaits them
@@ -138,6 +140,42 @@ class Executor {
   //   else weft::Executor::scheduleProcessTimer(timer);
   static void scheduleProcessTimer(TimerEntry& timer);
   static bool cancelProcessTimer(TimerEntry& timer) noexcept;
+
+  // Shutdown support, for awaitables whose completion comes from a thread outside the
+  // executor (a blocking call, a signal, a canceller): without it, an executor destroyed
+  // while the coroutine waits would be scheduled on by that thread after it is gone. The
+  // three below are optional; an executor with no shutdown that stops accepting work (or
+  // one that does not take part) keeps the defaults, and such awaitables then simply
+  // resume through schedule(). weft's own users: io/blocking.h and io/signal.h (through
+  // io/detail/pool_shutdown_guard.h). ThreadPool implements all three.
+  //
+  // scheduleShutdownTimer: arms `timer` (its fire function, `complete`, set by the caller;
+  // its deadline is set here) so that it never expires but fires, with `timer.shutDown`
+  // set, on one of this executor's threads when the executor shuts down, before it stops
+  // accepting work; disarmed with cancelTimer() like any timer. Returns false, arming
+  // nothing, when the executor has no such shutdown (the default). Preconditions: as
+  // scheduleTimer. Errors: ExecutorShutDown once the executor's shutdown has begun;
+  // std::bad_alloc; nothing is armed then. Thread safety: any thread.
+  //
+  // Example (an awaiter of one's own):
+  //   timer_.complete = &MyAwaiter::onShutdown;           // takes the wait back, or holds
+  //   armed_ = executor->scheduleShutdownTimer(timer_);  // false: nothing to guard
+  virtual bool scheduleShutdownTimer(TimerEntry& timer);
+
+  // Holds the executor open: until releaseHold(), a shutdown under way goes on accepting
+  // and running work, so that a completion arriving from outside after the shutdown has
+  // begun can still schedule() its coroutine here. Taken in a shutdown timer's fire
+  // function (above) when the operation it guards can no longer be withdrawn; released by
+  // whoever then schedules the coroutine, after schedule(). Returns false (nothing held)
+  // once the executor has stopped accepting work. The default holds nothing and returns
+  // true: an executor without a shutdown timer has no shutdown to delay. noexcept: a
+  // counter update. Thread safety: any thread.
+  virtual bool holdOpen() noexcept { return true; }
+  // Releases one hold taken with holdOpen(); the last one lets a shutdown under way finish
+  // (the executor may be destroyed as soon as this returns). Precondition: a hold taken by
+  // the caller is outstanding. The default does nothing. noexcept: as holdOpen. Thread
+  // safety: any thread.
+  virtual void releaseHold() noexcept {}
 
   // The executor whose thread is the calling thread: set by the executor on each of its
   // threads (setCurrent; a ThreadPool's workers do), nullptr on any other thread. Not the

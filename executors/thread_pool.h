@@ -108,9 +108,10 @@ struct ThreadPoolOptions {
 //    has accepted, including tasks they schedule while it drains, keeps accepting work
 //    while a hold (holdOpen()) is outstanding, and joins the workers. From then on
 //    schedule() throws ExecutorShutDown. Awaitables whose completion comes from outside
-//    the pool learn of the shutdown from a timer entry that never expires (it fires with
-//    `shutDown` set) and, when that completion cannot be withdrawn, hold the pool open
-//    until it has come (weft::blocking(fn) with fn running, io/blocking.h).
+//    the pool learn of the shutdown from a timer entry that never expires
+//    (scheduleShutdownTimer: it fires with `shutDown` set) and, when that completion
+//    cannot be withdrawn, hold the pool open until it has come (weft::blocking(fn) with
+//    fn running, io/blocking.h).
 //  - Lifetime: the pool may be destroyed as soon as the last work it accepted has
 //    completed, even while the thread whose schedule() call handed it that work (a
 //    callback thread resuming a Task, say) is still returning from schedule(): the
@@ -166,6 +167,11 @@ class ThreadPool final : public Executor {
   void scheduleTimer(TimerEntry& timer) override;
   // noexcept: a heap removal under the heap's mutex (or a search of the due list).
   bool cancelTimer(TimerEntry& timer) noexcept override;
+  // Arms `timer` never to expire, on the pool's timer thread (which it does not start):
+  // shutdown() fires it with `shutDown` set, on a worker, while the pool drains (see the
+  // class comment and Executor::scheduleShutdownTimer). Returns true. Errors: as
+  // scheduleTimer.
+  bool scheduleShutdownTimer(TimerEntry& timer) override;
 
   // Where the pool's timers are: a snapshot for diagnostics and tests (each count is read
   // under its own lock, so they need not add up at any one instant).
@@ -218,12 +224,12 @@ class ThreadPool final : public Executor {
   // Example (a shutdown timer's fire function, on a worker):
   //   if (!operationWithdrawn) pool.holdOpen();   // the completion will come
   //   ... later, on the completing thread: pool.schedule(h); pool.releaseHold();
-  bool holdOpen() noexcept;
+  bool holdOpen() noexcept override;
   // Releases one hold taken with holdOpen(); the last one lets a shutdown under way close
   // the pool once it has drained (the pool may be destroyed as soon as this returns).
   // Precondition: a hold is outstanding. noexcept: a counter under a mutex, and the
   // closing check.
-  void releaseHold() noexcept;
+  void releaseHold() noexcept override;
 
   // The backend of the workers' event loops, fixed at construction. noexcept: a member.
   IoBackend ioBackend() const noexcept;

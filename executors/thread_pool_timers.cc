@@ -129,6 +129,15 @@ void ThreadPool::scheduleTimer(detail::TimerEntry& timer) {
   if (!timers_.add(timer)) throw ExecutorShutDown(name());
 }
 
+bool ThreadPool::scheduleShutdownTimer(detail::TimerEntry& timer) {
+  // Never expires: it goes to the timer thread's queue (starting no thread, as nothing is
+  // due), whose stop(deliverPending) at shutdown() fires it with shutDown set onto the due
+  // list, which the workers run while the pool drains.
+  timer.deadline = detail::TimerEntry::Clock::time_point::max();
+  scheduleTimer(timer);
+  return true;
+}
+
 void ThreadPool::armOnWorker(Worker& self, detail::TimerEntry& timer) {
   bool first = false;
   {

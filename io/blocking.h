@@ -34,6 +34,11 @@ concept BlockingCallable =
 
 }  // namespace detail
 
+// What blocking(fn) returns for a callable of type F: an awaitable that resumes with fn's
+// result (BlockingOperation<std::decay_t<F>>).
+template <class Fn>
+using BlockingOperation = detail::BlockingAwaitable<Fn>;
+
 // `co_await blocking(fn)`: runs `fn()` on a thread of BlockingPool::defaultPool() (or of
 // `pool`), never on the awaiting coroutine's thread, and returns its value or rethrows
 // its exception. For calls that block: legacy APIs, getaddrinfo, file I/O. Like tokio's
@@ -94,16 +99,16 @@ concept BlockingCallable =
 //   weft::await(weft::blocking([] { std::this_thread::sleep_for(1s); }));  // in a fiber
 template <class F>
   requires detail::BlockingCallable<F>
-auto blocking(BlockingPool& pool, F&& fn) {
+BlockingOperation<std::decay_t<F>> blocking(BlockingPool& pool, F&& fn) {
   static_assert(!std::is_reference_v<std::invoke_result_t<std::decay_t<F>>>,
                 "weft::blocking(fn): fn returns a reference; return a value, a pointer or a "
                 "std::reference_wrapper instead");
-  return detail::BlockingAwaitable<std::decay_t<F>>(pool, std::forward<F>(fn));
+  return BlockingOperation<std::decay_t<F>>(pool, std::forward<F>(fn));
 }
 
 template <class F>
   requires detail::BlockingCallable<F>
-auto blocking(F&& fn) {
+BlockingOperation<std::decay_t<F>> blocking(F&& fn) {
   return blocking(BlockingPool::defaultPool(), std::forward<F>(fn));
 }
 

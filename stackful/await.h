@@ -49,6 +49,12 @@ using FiberAwaitResult =
 
 }  // namespace detail
 
+// What await(a) returns for an `a` of type A: the type of `co_await a` in a Lazy
+// (AwaitResult<A>, coro/await_result.h), rvalue references decayed to values (the awaiter
+// they would refer to dies when await returns).
+template <class A>
+using FiberAwaitResult = detail::FiberAwaitResult<A>;
+
 // await(x): inside a fiber started by spawnFiber, suspends the fiber until the awaitable
 // `x` completes and returns its value (or throws its exception). The thread is not
 // blocked: it runs other work meanwhile.
@@ -92,8 +98,8 @@ using FiberAwaitResult =
 //     return a + weft::await(fetch(2));
 //   });
 template <class A>
-[[gnu::always_inline]] inline detail::FiberAwaitResult<A> await(A&& awaitable) {
-  using T = detail::FiberAwaitResult<A>;
+[[gnu::always_inline]] inline FiberAwaitResult<A> await(A&& awaitable) {
+  using T = FiberAwaitResult<A>;
   detail::FiberCore* core = detail::FiberCore::current();
   detail::ParkLink* link = core != nullptr ? core->parkLink() : nullptr;
   if (link == nullptr) [[unlikely]]

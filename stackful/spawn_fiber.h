@@ -208,8 +208,10 @@ class [[nodiscard]] FiberFuture {
   class Awaiter : public runtime::OneShotAwaiter<detail::SpawnState<T>> {
     using Base = runtime::OneShotAwaiter<detail::SpawnState<T>>;
 
+    friend class FiberFuture;  // makes it: the constructor is not API
+    Awaiter(detail::SpawnState<T>* state, Executor* executor) noexcept : Base(state, executor) {}
+
    public:
-    using Base::Base;
     Awaiter(Awaiter&&) noexcept = default;  // only before the await starts
     Awaiter& operator=(Awaiter&&) = delete;
     // Destroyed while waiting: the state's note of who awaits the fiber goes first, and

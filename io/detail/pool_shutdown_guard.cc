@@ -20,24 +20,24 @@ enum Gate : int {
 }  // namespace
 
 void PoolShutdownGuard::arm(Executor* executor, Owner& owner) {
-  auto* pool = dynamic_cast<ThreadPool*>(executor);
-  if (pool == nullptr) return;
+  if (executor == nullptr) return;
   timer_.guard = this;
   timer_.owner = &owner;
-  timer_.deadline = TimerEntry::Clock::time_point::max();
   timer_.complete = &PoolShutdownGuard::onFire;
   // Before arming: the fire function may run as soon as the entry is in the queue.
-  pool_ = pool;
+  executor_ = executor;
+  bool armed = false;
   try {
-    pool->scheduleTimer(timer_);
+    armed = executor->scheduleShutdownTimer(timer_);
   } catch (...) {
-    pool_ = nullptr;
+    executor_ = nullptr;
     throw;
   }
+  if (!armed) executor_ = nullptr;  // no shutdown to guard against: plain schedule()
 }
 
 bool PoolShutdownGuard::schedule(Executor* executor, std::coroutine_handle<> h) noexcept {
-  ThreadPool* const pool = pool_;
+  Executor* const pool = executor_;
   if (pool == nullptr) {
     if (executor == nullptr) return false;
     try {
@@ -85,7 +85,8 @@ bool PoolShutdownGuard::schedule(Executor* executor, std::coroutine_handle<> h) 
 
 void PoolShutdownGuard::onFire(Job* job, bool /*run*/) noexcept {
   // `run == false` (an executor refusing the entry as a job) would be a shutdown too; a
-  // ThreadPool runs its fired timers on its workers while it drains.
+  // ThreadPool runs its fired timers on its workers while it drains (and an executor's
+  // shutdown timer fires on one of its threads: Executor::scheduleShutdownTimer).
   auto* timer = static_cast<Timer*>(job);
   PoolShutdownGuard& self = *timer->guard;
   Owner& owner = *timer->owner;
@@ -110,9 +111,10 @@ void PoolShutdownGuard::holdForResumer() noexcept {
   int gate = kOpen;
   if (gate_.compare_exchange_strong(gate, kHolding, std::memory_order_acq_rel,
                                     std::memory_order_acquire)) {
-    if (!pool_->holdOpen()) {
+    if (!executor_->holdOpen()) {
       // The pool runs this on one of its workers, before it can close.
-      std::fprintf(stderr, "weft: a shutdown guard fired on a ThreadPool already closed\n");
+      std::fprintf(stderr, "weft: a shutdown guard fired on executor '%.*s' already closed\n",
+                   static_cast<int>(executor_->name().size()), executor_->name().data());
       std::abort();
     }
     // Release: publishes the hold to the resumer (and to settle()).
@@ -125,7 +127,7 @@ void PoolShutdownGuard::holdForResumer() noexcept {
 }
 
 void PoolShutdownGuard::settle() noexcept {
-  ThreadPool* const pool = pool_;
+  Executor* const pool = executor_;
   if (pool == nullptr) return;
   // Acquire: what the fire function wrote (the owner's outcome, the gate) is visible.
   while (!fired_.load(std::memory_order_acquire)) {
@@ -141,7 +143,7 @@ void PoolShutdownGuard::settle() noexcept {
   // A hold taken for a resumer that never came through here: the wake-up came before the
   // coroutine had suspended, and it continued without one.
   if (gate == kHeld) pool->releaseHold();
-  pool_ = nullptr;
+  executor_ = nullptr;
 }
 
 }  // namespace weft::detail

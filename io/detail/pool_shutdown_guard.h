@@ -4,19 +4,19 @@
 #include <coroutine>
 
 #include "weft/executors/executor.h"
-#include "weft/executors/thread_pool.h"
 #include "weft/executors/timer_entry.h"
 
 namespace weft::detail {
 
 // PoolShutdownGuard: keeps an awaiter whose wake-up comes from a thread outside the
-// ThreadPool it resumes on (blocking(): the blocking pool's thread; signal(): the
-// dispatcher; either: a canceller) from outliving that pool. Without it, a pool destroyed
+// executor it resumes on (blocking(): the blocking pool's thread; signal(): the
+// dispatcher; either: a canceller) from outliving that executor (a ThreadPool, or any
+// executor implementing Executor's shutdown support). Without it, a pool destroyed
 // while the coroutine waits returns at once (a suspended coroutine is no queued work), and
 // the wake-up later calls schedule() on freed memory.
 //
-// How: arm() arms a timer entry that never expires on the pool. ThreadPool::shutdown()
-// fires it early, on one of its workers while the pool drains (see thread_pool.h), and the
+// How: arm() arms a shutdown timer on the pool (Executor::scheduleShutdownTimer).
+// ThreadPool::shutdown() fires it, on one of its workers while the pool drains, and the
 // guard asks its Owner to take the wait back:
 //  - kTakenBack: withdrawn (the call was still queued, the waiter still linked); nobody
 //    else will resume the coroutine. The guard then has the owner resume it, inline on
@@ -26,7 +26,7 @@ namespace weft::detail {
 //    owner marks it so that it never begins, and await_suspend ends with ExecutorShutDown.
 //  - kClaimed: another party has claimed the wake-up (fn has started, a signal was
 //    delivered, the cancellation took it) and will resume the coroutine; the guard holds
-//    the pool open (ThreadPool::holdOpen) until it has.
+//    the pool open (Executor::holdOpen) until it has.
 // Whoever resumes the coroutine through the pool (the wake-up's thread) calls schedule()
 // here, never the pool's own, and passes the gate, so that its pool->schedule() is done
 // either before the fire function returns (which waits for it, so the pool cannot have
@@ -43,10 +43,10 @@ namespace weft::detail {
 // releases an unused hold; after it nothing refers to the guard. The pool must outlive the
 // armed guard up to settle(), as it does: the coroutine resumes on it.
 //
-// Only a ThreadPool is guarded: other executors have no shutdown that fires timers (the
-// default timers would start weft's process-wide timer thread for nothing), and without an
-// executor nothing is scheduled. On the pool the entry starts no timer thread (it never
-// expires), and costs a heap insertion and removal under the timer queue's mutex.
+// Only an executor whose scheduleShutdownTimer() arms the entry is guarded (a ThreadPool):
+// the others keep the default, having no shutdown that fires timers, and without an
+// executor nothing is scheduled. On a ThreadPool the entry starts no timer thread (it
+// never expires), and costs a heap insertion and removal under the timer queue's mutex.
 //
 // Thread safety: arm(), settle() by the awaiting side; schedule() by the one party that
 // resumes the coroutine; the fire function on a worker: concurrently, as described.
@@ -76,8 +76,9 @@ class PoolShutdownGuard {
   PoolShutdownGuard(const PoolShutdownGuard&) = delete;
   PoolShutdownGuard& operator=(const PoolShutdownGuard&) = delete;
 
-  // Arms the guard for `owner` if `executor` is a ThreadPool; does nothing otherwise
-  // (nullptr too). Once per guard; `owner` and the guard stay where they are until
+  // Arms the guard for `owner` if `executor` takes a shutdown timer
+  // (Executor::scheduleShutdownTimer; a ThreadPool does); does nothing otherwise (nullptr
+  // too). Once per guard; `owner` and the guard stay where they are until
   // settle(). Errors: ExecutorShutDown once the pool's shutdown has begun, std::bad_alloc;
   // nothing is armed then.
   void arm(Executor* executor, Owner& owner);
@@ -105,7 +106,8 @@ class PoolShutdownGuard {
   Timer timer_;
   // Set by arm() before the timer is armed (the timer queue's mutex publishes it to the
   // fire function); read by the awaiting side and the resumer.
-  ThreadPool* pool_ = nullptr;
+  // The executor the shutdown timer is armed on; nullptr when not armed.
+  Executor* executor_ = nullptr;
   std::atomic<int> gate_{0};  // kOpen
   // The fire function is done with the guard (its last write).
   std::atomic<bool> fired_{false};

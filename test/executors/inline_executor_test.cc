@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <coroutine>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <stdexcept>
@@ -96,6 +97,18 @@ TEST(InlineExecutorTest, RunsWorkFromManyThreadsEachOnItsOwnThread) {
   }
   for (auto& t : threads) t.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrongThread[t], 0);
+}
+
+// Executor's shutdown support keeps its defaults: no shutdown timer (nothing armed), and
+// a hold that holds nothing.
+TEST(InlineExecutorTest, HasNoShutdownTimerAndHoldsNothing) {
+  InlineExecutor ex;
+  TimerEntry timer;
+  timer.complete = [](Job*, bool) noexcept { std::abort(); };  // must never run
+  EXPECT_FALSE(ex.scheduleShutdownTimer(timer));
+  EXPECT_EQ(timer.heapIndex, TimerEntry::kNotQueued);
+  EXPECT_TRUE(ex.holdOpen());
+  ex.releaseHold();
 }
 
 TEST(InlineExecutorDeathTest, ExceptionEscapingACallableAbortsNamingInline) {

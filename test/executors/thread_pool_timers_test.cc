@@ -408,6 +408,26 @@ TEST(ThreadPoolTimersTest, CancellingWorkerTimersFromAnotherThreadWhileTheyFire)
   }
 }
 
+// Executor::scheduleShutdownTimer (what io's shutdown guard arms, through Executor only):
+// the entry never expires, cancelTimer disarms it, and shutdown() fires it on a worker with
+// shutDown set.
+TEST(ThreadPoolTimersTest, AShutdownTimerFiresOnAWorkerWhenTheShutdownBegins) {
+  Probe cancelled, fired;
+  ThreadPool pool(2, "shutdown-timer");
+  Executor& executor = pool;
+  ASSERT_TRUE(executor.scheduleShutdownTimer(cancelled));
+  EXPECT_EQ(cancelled.deadline, Clock::time_point::max());
+  EXPECT_TRUE(executor.cancelTimer(cancelled));
+  ASSERT_TRUE(executor.scheduleShutdownTimer(fired));
+  pool.shutdown();
+  ASSERT_TRUE(fired.fired.waitFor());
+  EXPECT_EQ(fired.fireCount.load(), 1);
+  EXPECT_TRUE(fired.firedOnWorker);
+  EXPECT_TRUE(fired.wasShutDown);
+  EXPECT_EQ(cancelled.fireCount.load(), 0);
+  EXPECT_THROW(executor.scheduleShutdownTimer(cancelled), ExecutorShutDown);
+}
+
 // A worker with I/O in flight parks in its event loop: its timer must wake it there
 // (IoLoop::runFor), on both backends.
 class ThreadPoolLoopTimersTest : public ::testing::TestWithParam<IoBackendChoice> {};
