@@ -1,8 +1,6 @@
 #pragma once
 
 #include <coroutine>
-#include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -11,6 +9,8 @@
 
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/misuse.h"
+#include "weft/coro/detail/unique_coroutine.h"
 #include "weft/executors/executor.h"
 
 namespace weft {
@@ -19,11 +19,6 @@ template <class T>
 class AsyncGenerator;
 
 namespace detail {
-
-[[noreturn]] inline void abortAsyncGeneratorMisuse(const char* what) noexcept {
-  std::fprintf(stderr, "weft: AsyncGenerator: %s\n", what);
-  std::abort();
-}
 
 // The promise of an AsyncGenerator. A Lazy promise underneath (LazyPromiseBase): the
 // body may co_await anything a Lazy can, and the Lazys it awaits inherit the executor
@@ -67,8 +62,9 @@ class AsyncGeneratorPromise final : public LazyPromiseBase {
   // are a data race that TSan reports.
   void enterNext() noexcept {
     if (inNext_) [[unlikely]] {
-      abortAsyncGeneratorMisuse(
-          "next() awaited while another next() is still in progress (one at a time)");
+      abortMisuse(
+          "AsyncGenerator: next() awaited while another next() is still in progress (one at "
+          "a time)");
     }
     inNext_ = true;
   }
@@ -199,33 +195,20 @@ class [[nodiscard]] AsyncGenerator {
   using NextOperation = detail::AsyncGeneratorNext<T>;
 
   AsyncGenerator() noexcept = default;
-  AsyncGenerator(AsyncGenerator&& other) noexcept
-      : handle_(std::exchange(other.handle_, nullptr)) {}
-  AsyncGenerator& operator=(AsyncGenerator&& other) noexcept {
-    if (this != &other) {
-      destroy();
-      handle_ = std::exchange(other.handle_, nullptr);
-    }
-    return *this;
-  }
-  ~AsyncGenerator() { destroy(); }
 
   // False for a default-constructed or moved-from AsyncGenerator (whose next() returns
   // an empty optional at once).
   bool valid() const noexcept { return handle_ != nullptr; }
 
   // `co_await gen.next()`: the next element, or an empty optional at the end.
-  NextOperation next() noexcept { return NextOperation(handle_); }
+  NextOperation next() noexcept { return NextOperation(handle_.get()); }
 
  private:
   friend promise_type;
   explicit AsyncGenerator(std::coroutine_handle<promise_type> handle) noexcept
       : handle_(handle) {}
-  void destroy() noexcept {
-    if (handle_) std::exchange(handle_, nullptr).destroy();
-  }
 
-  std::coroutine_handle<promise_type> handle_;
+  detail::UniqueCoroutine<promise_type> handle_;
 };
 
 namespace detail {

@@ -69,26 +69,14 @@ class CancellationToken {
  public:
   // A token that can never be cancelled.
   constexpr CancellationToken() noexcept = default;
-  CancellationToken(const CancellationToken& other) noexcept : state_(other.state_) {
-    if (state_ != nullptr) state_->addRef();
-  }
-  CancellationToken(CancellationToken&& other) noexcept
-      : state_(std::exchange(other.state_, nullptr)) {}
-  CancellationToken& operator=(CancellationToken other) noexcept {
-    std::swap(state_, other.state_);
-    return *this;
-  }
-  ~CancellationToken() {
-    if (state_ != nullptr) state_->release();
-  }
 
   // True once requestCancellation() was called on the source. Lock-free: one atomic load
   // (none for a token without a source).
-  bool isCancellationRequested() const noexcept { return state_ != nullptr && state_->requested(); }
+  bool isCancellationRequested() const noexcept { return state_ && state_->requested(); }
 
   // False when cancellation can never be requested: no source, or every source was
   // destroyed without requesting it. Awaitables use this to skip registering callbacks.
-  bool canBeCancelled() const noexcept { return state_ != nullptr && state_->canBeCancelled(); }
+  bool canBeCancelled() const noexcept { return state_ && state_->canBeCancelled(); }
 
   // Throws OperationCancelled if cancellation was requested.
   void throwIfCancellationRequested() const {
@@ -97,7 +85,7 @@ class CancellationToken {
 
   // True when both tokens observe the same source (or both have none).
   friend bool operator==(const CancellationToken& a, const CancellationToken& b) noexcept {
-    return a.state_ == b.state_;
+    return a.state_.get() == b.state_.get();
   }
 
  private:
@@ -108,7 +96,7 @@ class CancellationToken {
   // Adopts one reference the caller already took.
   explicit CancellationToken(detail::CancellationState* state) noexcept : state_(state) {}
 
-  detail::CancellationState* state_ = nullptr;
+  detail::CancellationStateRef<detail::TokenHold> state_;
 };
 
 // CancellationSource: requests cancellation of every token made from it.
@@ -130,27 +118,12 @@ class CancellationToken {
 class CancellationSource {
  public:
   CancellationSource() : state_(detail::CancellationState::create()) {}
-  CancellationSource(const CancellationSource& other) noexcept : state_(other.state_) {
-    if (state_ != nullptr) {
-      state_->addRef();
-      state_->addSource();
-    }
-  }
-  CancellationSource(CancellationSource&& other) noexcept
-      : state_(std::exchange(other.state_, nullptr)) {}
-  CancellationSource& operator=(CancellationSource other) noexcept {
-    std::swap(state_, other.state_);
-    return *this;
-  }
-  ~CancellationSource() {
-    if (state_ != nullptr) state_->releaseSourceAndRef();
-  }
 
   // A token observing this source.
   CancellationToken token() const noexcept {
-    if (state_ == nullptr) return CancellationToken();
+    if (!state_) return CancellationToken();
     state_->addRef();
-    return CancellationToken(state_);
+    return CancellationToken(state_.get());
   }
 
   // Requests cancellation: from now on every token reports it, and every registered
@@ -158,12 +131,12 @@ class CancellationSource {
   // (of all copies of this source); later calls return false at once, possibly before
   // the first call's callbacks have finished.
   // noexcept: see detail::CancellationState::requestCancellation.
-  bool requestCancellation() noexcept { return state_ != nullptr && state_->requestCancellation(); }
+  bool requestCancellation() noexcept { return state_ && state_->requestCancellation(); }
 
-  bool isCancellationRequested() const noexcept { return state_ != nullptr && state_->requested(); }
+  bool isCancellationRequested() const noexcept { return state_ && state_->requested(); }
 
  private:
-  detail::CancellationState* state_;
+  detail::CancellationStateRef<detail::SourceHold> state_;
 };
 
 // CancellationCallback: runs `onCancel()` once when cancellation is requested on a token,
@@ -199,7 +172,7 @@ class CancellationCallback {
     requires std::invocable<std::decay_t<F>&> && std::constructible_from<std::decay_t<F>, F&&>
   CancellationCallback(const CancellationToken& token, F&& onCancel) {
     using Fn = std::decay_t<F>;
-    detail::CancellationState* state = token.state_;
+    detail::CancellationState* state = token.state_.get();
     if (state == nullptr || !state->canBeCancelled()) return;
     if (state->requested()) {
       runNow(onCancel);
@@ -372,7 +345,7 @@ class OwnedCancellationSource {
   OwnedCancellationSource() : token_(CancellationState::create()) {}
   OwnedCancellationSource(const OwnedCancellationSource&) = delete;
   OwnedCancellationSource& operator=(const OwnedCancellationSource&) = delete;
-  ~OwnedCancellationSource() { std::exchange(token_.state_, nullptr)->releaseSourceAndRef(); }
+  ~OwnedCancellationSource() { token_.state_.release()->releaseSourceAndRef(); }
 
   const CancellationToken& token() const noexcept { return token_; }
   // As CancellationSource::requestCancellation: true for the first request only.

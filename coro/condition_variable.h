@@ -188,7 +188,7 @@ class ConditionVariable {
   ~ConditionVariable() {
     std::lock_guard guard(queueLock_);
     if (!waiters_.empty()) {
-      detail::abortSyncMisuse("ConditionVariable destroyed while coroutines are waiting on it");
+      detail::abortMisuse("ConditionVariable destroyed while coroutines are waiting on it");
     }
   }
 
@@ -257,7 +257,7 @@ class ConditionVariable {
     // relaxed: a diagnostic read; the caller holds the mutex, so the word is stable
     // enough to tell "locked" from "unlocked".
     if (mutex.state_.load(std::memory_order_relaxed) == Mutex::kUnlocked) {
-      detail::abortSyncMisuse("ConditionVariable::wait() called without holding the Mutex");
+      detail::abortMisuse("ConditionVariable::wait() called without holding the Mutex");
     }
     {
       std::lock_guard guard(queueLock_);

@@ -61,7 +61,7 @@ class Event {
   Event& operator=(const Event&) = delete;
   ~Event() {
     if (hasWaiters()) {
-      detail::abortSyncMisuse("Event destroyed while coroutines are waiting on it");
+      detail::abortMisuse("Event destroyed while coroutines are waiting on it");
     }
   }
 

@@ -2,8 +2,6 @@
 
 #include <coroutine>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <iterator>
 #include <memory>
@@ -11,6 +9,8 @@
 #include <utility>
 
 #include "weft/coro/detail/frame_allocator.h"
+#include "weft/coro/detail/misuse.h"
+#include "weft/coro/detail/unique_coroutine.h"
 
 namespace weft {
 
@@ -18,11 +18,6 @@ template <class T>
 class Generator;
 
 namespace detail {
-
-[[noreturn]] inline void abortGeneratorMisuse(const char* what) noexcept {
-  std::fprintf(stderr, "weft: Generator: %s\n", what);
-  std::abort();
-}
 
 template <class T>
 class GeneratorPromise : public FrameAllocated {
@@ -121,11 +116,11 @@ class [[nodiscard]] Generator {
     // Precondition: not at end() (else a message and abort: the last yielded object is
     // gone). noexcept: reads a pointer, or aborts.
     reference operator*() const noexcept {
-      checkNotAtEnd("dereferencing an iterator at end()");
+      checkNotAtEnd("Generator: dereferencing an iterator at end()");
       return handle_.promise().value();
     }
     std::add_pointer_t<reference> operator->() const noexcept {
-      checkNotAtEnd("dereferencing an iterator at end()");
+      checkNotAtEnd("Generator: dereferencing an iterator at end()");
       return std::addressof(handle_.promise().value());
     }
 
@@ -133,7 +128,7 @@ class [[nodiscard]] Generator {
     // Precondition: not at end(): ++ there would resume a finished coroutine, so it prints
     // "weft: Generator: ++ on an iterator at end()" and aborts.
     iterator& operator++() {
-      checkNotAtEnd("++ on an iterator at end()");
+      checkNotAtEnd("Generator: ++ on an iterator at end()");
       handle_.resume();
       if (handle_.done()) handle_.promise().rethrowIfFailed();
       return *this;
@@ -151,7 +146,7 @@ class [[nodiscard]] Generator {
     // One load of the frame's resume word, already in cache: cheap beside a resume.
     void checkNotAtEnd(const char* misuse) const noexcept {
       if (handle_ == nullptr || handle_.done()) [[unlikely]] {
-        detail::abortGeneratorMisuse(misuse);
+        detail::abortMisuse(misuse);
       }
     }
 
@@ -159,26 +154,13 @@ class [[nodiscard]] Generator {
   };
 
   Generator() noexcept = default;
-  Generator(Generator&& other) noexcept
-      : handle_(std::exchange(other.handle_, nullptr)), started_(other.started_) {}
-  Generator& operator=(Generator&& other) noexcept {
-    if (this != &other) {
-      if (handle_) handle_.destroy();
-      handle_ = std::exchange(other.handle_, nullptr);
-      started_ = other.started_;
-    }
-    return *this;
-  }
-  ~Generator() {
-    if (handle_) handle_.destroy();
-  }
 
   // Runs the body to its first co_yield. Rethrows what the body threw before it.
   iterator begin() {
     if (!handle_) return iterator();  // an empty Generator is an empty range
-    if (started_) detail::abortGeneratorMisuse("begin() called twice (it is single-pass)");
+    if (started_) detail::abortMisuse("Generator: begin() called twice (it is single-pass)");
     started_ = true;
-    iterator it(handle_);
+    iterator it(handle_.get());
     ++it;
     return it;
   }
@@ -188,7 +170,7 @@ class [[nodiscard]] Generator {
   friend promise_type;
   explicit Generator(std::coroutine_handle<promise_type> handle) noexcept : handle_(handle) {}
 
-  std::coroutine_handle<promise_type> handle_;
+  detail::UniqueCoroutine<promise_type> handle_;
   bool started_ = false;
 };
 

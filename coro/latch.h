@@ -83,7 +83,7 @@ class Latch {
   Latch& operator=(const Latch&) = delete;
   ~Latch() {
     if (released_.hasWaiters()) {
-      detail::abortSyncMisuse("Latch destroyed while coroutines are waiting on it");
+      detail::abortMisuse("Latch destroyed while coroutines are waiting on it");
     }
   }
 

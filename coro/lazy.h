@@ -93,13 +93,7 @@ class LazyAwaiter {
     return handle_;
   }
 
-  T await_resume() {
-    if constexpr (std::is_void_v<T>) {
-      handle_.promise().result_.value();
-    } else {
-      return std::move(handle_.promise().result_).value();
-    }
-  }
+  T await_resume() { return takeResult(handle_.promise()); }
 
  private:
   std::coroutine_handle<LazyPromise<T>> handle_;

@@ -111,7 +111,7 @@ class Mutex {
     // relaxed: a destructor racing with a waiter is already a use-after-free; this only
     // catches the case where the waiter is suspended.
     if ((state_.load(std::memory_order_relaxed) & kWaitersBit) != 0) {
-      detail::abortSyncMisuse("Mutex destroyed while coroutines are waiting to lock it");
+      detail::abortMisuse("Mutex destroyed while coroutines are waiting to lock it");
     }
   }
 
@@ -246,7 +246,7 @@ class Mutex {
 
   void unlockSlow(std::uint32_t observed) noexcept {
     if (observed == kUnlocked) {
-      detail::abortSyncMisuse("Mutex::unlock() called on a Mutex that is not locked");
+      detail::abortMisuse("Mutex::unlock() called on a Mutex that is not locked");
     }
     detail::SyncWaiter* next;
     {

@@ -116,7 +116,7 @@ class Semaphore {
     // relaxed: as in ~Mutex, a destructor racing with users is already a bug; this only
     // catches suspended waiters.
     if ((state_.load(std::memory_order_relaxed) & kWaitersBit) != 0) {
-      detail::abortSyncMisuse("Semaphore destroyed while coroutines are waiting on it");
+      detail::abortMisuse("Semaphore destroyed while coroutines are waiting on it");
     }
   }
 

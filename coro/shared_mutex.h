@@ -100,7 +100,7 @@ class SharedMutex {
   ~SharedMutex() {
     // relaxed: as in ~Mutex, this only catches waiters that are suspended.
     if ((state_.load(std::memory_order_relaxed) & kWaitersBit) != 0) {
-      detail::abortSyncMisuse("SharedMutex destroyed while coroutines are waiting to lock it");
+      detail::abortMisuse("SharedMutex destroyed while coroutines are waiting to lock it");
     }
   }
 
@@ -146,7 +146,7 @@ class SharedMutex {
       return;
     }
     if ((expected & kWriter) == 0) {
-      detail::abortSyncMisuse("SharedMutex::unlock() called without an exclusive holder");
+      detail::abortMisuse("SharedMutex::unlock() called without an exclusive holder");
     }
     releaseSlow(kWriter);
   }
@@ -156,7 +156,7 @@ class SharedMutex {
     std::uint64_t state = state_.load(std::memory_order_relaxed);
     while ((state & kWaitersBit) == 0) {
       if (state < kReader) {
-        detail::abortSyncMisuse("SharedMutex::unlockShared() called without a shared holder");
+        detail::abortMisuse("SharedMutex::unlockShared() called without a shared holder");
       }
       // release: publishes the reader's writes (if any) to the next writer.
       if (state_.compare_exchange_weak(state, state - kReader, std::memory_order_release,
@@ -215,7 +215,7 @@ class SharedMutex {
       // release sequences, so the granted waiter would not synchronize with them.
       std::uint64_t state = state_.load(std::memory_order_acquire);
       if (held == kReader && state < kReader) {
-        detail::abortSyncMisuse("SharedMutex::unlockShared() called without a shared holder");
+        detail::abortMisuse("SharedMutex::unlockShared() called without a shared holder");
       }
       if ((state & kWaitersBit) == 0) {
         // The waiters left meanwhile (granted, cancelled): a plain release after all.

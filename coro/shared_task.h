@@ -232,6 +232,15 @@ class SharedTask {
   explicit SharedTask(std::shared_ptr<detail::SharedTaskState<T>> state) noexcept
       : state_(std::move(state)) {}
 
+  // share()'s body, for a Lazy or a Task.
+  template <class Work>
+  static SharedTask fromWork(Work work) {
+    static_assert(std::is_void_v<T> || std::is_copy_constructible_v<T>,
+                  "weft::share: every awaiter gets a copy of the value: T must be copyable");
+    if (!work.valid()) detail::abortInvalidLazy("share");
+    return SharedTask(std::make_shared<detail::SharedTaskState<T>>(std::move(work)));
+  }
+
   const std::shared_ptr<detail::SharedTaskState<T>>& checked() const noexcept {
     if (!state_) detail::abortInvalidLazy("co_await of an empty SharedTask holding");
     return state_;
@@ -244,18 +253,12 @@ class SharedTask {
 // Errors: std::bad_alloc. Preconditions: valid (else a message and abort).
 template <class T>
 SharedTask<T> share(Lazy<T> lazy) {
-  static_assert(std::is_void_v<T> || std::is_copy_constructible_v<T>,
-                "weft::share: every awaiter gets a copy of the value: T must be copyable");
-  if (!lazy.valid()) detail::abortInvalidLazy("share");
-  return SharedTask<T>(std::make_shared<detail::SharedTaskState<T>>(std::move(lazy)));
+  return SharedTask<T>::fromWork(std::move(lazy));
 }
 
 template <class T>
 SharedTask<T> share(Task<T> task) {
-  static_assert(std::is_void_v<T> || std::is_copy_constructible_v<T>,
-                "weft::share: every awaiter gets a copy of the value: T must be copyable");
-  if (!task.valid()) detail::abortInvalidLazy("share");
-  return SharedTask<T>(std::make_shared<detail::SharedTaskState<T>>(std::move(task)));
+  return SharedTask<T>::fromWork(std::move(task));
 }
 
 }  // namespace weft

@@ -94,15 +94,6 @@ class SyncWaitSink final : public CompletionSink {
   [[no_unique_address]] RootTaskRecord record_;  // the root task's, for task dumps
 };
 
-template <class T>
-T takeResult(LazyPromise<T>& promise) {
-  if constexpr (std::is_void_v<T>) {
-    promise.result_.value();
-  } else {
-    return std::move(promise.result_).value();
-  }
-}
-
 // An awaitable that can complete only by running on an executor's threads names it
 // with `Executor* syncAwaitExecutor() const noexcept` (nullptr: none); stackful's
 // FiberFuture does. syncAwait refuses to block one of those threads on it.

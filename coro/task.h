@@ -73,13 +73,7 @@ class TaskAwaiter final : public CompletionSink {
     return startOnExecutor(executor, task_);
   }
 
-  T await_resume() {
-    if constexpr (std::is_void_v<T>) {
-      task_.promise().result_.value();
-    } else {
-      return std::move(task_.promise().result_).value();
-    }
-  }
+  T await_resume() { return takeResult(task_.promise()); }
 
  private:
   static std::coroutine_handle<> complete(CompletionSink* sink) noexcept {

@@ -66,50 +66,46 @@ void dumpTask(const TaskRecord& record, TaskDumpEntry& entry) {
   }
 }
 
-void collectTask(RegistrySlot& slot, void* context) {
-  auto& out = *static_cast<Collected*>(context);
+// One slot of the registry into `entries`: its subject (a task's record, a fiber) as
+// `describe(subject, entries)` reads it inside a DumpRead. Without membarrier the subject
+// may be freed under the dump: it is not read at all, only listed as `title`, not read.
+template <class Slot, class Describe>
+void collectSlot(Slot& slot, std::vector<TaskDumpEntry>& entries, const char* title,
+                 Describe describe) {
   try {
     if (!DumpSession::canRead()) {
-      // Without membarrier a record may be freed under the dump: only the slot is read.
       const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
       if (subject == 0 || subject == kSlotEnd) return;
-      TaskDumpEntry& entry = out.tasks.emplace_back();
-      entry.title = "task";
+      TaskDumpEntry& entry = entries.emplace_back();
+      entry.title = title;
       entry.state = kWaitNotRead;
       return;
     }
     DumpRead read;
-    // acquire: pairs with publishFirstWait's release (the record as written for it).
+    // acquire: pairs with the release that published the subject (a task's record:
+    // publishFirstWait, as written for it; a fiber: registerFiber, as constructed).
     const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
     if (subject == 0 || subject == kSlotEnd) return;  // released since the first look
-    dumpTask(*reinterpret_cast<const TaskRecord*>(subject), out.tasks.emplace_back());
+    describe(subject, entries);
   } catch (...) {
     // No memory: the entry stays as far as it got.
   }
 }
 
+void collectTask(RegistrySlot& slot, void* context) {
+  collectSlot(slot, static_cast<Collected*>(context)->tasks, "task",
+              [](std::uintptr_t subject, std::vector<TaskDumpEntry>& entries) {
+                dumpTask(*reinterpret_cast<const TaskRecord*>(subject), entries.emplace_back());
+              });
+}
+
 void collectFiber(FiberSlot& slot, void* context) {
-  auto& out = *static_cast<Collected*>(context);
-  try {
-    if (!DumpSession::canRead()) {
-      // Without membarrier the fiber may be freed under the dump: not read at all.
-      const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
-      if (subject == 0 || subject == kSlotEnd) return;
-      TaskDumpEntry& entry = out.fibers.emplace_back();
-      entry.title = "fiber";
-      entry.state = kWaitNotRead;
-      return;
-    }
-    DumpRead read;
-    // acquire: pairs with registerFiber's release (the fiber as constructed).
-    const std::uintptr_t subject = slot.subject.load(std::memory_order_acquire);
-    if (subject == 0 || subject == kSlotEnd) return;  // released since the first look
-    if (DumpFiber dumpFiber = fiberDumper()) {
-      dumpFiber(reinterpret_cast<const void*>(subject), out.fibers.emplace_back());
-    }
-  } catch (...) {
-    // No memory: the entry stays as far as it got.
-  }
+  collectSlot(slot, static_cast<Collected*>(context)->fibers, "fiber",
+              [](std::uintptr_t subject, std::vector<TaskDumpEntry>& entries) {
+                if (DumpFiber dumpFiber = fiberDumper()) {
+                  dumpFiber(reinterpret_cast<const void*>(subject), entries.emplace_back());
+                }
+              });
 }
 
 // ThreadPool's stall reports name the task a stalled worker runs (executors/

@@ -18,6 +18,7 @@
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/misuse.h"
 #include "weft/coro/detail/spin_lock.h"
 #include "weft/coro/detail/task_group_waiter.h"
 #include "weft/coro/detail/task_registry.h"
@@ -108,7 +109,7 @@ class TaskGroup {
   ~TaskGroup() {
     std::lock_guard guard(mutex_);
     if (running_ != 0 || !joiners_.empty() || !nextWaiters_.empty()) {
-      detail::abortTaskGroupMisuse(
+      detail::abortMisuse(
           "TaskGroup destroyed while tasks of it are still running (or a coroutine waits in "
           "join()/next()): co_await group.join() before the group goes out of scope");
     }

@@ -82,10 +82,10 @@ std::atomic<bool> gPwait2Works{true};
 
 }  // namespace
 
-EpollLoop::EpollLoop() : pool_(BufferPool::create(kLentBufferSize, kMaxLentBuffers)) {
+// A throw below destroys the IoLoopBase, which retires the buffer pool.
+EpollLoop::EpollLoop() {
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epollFd_ < 0) {
-    pool_->retire();
     throw std::system_error(errno, std::generic_category(), "weft: epoll_create1 failed");
   }
   epoll_event event{};
@@ -94,16 +94,12 @@ EpollLoop::EpollLoop() : pool_(BufferPool::create(kLentBufferSize, kMaxLentBuffe
   if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &event) != 0) {
     const int error = errno;
     ::close(epollFd_);
-    pool_->retire();
     throw std::system_error(error, std::generic_category(),
                             "weft: epoll_ctl cannot watch the loop's eventfd");
   }
 }
 
-EpollLoop::~EpollLoop() {
-  ::close(epollFd_);
-  pool_->retire();
-}
+EpollLoop::~EpollLoop() { ::close(epollFd_); }
 
 bool EpollLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, start(op)); }
 
@@ -214,17 +210,6 @@ bool EpollLoop::withdraw(IoOperation& op) noexcept {
   op.loopKey = 0;
   settle(op);
   return neverTookEffect;
-}
-
-std::size_t EpollLoop::lentBuffers() const noexcept {
-  pool_->drainReturned();  // the pool is not part of the loop's const state
-  return pool_->lentCount();
-}
-
-LentBuffer EpollLoop::lendBuffer() noexcept {
-  const std::uint32_t id = pool_->take();
-  if (id == BufferPool::kNone) return {};
-  return pool_->lend(id, pool_->bufferSize());
 }
 
 std::size_t EpollLoop::run(int timeoutMs) noexcept {

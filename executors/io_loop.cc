@@ -115,16 +115,30 @@ IoLoop* currentIoLoopIfAny() noexcept { return tlLoop; }
 // registration anew).
 constinit std::atomic<std::uint64_t> gDescriptorGenerations[kDescriptorGenerations] = {};
 
-IoLoopBase::IoLoopBase() {
+IoLoopBase::IoLoopBase() : pool_(BufferPool::create(kLentBufferSize, kMaxLentBuffers)) {
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) {
-    throw std::system_error(errno, std::generic_category(),
+    const int error = errno;
+    pool_->retire();
+    throw std::system_error(error, std::generic_category(),
                             "weft: cannot create the event loop's eventfd");
   }
 }
 
 IoLoopBase::~IoLoopBase() {
   if (wakeFd_ >= 0) ::close(wakeFd_);
+  pool_->retire();
+}
+
+std::size_t IoLoopBase::lentBuffers() const noexcept {
+  pool_->drainReturned();  // the pool is not part of the loop's const state
+  return pool_->lentCount();
+}
+
+LentBuffer IoLoopBase::lendBuffer() noexcept {
+  const std::uint32_t id = pool_->take();
+  if (id == BufferPool::kNone) return {};
+  return pool_->lend(id, pool_->bufferSize());
 }
 
 void IoLoopBase::fail(const char* what, int error) noexcept {

@@ -1,5 +1,7 @@
 #include "weft/executors/prometheus_text.h"
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -21,6 +23,136 @@ std::string bucketBound(std::size_t i) {
   return text;
 }
 
+// Where a metric's samples come from.
+enum class Source {
+  kWorkers,                // `worker`, one sample per worker
+  kPools,                  // `pool`, one sample per pool
+  kWorkersAndTimerThread,  // `worker` per worker, then `pool` as worker="timer"
+  kWorkersByOpcode,        // `byOpcode`, one sample per worker and IoOpcode (op="...")
+  kLatenessHistogram,      // WorkerMetrics::timerLateness, a histogram per worker
+};
+
+// One metric of the exposition: its HELP and TYPE, and where its samples come from.
+struct Metric {
+  const char* name;
+  const char* type;
+  const char* help;
+  Source source;
+  std::uint64_t WorkerMetrics::*worker = nullptr;
+  std::uint64_t PoolMetrics::*pool = nullptr;
+  std::array<std::uint64_t, kIoOpcodeCount> WorkerMetrics::*byOpcode = nullptr;
+};
+
+using W = WorkerMetrics;
+using P = PoolMetrics;
+
+// The exposition's metrics, in the order it writes them.
+constexpr Metric kMetrics[] = {
+    {.name = "weft_pool_items_run_total",
+     .type = "counter",
+     .help = "Work items a worker ran (coroutine resumptions, callables, timer fire functions).",
+     .source = Source::kWorkers,
+     .worker = &W::itemsRun},
+    {.name = "weft_pool_steals_total",
+     .type = "counter",
+     .help = "Successful steals from another worker's queue.",
+     .source = Source::kWorkers,
+     .worker = &W::steals},
+    {.name = "weft_pool_stolen_items_total",
+     .type = "counter",
+     .help = "Items taken by those steals.",
+     .source = Source::kWorkers,
+     .worker = &W::stolenItems},
+    {.name = "weft_pool_parks_total",
+     .type = "counter",
+     .help = "Times a worker ran out of work and went to sleep.",
+     .source = Source::kWorkers,
+     .worker = &W::parks},
+    {.name = "weft_pool_wake_ups_total",
+     .type = "counter",
+     .help = "Sleeps of a worker ended by another thread handing it work.",
+     .source = Source::kWorkers,
+     .worker = &W::wakeUps},
+    {.name = "weft_pool_queue_depth",
+     .type = "gauge",
+     .help = "Items in a worker's own run queue.",
+     .source = Source::kWorkers,
+     .worker = &W::queueDepth},
+    {.name = "weft_pool_queue_high_water",
+     .type = "gauge",
+     .help = "The most items a worker's run queue has held.",
+     .source = Source::kWorkers,
+     .worker = &W::queueHighWater},
+    {.name = "weft_pool_injection_queue_depth",
+     .type = "gauge",
+     .help = "Items scheduled from outside the pool that no worker has taken yet.",
+     .source = Source::kPools,
+     .pool = &P::injectionQueueDepth},
+    {.name = "weft_pool_io_submitted_total",
+     .type = "counter",
+     .help = "I/O operations submitted to a worker's event loop.",
+     .source = Source::kWorkersByOpcode,
+     .byOpcode = &W::ioSubmitted},
+    {.name = "weft_pool_io_completed_total",
+     .type = "counter",
+     .help = "I/O operations a worker's event loop completed (cancelled, timed out and "
+             "withdrawn ones included).",
+     .source = Source::kWorkersByOpcode,
+     .byOpcode = &W::ioCompleted},
+    {.name = "weft_pool_timers_armed_total",
+     .type = "counter",
+     .help = "Timers armed in a worker's heap, or on the pool's timer thread "
+             "(worker=\"timer\").",
+     .source = Source::kWorkersAndTimerThread,
+     .worker = &W::timersArmed,
+     .pool = &P::timerThreadArmed},
+    {.name = "weft_pool_timers_fired_total",
+     .type = "counter",
+     .help = "Timers whose fire function a worker ran at or after their deadline.",
+     .source = Source::kWorkers,
+     .worker = &W::timersFired},
+    {.name = "weft_pool_timers_shut_down_total",
+     .type = "counter",
+     .help = "Timers fired early because the pool shut down.",
+     .source = Source::kWorkers,
+     .worker = &W::timersShutDown},
+    {.name = "weft_pool_timers_cancelled_total",
+     .type = "counter",
+     .help = "Timers cancelled before they fired, by where they were armed.",
+     .source = Source::kWorkersAndTimerThread,
+     .worker = &W::timersCancelled,
+     .pool = &P::timerThreadCancelled},
+    {.name = "weft_pool_timers_taken_from_busy_workers_total",
+     .type = "counter",
+     .help = "Worker timers the timer thread gave to other workers, their own being busy.",
+     .source = Source::kPools,
+     .pool = &P::timersTakenFromBusyWorkers},
+    {.name = "weft_pool_timer_lateness_seconds",
+     .type = "histogram",
+     .help = "How late timers fired: from their deadline to when a worker took them to run.",
+     .source = Source::kLatenessHistogram},
+    {.name = "weft_pool_stalls_total",
+     .type = "counter",
+     .help = "Stall reports: a worker ran one item for longer than the pool's stallThreshold.",
+     .source = Source::kPools,
+     .pool = &P::stalls},
+    {.name = "weft_pool_whole_pool_stalls_total",
+     .type = "counter",
+     .help = "Stall reports of the whole pool: every worker stalled at once.",
+     .source = Source::kPools,
+     .pool = &P::wholePoolStalls},
+    {.name = "weft_pool_blocking_threads",
+     .type = "gauge",
+     .help = "Threads of the process's default blocking pool (weft::blocking).",
+     .source = Source::kPools,
+     .pool = &P::blockingThreads},
+    {.name = "weft_pool_blocking_queued",
+     .type = "gauge",
+     .help = "Calls waiting for a thread of the process's default blocking pool.",
+     .source = Source::kPools,
+     .pool = &P::blockingQueued},
+};
+
 // Writes one exposition: per metric, its HELP and TYPE once, then the samples of every
 // pool.
 class Exposition {
@@ -31,152 +163,66 @@ class Exposition {
   }
 
   std::string write() {
-    workerCounter(
-        "weft_pool_items_run_total",
-        "Work items a worker ran (coroutine resumptions, callables, timer fire functions).",
-        [](const WorkerMetrics& w) { return w.itemsRun; });
-    workerCounter("weft_pool_steals_total", "Successful steals from another worker's queue.",
-                  [](const WorkerMetrics& w) { return w.steals; });
-    workerCounter("weft_pool_stolen_items_total", "Items taken by those steals.",
-                  [](const WorkerMetrics& w) { return w.stolenItems; });
-    workerCounter("weft_pool_parks_total", "Times a worker ran out of work and went to sleep.",
-                  [](const WorkerMetrics& w) { return w.parks; });
-    workerCounter("weft_pool_wake_ups_total",
-                  "Sleeps of a worker ended by another thread handing it work.",
-                  [](const WorkerMetrics& w) { return w.wakeUps; });
-    workerGauge("weft_pool_queue_depth", "Items in a worker's own run queue.",
-                [](const WorkerMetrics& w) { return w.queueDepth; });
-    workerGauge("weft_pool_queue_high_water", "The most items a worker's run queue has held.",
-                [](const WorkerMetrics& w) { return w.queueHighWater; });
-    poolGauge("weft_pool_injection_queue_depth",
-              "Items scheduled from outside the pool that no worker has taken yet.",
-              [](const PoolMetrics& p) { return p.injectionQueueDepth; });
-    ioCounter("weft_pool_io_submitted_total", "I/O operations submitted to a worker's event loop.",
-              &WorkerMetrics::ioSubmitted);
-    ioCounter("weft_pool_io_completed_total",
-              "I/O operations a worker's event loop completed (cancelled, timed out and "
-              "withdrawn ones included).",
-              &WorkerMetrics::ioCompleted);
-    timerCounter(
-        "weft_pool_timers_armed_total",
-        "Timers armed in a worker's heap, or on the pool's timer thread (worker=\"timer\").",
-        [](const WorkerMetrics& w) { return w.timersArmed; },
-        [](const PoolMetrics& p) { return p.timerThreadArmed; });
-    workerCounter("weft_pool_timers_fired_total",
-                  "Timers whose fire function a worker ran at or after their deadline.",
-                  [](const WorkerMetrics& w) { return w.timersFired; });
-    workerCounter("weft_pool_timers_shut_down_total",
-                  "Timers fired early because the pool shut down.",
-                  [](const WorkerMetrics& w) { return w.timersShutDown; });
-    timerCounter(
-        "weft_pool_timers_cancelled_total",
-        "Timers cancelled before they fired, by where they were armed.",
-        [](const WorkerMetrics& w) { return w.timersCancelled; },
-        [](const PoolMetrics& p) { return p.timerThreadCancelled; });
-    poolCounter("weft_pool_timers_taken_from_busy_workers_total",
-                "Worker timers the timer thread gave to other workers, their own being busy.",
-                [](const PoolMetrics& p) { return p.timersTakenFromBusyWorkers; });
-    latenessHistogram();
-    poolCounter("weft_pool_stalls_total",
-                "Stall reports: a worker ran one item for longer than the pool's stallThreshold.",
-                [](const PoolMetrics& p) { return p.stalls; });
-    poolCounter("weft_pool_whole_pool_stalls_total",
-                "Stall reports of the whole pool: every worker stalled at once.",
-                [](const PoolMetrics& p) { return p.wholePoolStalls; });
-    poolGauge("weft_pool_blocking_threads",
-              "Threads of the process's default blocking pool (weft::blocking).",
-              [](const PoolMetrics& p) { return p.blockingThreads; });
-    poolGauge("weft_pool_blocking_queued",
-              "Calls waiting for a thread of the process's default blocking pool.",
-              [](const PoolMetrics& p) { return p.blockingQueued; });
+    for (const Metric& metric : kMetrics) {
+      out_.header(metric.name, metric.type, metric.help);
+      for (std::size_t p = 0; p < pools_.size(); ++p) samples(metric, p);
+    }
     return out_.take();
   }
 
  private:
+  // The samples of `metric` for pool `p`.
+  void samples(const Metric& metric, std::size_t p) {
+    const PoolMetrics& pool = pools_[p];
+    switch (metric.source) {
+      case Source::kPools:
+        out_.sample(metric.name, poolLabels_[p], std::to_string(pool.*metric.pool));
+        return;
+      case Source::kWorkers:
+      case Source::kWorkersAndTimerThread:
+        for (std::size_t i = 0; i < pool.workers.size(); ++i) {
+          out_.sample(metric.name, workerLabels(p, std::to_string(i)),
+                      std::to_string(pool.workers[i].*metric.worker));
+        }
+        if (metric.source == Source::kWorkersAndTimerThread) {
+          out_.sample(metric.name, workerLabels(p, "timer"), std::to_string(pool.*metric.pool));
+        }
+        return;
+      case Source::kWorkersByOpcode:
+        for (std::size_t i = 0; i < pool.workers.size(); ++i) {
+          const std::string labels = workerLabels(p, std::to_string(i)) + ",op=\"";
+          for (std::size_t op = 0; op < kIoOpcodeCount; ++op) {
+            out_.sample(metric.name,
+                        labels + std::string(ioOpcodeName(static_cast<IoOpcode>(op))) + "\"",
+                        std::to_string((pool.workers[i].*metric.byOpcode)[op]));
+          }
+        }
+        return;
+      case Source::kLatenessHistogram:
+        for (std::size_t i = 0; i < pool.workers.size(); ++i) {
+          histogram(metric.name, workerLabels(p, std::to_string(i)),
+                    pool.workers[i].timerLateness);
+        }
+        return;
+    }
+  }
+
   std::string workerLabels(std::size_t pool, const std::string& worker) const {
     return poolLabels_[pool] + ",worker=\"" + worker + "\"";
   }
 
-  template <class Get>
-  void perWorker(const char* name, Get get) {
-    for (std::size_t p = 0; p < pools_.size(); ++p) {
-      for (std::size_t i = 0; i < pools_[p].workers.size(); ++i) {
-        out_.sample(name, workerLabels(p, std::to_string(i)),
-                    std::to_string(get(pools_[p].workers[i])));
-      }
+  // One worker's histogram: cumulative _bucket series ending with le="+Inf", _sum, _count.
+  void histogram(const char* name, const std::string& labels, const LatenessHistogram& h) {
+    const std::string bucket = std::string(name) + "_bucket";
+    std::uint64_t cumulative = 0;
+    for (std::size_t b = 0; b + 1 < LatenessHistogram::kBuckets; ++b) {
+      cumulative += h.buckets[b];
+      out_.sample(bucket.c_str(), labels + ",le=\"" + bucketBound(b) + "\"",
+                  std::to_string(cumulative));
     }
-  }
-  template <class Get>
-  void workerCounter(const char* name, const char* help, Get get) {
-    out_.header(name, "counter", help);
-    perWorker(name, get);
-  }
-  template <class Get>
-  void workerGauge(const char* name, const char* help, Get get) {
-    out_.header(name, "gauge", help);
-    perWorker(name, get);
-  }
-  template <class Get>
-  void poolMetric(const char* name, const char* type, const char* help, Get get) {
-    out_.header(name, type, help);
-    for (std::size_t p = 0; p < pools_.size(); ++p) {
-      out_.sample(name, poolLabels_[p], std::to_string(get(pools_[p])));
-    }
-  }
-  template <class Get>
-  void poolGauge(const char* name, const char* help, Get get) {
-    poolMetric(name, "gauge", help, get);
-  }
-  template <class Get>
-  void poolCounter(const char* name, const char* help, Get get) {
-    poolMetric(name, "counter", help, get);
-  }
-  template <class GetWorker, class GetPool>
-  void timerCounter(const char* name, const char* help, GetWorker worker, GetPool pool) {
-    out_.header(name, "counter", help);
-    for (std::size_t p = 0; p < pools_.size(); ++p) {
-      for (std::size_t i = 0; i < pools_[p].workers.size(); ++i) {
-        out_.sample(name, workerLabels(p, std::to_string(i)),
-                    std::to_string(worker(pools_[p].workers[i])));
-      }
-      out_.sample(name, workerLabels(p, "timer"), std::to_string(pool(pools_[p])));
-    }
-  }
-  void ioCounter(const char* name, const char* help,
-                 std::array<std::uint64_t, kIoOpcodeCount> WorkerMetrics::*field) {
-    out_.header(name, "counter", help);
-    for (std::size_t p = 0; p < pools_.size(); ++p) {
-      for (std::size_t i = 0; i < pools_[p].workers.size(); ++i) {
-        const std::string labels = workerLabels(p, std::to_string(i)) + ",op=\"";
-        for (std::size_t op = 0; op < kIoOpcodeCount; ++op) {
-          out_.sample(name, labels + std::string(ioOpcodeName(static_cast<IoOpcode>(op))) + "\"",
-                      std::to_string((pools_[p].workers[i].*field)[op]));
-        }
-      }
-    }
-  }
-  void latenessHistogram() {
-    static constexpr const char* kName = "weft_pool_timer_lateness_seconds";
-    out_.header(kName, "histogram",
-                "How late timers fired: from their deadline to when a worker took them to run.");
-    const std::string bucket = std::string(kName) + "_bucket";
-    const std::string sum = std::string(kName) + "_sum";
-    const std::string count = std::string(kName) + "_count";
-    for (std::size_t p = 0; p < pools_.size(); ++p) {
-      for (std::size_t i = 0; i < pools_[p].workers.size(); ++i) {
-        const LatenessHistogram& h = pools_[p].workers[i].timerLateness;
-        const std::string labels = workerLabels(p, std::to_string(i));
-        std::uint64_t cumulative = 0;
-        for (std::size_t b = 0; b + 1 < LatenessHistogram::kBuckets; ++b) {
-          cumulative += h.buckets[b];
-          out_.sample(bucket.c_str(), labels + ",le=\"" + bucketBound(b) + "\"",
-                      std::to_string(cumulative));
-        }
-        out_.sample(bucket.c_str(), labels + ",le=\"+Inf\"", std::to_string(h.count));
-        out_.sample(sum.c_str(), labels, Writer::seconds(h.sumNanos));
-        out_.sample(count.c_str(), labels, std::to_string(h.count));
-      }
-    }
+    out_.sample(bucket.c_str(), labels + ",le=\"+Inf\"", std::to_string(h.count));
+    out_.sample((std::string(name) + "_sum").c_str(), labels, Writer::seconds(h.sumNanos));
+    out_.sample((std::string(name) + "_count").c_str(), labels, std::to_string(h.count));
   }
 
   const std::vector<PoolMetrics>& pools_;

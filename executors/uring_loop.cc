@@ -104,10 +104,10 @@
 
 namespace weft::detail::uring {
 
-UringLoop::UringLoop() : pool_(BufferPool::create(kLentBufferSize, kMaxLentBuffers)) {
+// A throw below destroys the IoLoopBase, which retires the buffer pool.
+UringLoop::UringLoop() {
   const int r = setUpRing(ring_, kEntries, kCompletionEntries);
   if (r < 0) {
-    pool_->retire();
     throw std::system_error(-r, std::generic_category(), "weft: io_uring set-up failed");
   }
   pool_->setRecycle(&UringLoop::recycleIntoRing, this);
@@ -134,18 +134,9 @@ UringLoop::~UringLoop() {
   }
   io_uring_queue_exit(&ring_);
   if (bufferRing_ != nullptr) ::munmap(bufferRing_, kRingEntries * sizeof(io_uring_buf));
-  pool_->retire();
-}
-
-std::size_t UringLoop::lentBuffers() const noexcept {
-  pool_->drainReturned();  // the pool is not part of the loop's const state
-  return pool_->lentCount();
-}
-
-LentBuffer UringLoop::lendBuffer() noexcept {
-  const std::uint32_t id = pool_->take();
-  if (id == BufferPool::kNone) return {};
-  return pool_->lend(id, pool_->bufferSize());
+  // ~IoLoopBase retires the buffer pool, after this loop's members are gone: a buffer
+  // given back until then goes to the pool's own free list, not into the ring.
+  pool_->setRecycle(nullptr, nullptr);
 }
 
 std::size_t UringLoop::run(int timeoutMs) noexcept {

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string_view>
 
 #include "weft/executors/detail/uring_loop.h"
@@ -57,29 +59,23 @@ bool deferTaskRunWanted() noexcept { return !leftOut().deferTaskRun; }
 std::atomic<bool> gKernelMultishotReceive{false};
 
 int setUpRing(io_uring& ring, unsigned entries, unsigned completionEntries) noexcept {
-  io_uring_params params{};
+  // The set-ups to try, best first; each kernel that refuses one (EINVAL) gets the next.
+  // DEFER_TASKRUN (Linux 6.1): completion work runs only when the worker enters the kernel
+  // to reap, never interrupting it, in batches. COOP_TASKRUN: completions may wait as task
+  // work until the worker enters the kernel. TASKRUN_FLAG, with either, tells liburing's
+  // peek (run(0)) when there is such work to enter for.
+  static constexpr unsigned kFlagSets[] = {
+      IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_DEFER_TASKRUN |
+          IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SINGLE_ISSUER,
+      IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
+          IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SINGLE_ISSUER,
+      IORING_SETUP_CQSIZE,
+  };
   int r = -EINVAL;
-  if (deferTaskRunWanted()) {
-    // DEFER_TASKRUN (Linux 6.1): completion work runs only when the worker enters the
-    // kernel to reap, never interrupting it, in batches. TASKRUN_FLAG tells liburing's
-    // peek (run(0)) when there is such work to enter for.
-    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_DEFER_TASKRUN |
-                   IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SINGLE_ISSUER;
-    params.cq_entries = completionEntries;
-    r = io_uring_queue_init_params(entries, &ring, &params);
-  }
-  if (r == -EINVAL) {
-    // TASKRUN_FLAG: with COOP_TASKRUN, completions may wait as task work until the worker
-    // enters the kernel; the flag tells liburing's peek (run(0)) to enter for them.
-    params = {};
-    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
-                   IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SINGLE_ISSUER;
-    params.cq_entries = completionEntries;
-    r = io_uring_queue_init_params(entries, &ring, &params);
-  }
-  if (r == -EINVAL) {
-    params = {};
-    params.flags = IORING_SETUP_CQSIZE;
+  for (std::size_t i = deferTaskRunWanted() ? 0 : 1; i < std::size(kFlagSets) && r == -EINVAL;
+       ++i) {
+    io_uring_params params{};
+    params.flags = kFlagSets[i];
     params.cq_entries = completionEntries;
     r = io_uring_queue_init_params(entries, &ring, &params);
   }

@@ -317,4 +317,28 @@ class IoAwaiter {
   std::optional<CancellationCallback> onCancel_;
 };
 
+// IoAwaitable<A>: the two ways weft awaits an awaitable A whose awaiter, A::Awaiter (an
+// IoAwaiter), is made from (const A&, Executor*, const CancellationToken&): coAwait, with
+// the awaiting coroutine's executor and cancellation token (a Lazy or Task's co_await, a
+// fiber's await), and operator co_await (any other coroutine: no executor, no token).
+// Derive A from it. Errors: what A::Awaiter's constructor throws. Thread safety: as A's.
+// Example:
+//   class Splice : public weft::IoAwaitable<Splice> {
+//    public:
+//     class Awaiter : public weft::IoAwaiter {
+//      public:
+//       Awaiter(const Splice& s, weft::Executor* ex, const weft::CancellationToken& token);
+//     };
+//   };
+template <class A>
+class IoAwaitable {
+ public:
+  auto coAwait(Executor* executor, const CancellationToken& token) const {
+    return typename A::Awaiter(static_cast<const A&>(*this), executor, token);
+  }
+  auto operator co_await() const {
+    return typename A::Awaiter(static_cast<const A&>(*this), nullptr, kNoCancellationToken);
+  }
+};
+
 }  // namespace weft

@@ -41,7 +41,7 @@ namespace weft {
 // Example:
 //   co_await weft::IoOperationAwaitable("wait to send a file", weft::IoOpcode::kPollWritable, fd);
 //   ssize_t n = ::sendfile(fd, file, &offset, count);  // the socket is writable now
-class IoOperationAwaitable {
+class IoOperationAwaitable : public IoAwaitable<IoOperationAwaitable> {
  public:
   IoOperationAwaitable(const char* what, IoOpcode opcode, int fd) noexcept
       : what_(what), request_{.opcode = opcode, .fd = fd} {}
@@ -92,11 +92,6 @@ class IoOperationAwaitable {
    private:
     const char* what_;
   };
-
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(*this, executor, token);
-  }
-  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
 
  private:
   const char* what_;

@@ -251,15 +251,23 @@ bool parseText(std::string_view text, SocketAddress& out, Rejection& why) noexce
   return parseHostAndPort(host, text.substr(colon + 1), parseIpv4, out, why);
 }
 
+using Parser = bool (*)(std::string_view, SocketAddress&, Rejection&) noexcept;
+
+// The address `parse` makes of `text`, or std::invalid_argument naming `what` ("socket
+// address") and the text, and why it was rejected.
+SocketAddress parsedOrRejected(Parser parse, std::string_view text, const char* what) {
+  SocketAddress address;
+  Rejection why;
+  if (!parse(text, address, why)) {
+    reject(std::string("weft: invalid ") + what + " " + quote(text) + ": ", why);
+  }
+  return address;
+}
+
 }  // namespace
 
 SocketAddress SocketAddress::parse(std::string_view text) {
-  SocketAddress address;
-  Rejection why;
-  if (!parseText(text, address, why)) {
-    reject("weft: invalid socket address " + quote(text) + ": ", why);
-  }
-  return address;
+  return parsedOrRejected(parseText, text, "socket address");
 }
 
 std::optional<SocketAddress> SocketAddress::tryParse(std::string_view text) noexcept {
@@ -289,12 +297,7 @@ SocketAddress SocketAddress::parse(std::string_view host, std::uint16_t port) {
 }
 
 SocketAddress SocketAddress::unixPath(std::string_view path) {
-  SocketAddress address;
-  Rejection why;
-  if (!parseUnix(path, address, why)) {
-    reject("weft: invalid Unix socket path " + quote(path) + ": ", why);
-  }
-  return address;
+  return parsedOrRejected(parseUnix, path, "Unix socket path");
 }
 
 }  // namespace weft

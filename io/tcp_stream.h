@@ -32,7 +32,7 @@ namespace detail {
 // completes at once with 0 without submitting anything (no system call, no wait). It
 // still fails as any read or write does beforehand: EBADF on a closed stream,
 // OperationCancelled when cancellation was requested already.
-class StreamTransferAwaitable {
+class StreamTransferAwaitable : public IoAwaitable<StreamTransferAwaitable> {
  public:
   StreamTransferAwaitable(const IoOperationAwaitable& operation, bool empty) noexcept
       : operation_(operation), empty_(empty) {}
@@ -50,11 +50,6 @@ class StreamTransferAwaitable {
    private:
     bool empty_;
   };
-
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(*this, executor, token);
-  }
-  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
 
  private:
   IoOperationAwaitable operation_;

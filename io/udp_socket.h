@@ -95,10 +95,11 @@ class UdpSocket {
   // The awaitables the operations return (co_await in a Lazy/Task, weft::await in a
   // fiber), named so that code can hold one; what each resumes with is said at the
   // operation. SendOperation is the public IoOperationAwaitable.
-  using SendOperation = IoOperationAwaitable;                        // send(): std::size_t
-  using SendToOperation = detail::SendMessageAwaitable;              // sendTo(): std::size_t
-  using ReceiveFromOperation = detail::ReceiveMessageAwaitable;      // receive(b), receiveFrom(b)
-  using ReceiveLentOperation = detail::ReceiveMessageLentAwaitable;  // receive(), receiveFrom()
+  using SendOperation = IoOperationAwaitable;            // send(): std::size_t
+  using SendToOperation = detail::SendMessageAwaitable;  // sendTo(): std::size_t
+  // receive(b), receiveFrom(b); receive(), receiveFrom() (a lent buffer)
+  using ReceiveFromOperation = detail::ReceiveMessageAwaitable<Datagram>;
+  using ReceiveLentOperation = detail::ReceiveMessageAwaitable<LentDatagram>;
   template <class... Parameters>
   using VectoredSendOperation = detail::VectoredSendAwaitable<Parameters...>;  // send(buffers)
 
@@ -133,7 +134,7 @@ class UdpSocket {
   }
   // Waits for the next datagram; stores what fits of it in `buffer`.
   ReceiveFromOperation receiveFrom(std::span<std::byte> buffer) const noexcept {
-    return detail::ReceiveMessageAwaitable("receiveFrom on a UdpSocket", fd_, buffer);
+    return ReceiveFromOperation("receiveFrom on a UdpSocket", fd_, buffer);
   }
 
   // Waits for the next datagram; returns it in a buffer the loop lends (see above: at most
@@ -154,7 +155,7 @@ class UdpSocket {
         .buffer(const_cast<std::byte*>(buffer.data()), buffer.size());
   }
   ReceiveFromOperation receive(std::span<std::byte> buffer) const noexcept {
-    return detail::ReceiveMessageAwaitable("receive on a UdpSocket", fd_, buffer);
+    return ReceiveFromOperation("receive on a UdpSocket", fd_, buffer);
   }
   // receiveFrom() for a connected socket (`from` is the peer). Errors: as receiveFrom().
   ReceiveLentOperation receive() const noexcept {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -49,6 +50,22 @@ class PlainFiberBox final : public ResultFiberCore<T> {
   ContextEntry entryPoint() const noexcept override { return &FiberCore::entryFor<PlainFiberBox>; }
 
   F fn_;
+};
+
+// F is a body of a Fiber<T>: called once as an rvalue (decayed), returning T.
+template <class F, class T>
+concept FiberBody = std::invocable<std::decay_t<F>&&> &&
+                    std::same_as<std::invoke_result_t<std::decay_t<F>&&>, T>;
+
+// Where a Fiber's stack comes from, as its constructor takes it: a StackPool&, a
+// ProtectedStack (moved in) or a SharedStack&.
+template <class S>
+concept FiberStackSource = std::same_as<S, StackPool&> || std::same_as<S, ProtectedStack> ||
+                           std::same_as<S, SharedStack&>;
+
+// Deletes a Fiber's core: unwinds a suspended fiber, then frees it.
+struct DestroyFiberCore {
+  void operator()(FiberCore* core) const noexcept { core->destroy(); }
 };
 
 [[noreturn]] inline void abortEmptyFiber(const char* operation) noexcept {
@@ -112,43 +129,25 @@ class Fiber {
   // An empty fiber (valid() == false).
   Fiber() noexcept = default;
 
+  // A fiber on a stack of StackPool::defaultPool().
   template <class F>
-    requires std::invocable<std::decay_t<F>&&> &&
-             std::same_as<std::invoke_result_t<std::decay_t<F>&&>, T>
+    requires detail::FiberBody<F, T>
   explicit Fiber(F&& fn, const FiberOptions& options = {})
       : Fiber(std::forward<F>(fn), StackPool::defaultPool(), options) {}
 
-  template <class F>
-    requires std::invocable<std::decay_t<F>&&> &&
-             std::same_as<std::invoke_result_t<std::decay_t<F>&&>, T>
-  Fiber(F&& fn, StackPool& pool, const FiberOptions& options = {})
+  // A fiber on a stack from `stack`: a StackPool& (given back when the fiber ends), a
+  // ProtectedStack (moved in, owned by the fiber) or a SharedStack& (see "Stacks" above).
+  template <class F, class Stack>
+    requires detail::FiberBody<F, T> && detail::FiberStackSource<Stack>
+  Fiber(F&& fn, Stack&& stack, const FiberOptions& options = {})
       : core_(detail::FiberCore::create<detail::PlainFiberBox<T, std::decay_t<F>>>(
-            pool, options, std::forward<F>(fn))) {}
+            std::forward<Stack>(stack), options, std::forward<F>(fn))) {}
 
-  template <class F>
-    requires std::invocable<std::decay_t<F>&&> &&
-             std::same_as<std::invoke_result_t<std::decay_t<F>&&>, T>
-  Fiber(F&& fn, ProtectedStack stack, const FiberOptions& options = {})
-      : core_(detail::FiberCore::create<detail::PlainFiberBox<T, std::decay_t<F>>>(
-            std::move(stack), options, std::forward<F>(fn))) {}
-
-  template <class F>
-    requires std::invocable<std::decay_t<F>&&> &&
-             std::same_as<std::invoke_result_t<std::decay_t<F>&&>, T>
-  Fiber(F&& fn, SharedStack& stack, const FiberOptions& options = {})
-      : core_(detail::FiberCore::create<detail::PlainFiberBox<T, std::decay_t<F>>>(
-            stack, options, std::forward<F>(fn))) {}
-
-  Fiber(Fiber&& other) noexcept : core_(std::exchange(other.core_, nullptr)) {}
-  Fiber& operator=(Fiber&& other) noexcept {
-    if (this != &other) {
-      reset();
-      core_ = std::exchange(other.core_, nullptr);
-    }
-    return *this;
-  }
+  // Moves leave `other` empty; assigning over a fiber destroys it first, as ~Fiber does.
+  Fiber(Fiber&& other) noexcept = default;
+  Fiber& operator=(Fiber&& other) noexcept = default;
   // Unwinds a suspended fiber, then frees it (see the class comment).
-  ~Fiber() { reset(); }
+  ~Fiber() = default;
 
   // Runs the fiber until it yields or finishes; rethrows the exception fn ended with.
   [[gnu::always_inline]] void resume() {
@@ -182,11 +181,7 @@ class Fiber {
   }
 
  private:
-  void reset() noexcept {
-    if (core_ != nullptr) std::exchange(core_, nullptr)->destroy();
-  }
-
-  detail::ResultFiberCore<T>* core_ = nullptr;
+  std::unique_ptr<detail::ResultFiberCore<T>, detail::DestroyFiberCore> core_;
 };
 
 template <class F, class... Rest>

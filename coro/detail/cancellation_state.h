@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 #include "weft/coro/detail/frame_allocator.h"
 #include "weft/coro/detail/spin_lock.h"
@@ -127,6 +128,53 @@ class CancellationState {
 };
 
 class OwnedCancellationSource;
+
+// What a token's reference to a CancellationState takes and gives back.
+struct TokenHold {
+  static void take(CancellationState& state) noexcept { state.addRef(); }
+  static void giveBack(CancellationState& state) noexcept { state.release(); }
+};
+// What a source's does: a reference, and the source count that canBeCancelled() reads.
+struct SourceHold {
+  static void take(CancellationState& state) noexcept {
+    state.addRef();
+    state.addSource();
+  }
+  static void giveBack(CancellationState& state) noexcept { state.releaseSourceAndRef(); }
+};
+
+// A counted hold on a CancellationState (Hold: TokenHold or SourceHold), what
+// CancellationToken and CancellationSource hold: copying takes another, destroying or
+// assigning over gives it back, moving hands it over (leaving the moved-from empty).
+// Thread safety: a single-owner value; copies may be used on any threads.
+template <class Hold>
+class CancellationStateRef {
+ public:
+  constexpr CancellationStateRef() noexcept = default;
+  // Adopts a hold the caller already took.
+  explicit CancellationStateRef(CancellationState* state) noexcept : state_(state) {}
+  CancellationStateRef(const CancellationStateRef& other) noexcept : state_(other.state_) {
+    if (state_ != nullptr) Hold::take(*state_);
+  }
+  CancellationStateRef(CancellationStateRef&& other) noexcept
+      : state_(std::exchange(other.state_, nullptr)) {}
+  CancellationStateRef& operator=(CancellationStateRef other) noexcept {
+    std::swap(state_, other.state_);
+    return *this;
+  }
+  ~CancellationStateRef() {
+    if (state_ != nullptr) Hold::giveBack(*state_);
+  }
+
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+  CancellationState* get() const noexcept { return state_; }
+  CancellationState* operator->() const noexcept { return state_; }
+  // Gives the hold up without giving it back: the caller must.
+  CancellationState* release() noexcept { return std::exchange(state_, nullptr); }
+
+ private:
+  CancellationState* state_ = nullptr;
+};
 
 // noexcept: reports the misuse and aborts (a callback has nobody to throw to).
 [[noreturn]] inline void abortThrowingCancellationCallback() noexcept {

@@ -127,6 +127,70 @@
 #endif
 #endif
 
+// A thread_local that weft's inline code reaches by a fixed assembler name (and gdb by
+// name): WEFT_FIXED_TLS before its declaration, WEFT_TLS_SYMBOL("symbol") after its
+// declarator. With WEFT_INLINE_TLS_ADDRESS it gets the initial-exec TLS model (one fixed
+// offset from the thread pointer in every thread; a library that uses weft and is
+// dlopen'ed needs room in the static TLS block: the dynamic loader refuses to load it
+// otherwise, it does not misbehave), the assembler name `symbol`, and `used`, so that
+// every translation unit that includes its header emits it. Otherwise both are empty.
+// Example:
+//   WEFT_FIXED_TLS inline constinit thread_local int tCount WEFT_TLS_SYMBOL("weft_count"){0};
+#if WEFT_INLINE_TLS_ADDRESS
+#define WEFT_FIXED_TLS [[gnu::used, gnu::tls_model("initial-exec")]]
+#define WEFT_TLS_SYMBOL(symbol) asm(symbol)
+#else
+#define WEFT_FIXED_TLS
+#define WEFT_TLS_SYMBOL(symbol)
+#endif
+
+// WEFT_THREAD_LOCAL_ACCESSOR(Type, accessor, variable, "symbol"): defines
+// `Type& accessor() noexcept`, the calling thread's `variable` (declared with
+// WEFT_FIXED_TLS and WEFT_TLS_SYMBOL("symbol")), its address computed afresh at each call
+// on the thread that makes it.
+//
+// HACK(clang-16, https://github.com/llvm/llvm-project/issues/47179 and /63022): compilers
+// treat the address of a thread_local as constant within a function, and a coroutine's
+// resume function may keep it in the frame across a suspension point. The accessors are
+// inlined into coroutine bodies (frames of callees are allocated there, tasks register
+// and enter their runs there), so a coroutine that resumed on another thread would use
+// the variable of the thread it ran on before -- a data race on plain pointers. Seen with
+// clang++-16 -O1 (FrameAllocatorTest.CoroutineMovingBetweenThreadsUsesEachThreadsOwnCache,
+// and TSan). The same holds for fibers, which migrate between threads in the middle of
+// ordinary functions. So the address is never computed by the compiler in inline code:
+//  - WEFT_INLINE_TLS_ADDRESS: an asm volatile statement reads the thread pointer and adds
+//    the variable's initial-exec offset (a GOT entry the linker fills or folds). Volatile
+//    asm is neither merged with another nor moved across a suspension point or a call,
+//    so it runs on the thread that uses its result; two instructions, no call.
+//  - otherwise an opaque call computes the address on the thread that runs it.
+#if WEFT_INLINE_TLS_ADDRESS && defined(__x86_64__)
+#define WEFT_THREAD_LOCAL_ACCESSOR(Type, accessor, variable, symbol) \
+  inline Type& accessor() noexcept {                                 \
+    Type* weft_address;                                              \
+    asm volatile(                                                    \
+        "movq %%fs:0, %0\n\t"                                        \
+        "addq " symbol "@gottpoff(%%rip), %0"                        \
+        : "=r"(weft_address));                                       \
+    return *weft_address;                                            \
+  }
+#elif WEFT_INLINE_TLS_ADDRESS  // aarch64
+#define WEFT_THREAD_LOCAL_ACCESSOR(Type, accessor, variable, symbol) \
+  inline Type& accessor() noexcept {                                 \
+    Type* weft_address;                                              \
+    void* weft_offset;                                               \
+    asm volatile(                                                    \
+        "mrs %0, tpidr_el0\n\t"                                      \
+        "adrp %1, :gottprel:" symbol "\n\t"                           \
+        "ldr %1, [%1, #:gottprel_lo12:" symbol "]\n\t"                \
+        "add %0, %0, %1"                                             \
+        : "=r"(weft_address), "=r"(weft_offset));                    \
+    return *weft_address;                                            \
+  }
+#else
+#define WEFT_THREAD_LOCAL_ACCESSOR(Type, accessor, variable, symbol) \
+  WEFT_OPAQUE_CALL inline Type& accessor() noexcept { return variable; }
+#endif
+
 // WEFT_FLAG_AFTER_STORE(flag, stored): whether `flag`, a std::atomic<std::uint32_t>, is
 // nonzero, loaded by one asm statement that also takes `stored`, an object the caller
 // has just written, as an input. The compiler then emits that store before the load, and

@@ -71,58 +71,15 @@ struct FrameCache {
 inline constexpr std::size_t kFrameCacheClosed = static_cast<std::size_t>(-1) / 2;
 
 // The thread's cache. constinit: constant-initialised, so access needs no initialisation
-// guard. Initial-exec TLS model: the cache lies at one fixed offset from the thread
-// pointer in every thread, which localFrameCache() relies on (a library that uses weft
-// and is dlopen'ed needs room in the static TLS block; the dynamic loader refuses to load
-// it otherwise, it does not misbehave). With WEFT_INLINE_TLS_ADDRESS it has a fixed
-// assembler name, which the asm in localFrameCache() refers to, and `used` makes every
-// translation unit that includes this header emit it.
-#if WEFT_INLINE_TLS_ADDRESS
-[[gnu::used, gnu::tls_model("initial-exec")]] inline constinit thread_local FrameCache
-    tFrameCache asm("weft_detail_frame_cache"){{}, kFrameCacheClosed, kFrameCacheClosed, false};
-#else
-inline constinit thread_local FrameCache tFrameCache{{}, kFrameCacheClosed, kFrameCacheClosed,
-                                                     false};
-#endif
+// guard. WEFT_FIXED_TLS (detail/config.h): localFrameCache() reaches it by its assembler
+// name.
+WEFT_FIXED_TLS inline constinit thread_local FrameCache tFrameCache WEFT_TLS_SYMBOL(
+    "weft_detail_frame_cache"){{}, kFrameCacheClosed, kFrameCacheClosed, false};
 
-// The calling thread's cache.
-//
-// HACK(clang-16, https://github.com/llvm/llvm-project/issues/47179 and /63022): compilers
-// treat the address of a thread_local as constant within a function, and a coroutine's
-// resume function may keep it in the frame across a suspension point. allocateFrame and
-// deallocateFrame are inlined into coroutine bodies (frames of callees are allocated
-// there), so a coroutine that resumed on another thread would use the free lists of the
-// thread it ran on before -- a data race on plain pointers. Seen with clang++-16 -O1
-// (FrameAllocatorTest.CoroutineMovingBetweenThreadsUsesEachThreadsOwnCache, and TSan).
-// The same holds for fibers, which migrate between threads in the middle of ordinary
-// functions. So the address is never computed by the compiler in inline code:
-//  - WEFT_INLINE_TLS_ADDRESS: an asm volatile statement reads the thread pointer and adds
-//    the cache's initial-exec offset (a GOT entry the linker fills or folds). Volatile
-//    asm is neither merged with another nor moved across a suspension point or a call,
-//    so it runs on the thread that uses its result; two instructions, no call.
-//  - otherwise an opaque call computes the address on the thread that runs it.
-#if WEFT_INLINE_TLS_ADDRESS
-inline FrameCache& localFrameCache() noexcept {
-  FrameCache* cache;
-#if defined(__x86_64__)
-  asm volatile(
-      "movq %%fs:0, %0\n\t"
-      "addq weft_detail_frame_cache@gottpoff(%%rip), %0"
-      : "=r"(cache));
-#else  // aarch64
-  void* offset;
-  asm volatile(
-      "mrs %0, tpidr_el0\n\t"
-      "adrp %1, :gottprel:weft_detail_frame_cache\n\t"
-      "ldr %1, [%1, #:gottprel_lo12:weft_detail_frame_cache]\n\t"
-      "add %0, %0, %1"
-      : "=r"(cache), "=r"(offset));
-#endif
-  return *cache;
-}
-#else
-WEFT_OPAQUE_CALL inline FrameCache& localFrameCache() noexcept { return tFrameCache; }
-#endif
+// The calling thread's cache, its address computed at each call on the calling thread: a
+// coroutine that allocates frames may resume on another thread (see
+// WEFT_THREAD_LOCAL_ACCESSOR, detail/config.h).
+WEFT_THREAD_LOCAL_ACCESSOR(FrameCache, localFrameCache, tFrameCache, "weft_detail_frame_cache")
 
 // Releases the thread's cached frames at thread exit. It has a destructor, so touching
 // it costs a guard check: it is touched only once per thread, from the slow path.

@@ -1,9 +1,9 @@
 #pragma once
 
+#include <memory>
 #include <mutex>
-#include <utility>
 
-#include "weft/coro/detail/sync_waiter.h"
+#include "weft/coro/detail/misuse.h"
 
 namespace weft::detail {
 
@@ -24,50 +24,41 @@ class HeldLock {
   HeldLock() noexcept = default;
   // Adopts a hold the caller already has.
   HeldLock(M& mutex, std::adopt_lock_t) noexcept : mutex_(&mutex) {}
-  HeldLock(HeldLock&& other) noexcept : mutex_(std::exchange(other.mutex_, nullptr)) {}
-  HeldLock& operator=(HeldLock&& other) noexcept {
-    if (this != &other) {
-      reset();
-      mutex_ = std::exchange(other.mutex_, nullptr);
-    }
-    return *this;
-  }
-  ~HeldLock() { reset(); }
 
   bool ownsLock() const noexcept { return mutex_ != nullptr; }
   explicit operator bool() const noexcept { return ownsLock(); }
-  M* mutex() const noexcept { return mutex_; }
+  M* mutex() const noexcept { return mutex_.get(); }
 
   // Gives the hold back now. Precondition: owns one (else a message and abort).
   void unlock() noexcept {
     if (mutex_ == nullptr) {
-      abortSyncMisuse(kKind == HoldKind::kShared  ? "SharedLock::unlock() on a SharedLock that owns no lock"
-                      : kKind == HoldKind::kPermit ? "SemaphorePermit::release() on a permit that owns none"
-                                                   : "ScopedLock::unlock() on a ScopedLock that owns no lock");
+      abortMisuse(kKind == HoldKind::kShared  ? "SharedLock::unlock() on a SharedLock that owns no lock"
+                  : kKind == HoldKind::kPermit ? "SemaphorePermit::release() on a permit that owns none"
+                                               : "ScopedLock::unlock() on a ScopedLock that owns no lock");
     }
-    giveBack(std::exchange(mutex_, nullptr));
+    mutex_.reset();
   }
   // Gives the hold up without giving it back: the caller must (unlock(), unlockShared() or
   // release() of M).
-  M* release() noexcept { return std::exchange(mutex_, nullptr); }
+  M* release() noexcept { return mutex_.release(); }
 
  private:
-  static void giveBack(M* mutex) noexcept {
-    if constexpr (kKind == HoldKind::kShared) {
-      mutex->unlockShared();
-    } else if constexpr (kKind == HoldKind::kPermit) {
-      // Throws only if other code released past max() meanwhile: then std::terminate,
-      // with the semaphore's std::overflow_error as the message.
-      mutex->release();
-    } else {
-      mutex->unlock();
+  // Gives a hold back: what the owner does when it is destroyed, reset or assigned over.
+  struct GiveBack {
+    void operator()(M* mutex) const noexcept {
+      if constexpr (kKind == HoldKind::kShared) {
+        mutex->unlockShared();
+      } else if constexpr (kKind == HoldKind::kPermit) {
+        // Throws only if other code released past max() meanwhile: then std::terminate,
+        // with the semaphore's std::overflow_error as the message.
+        mutex->release();
+      } else {
+        mutex->unlock();
+      }
     }
-  }
-  void reset() noexcept {
-    if (mutex_ != nullptr) giveBack(std::exchange(mutex_, nullptr));
-  }
+  };
 
-  M* mutex_ = nullptr;
+  std::unique_ptr<M, GiveBack> mutex_;
 };
 
 }  // namespace weft::detail

@@ -107,12 +107,8 @@ static_assert(kMonitoredWait == kMonitoredRun);
 
 // The record whose poll runs on the calling thread now (innermost), or null. Only its
 // thread reads or writes it.
-#if WEFT_INLINE_TLS_ADDRESS
-[[gnu::used, gnu::tls_model("initial-exec")]] inline constinit thread_local MonitoredTask*
-    tMonitoredRun asm("weft_detail_monitored_run"){nullptr};
-#else
-inline constinit thread_local MonitoredTask* tMonitoredRun{nullptr};
-#endif
+WEFT_FIXED_TLS inline constinit thread_local MonitoredTask* tMonitoredRun
+    WEFT_TLS_SYMBOL("weft_detail_monitored_run"){nullptr};
 
 // The slow halves of the hooks below (monitored_task.cc), out of line and cold.
 [[gnu::cold]] WEFT_NOINLINE TaskRecord* publishWaitSlow(TaskRecord* record,

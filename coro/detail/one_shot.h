@@ -4,6 +4,7 @@
 #include <coroutine>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -121,33 +122,27 @@ class OneShotRef {
  public:
   OneShotRef() noexcept = default;
   explicit OneShotRef(State* state) noexcept : state_(state) {}
-  OneShotRef(OneShotRef&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  OneShotRef& operator=(OneShotRef&& other) noexcept {
-    if (this != &other) {
-      reset();
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  ~OneShotRef() { reset(); }
 
   bool valid() const noexcept { return state_ != nullptr; }
   bool ready() const noexcept { return state_ != nullptr && state_->done(); }
-  State* get() const noexcept { return state_; }
+  State* get() const noexcept { return state_.get(); }
 
   // Detaches (frees the state if the result is published). noexcept: a destructor's path.
-  void reset() noexcept {
-    if (State* state = std::exchange(state_, nullptr)) state->detach();
-  }
+  void reset() noexcept { state_.reset(); }
 
   // Hands the state to an awaiter, leaving this empty: a second await finds it empty and
   // aborts, naming the handle, instead of reading a result already moved out.
   State* takeForAwait() noexcept {
     if (state_ == nullptr) [[unlikely]] abortAwaitedTwice();
-    return std::exchange(state_, nullptr);
+    return state_.release();
   }
 
  private:
+  // What dropping the handle's share does: the owner's deleter.
+  struct Detach {
+    void operator()(State* state) const noexcept { state->detach(); }
+  };
+
   [[noreturn]] static void abortAwaitedTwice() noexcept {
     std::fprintf(stderr,
                  "weft: co_await on an empty %s (already awaited, detached or moved-from; a "
@@ -156,7 +151,7 @@ class OneShotRef {
     std::abort();
   }
 
-  State* state_ = nullptr;
+  std::unique_ptr<State, Detach> state_;
 };
 
 // OneShotAwaiter<State>: the await of a OneShotResult, owning the state from the co_await

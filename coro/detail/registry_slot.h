@@ -156,42 +156,14 @@ struct RegistryCursor {
 extern constinit RegistrySlot gNoRegistrySlot;
 extern constinit FiberSlot gNoFiberSlot;
 
-#if WEFT_INLINE_TLS_ADDRESS
-[[gnu::used, gnu::tls_model("initial-exec")]] inline constinit thread_local RegistryCursor
-    tRegistryCursor asm("weft_detail_registry_cursor"){&gNoRegistrySlot, &gNoFiberSlot, 0, 0,
-                                                       0, 0};
-#else
-inline constinit thread_local RegistryCursor tRegistryCursor{&gNoRegistrySlot, &gNoFiberSlot,
-                                                             0, 0, 0, 0};
-#endif
+WEFT_FIXED_TLS inline constinit thread_local RegistryCursor tRegistryCursor WEFT_TLS_SYMBOL(
+    "weft_detail_registry_cursor"){&gNoRegistrySlot, &gNoFiberSlot, 0, 0, 0, 0};
 
 // The calling thread's cursor. A task's registration may be inlined into a coroutine's
 // body, which can continue on another thread after a co_await: the address is computed
-// afresh at each call, as localFrameCache() does (coro/detail/frame_allocator.h), by an
-// asm statement the compiler cannot merge with an earlier one (x86-64 and aarch64 ELF),
-// else by an opaque call.
-#if WEFT_INLINE_TLS_ADDRESS
-inline RegistryCursor& localRegistryCursor() noexcept {
-  RegistryCursor* cursor;
-#if defined(__x86_64__)
-  asm volatile(
-      "movq %%fs:0, %0\n\t"
-      "addq weft_detail_registry_cursor@gottpoff(%%rip), %0"
-      : "=r"(cursor));
-#else  // aarch64
-  void* offset;
-  asm volatile(
-      "mrs %0, tpidr_el0\n\t"
-      "adrp %1, :gottprel:weft_detail_registry_cursor\n\t"
-      "ldr %1, [%1, #:gottprel_lo12:weft_detail_registry_cursor]\n\t"
-      "add %0, %0, %1"
-      : "=r"(cursor), "=r"(offset));
-#endif
-  return *cursor;
-}
-#else
-WEFT_OPAQUE_CALL inline RegistryCursor& localRegistryCursor() noexcept { return tRegistryCursor; }
-#endif
+// afresh at each call, as localFrameCache()'s is (WEFT_THREAD_LOCAL_ACCESSOR).
+WEFT_THREAD_LOCAL_ACCESSOR(RegistryCursor, localRegistryCursor, tRegistryCursor,
+                           "weft_detail_registry_cursor")
 
 // The claim's slow path (task_registry.cc), for `Slot` RegistrySlot or FiberSlot: sets
 // the thread up on its first claim, skips taken slots, wraps around, grows the ring.

@@ -47,41 +47,14 @@ inline constexpr std::uintptr_t kRunTags = kMonitoredRun | kFirstRun;
 // Read by the stall signal's handler on the same thread: an atomic, relaxed (a signal
 // handler on the writing thread sees its stores in program order). A TaskRecord* or a
 // tagged promise, marked or not, as an integer.
-#if WEFT_INLINE_TLS_ADDRESS
-[[gnu::used,
-  gnu::tls_model("initial-exec")]] inline constinit thread_local std::atomic<std::uintptr_t>
-    tRunningRoot asm("weft_detail_running_root"){0};
-#else
-inline constinit thread_local std::atomic<std::uintptr_t> tRunningRoot{0};
-#endif
+WEFT_FIXED_TLS inline constinit thread_local std::atomic<std::uintptr_t> tRunningRoot
+    WEFT_TLS_SYMBOL("weft_detail_running_root"){0};
 
 // The calling thread's word. The run is entered and left in a coroutine's body, which
 // can continue on another thread after a co_await: the address is computed afresh at
-// each call, as localRegistryCursor() does (registry_slot.h).
-#if WEFT_INLINE_TLS_ADDRESS
-inline std::atomic<std::uintptr_t>& localRunningRoot() noexcept {
-  std::atomic<std::uintptr_t>* word;
-#if defined(__x86_64__)
-  asm volatile(
-      "movq %%fs:0, %0\n\t"
-      "addq weft_detail_running_root@gottpoff(%%rip), %0"
-      : "=r"(word));
-#else  // aarch64
-  void* offset;
-  asm volatile(
-      "mrs %0, tpidr_el0\n\t"
-      "adrp %1, :gottprel:weft_detail_running_root\n\t"
-      "ldr %1, [%1, #:gottprel_lo12:weft_detail_running_root]\n\t"
-      "add %0, %0, %1"
-      : "=r"(word), "=r"(offset));
-#endif
-  return *word;
-}
-#else
-WEFT_OPAQUE_CALL inline std::atomic<std::uintptr_t>& localRunningRoot() noexcept {
-  return tRunningRoot;
-}
-#endif
+// each call, as localRegistryCursor()'s is (registry_slot.h).
+WEFT_THREAD_LOCAL_ACCESSOR(std::atomic<std::uintptr_t>, localRunningRoot, tRunningRoot,
+                           "weft_detail_running_root")
 
 // The calling thread's word, loaded and stored. On x86-64 (with WEFT_INLINE_TLS_ADDRESS)
 // each access is one instruction addressed from the thread pointer (`%fs`) plus the

@@ -102,24 +102,25 @@ class SelectCaseOp<ChannelSendCase<T, kSwitchable>> {
   ChannelWaiter node_;
 };
 
-template <>
-class SelectCaseOp<SelectDefaultCase> {
- public:
+// What the cases without a channel (default, timeout) have in common: the awaiter never
+// tries, links or disables them, and they produce nothing.
+struct SelectCaseWithoutChannel {
   using Result = std::monostate;
   static constexpr bool kHasChannel = false;
   static constexpr bool kCanBeDisabled = false;
-  explicit SelectCaseOp(SelectDefaultCase) noexcept {}
   Result result() const noexcept { return {}; }
 };
 
 template <>
-class SelectCaseOp<SelectTimeoutCase> {
+class SelectCaseOp<SelectDefaultCase> : public SelectCaseWithoutChannel {
  public:
-  using Result = std::monostate;
-  static constexpr bool kHasChannel = false;
-  static constexpr bool kCanBeDisabled = false;
+  explicit SelectCaseOp(SelectDefaultCase) noexcept {}
+};
+
+template <>
+class SelectCaseOp<SelectTimeoutCase> : public SelectCaseWithoutChannel {
+ public:
   explicit SelectCaseOp(SelectTimeoutCase c) noexcept : after(c.after) {}
-  Result result() const noexcept { return {}; }
 
   SleepClock::duration after;
 };

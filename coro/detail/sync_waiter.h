@@ -1,8 +1,6 @@
 #pragma once
 
 #include <coroutine>
-#include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -11,6 +9,7 @@
 
 #include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
+#include "weft/coro/detail/misuse.h"
 #include "weft/coro/detail/spin_lock.h"
 #include "weft/coro/detail/wait_note.h"
 #include "weft/coro/detail/waiter_queue.h"
@@ -177,13 +176,6 @@ class SyncWaitAwaiter : public CancellableSyncWaiter {
  protected:
   Primitive& primitive_;
 };
-
-// Misuse of a sync primitive that cannot be reported to anyone (unlock of an unlocked
-// mutex, destruction with waiters): a message naming it, then abort.
-[[noreturn]] inline void abortSyncMisuse(const char* message) noexcept {
-  std::fprintf(stderr, "weft: %s\n", message);
-  std::abort();
-}
 
 // The object `mutex.lock()`, `event.wait()`... return: an executor- and
 // cancellation-aware awaitable. A weft coroutine (or a fiber's await) calls coAwait with

@@ -21,9 +21,6 @@ namespace weft::detail::epoll {
 
 inline constexpr std::uint64_t kWakeData = ~std::uint64_t{0};
 inline constexpr int kMaxEvents = 256;
-// kReceiveLent's pool: effectively unbounded (16 GiB of buffers lent at once); memory
-// running out fails the receive with ENOBUFS.
-inline constexpr std::uint32_t kMaxLentBuffers = 1u << 20;
 
 // Where an operation is (IoOperation::loopKey).
 inline constexpr std::uint64_t kQueued = 1;      // on its fd's readers or writers
@@ -89,10 +86,6 @@ class EpollLoop final : public IoLoopBase {
   inline bool start(IoOperation& op) noexcept;
 
   bool withdraw(IoOperation& op) noexcept override;
-
-  std::size_t lentBuffers() const noexcept override;
-
-  LentBuffer lendBuffer() noexcept override;
 
   std::size_t run(int timeoutMs) noexcept override;
 
@@ -238,7 +231,6 @@ class EpollLoop final : public IoLoopBase {
   // completions themselves cancel (a completion may withdraw another from ready_).
   inline std::size_t runReady() noexcept;
 
-  BufferPool* pool_;  // retired, not deleted: lent buffers may outlive the loop
   int epollFd_ = -1;
   std::vector<Fd> fds_;
   List ready_;  // complete (or cancelled, or failed), completion function not yet run

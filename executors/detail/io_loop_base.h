@@ -21,6 +21,9 @@ inline constexpr std::size_t kLentBufferSize = 65536;
 // (UdpSocket's contract says 16 KiB), on both backends.
 inline constexpr std::size_t kLentDatagramSize = 16384;
 static_assert(kLentDatagramSize <= kLentBufferSize);
+// How many buffers a loop's pool lends at once at the most: effectively unbounded (16 GiB
+// of buffers); memory running out fails the receive with ENOBUFS.
+inline constexpr std::uint32_t kMaxLentBuffers = 1u << 20;
 
 // The calling thread's current loop, without creating one. noexcept: a thread_local read.
 IoLoop* currentIoLoopIfAny() noexcept;
@@ -68,8 +71,8 @@ struct IoOperationList {
   }
 };
 
-// What weft's two loops share: the eventfd that wake() writes, cancellation requests from
-// other threads, and the completion hand-off.
+// What weft's two loops share: the eventfd that wake() writes, the pool of buffers they
+// lend, cancellation requests from other threads, and the completion hand-off.
 //
 // Cancellation from another thread (cancel() off the loop's thread) cannot touch the
 // kernel queue, which only the loop's thread uses. It queues the operation on
@@ -86,6 +89,8 @@ class IoLoopBase : public IoLoop {
   void cancel(IoOperation& op) noexcept final;
   void wake() noexcept final;
   bool hasWork() const noexcept final { return inFlight_ != 0; }
+  std::size_t lentBuffers() const noexcept final;
+  LentBuffer lendBuffer() noexcept final;
 
   // Where the loop counts the operations it serves (its executor's metrics: ThreadPool
   // hands each worker's loop the worker's counters); until called, into counters of its
@@ -94,7 +99,7 @@ class IoLoopBase : public IoLoop {
   void countInto(IoOpCounters* counters) noexcept { counters_ = counters; }
 
  protected:
-  // Errors: std::system_error if the eventfd cannot be created.
+  // Errors: std::system_error if the eventfd cannot be created; std::bad_alloc.
   IoLoopBase();
 
   // Cancels `op`, in flight on this loop, on the loop's own thread.
@@ -125,6 +130,9 @@ class IoLoopBase : public IoLoop {
   // Reports a kernel failure that leaves the loop unusable and aborts.
   [[noreturn]] static void fail(const char* what, int error) noexcept;
 
+  // The buffers the loop lends (kReceiveLent, kReceiveMessageLent, lendBuffer()).
+  // Retired, not deleted, by the destructor: lent buffers may outlive the loop.
+  BufferPool* pool_;
   int wakeFd_ = -1;
   std::size_t inFlight_ = 0;  // operations submitted and not yet finished (loop thread)
   bool shutDown_ = false;     // loop thread

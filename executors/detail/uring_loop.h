@@ -46,7 +46,6 @@ constexpr std::uint16_t kBufferGroup = 0;
 constexpr unsigned kRingEntries = 4096;
 constexpr std::uint32_t kInitialRingBuffers = 32;
 constexpr std::uint32_t kMaxRingId = 0xffff;
-constexpr std::uint32_t kMaxLentBuffers = 1u << 20;  // as epoll's: effectively unbounded
 // liburing's registered-ring index when the loop is destroyed on a thread other than the
 // one that registered it: beyond the kernel's table (16 entries per thread), so that
 // liburing's unregister fails there (EINVAL) instead of dropping that thread's own
@@ -133,8 +132,6 @@ class UringLoop final : public IoLoopBase {
   // request's path grew: docs/design/2026-11-idle-connection-memory.md).
   [[gnu::always_inline]] inline bool start(IoOperation& op) noexcept;
   bool withdraw(IoOperation& op) noexcept override;
-  std::size_t lentBuffers() const noexcept override;
-  LentBuffer lendBuffer() noexcept override;
   std::size_t run(int timeoutMs) noexcept override;
   std::size_t runFor(std::int64_t timeoutNs) noexcept override;
   void shutdown() noexcept override;
@@ -282,7 +279,6 @@ class UringLoop final : public IoLoopBase {
 
   static constexpr std::uint32_t kNoFree = 0xffffffffu;
 
-  BufferPool* pool_;  // retired, not deleted: lent buffers may outlive the loop
   io_uring_buf_ring* bufferRing_ = nullptr;
   std::uint32_t ringHeld_ = 0;  // buffers in the ring (the kernel may pick them)
   std::uint32_t ringTarget_ = 0;  // how many the ring keeps: those growRing added

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include "weft/coro/cancellation.h"
@@ -29,7 +30,7 @@ namespace detail {
 // in flight (io_uring copies the msghdr when it issues the request, which may be after
 // await_suspend returned), so they must live in the awaiter, which lives in the awaiting
 // coroutine's frame (or on the fiber's stack) until the operation is complete.
-class SendMessageAwaitable {
+class SendMessageAwaitable : public IoAwaitable<SendMessageAwaitable> {
  public:
   SendMessageAwaitable(const char* what, int fd, std::span<const std::byte> buffer,
                        const SocketAddress& to) noexcept
@@ -69,11 +70,6 @@ class SendMessageAwaitable {
     OneBufferMessage message_;
   };
 
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(*this, executor, token);
-  }
-  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
-
  private:
   const char* what_;
   int fd_;
@@ -81,105 +77,63 @@ class SendMessageAwaitable {
   SocketAddress to_;
 };
 
-// What both datagram receives share: the msghdr, its one iovec and the storage the kernel
-// writes the sender's address into, all in the awaiter, and reading them back.
-class ReceiveMessageAwaiterBase : public IoAwaiter {
- protected:
-  // `buffer`: where the datagram goes (empty for kReceiveMessageLent: the loop points the
-  // iovec at the buffer it lends). Errors: std::system_error EBADF when the socket is
-  // closed (nothing is submitted).
-  ReceiveMessageAwaiterBase(const char* what, int fd, IoOpcode opcode,
-                            std::span<std::byte> buffer, Executor* executor,
-                            const CancellationToken& token)
-      : IoAwaiter(what, executor, token), what_(what) {
-    describeOpen(operation(),
-                 {.opcode = opcode,
-                  .fd = fd,
-                  .message = message_.point(buffer.data(), buffer.size(), from_.nativeBuffer(),
-                                            SocketAddress::kNativeCapacity)},
-                 what);
-  }
+// recvmsg(fd, {sender, one iovec}) of one datagram as an awaitable: into `buffer`,
+// returning a Datagram (D = Datagram), or into a buffer the loop lends
+// (IoOpcode::kReceiveMessageLent), returning a LentDatagram (D = LentDatagram). The
+// awaiter holds the msghdr, its one iovec and the storage the kernel writes the sender's
+// address into, for the reasons SendMessageAwaitable's holds its own.
+template <class D>
+class ReceiveMessageAwaitable : public IoAwaitable<ReceiveMessageAwaitable<D>> {
+  static constexpr bool kLent = std::is_same_v<D, LentDatagram>;
 
-  // The bytes received; sets `datagram`'s truncated and from. Errors: std::system_error
-  // naming the operation; cancellation as IoAwaiter says.
-  template <class D>
-  std::size_t finish(D& datagram) {
-    const std::int64_t r = IoAwaiter::await_resume();
-    if (r < 0) [[unlikely]] throwIoError(r, what_);
-    datagram.truncated = (message_.header.msg_flags & MSG_TRUNC) != 0;
-    from_.setNativeLength(message_.header.msg_namelen);
-    datagram.from = from_;
-    return static_cast<std::size_t>(r);
-  }
-
- private:
-  const char* what_;
-  SocketAddress from_;
-  OneBufferMessage message_;
-};
-
-// recvmsg(fd, {sender, one iovec}) as an awaitable returning a Datagram.
-class ReceiveMessageAwaitable {
  public:
-  ReceiveMessageAwaitable(const char* what, int fd, std::span<std::byte> buffer) noexcept
+  // `buffer`: where the datagram goes (none for a lent one: the loop points the iovec at
+  // the buffer it lends).
+  ReceiveMessageAwaitable(const char* what, int fd, std::span<std::byte> buffer = {}) noexcept
       : what_(what), fd_(fd), buffer_(buffer) {}
 
-  class Awaiter : public ReceiveMessageAwaiterBase {
+  class Awaiter : public IoAwaiter {
    public:
+    // Errors: std::system_error EBADF when the socket is closed (nothing is submitted).
     Awaiter(const ReceiveMessageAwaitable& a, Executor* executor, const CancellationToken& token)
-        : ReceiveMessageAwaiterBase(a.what_, a.fd_, IoOpcode::kReceiveMessage, a.buffer_,
-                                    executor, token) {}
+        : IoAwaiter(a.what_, executor, token), what_(a.what_) {
+      describeOpen(operation(),
+                   {.opcode = kLent ? IoOpcode::kReceiveMessageLent : IoOpcode::kReceiveMessage,
+                    .fd = a.fd_,
+                    .message = message_.point(a.buffer_.data(), a.buffer_.size(),
+                                              from_.nativeBuffer(),
+                                              SocketAddress::kNativeCapacity)},
+                   a.what_);
+    }
 
-    // Errors: as ReceiveMessageAwaiterBase::finish.
-    Datagram await_resume() {
-      Datagram datagram;
-      datagram.size = finish(datagram);
+    // The datagram, with its sender and whether it was truncated. Errors: std::system_error
+    // naming the operation (for a lent one, ENOBUFS only when memory for buffers runs out;
+    // a failed receive holds no buffer); cancellation as IoAwaiter says.
+    D await_resume() {
+      const std::int64_t r = IoAwaiter::await_resume();
+      if (r < 0) [[unlikely]] throwIoError(r, what_);
+      D datagram;
+      datagram.truncated = (message_.header.msg_flags & MSG_TRUNC) != 0;
+      from_.setNativeLength(message_.header.msg_namelen);
+      datagram.from = from_;
+      if constexpr (kLent) {
+        datagram.data = std::move(operation().lent);
+      } else {
+        datagram.size = static_cast<std::size_t>(r);
+      }
       return datagram;
     }
-  };
 
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(*this, executor, token);
-  }
-  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
+   private:
+    const char* what_;
+    SocketAddress from_;
+    OneBufferMessage message_;
+  };
 
  private:
   const char* what_;
   int fd_;
   std::span<std::byte> buffer_;
-};
-
-// recvmsg(fd, {sender, one iovec}) of one datagram into a buffer the loop lends
-// (IoOpcode::kReceiveMessageLent), as an awaitable returning a LentDatagram.
-class ReceiveMessageLentAwaitable {
- public:
-  ReceiveMessageLentAwaitable(const char* what, int fd) noexcept : what_(what), fd_(fd) {}
-
-  class Awaiter : public ReceiveMessageAwaiterBase {
-   public:
-    Awaiter(const ReceiveMessageLentAwaitable& a, Executor* executor,
-            const CancellationToken& token)
-        : ReceiveMessageAwaiterBase(a.what_, a.fd_, IoOpcode::kReceiveMessageLent, {},
-                                    executor, token) {}
-
-    // Errors: as ReceiveMessageAwaiterBase::finish (ENOBUFS only when memory for buffers
-    // runs out). A failed receive holds no buffer.
-    LentDatagram await_resume() {
-      LentDatagram datagram;
-      finish(datagram);
-      datagram.data = std::move(operation().lent);
-      return datagram;
-    }
-  };
-
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(*this, executor, token);
-  }
-  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
-
- private:
-  const char* what_;
-  int fd_;
 };
 
 }  // namespace detail

@@ -18,7 +18,7 @@ namespace weft::detail {
 
 // IoOpcode::kReceiveLent as an awaitable: resumes with the bytes received in a buffer the
 // loop lends (empty at the end of the stream). Failures as IoOperationAwaitable's.
-class ReceiveLentAwaitable {
+class ReceiveLentAwaitable : public IoAwaitable<ReceiveLentAwaitable> {
  public:
   ReceiveLentAwaitable(const char* what, int fd, std::int64_t timeoutNs) noexcept
       : operation_(IoOperationAwaitable(what, IoOpcode::kReceiveLent, fd).timeout(timeoutNs)) {}
@@ -33,11 +33,6 @@ class ReceiveLentAwaitable {
       return std::move(operation().lent);
     }
   };
-
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(*this, executor, token);
-  }
-  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
 
  private:
   IoOperationAwaitable operation_;

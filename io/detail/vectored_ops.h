@@ -159,7 +159,8 @@ struct NoDestination {};
 // after that (std::system_error naming the operation, and the destination for sendTo;
 // OperationCancelled; ExecutorShutDown).
 template <class Buffers, class Destination = NoDestination>
-class VectoredSendAwaitable {
+class VectoredSendAwaitable
+    : public IoAwaitable<VectoredSendAwaitable<Buffers, Destination>> {
   using Buffer = typename Buffers::value_type;
 
  public:
@@ -238,11 +239,6 @@ class VectoredSendAwaitable {
     iovec empty_{&empty_, 0};  // a valid address, no bytes
     bool completesAtOnce_ = false;
   };
-
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(*this, executor, token);
-  }
-  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
 
  private:
   const char* what_;

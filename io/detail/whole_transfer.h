@@ -47,7 +47,7 @@ namespace weft::detail {
 //
 // Thread safety: a value (a descriptor, a buffer, a time limit); awaited as the stream's
 // operations are.
-class WholeTransferAwaitable {
+class WholeTransferAwaitable : public IoAwaitable<WholeTransferAwaitable> {
  public:
   // `operation` names the whole ("writeAll to a TcpStream"), `what` one system call of it
   // ("write to a TcpStream"); `opcode` is kSend or kReceive.
@@ -109,11 +109,6 @@ class WholeTransferAwaitable {
     std::byte* base_;
     std::size_t size_;
   };
-
-  Awaiter coAwait(Executor* executor, const CancellationToken& token) const {
-    return Awaiter(*this, executor, token);
-  }
-  Awaiter operator co_await() const { return Awaiter(*this, nullptr, kNoCancellationToken); }
 
  private:
   const char* operation_;
