@@ -107,7 +107,7 @@ bool EpollLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, sta
 // with external linkage is not "called once" to the compiler, which would call it).
 [[gnu::always_inline]] inline bool EpollLoop::start(IoOperation& op) noexcept {
   op.loopShutDown = false;
-  op.loopHeapIndex = 0;
+  op.loopTime[0] = 0;  // not in the deadline heap
   if (shutDown_) {
     op.result = -ECANCELED;
     op.loopShutDown = true;
@@ -182,7 +182,7 @@ bool EpollLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, sta
   (write ? fd->writers : fd->readers).append(op);
   ++inFlight_;
   if (op.timeoutNs >= 0) {
-    op.loopDeadline = nowNs() + op.timeoutNs;
+    deadlineOf(op) = nowNs() + op.timeoutNs;
     try {
       heapPush(op);
     } catch (...) {  // std::bad_alloc growing the heap: the operation fails instead
@@ -223,7 +223,7 @@ std::size_t EpollLoop::runFor(std::int64_t timeoutNs) noexcept {
   if (!heap_.empty() && timeoutNs != 0) {
     // Wake for the earliest deadline.
     const std::int64_t untilDeadline =
-        std::max<std::int64_t>(heap_.top()->loopDeadline - nowNs(), 0);
+        std::max<std::int64_t>(deadlineOf(*heap_.top()) - nowNs(), 0);
     timeoutNs = timeoutNs < 0 ? untilDeadline : std::min(timeoutNs, untilDeadline);
   }
   epoll_event events[kMaxEvents];
@@ -282,7 +282,7 @@ inline bool EpollLoop::retry(List& list, bool mayDrain) noexcept {
       // A `whole` operation that moved bytes waits again, still first: for room (data)
       // from now on, so its time limit starts anew (as a new write's would).
       if (op.buffer != from && DeadlineHeap::contains(op)) [[unlikely]] {
-        op.loopDeadline = nowNs() + op.timeoutNs;
+        deadlineOf(op) = nowNs() + op.timeoutNs;
         heap_.update(op);
       }
       return false;
@@ -319,7 +319,7 @@ inline int EpollLoop::wait(epoll_event* events, std::int64_t timeoutNs) noexcept
 inline void EpollLoop::expireDeadlines() noexcept {
   if (heap_.empty()) return;
   const std::int64_t now = nowNs();
-  while (!heap_.empty() && heap_.top()->loopDeadline <= now) {
+  while (!heap_.empty() && deadlineOf(*heap_.top()) <= now) {
     IoOperation& op = *heap_.top();
     unqueue(op);
     op.result = -ETIMEDOUT;

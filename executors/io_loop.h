@@ -150,9 +150,10 @@ struct IoOperation {
   IoOperation* loopPrev = nullptr;
   IoOperation* cancelNext = nullptr;
   std::uint64_t loopKey = 0;
-  std::int64_t loopTime[2] = {0, 0};    // io_uring: the linked timeout's timespec
-  std::size_t loopHeapIndex = 0;        // epoll: position in the deadline heap, 0: none
-  std::int64_t loopDeadline = 0;        // epoll: steady-clock ns
+  // The time limit as the loop keeps it, one pair for both backends: io_uring, the linked
+  // timeout's timespec (seconds, nanoseconds); epoll, the position in its deadline heap
+  // plus 1 (0: none) and the deadline (steady-clock ns).
+  std::int64_t loopTime[2] = {0, 0};
   std::uint32_t loopBuffer = BufferPool::kNone;  // a pool buffer the loop holds for it
   bool loopCancelled = false;           // cancel() reached the loop for this operation
   // 0: not in flight or in flight; 1: a cancellation from another thread is queued;

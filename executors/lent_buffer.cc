@@ -1,6 +1,8 @@
 #include "weft/executors/lent_buffer.h"
 
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <stdexcept>
 
@@ -19,6 +21,9 @@ constexpr std::align_val_t kChunkAlignment{4096};
 
 BufferPool* BufferPool::create(std::size_t bufferSize, std::uint32_t maxBuffers) {
   if (bufferSize == 0) throw std::invalid_argument("weft: a BufferPool's buffers need a size");
+  if (bufferSize > std::numeric_limits<std::uint32_t>::max()) {  // LentBuffer's size_
+    throw std::invalid_argument("weft: a BufferPool's buffers must be smaller than 4 GiB");
+  }
   return new BufferPool(bufferSize, maxBuffers);
 }
 

@@ -42,9 +42,9 @@ class LentBuffer {
   LentBuffer() noexcept = default;
   LentBuffer(LentBuffer&& other) noexcept
       : data_(other.data_),
-        size_(other.size_),
         base_(other.base_),
         pool_(std::exchange(other.pool_, nullptr)),
+        size_(other.size_),
         id_(other.id_) {
     other.data_ = nullptr;
     other.size_ = 0;
@@ -80,14 +80,14 @@ class LentBuffer {
   void consume(std::size_t n) noexcept {
     if (n > size_) n = size_;
     data_ += n;
-    size_ -= n;
+    size_ -= static_cast<std::uint32_t>(n);  // n <= size_
   }
 
   // Keeps the first `n` bytes and drops the rest (what an awaitable that filled a buffer
   // from IoLoop::lendBuffer did not fill); n >= size() changes nothing. The buffer is
   // still held, even at size 0, until reset() or destruction. noexcept: a store.
   void truncate(std::size_t n) noexcept {
-    if (n < size_) size_ = n;
+    if (n < size_) size_ = static_cast<std::uint32_t>(n);
   }
 
   // Gives the buffer back now; the LentBuffer is then empty. Idempotent.
@@ -97,12 +97,19 @@ class LentBuffer {
  private:
   friend class BufferPool;
   LentBuffer(std::byte* data, std::size_t size, BufferPool* pool, std::uint32_t id) noexcept
-      : data_(data), size_(size), base_(data), pool_(pool), id_(id) {}
+      : data_(data),
+        base_(data),
+        pool_(pool),
+        size_(static_cast<std::uint32_t>(size)),  // <= the pool's buffer size (create)
+        id_(id) {}
 
+  // 32 bytes: a LentBuffer lives in the frame of every coroutine waiting in receive(),
+  // beside the operation's own (what an idle connection costs:
+  // docs/design/2026-11-idle-connection-memory.md).
   std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
   std::byte* base_ = nullptr;  // the buffer's start (consume() moves data_)
   BufferPool* pool_ = nullptr;
+  std::uint32_t size_ = 0;
   std::uint32_t id_ = 0;
 };
 
@@ -129,10 +136,10 @@ class BufferPool {
   // lends from, e.g. its io_uring buffer ring), false to leave it on the pool's free list.
   using RecycleFunction = bool (*)(void* context, std::uint32_t id) noexcept;
 
-  // A pool of buffers of `bufferSize` bytes (> 0), owned by the calling thread; at most
-  // `maxBuffers` of them ever exist (grow() fails beyond). Without a recycle function
+  // A pool of buffers of `bufferSize` bytes (> 0, < 4 GiB), owned by the calling thread; at
+  // most `maxBuffers` of them ever exist (grow() fails beyond). Without a recycle function
   // (setRecycle), recycled buffers go to the pool's own free list (take()).
-  // Errors: std::bad_alloc; std::invalid_argument for a zero size.
+  // Errors: std::bad_alloc; std::invalid_argument for a zero size or one of 4 GiB or more.
   static BufferPool* create(std::size_t bufferSize, std::uint32_t maxBuffers);
 
   // The owner is done with the pool: frees it now if no buffer is lent, else when the

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <type_traits>
 
 #include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
@@ -130,7 +131,6 @@ class IoAwaiter {
   bool await_suspend(std::coroutine_handle<> waiter) {
     IoLoop& loop = detail::requireIoLoop(what_);
     op_.complete = &IoAwaiter::onComplete;
-    op_.owner = this;
     waiter_ = waiter;
     if (readsStream(loop)) {
       switch (suspendOnStream(loop)) {
@@ -183,7 +183,7 @@ class IoAwaiter {
 
  private:
   static void onComplete(IoOperation& op) noexcept {
-    IoAwaiter* self = static_cast<Operation&>(op).owner;
+    IoAwaiter* self = awaiterOf(op);
     if (self->reader_.mode != 0) [[unlikely]] {  // a stream read (see the class comment)
       if (streamCompleted(*self)) self->waiter_.resume();
       return;
@@ -192,6 +192,14 @@ class IoAwaiter {
     self->inFlight_ = false;
     detail::untrackWait(self->fdWait_);
     self->waiter_.resume();
+  }
+
+  // The awaiter whose op_ is `op` (its completion's argument). op_ is the first member of
+  // a standard-layout class, so the two share an address: no pointer back beside the
+  // operation, which would take 8 bytes of every frame waiting in an I/O operation.
+  static IoAwaiter* awaiterOf(IoOperation& op) noexcept {
+    static_assert(std::is_standard_layout_v<IoAwaiter>);
+    return reinterpret_cast<IoAwaiter*>(&op);
   }
 
   // For a `whole` operation just completed: true when it moved part of what was left
@@ -280,10 +288,6 @@ class IoAwaiter {
     detail::untrackWait(fdWait_);
   }
 
-  struct Operation : IoOperation {
-    IoAwaiter* owner;
-  };
-
   // A read in its stream's inbox (stream_reads.cc), under the inbox's lock: its place among
   // the stream's readers, how it waits (mode: 0 not in an inbox, then kDirect, kParked,
   // kKernel there), its own opcode (op_ is a kWait while it is parked), and what the
@@ -303,7 +307,8 @@ class IoAwaiter {
   friend struct detail::StreamReads;
   friend struct detail::StreamInbox;
 
-  Operation op_;
+  // First: awaiterOf finds the awaiter at its operation's address.
+  IoOperation op_;
   const char* what_;
   Executor* executor_;
   const CancellationToken* token_;

@@ -185,7 +185,7 @@ class TcpStream {
   // worker moves the armed receive there (io/detail/stream_reads.cc, docs/io.md).
   // Errors: as read(); ENOBUFS (std::system_error) only when memory for buffers runs out.
   ReceiveOperation receive() const noexcept {
-    return {"receive from a TcpStream", fd_, readTimeoutNs_};
+    return {fd_, readTimeoutNs_};
   }
 
   // Reads until `buffer` is full, however many partial reads it takes: one operation on

@@ -36,18 +36,23 @@ inline std::uint64_t eventData(int fd, std::uint64_t generation) noexcept {
   return (generation << 32) | static_cast<std::uint32_t>(fd);
 }
 
-// The deadline heap's view of an operation: by loopDeadline; loopHeapIndex is the
-// position + 1 (0: not in the heap, what submit sets).
+// What the epoll loop keeps of an operation's time limit in IoOperation::loopTime: its
+// deadline (steady-clock ns) in [1], its position in the deadline heap + 1 in [0] (0: not
+// in the heap, what submit sets).
+inline std::int64_t& deadlineOf(IoOperation& op) noexcept { return op.loopTime[1]; }
+inline std::int64_t deadlineOf(const IoOperation& op) noexcept { return op.loopTime[1]; }
+
+// The deadline heap's view of an operation: by deadlineOf, its position as above.
 struct DeadlineOrder {
   static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
   static bool before(const IoOperation& a, const IoOperation& b) noexcept {
-    return a.loopDeadline < b.loopDeadline;
+    return deadlineOf(a) < deadlineOf(b);
   }
   static void setPosition(IoOperation& op, std::size_t i) noexcept {
-    op.loopHeapIndex = i == kNone ? 0 : i + 1;
+    op.loopTime[0] = i == kNone ? 0 : static_cast<std::int64_t>(i + 1);
   }
   static std::size_t position(const IoOperation& op) noexcept {
-    return op.loopHeapIndex == 0 ? kNone : op.loopHeapIndex - 1;
+    return op.loopTime[0] == 0 ? kNone : static_cast<std::size_t>(op.loopTime[0] - 1);
   }
 };
 using DeadlineHeap = IntrusiveHeap<IoOperation, DeadlineOrder>;

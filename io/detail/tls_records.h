@@ -44,12 +44,12 @@ void takeInput(State& s, LentBuffer data);
 // the stream) taken into `input`. The TcpStream's own awaiter, reached through an
 // awaitable of one pointer and with nothing beside it, because every byte here is kept
 // in the frame of each read waiting for data, which is what an idle connection costs:
-// co_await keeps its awaitable in the frame with the awaiter (a ReceiveLentAwaitable is
-// 80 bytes), the LentBuffer it returns would take 40 more, and a State* of the awaiter's
-// own 8 more, which is what puts receive()'s frame past the frame allocator's class of
-// 632 bytes into that of 760. So the State* rides in the operation's `buffer`, which
-// kReceiveLent leaves unused (IoOpcode's contract, executors/io_loop.h: "`buffer` and
-// `length` are not used").
+// co_await keeps its awaitable in the frame with the awaiter (a ReceiveLentAwaitable took
+// 80 bytes when this was written, 16 now), the LentBuffer it returns would take 32 more
+// (40 then), and a State* of the awaiter's own 8 more, which is what put receive()'s
+// frame past the frame allocator's class of 632 bytes into that of 760. So the State*
+// rides in the operation's `buffer`, which kReceiveLent leaves unused (IoOpcode's
+// contract, executors/io_loop.h: "`buffer` and `length` are not used").
 struct ReceiveCiphertext {
   State* s;
 

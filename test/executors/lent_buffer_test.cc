@@ -141,5 +141,10 @@ TEST(LentBufferTest, AZeroSizeIsRefused) {
   EXPECT_THROW(BufferPool::create(0, 10), std::invalid_argument);
 }
 
+TEST(LentBufferTest, ASizeOf4GiBOrMoreIsRefused) {
+  // A LentBuffer keeps its size in 32 bits.
+  EXPECT_THROW(BufferPool::create(std::size_t{1} << 32, 10), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace weft

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -26,6 +27,7 @@
 #include "weft/coro/try.h"
 #include "weft/executors/lent_buffer.h"
 #include "weft/executors/thread_pool.h"
+#include "weft/io/io_awaiter.h"
 #include "weft/io/tcp_listener.h"
 #include "weft/io/tcp_stream.h"
 #include "weft/stackful/await.h"
@@ -47,6 +49,14 @@ using test::errnoOf;
 using test::text;
 
 Lazy<LentBuffer> receiveOnce(TcpStream& stream) { co_return co_await stream.receive(); }
+
+// What a coroutine waiting in receive() keeps in its frame, besides the IoAwaiter: the
+// awaitable (the descriptor and the time limit) and nothing else; the LentBuffer it
+// returns is 32 bytes. An idle connection is mostly that frame
+// (docs/design/2026-11-idle-connection-memory.md).
+static_assert(sizeof(TcpStream::ReceiveOperation) == 2 * sizeof(std::int64_t));
+static_assert(sizeof(TcpStream::ReceiveOperation::Awaiter) == sizeof(IoAwaiter));
+static_assert(sizeof(LentBuffer) == 3 * sizeof(void*) + 2 * sizeof(std::uint32_t));
 
 class TcpStreamReceiveTest : public test::IoLeakCheckedTest {};
 
