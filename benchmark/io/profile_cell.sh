@@ -58,7 +58,15 @@ else
     -p "${server}" -- sleep "${duration}" 2>/dev/null
 fi
 wait "${client}"
+# The counters are dumped (callgrind) or read (perf): the server need not stop cleanly. A
+# server under valgrind may not act on SIGTERM within any useful time, so it gets 10 s to
+# stop, then SIGKILL.
 kill -TERM "${server}" 2>/dev/null || true
+for ((i = 0; i < 100; i++)); do
+  kill -0 "${server}" 2>/dev/null || break
+  sleep 0.1
+done
+kill -KILL "${server}" 2>/dev/null || true
 wait "${server}" 2>/dev/null || true
 trap - EXIT
 requests="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["requests"])' "${out}/${name}.loadgen.json")"
