@@ -3,7 +3,8 @@
 //                             accepting, lets connections finish (5 s at most), cancels
 //                             the rest, and exits 0.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
-// READ_TIMEOUT_MS (close a connection idle that long; default: never).
+// READ_TIMEOUT_MS (close a connection idle that long; default: never), SHUTDOWN_GRACE_MS
+// (what a stop leaves connections to finish; default 5000).
 // The handler and the accept loop are in echo_server.h; echo_server_test.cc tests them in
 // virtual time, over connections with faults (weft::testing).
 #include <csignal>
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   if (const char* timeout = std::getenv("READ_TIMEOUT_MS")) {
     options.idleTimeout = std::chrono::milliseconds(std::atol(timeout));
   }
+  options.shutdownGrace = shutdownGrace(options.shutdownGrace);
   std::printf("echo_server: 127.0.0.1:%d, %s, %zu thread(s)\n", listener.localAddress().port(),
               weft::ioBackendName(pool.ioBackend()).data(), pool.threadCount());
   std::fflush(stdout);

@@ -3,7 +3,8 @@
 //   fiber_echo_server PORT    serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
 //                             accepting, lets connections finish (5 s at most), cancels
 //                             the rest, and exits 0.
-// Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
+// Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
+// SHUTDOWN_GRACE_MS (what a stop leaves connections to finish; default 5000).
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
     auto inFiber = [](weft::TcpStream stream) {
       return weft::inFiber([s = std::move(stream)]() mutable { echo(std::move(s)); });
     };
-    return serveConnections(listener, inFiber, std::move(stop), 5s);
+    return serveConnections(listener, inFiber, std::move(stop), shutdownGrace(5s));
   });
   std::printf("fiber_echo_server: stopped by signal %d\n", signal);
   return 0;

@@ -4,7 +4,8 @@
 //   http_hello PORT           serves 127.0.0.1:PORT until SIGINT or SIGTERM, then stops
 //                             accepting, lets connections finish (5 s at most), cancels
 //                             the rest, and exits 0.
-// Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
+// Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
+// SHUTDOWN_GRACE_MS (what a stop leaves connections to finish; default 5000).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   const int signal = runUntilSignal(pool, signals, [&](weft::CancellationToken stop) {
-    return serveConnections(listener, serve, std::move(stop), 5s);
+    return serveConnections(listener, serve, std::move(stop), shutdownGrace(5s));
   });
   std::printf("http_hello: stopped by signal %d\n", signal);
   return 0;

@@ -5,7 +5,8 @@
 //   https_hello PORT CHAIN.pem KEY.pem    serves 127.0.0.1:PORT with that certificate
 //                                         chain (the leaf first) and its private key
 // A client that stalls in the handshake or between requests is dropped after 10 s.
-// Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll).
+// Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
+// SHUTDOWN_GRACE_MS (what a stop leaves connections to finish; default 5000).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
 
   const int signal = runUntilSignal(pool, signals, [&](weft::CancellationToken stop) {
     auto handler = [&context](weft::TcpStream stream) { return serve(std::move(stream), context); };
-    return serveConnections(listener, handler, std::move(stop), 5s);
+    return serveConnections(listener, handler, std::move(stop), shutdownGrace(5s));
   });
   std::printf("https_hello: stopped by signal %d\n", signal);
   return 0;

@@ -5,7 +5,8 @@
 //                                            chain (the leaf first) and its private key
 // A client that stalls in the handshake is dropped after 10 s.
 // Environment: WEFT_THREADS (workers, default 1), WEFT_IO_BACKEND (io_uring or epoll),
-// READ_TIMEOUT_MS (close a connection idle that long after its handshake; default: never).
+// READ_TIMEOUT_MS (close a connection idle that long after its handshake; default: never),
+// SHUTDOWN_GRACE_MS (what a stop leaves connections to finish; default 5000).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
 
   const int signal = runUntilSignal(pool, signals, [&](weft::CancellationToken stop) {
     auto handler = [&context](weft::TcpStream stream) { return echo(std::move(stream), context); };
-    return serveConnections(listener, handler, std::move(stop), 5s);
+    return serveConnections(listener, handler, std::move(stop), shutdownGrace(5s));
   });
   std::printf("tls_echo_server: stopped by signal %d\n", signal);
   return 0;
