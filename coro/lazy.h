@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/take_result.h"
 #include "weft/coro/detail/task_registry.h"
 #include "weft/coro/try.h"
 #include "weft/executors/executor.h"

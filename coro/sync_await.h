@@ -14,6 +14,7 @@
 #include "weft/coro/await_result.h"
 #include "weft/coro/detail/await_in_lazy.h"
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/take_result.h"
 #include "weft/coro/detail/task_registry.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/task.h"

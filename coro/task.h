@@ -10,6 +10,7 @@
 #include "weft/coro/awaitable_support.h"
 #include "weft/coro/cancellation.h"
 #include "weft/coro/detail/lazy_promise.h"
+#include "weft/coro/detail/take_result.h"
 #include "weft/coro/lazy.h"
 #include "weft/coro/try.h"
 #include "weft/executors/executor.h"

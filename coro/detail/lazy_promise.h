@@ -489,17 +489,5 @@ class LazyPromise<void> final : public LazyPromiseBase {
   Try<void> result_;
 };
 
-// What `co_await` of a finished Lazy or Task returns: the value the coroutine returned,
-// moved out of its promise (nothing for void, the reference for T&), or what it threw,
-// rethrown.
-template <class T>
-T takeResult(LazyPromise<T>& promise) {
-  if constexpr (std::is_void_v<T>) {
-    promise.result_.value();
-  } else {
-    return std::move(promise.result_).value();
-  }
-}
-
 }  // namespace detail
 }  // namespace weft
