@@ -143,7 +143,8 @@ class Fiber {
       : core_(detail::FiberCore::create<detail::PlainFiberBox<T, std::decay_t<F>>>(
             std::forward<Stack>(stack), options, std::forward<F>(fn))) {}
 
-  // Moves leave `other` empty; assigning over a fiber destroys it first, as ~Fiber does.
+  // Moves leave `other` empty; assigning takes `other`'s fiber, then destroys the one held
+  // before, as ~Fiber does.
   Fiber(Fiber&& other) noexcept = default;
   Fiber& operator=(Fiber&& other) noexcept = default;
   // Unwinds a suspended fiber, then frees it (see the class comment).
