@@ -144,19 +144,49 @@ class UringLoop final : public IoLoopBase {
     kParked,  // a kWait, on parked_
     kReady,   // on ready_: ended without reaching the kernel, completion not yet run
   };
+  // 24 bytes: every operation in flight holds one, and the table keeps as many as were
+  // ever in flight at once (an idle connection's armed receive holds one).
   struct Slot {
     IoOperation* op = nullptr;
     std::uint32_t generation = 0;
-    std::uint32_t nextFree = 0;
+    union {
+      std::uint32_t nextFree = 0;  // free (op null): the next free slot
+      std::uint32_t timerTail;     // in use, `timer` set: the submission queue's tail just
+                                   // past its timer's entry
+    };
     std::uint32_t lane = kNoLane;  // the operation's lane, or kNoLane
     Where where = Where::kKernel;
     bool timer = false;  // the operation's own timer is in the kernel (kTimerBit)
     bool arrived = false;  // a kReceiveMultishot has delivered an arrival
-    std::uint32_t timerTail = 0;  // the submission queue's tail just past its timer's entry
   };
-  // Operations linked through loopNext/loopPrev: a lane (the head in the kernel, the
-  // others queued behind it) or ready_.
+  static_assert(sizeof(Slot) == 24);
+  // Operations linked through loopNext/loopPrev: ready_ or parked_.
   using List = IoOperationList;
+  // A lane: its head in the kernel, the others queued behind it (loopNext/loopPrev), in
+  // order. Its head alone: the table holds two per descriptor number whether it is used or
+  // not, and an operation rarely queues (a second one in the same direction on the same
+  // descriptor), so append walks to the tail rather than every lane keeping one.
+  struct Lane {
+    IoOperation* head = nullptr;
+
+    void append(IoOperation& op) noexcept {
+      op.loopNext = nullptr;
+      IoOperation* tail = head;
+      if (tail == nullptr) {
+        op.loopPrev = nullptr;
+        head = &op;
+        return;
+      }
+      while (tail->loopNext != nullptr) tail = tail->loopNext;
+      op.loopPrev = tail;
+      tail->loopNext = &op;
+    }
+    void remove(IoOperation& op) noexcept {
+      (op.loopPrev == nullptr ? head : op.loopPrev->loopNext) = op.loopNext;
+      if (op.loopNext != nullptr) op.loopNext->loopPrev = op.loopPrev;
+      op.loopNext = op.loopPrev = nullptr;
+    }
+  };
 
   static std::uint32_t indexOf(std::uint64_t key) noexcept {
     return static_cast<std::uint32_t>(key);
@@ -199,12 +229,12 @@ class UringLoop final : public IoLoopBase {
   bool holdSlot(IoOperation& op, std::uint32_t lane, Where where) noexcept;
   bool enqueue(IoOperation& op, std::uint32_t lane) noexcept;
 
-  // The list an operation that holds a slot but is not in the kernel is on.
-  List& listOf(const Slot& slot) noexcept {
+  // Takes `op`, which holds `slot` but is not in the kernel, off the lane or list it is on.
+  void unlist(const Slot& slot, IoOperation& op) noexcept {
     switch (slot.where) {
-      case Where::kQueued: return lanes_[slot.lane];
-      case Where::kParked: return parked_;
-      default: return ready_;
+      case Where::kQueued: lanes_[slot.lane].remove(op); return;
+      case Where::kParked: parked_.remove(op); return;
+      default: ready_.remove(op); return;
     }
   }
 
@@ -213,7 +243,7 @@ class UringLoop final : public IoLoopBase {
   inline bool multishotCompletion(IoOperation& op, Slot& slot, int& res,
                                   std::uint32_t flags) noexcept;
   void leaveLane(IoOperation& op, std::uint32_t index) noexcept;
-  [[gnu::noinline]] void promote(List& lane) noexcept;
+  [[gnu::noinline]] void promote(Lane& lane) noexcept;
 
   // Puts `op` (holding a slot, in no list) on ready_ with its result set.
   void makeReady(IoOperation& op) noexcept {
@@ -288,7 +318,7 @@ class UringLoop final : public IoLoopBase {
   bool multishot_ = false;      // kReceiveMultishot is served (multishotReceive())
   io_uring ring_{};
   std::vector<Slot> slots_;
-  std::vector<List> lanes_;  // indexed by lane number (2 * fd + direction)
+  std::vector<Lane> lanes_;  // indexed by lane number (2 * fd + direction)
   std::uint32_t laneCount_ = 0;  // lanes_.size()
   List ready_;
   List parked_;  // kWait operations

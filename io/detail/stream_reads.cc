@@ -67,9 +67,12 @@
 // own, so that no byte is skipped, and that is its last arrival): what it received is
 // kept in order; the next receive() arms again. Cancelled (the bound, a read(), a hand-
 // over, close, the loop's shutdown), it ends with what arrived before. close() cancels it
-// like every wait on the descriptor (it is tracked as one) and the descriptor is closed,
-// and the inbox freed with the buffers it held, when the last wait has ended; a direct
-// reader then ends with ECANCELED, and one of a loop that shut down with ExecutorShutDown.
+// like every wait on the descriptor (it is not in the descriptor's list of waits, which
+// would cost an idle stream an FdWait: closeDescriptor finds it through the inbox, and a
+// released stream's through FdEntry::orphanedRequest) and the descriptor is closed, and
+// the inbox freed with the buffers it held, when the last wait and the request have
+// ended; a direct reader then ends with ECANCELED, and one of a loop that shut down with
+// ExecutorShutDown.
 //
 // Thread safety: everything in an inbox is read and written under its entry's lock; a
 // reader's own operation is only submitted, withdrawn and completed on its loop's thread.
