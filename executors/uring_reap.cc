@@ -45,11 +45,11 @@ inline bool UringLoop::multishotCompletion(IoOperation& op, Slot& slot, int& res
 // `op`, the head of lane `index`, leaves it (completed, or withdrawn).
 void UringLoop::leaveLane(IoOperation& op, std::uint32_t index) noexcept {
   Lane& lane = lanes_[index];
-  IoOperation* next = op.loopNext;
-  lane.head = next;
-  if (next == nullptr) [[likely]] return;
-  next->loopPrev = nullptr;
-  op.loopNext = nullptr;
+  if (op.loopNext == nullptr) [[likely]] {  // alone
+    lane.head = nullptr;
+    return;
+  }
+  lane.remove(op);
   promote(lane);
 }
 

@@ -64,8 +64,7 @@ bool UringLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, sta
   io_uring_sqe_set_data64(sqe, op.loopKey);
   if (timed) linkTimeout(sqe, op);  // room was made above
   if (lane != kNoLane) {  // alone in its lane
-    op.loopNext = op.loopPrev = nullptr;
-    lanes_[lane].head = &op;
+    lanes_[lane].start(op);
   }
   ++inFlight_;
   return false;

@@ -162,28 +162,37 @@ class UringLoop final : public IoLoopBase {
   static_assert(sizeof(Slot) == 24);
   // Operations linked through loopNext/loopPrev: ready_ or parked_.
   using List = IoOperationList;
-  // A lane: its head in the kernel, the others queued behind it (loopNext/loopPrev), in
-  // order. Its head alone: the table holds two per descriptor number whether it is used or
-  // not, and an operation rarely queues (a second one in the same direction on the same
-  // descriptor), so append walks to the tail rather than every lane keeping one.
+  // A lane: its head in the kernel, the others queued behind it, in order, linked through
+  // loopNext (forward, ending in nullptr) and loopPrev (backward, and the head's loopPrev is
+  // the tail: the backward links are a ring). The head alone is kept: the table holds two
+  // lanes per descriptor number whether they are used or not, and the tail is one step
+  // from the head.
   struct Lane {
     IoOperation* head = nullptr;
 
-    void append(IoOperation& op) noexcept {
+    // `op` alone in the lane (an empty one).
+    void start(IoOperation& op) noexcept {
       op.loopNext = nullptr;
-      IoOperation* tail = head;
-      if (tail == nullptr) {
-        op.loopPrev = nullptr;
-        head = &op;
-        return;
-      }
-      while (tail->loopNext != nullptr) tail = tail->loopNext;
+      op.loopPrev = &op;
+      head = &op;
+    }
+    void append(IoOperation& op) noexcept {
+      if (head == nullptr) return start(op);
+      IoOperation* tail = head->loopPrev;
+      op.loopNext = nullptr;
       op.loopPrev = tail;
       tail->loopNext = &op;
+      head->loopPrev = &op;
     }
     void remove(IoOperation& op) noexcept {
-      (op.loopPrev == nullptr ? head : op.loopPrev->loopNext) = op.loopNext;
-      if (op.loopNext != nullptr) op.loopNext->loopPrev = op.loopPrev;
+      IoOperation* next = op.loopNext;
+      if (&op == head) {
+        head = next;
+        if (next != nullptr) next->loopPrev = op.loopPrev;  // the tail
+      } else {
+        op.loopPrev->loopNext = next;
+        (next != nullptr ? next : head)->loopPrev = op.loopPrev;  // the tail, if `op` was
+      }
       op.loopNext = op.loopPrev = nullptr;
     }
   };
