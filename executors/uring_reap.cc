@@ -42,13 +42,9 @@ inline bool UringLoop::multishotCompletion(IoOperation& op, Slot& slot, int& res
   return false;
 }
 
-// `op`, the head of lane `index`, leaves it (completed, or withdrawn).
-void UringLoop::leaveLane(IoOperation& op, std::uint32_t index) noexcept {
+// leaveLane's case of a lane with operations queued behind its head `op`.
+void UringLoop::leaveLaneToNext(IoOperation& op, std::uint32_t index) noexcept {
   Lane& lane = lanes_[index];
-  if (op.loopNext == nullptr) [[likely]] {  // alone
-    lane.head = nullptr;
-    return;
-  }
   lane.remove(op);
   promote(lane);
 }

@@ -251,7 +251,16 @@ class UringLoop final : public IoLoopBase {
   [[gnu::noinline]] bool submitMultishot(IoOperation& op) noexcept;
   inline bool multishotCompletion(IoOperation& op, Slot& slot, int& res,
                                   std::uint32_t flags) noexcept;
-  void leaveLane(IoOperation& op, std::uint32_t index) noexcept;
+  // `op`, the head of lane `index`, leaves it (completed, or withdrawn); the next in the
+  // lane, if any, goes to the kernel (out of line: an operation rarely has one behind it).
+  [[gnu::always_inline]] void leaveLane(IoOperation& op, std::uint32_t index) noexcept {
+    if (op.loopNext == nullptr) [[likely]] {  // alone
+      lanes_[index].head = nullptr;
+      return;
+    }
+    leaveLaneToNext(op, index);
+  }
+  [[gnu::noinline]] void leaveLaneToNext(IoOperation& op, std::uint32_t index) noexcept;
   [[gnu::noinline]] void promote(Lane& lane) noexcept;
 
   // Puts `op` (holding a slot, in no list) on ready_ with its result set.

@@ -84,7 +84,13 @@ struct DeferredClose {
 // entry still closing.
 void trackLocked(FdEntry& entry, FdWait& wait) noexcept;
 void unlinkLocked(FdEntry& entry, FdWait& wait) noexcept;
-[[nodiscard]] DeferredClose closeIfDoneLocked(FdEntry& entry, int fd) noexcept;
+// closeIfDoneLocked's work once the entry is closing (out of line: every wait that ends
+// asks, and almost none finds a close pending).
+[[nodiscard]] DeferredClose closeIfLastLocked(FdEntry& entry, int fd) noexcept;
+[[nodiscard]] inline DeferredClose closeIfDoneLocked(FdEntry& entry, int fd) noexcept {
+  if (!entry.closing) [[likely]] return {};
+  return closeIfLastLocked(entry, fd);
+}
 [[nodiscard]] inline DeferredClose untrackLocked(FdEntry& entry, FdWait& wait) noexcept {
   unlinkLocked(entry, wait);
   return closeIfDoneLocked(entry, wait.op->fd);

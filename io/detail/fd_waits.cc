@@ -80,9 +80,9 @@ void unlinkLocked(FdEntry& entry, FdWait& wait) noexcept {
   wait.next = wait.prev = nullptr;
 }
 
-DeferredClose closeIfDoneLocked(FdEntry& entry, int fd) noexcept {
+DeferredClose closeIfLastLocked(FdEntry& entry, int fd) noexcept {
   DeferredClose deferred;
-  if (entry.closing && entry.head == nullptr && !requestInFlightLocked(entry)) {
+  if (entry.head == nullptr && !requestInFlightLocked(entry)) {
     entry.closing = false;
     deferred.fd = fd;
     deferred.inbox = entry.inbox.exchange(nullptr, std::memory_order_relaxed);  // under the lock
