@@ -20,7 +20,8 @@
 //  - receives raced by withTimeout and by the read time limit, with arrivals from another
 //    thread: every byte once, in order, and every buffer back;
 //  - destroying a receive that waits on one loop while the armed request is on another;
-//  - release() after receive().
+//  - release() after receive(); a stream that adopts the released descriptor before the
+//    released stream's receive has ended reads it and closes it.
 
 #include <sys/socket.h>
 #include <sys/wait.h>
