@@ -175,7 +175,7 @@ void UringLoop::shutdown() noexcept {
     op.loopShutDown = true;
     makeReady(op);
   }
-  for (List& lane : lanes_) {
+  for (Lane& lane : lanes_) {
     while (lane.head != nullptr && lane.head->loopNext != nullptr) {
       IoOperation& op = *lane.head->loopNext;
       lane.remove(op);

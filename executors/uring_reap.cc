@@ -42,17 +42,10 @@ inline bool UringLoop::multishotCompletion(IoOperation& op, Slot& slot, int& res
   return false;
 }
 
-// `op`, the head of lane `index`, leaves it (completed, or withdrawn).
-void UringLoop::leaveLane(IoOperation& op, std::uint32_t index) noexcept {
-  List& lane = lanes_[index];
-  IoOperation* next = op.loopNext;
-  lane.head = next;
-  if (next == nullptr) [[likely]] {
-    lane.tail = nullptr;
-    return;
-  }
-  next->loopPrev = nullptr;
-  op.loopNext = nullptr;
+// leaveLane's case of a lane with operations queued behind its head `op`.
+void UringLoop::leaveLaneToNext(IoOperation& op, std::uint32_t index) noexcept {
+  Lane& lane = lanes_[index];
+  lane.remove(op);
   promote(lane);
 }
 
@@ -172,7 +165,7 @@ void UringLoop::timerExpired(std::uint64_t key, int res) noexcept {
   slot.timer = false;
   IoOperation& op = *slot.op;
   if (slot.where == Where::kQueued || slot.where == Where::kParked) {
-    listOf(slot).remove(op);
+    unlist(slot, op);
     op.result = -ETIMEDOUT;
     makeReady(op);
   } else if (slot.where == Where::kKernel) {

@@ -64,8 +64,7 @@ bool UringLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, sta
   io_uring_sqe_set_data64(sqe, op.loopKey);
   if (timed) linkTimeout(sqe, op);  // room was made above
   if (lane != kNoLane) {  // alone in its lane
-    op.loopNext = op.loopPrev = nullptr;
-    lanes_[lane].head = lanes_[lane].tail = &op;
+    lanes_[lane].start(op);
   }
   ++inFlight_;
   return false;
@@ -84,7 +83,7 @@ bool UringLoop::withdraw(IoOperation& op) noexcept {
     // epoll's ready ops.
     const bool neverTookEffect = slot.where != Where::kReady;
     const bool timer = slot.timer && !consumed(slot.timerTail);
-    listOf(slot).remove(op);
+    unlist(slot, op);
     retire(op, index);
     releaseHeldBuffer(op);
     // The kernel may not have read its timer's entry yet, which points into `op`.
@@ -187,7 +186,7 @@ bool UringLoop::enqueue(IoOperation& op, std::uint32_t lane) noexcept {
 // The head of `lane` goes to the kernel. One that finds no submission queue entry fails
 // as submit would, and the next goes. Out of line: the common path (one operation per
 // lane) never comes here.
-[[gnu::noinline]] void UringLoop::promote(List& lane) noexcept {
+[[gnu::noinline]] void UringLoop::promote(Lane& lane) noexcept {
   while (IoOperation* next = lane.head) {
     // No linked timeout: its own timer, armed when it queued, keeps running.
     if (io_uring_sqe* sqe = nextSqe(); sqe != nullptr) {
@@ -321,7 +320,7 @@ void UringLoop::cancelLocal(IoOperation& op) noexcept {
     if (slots_[index].where == Where::kReady) return;  // completing already
     // Queued or parked: it never reached the kernel, and ends now (its completion runs
     // from run()).
-    listOf(slots_[index]).remove(op);
+    unlist(slots_[index], op);
     op.result = -ECANCELED;
     op.loopCancelled = true;
     makeReady(op);

@@ -144,19 +144,58 @@ class UringLoop final : public IoLoopBase {
     kParked,  // a kWait, on parked_
     kReady,   // on ready_: ended without reaching the kernel, completion not yet run
   };
+  // 24 bytes: every operation in flight holds one, and the table keeps as many as were
+  // ever in flight at once (an idle connection's armed receive holds one).
   struct Slot {
     IoOperation* op = nullptr;
     std::uint32_t generation = 0;
-    std::uint32_t nextFree = 0;
+    union {
+      std::uint32_t nextFree = 0;  // free (op null): the next free slot
+      std::uint32_t timerTail;     // in use, `timer` set: the submission queue's tail just
+                                   // past its timer's entry
+    };
     std::uint32_t lane = kNoLane;  // the operation's lane, or kNoLane
     Where where = Where::kKernel;
     bool timer = false;  // the operation's own timer is in the kernel (kTimerBit)
     bool arrived = false;  // a kReceiveMultishot has delivered an arrival
-    std::uint32_t timerTail = 0;  // the submission queue's tail just past its timer's entry
   };
-  // Operations linked through loopNext/loopPrev: a lane (the head in the kernel, the
-  // others queued behind it) or ready_.
+  static_assert(sizeof(Slot) == 24);
+  // Operations linked through loopNext/loopPrev: ready_ or parked_.
   using List = IoOperationList;
+  // A lane: its head in the kernel, the others queued behind it, in order, linked through
+  // loopNext (forward, ending in nullptr) and loopPrev (backward, and the head's loopPrev is
+  // the tail: the backward links are a ring). The head alone is kept: the table holds two
+  // lanes per descriptor number whether they are used or not, and the tail is one step
+  // from the head.
+  struct Lane {
+    IoOperation* head = nullptr;
+
+    // `op` alone in the lane (an empty one).
+    void start(IoOperation& op) noexcept {
+      op.loopNext = nullptr;
+      op.loopPrev = &op;
+      head = &op;
+    }
+    void append(IoOperation& op) noexcept {
+      if (head == nullptr) return start(op);
+      IoOperation* tail = head->loopPrev;
+      op.loopNext = nullptr;
+      op.loopPrev = tail;
+      tail->loopNext = &op;
+      head->loopPrev = &op;
+    }
+    void remove(IoOperation& op) noexcept {
+      IoOperation* next = op.loopNext;
+      if (&op == head) {
+        head = next;
+        if (next != nullptr) next->loopPrev = op.loopPrev;  // the tail
+      } else {
+        op.loopPrev->loopNext = next;
+        (next != nullptr ? next : head)->loopPrev = op.loopPrev;  // the tail, if `op` was
+      }
+      op.loopNext = op.loopPrev = nullptr;
+    }
+  };
 
   static std::uint32_t indexOf(std::uint64_t key) noexcept {
     return static_cast<std::uint32_t>(key);
@@ -199,12 +238,12 @@ class UringLoop final : public IoLoopBase {
   bool holdSlot(IoOperation& op, std::uint32_t lane, Where where) noexcept;
   bool enqueue(IoOperation& op, std::uint32_t lane) noexcept;
 
-  // The list an operation that holds a slot but is not in the kernel is on.
-  List& listOf(const Slot& slot) noexcept {
+  // Takes `op`, which holds `slot` but is not in the kernel, off the lane or list it is on.
+  void unlist(const Slot& slot, IoOperation& op) noexcept {
     switch (slot.where) {
-      case Where::kQueued: return lanes_[slot.lane];
-      case Where::kParked: return parked_;
-      default: return ready_;
+      case Where::kQueued: lanes_[slot.lane].remove(op); return;
+      case Where::kParked: parked_.remove(op); return;
+      default: ready_.remove(op); return;
     }
   }
 
@@ -212,8 +251,17 @@ class UringLoop final : public IoLoopBase {
   [[gnu::noinline]] bool submitMultishot(IoOperation& op) noexcept;
   inline bool multishotCompletion(IoOperation& op, Slot& slot, int& res,
                                   std::uint32_t flags) noexcept;
-  void leaveLane(IoOperation& op, std::uint32_t index) noexcept;
-  [[gnu::noinline]] void promote(List& lane) noexcept;
+  // `op`, the head of lane `index`, leaves it (completed, or withdrawn); the next in the
+  // lane, if any, goes to the kernel (out of line: an operation rarely has one behind it).
+  [[gnu::always_inline]] void leaveLane(IoOperation& op, std::uint32_t index) noexcept {
+    if (op.loopNext == nullptr) [[likely]] {  // alone
+      lanes_[index].head = nullptr;
+      return;
+    }
+    leaveLaneToNext(op, index);
+  }
+  [[gnu::noinline]] void leaveLaneToNext(IoOperation& op, std::uint32_t index) noexcept;
+  [[gnu::noinline]] void promote(Lane& lane) noexcept;
 
   // Puts `op` (holding a slot, in no list) on ready_ with its result set.
   void makeReady(IoOperation& op) noexcept {
@@ -288,7 +336,7 @@ class UringLoop final : public IoLoopBase {
   bool multishot_ = false;      // kReceiveMultishot is served (multishotReceive())
   io_uring ring_{};
   std::vector<Slot> slots_;
-  std::vector<List> lanes_;  // indexed by lane number (2 * fd + direction)
+  std::vector<Lane> lanes_;  // indexed by lane number (2 * fd + direction)
   std::uint32_t laneCount_ = 0;  // lanes_.size()
   List ready_;
   List parked_;  // kWait operations

@@ -19,6 +19,11 @@ struct StreamInbox;
 struct FdEntry {
   std::atomic<bool> locked{false};
   bool closing = false;     // closeDescriptor() came while waits were pending
+  // A released stream's receive (TcpStream::release()) is still ending: its inbox is no
+  // longer `inbox`, and until its last completion it counts as a read in flight (a new
+  // owner's receive() arms none beside it) and as a wait that a close waits for. At most
+  // one: a new owner cannot arm, and so cannot release, another while it is set.
+  bool orphanedRequest = false;
   FdWait* head = nullptr;   // the waits, newest first
   // The stream's inbox, or nullptr. Written under the lock; read without it only as a
   // hint (streamReadsActive): acquire/release so that a reader that sees it sees it built.
@@ -79,7 +84,13 @@ struct DeferredClose {
 // entry still closing.
 void trackLocked(FdEntry& entry, FdWait& wait) noexcept;
 void unlinkLocked(FdEntry& entry, FdWait& wait) noexcept;
-[[nodiscard]] DeferredClose closeIfDoneLocked(FdEntry& entry, int fd) noexcept;
+// closeIfDoneLocked's work once the entry is closing (out of line: every wait that ends
+// asks, and almost none finds a close pending).
+[[nodiscard]] DeferredClose closeIfLastLocked(FdEntry& entry, int fd) noexcept;
+[[nodiscard]] inline DeferredClose closeIfDoneLocked(FdEntry& entry, int fd) noexcept {
+  if (!entry.closing) [[likely]] return {};
+  return closeIfLastLocked(entry, fd);
+}
 [[nodiscard]] inline DeferredClose untrackLocked(FdEntry& entry, FdWait& wait) noexcept {
   unlinkLocked(entry, wait);
   return closeIfDoneLocked(entry, wait.op->fd);

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "weft/io/detail/fd_entry.h"
+#include "weft/io/detail/stream_inbox.h"
 
 namespace weft::detail {
 
@@ -24,6 +25,16 @@ void retireAndClose(int fd) noexcept {
 void cancelForClose(FdWait& wait) noexcept {
   wait.closed = true;
   wait.loop->cancel(*wait.op);
+}
+
+// Whether the descriptor's stream has its receive in the kernel (armed, or cancelled and
+// its last completion still to come): a wait of the descriptor's that is not in its list
+// (stream_inbox.h), which a close waits for as for the others; so is a released stream's
+// receive that is still ending (FdEntry::orphanedRequest). With the entry's lock held.
+bool requestInFlightLocked(const FdEntry& entry) noexcept {
+  if (entry.orphanedRequest) return true;
+  const StreamInbox* in = entry.inbox.load(std::memory_order_relaxed);  // under the lock
+  return in != nullptr && in->state != StreamInbox::State::kIdle;
 }
 
 }  // namespace
@@ -69,9 +80,9 @@ void unlinkLocked(FdEntry& entry, FdWait& wait) noexcept {
   wait.next = wait.prev = nullptr;
 }
 
-DeferredClose closeIfDoneLocked(FdEntry& entry, int fd) noexcept {
+DeferredClose closeIfLastLocked(FdEntry& entry, int fd) noexcept {
   DeferredClose deferred;
-  if (entry.closing && entry.head == nullptr) {
+  if (entry.head == nullptr && !requestInFlightLocked(entry)) {
     entry.closing = false;
     deferred.fd = fd;
     deferred.inbox = entry.inbox.exchange(nullptr, std::memory_order_relaxed);  // under the lock
@@ -115,10 +126,12 @@ void closeDescriptor(int fd) noexcept {
   DeferredClose deferred;
   {
     FdEntryLock lock(entry);
-    if (entry.head != nullptr) {
+    if (entry.head != nullptr || requestInFlightLocked(entry)) {
       entry.closing = true;
       for (FdWait* wait = entry.head; wait != nullptr; wait = wait->next) cancelForClose(*wait);
-      return;  // the last untrackWait closes it
+      // The stream's armed receive ends too (one that is ending already was cancelled).
+      if (StreamInbox* in = entry.inbox.load(std::memory_order_relaxed)) StreamReads::disarm(*in);
+      return;  // the last untrackWait, or the request's last completion, closes it
     }
     deferred.fd = fd;
     deferred.inbox = entry.inbox.exchange(nullptr, std::memory_order_relaxed);  // under the lock

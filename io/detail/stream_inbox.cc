@@ -66,6 +66,7 @@ void releaseDescriptor(int fd) noexcept {
         drop = in;
       } else {
         in->orphaned = true;  // its last completion frees it
+        entry.orphanedRequest = true;  // a read in flight until then (FdEntry)
         StreamReads::disarm(*in);
       }
     }

@@ -67,9 +67,12 @@
 // own, so that no byte is skipped, and that is its last arrival): what it received is
 // kept in order; the next receive() arms again. Cancelled (the bound, a read(), a hand-
 // over, close, the loop's shutdown), it ends with what arrived before. close() cancels it
-// like every wait on the descriptor (it is tracked as one) and the descriptor is closed,
-// and the inbox freed with the buffers it held, when the last wait has ended; a direct
-// reader then ends with ECANCELED, and one of a loop that shut down with ExecutorShutDown.
+// like every wait on the descriptor (it is not in the descriptor's list of waits, which
+// would cost an idle stream an FdWait: closeDescriptor finds it through the inbox, and a
+// released stream's through FdEntry::orphanedRequest) and the descriptor is closed, and
+// the inbox freed with the buffers it held, when the last wait and the request have
+// ended; a direct reader then ends with ECANCELED, and one of a loop that shut down with
+// ExecutorShutDown.
 //
 // Thread safety: everything in an inbox is read and written under its entry's lock; a
 // reader's own operation is only submitted, withdrawn and completed on its loop's thread.
@@ -179,6 +182,7 @@ void StreamReads::disarm(StreamInbox& in) noexcept {
 // existed): the head then receives with an operation of its own, ordered after it on
 // the same loop, rather than arming a request that the kernel would serve beside it.
 bool StreamReads::otherReadInFlight(const FdEntry& entry) noexcept {
+  if (entry.orphanedRequest) return true;  // a released stream's receive, still ending
   for (const FdWait* wait = entry.head; wait != nullptr; wait = wait->next) {
     if (isRead(wait->op->opcode)) return true;
   }
@@ -187,7 +191,7 @@ bool StreamReads::otherReadInFlight(const FdEntry& entry) noexcept {
 
 // Arms a request on `loop`. 0 when armed; else the loop refused it at once: its result
 // (-EOPNOTSUPP: the loop keeps no requests after all; -ECANCELED after its shutdown).
-int StreamReads::arm(FdEntry& entry, StreamInbox& in, IoLoop& loop) noexcept {
+int StreamReads::arm(StreamInbox& in, IoLoop& loop) noexcept {
   IoOperation& request = in;  // the inbox is its stream's request
   request.opcode = IoOpcode::kReceiveMultishot;
   request.flags = 0;
@@ -196,11 +200,11 @@ int StreamReads::arm(FdEntry& entry, StreamInbox& in, IoLoop& loop) noexcept {
   request.ownerRetiresFd = true;
   request.complete = &StreamReads::onRequest;
   if (loop.submit(request)) return request.result < 0 ? static_cast<int>(request.result) : -EIO;
+  // Not tracked as a wait on the descriptor: closeDescriptor finds it through the entry's
+  // inbox (requestInFlightLocked), and activate, the only caller, never arms once a close
+  // has come (entry.closing).
   in.state = State::kArmed;
-  in.requestWait.loop = &loop;
-  in.requestWait.op = &request;
-  in.requestWait.closed = false;
-  trackLocked(entry, in.requestWait);
+  in.requestLoop = &loop;
   return 0;
 }
 
@@ -296,7 +300,7 @@ bool StreamReads::activate(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop
   if (in.state == State::kIdle) {
     if (opcode == IoOpcode::kReceiveLent && loop.multishotReceive() &&
         !otherReadInFlight(entry)) {
-      const int armed = arm(entry, in, loop);
+      const int armed = arm(in, loop);
       if (armed == 0) return wait(entry, in, r, loop);
       if (armed != -EOPNOTSUPP) {
         op.result = armed;
@@ -426,14 +430,14 @@ void StreamReads::onRequest(IoOperation& op) noexcept {
         serveReaders(entry, *in, direct, false, false);
       }
     } else {
+      // Idle now (a reader may arm the request again below), the close decided after the
+      // readers have seen that the descriptor is closing.
       in->state = State::kIdle;
-      // Unlinked now (a reader may arm the request again below), the close decided after
-      // the readers have seen that the descriptor is closing.
-      unlinkLocked(entry, in->requestWait);
-      in->requestWait.loop = nullptr;
+      in->requestLoop = nullptr;
       if (in->orphaned) {
         if (op.result > 0) lostAfterRelease(in->fd, op.result);
         op.lent.reset();
+        entry.orphanedRequest = false;
         destroy = true;
       } else {
         if (op.result > 0) {

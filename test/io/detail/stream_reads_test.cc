@@ -20,7 +20,8 @@
 //  - receives raced by withTimeout and by the read time limit, with arrivals from another
 //    thread: every byte once, in order, and every buffer back;
 //  - destroying a receive that waits on one loop while the armed request is on another;
-//  - release() after receive().
+//  - release() after receive(); a stream that adopts the released descriptor before the
+//    released stream's receive has ended reads it and closes it.
 
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -872,6 +873,50 @@ TEST_P(StreamReadsTest, ReleaseAfterReceiveHandsOverTheSocket) {
     got += static_cast<std::size_t>(n);
   }
   EXPECT_EQ(std::string(buffer, got), "plain");
+}
+
+// release() of a stream whose receive is armed (io_uring) cancels that receive, which ends
+// later, on the loop. A stream that adopts the descriptor on the same worker before that
+// end reads it (its receive() then takes a receive of its own: one armed beside the
+// ending one could take its bytes) and closes it: the close waits for the released
+// stream's receive to end (it is not in the descriptor's list of waits, nor its inbox),
+// then closes the descriptor, whose peer sees the end. Every byte once, in order, every
+// buffer back, many times over.
+TEST_P(StreamReadsTest, AStreamAdoptingAReleasedDescriptorReadsItAndClosesIt) {
+  test::Watchdog watchdog(60s, "AStreamAdoptingAReleasedDescriptor");
+  ThreadPool pool(options(1));
+  for (int round = 0; round < 50; ++round) {
+    const bool readFirst = round % 2 == 0;
+    test::StreamAndPeer pair = test::connectedPair(pool);
+    ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "x", 1));
+    EXPECT_EQ(test::text(syncAwait(receiveOnce(pair.stream).via(&pool))), "x");
+    // Released and adopted in one turn of the worker: the armed receive's end not reaped.
+    std::optional<TcpStream> adopted;
+    test::Outcome<LentBuffer> waiting;
+    test::onWorker(pool, [&] {
+      adopted.emplace(pair.stream.release());
+      if (readFirst) {
+        test::startOn(pool, receiveOnce(*adopted), waiting);
+      } else {
+        adopted->close();
+      }
+    });
+    if (readFirst) {
+      test::quiesce(pool);  // the released receive's cancellation in the kernel: the peer
+                            // sends to the adopting stream only (see release())
+      ASSERT_TRUE(test::sendAllBlocking(pair.peer.get(), "abc", 3));
+      waiting.wait();
+      ASSERT_FALSE(waiting.result.hasException()) << waiting.what();
+      std::string got = test::text(waiting.result.value());
+      waiting.result.value().reset();  // given back
+      while (got.size() < 3) got += test::text(syncAwait(receiveOnce(*adopted).via(&pool)));
+      EXPECT_EQ(got, "abc");
+      test::onWorker(pool, [&] { adopted->close(); });
+    }
+    char byte;
+    EXPECT_EQ(::recv(pair.peer.get(), &byte, 1, 0), 0) << "round " << round;
+    EXPECT_EQ(test::lentBuffers(pool), 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StreamReadsTest, test::kIoBackends, test::ioBackendName);
