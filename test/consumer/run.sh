@@ -206,7 +206,7 @@ for mode in "${modes[@]}"; do
     bazel)
       command -v bazel >/dev/null || { log "bazel is not installed (Debian: bazel-bootstrap)"; exit 1; }
       ws="${build}/bazel"
-      log "bazel: bazel build -c opt //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
+      log "bazel: bazel build -c opt --define=weft_task_tracking=off //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
       rm -rf "${ws}" && mkdir -p "${ws}"
       cp "${repo}/test/consumer/main.cc" "${ws}/main.cc"
       cat >"${ws}/WORKSPACE" <<EOF_WORKSPACE
