@@ -54,7 +54,8 @@ class WeftConan(ConanFile):
         "fiber_backend": ["asm", "boost"],
         # The io_uring event loop (liburing); epoll is always built (CMake WEFT_IO_URING).
         "io_uring": [True, False],
-        # Task dumps list root tasks (CMake WEFT_TASK_TRACKING); None: on in Debug builds.
+        # Task dumps list root tasks (CMake WEFT_TASK_TRACKING); on by default in every
+        # build type. None, the default of earlier versions (Debug only), is on too.
         "task_tracking": [None, True, False],
         # weft::tls on OpenSSL 3 (CMake WEFT_TLS=ON; OFF otherwise, whatever the system has).
         "tls": [True, False],
@@ -63,7 +64,7 @@ class WeftConan(ConanFile):
     default_options = {
         "fiber_backend": "asm",
         "io_uring": True,
-        "task_tracking": None,
+        "task_tracking": True,
         "tls": False,
         "fPIC": True,
     }
@@ -105,7 +106,7 @@ class WeftConan(ConanFile):
     @property
     def _task_tracking(self):
         if self.options.task_tracking == None:  # noqa: E711 (a Conan option value)
-            return self.settings.build_type == "Debug"
+            return True
         return bool(self.options.task_tracking)
 
     def validate(self):

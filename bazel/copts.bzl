@@ -47,3 +47,19 @@ def weft_io_uring_select(io_uring, epoll_only):
         "//bazel:epoll_only": epoll_only,
         "//conditions:default": io_uring,
     })
+
+def weft_task_tracking_select(on, off):
+    """select() over task tracking (WEFT_TASK_TRACKING): on by default in every
+    compilation mode, off with --define=weft_task_tracking=off (.bazelrc:
+    --config=notracking), as CMake's -DWEFT_TASK_TRACKING=OFF.
+
+    Args:
+      on: the value with task tracking (the default).
+      off: the value with --define=weft_task_tracking=off.
+    Returns:
+      A select().
+    """
+    return select({
+        "//bazel:no_task_tracking": off,
+        "//conditions:default": on,
+    })

@@ -1,7 +1,7 @@
 """weft's tests for Bazel: one cc_test per file, depending on what the file uses."""
 
 load("@rules_cc//cc:defs.bzl", "cc_test")
-load("//bazel:copts.bzl", "WEFT_COPTS", "weft_io_uring_select")
+load("//bazel:copts.bzl", "WEFT_COPTS", "weft_io_uring_select", "weft_task_tracking_select")
 
 # What a test may use (the names in BUILD.bazel's WEFT_TESTS), as Bazel labels. Each test
 # also links GoogleTest's main.
@@ -39,10 +39,14 @@ def weft_tests(tests, found):
             size = "medium",
             srcs = [src],
             copts = WEFT_COPTS,
-            # Whether weft has its io_uring loop (test/io/io_backend_test.cc).
+            # Whether weft has its io_uring loop (test/io/io_backend_test.cc), and whether
+            # task dumps must list root tasks (test/CMakeLists.txt: WEFT_TEST_EXPECT_TRACKING).
             local_defines = weft_io_uring_select(
                 epoll_only = ["WEFT_TEST_IO_URING_BUILT=0"],
                 io_uring = ["WEFT_TEST_IO_URING_BUILT=1"],
+            ) + weft_task_tracking_select(
+                off = ["WEFT_TEST_EXPECT_TRACKING=0"],
+                on = ["WEFT_TEST_EXPECT_TRACKING=1"],
             ),
             deps = [_USES[u] for u in uses] + ["@system_googletest//:gtest_main"],
         )

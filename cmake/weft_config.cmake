@@ -34,24 +34,22 @@ endif()
 message(STATUS "weft: io_uring event loop: ${_weft_have_liburing} (epoll: always)")
 
 # WEFT_TASK_TRACKING (coro/detail/config.h): the root-task registry and Lazys' wait notes
-# that task dumps list (docs/debugging.md). AUTO: on in Debug builds, off otherwise. A
-# PUBLIC definition of weft::coro with the value weft is built with (multi-config
-# generators: per configuration), so that weft and every program linking it agree.
-set(WEFT_TASK_TRACKING AUTO CACHE STRING "Task dumps list root tasks and what Lazys wait on: AUTO (Debug only), ON, OFF")
-set_property(CACHE WEFT_TASK_TRACKING PROPERTY STRINGS AUTO ON OFF)
-get_property(_weft_multi_config_generator GLOBAL PROPERTY GENERATOR_IS_MULTI_CONFIG)
-string(TOUPPER "${CMAKE_BUILD_TYPE}" _weft_build_type)
-if(WEFT_TASK_TRACKING STREQUAL "AUTO" AND _weft_multi_config_generator)
-  set(_weft_task_tracking "$<IF:$<CONFIG:Debug>,1,0>")
-elseif(WEFT_TASK_TRACKING STREQUAL "AUTO" AND _weft_build_type STREQUAL "DEBUG")
-  set(_weft_task_tracking 1)
-elseif(WEFT_TASK_TRACKING STREQUAL "AUTO")
-  set(_weft_task_tracking 0)
-elseif(WEFT_TASK_TRACKING)
+# that task dumps and gdb's `weft tasks` list (docs/debugging.md). ON, the default, in
+# every build type (Release too: services hang in Release); OFF leaves it out. AUTO, the
+# default of earlier versions (Debug only), is kept as a value so that build trees and
+# scripts that name it still configure: it is the default, ON. A PUBLIC definition of
+# weft::coro with the value weft is built with, so that weft and every program linking it
+# agree.
+set(WEFT_TASK_TRACKING ON CACHE STRING
+    "Task dumps list root tasks and what Lazys wait on: ON (default, every build type) or OFF; AUTO is ON")
+set_property(CACHE WEFT_TASK_TRACKING PROPERTY STRINGS ON OFF AUTO)
+if(WEFT_TASK_TRACKING STREQUAL "AUTO" OR WEFT_TASK_TRACKING)
   set(_weft_task_tracking 1)
 else()
   set(_weft_task_tracking 0)
 endif()
+# (cmake/weft_install.cmake writes one build_config.h and weft.pc per configuration.)
+get_property(_weft_multi_config_generator GLOBAL PROPERTY GENERATOR_IS_MULTI_CONFIG)
 message(STATUS "weft: task tracking (root tasks in task dumps): ${_weft_task_tracking}")
 
 # The fibers' switch core: asm (weft's own, x86-64 and aarch64 Linux: the files listed in

@@ -32,8 +32,8 @@ install(FILES "${PROJECT_BINARY_DIR}/weftConfig.cmake"
 
 # The settings users must share with the installed libraries (WEFT_TASK_TRACKING, the
 # fiber backend): <prefix>/include/weft/build_config.h for builds that pass no -D
-# (cmake/build_config.h.in), and weft.pc's Cflags. With a multi-config generator the
-# task tracking value differs per configuration: one file per configuration.
+# (cmake/build_config.h.in), and weft.pc's Cflags. With a multi-config generator: one
+# file per configuration (generated/<config>/).
 set(_weft_public_definitions "WEFT_TASK_TRACKING=${_weft_task_tracking}"
     ${_weft_fiber_backend_define})
 set(WEFT_BUILD_CONFIG_DEFINES "")

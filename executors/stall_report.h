@@ -45,7 +45,7 @@ struct StallReport {
   std::uint64_t progress = 0;
 
   // The task the worker runs, when it can be named (with task tracking, the default in
-  // Debug builds: WEFT_TASK_TRACKING), read when the native backtrace was taken: the
+  // every build type: WEFT_TASK_TRACKING), read when the native backtrace was taken: the
   // root task whose coroutines run on the worker ("task 7 (spawn())", as task dumps name
   // it), and its async backtrace as far as it can be known safely while the task runs:
   // the task's root coroutine, then its origin (innermost first, as in

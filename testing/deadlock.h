@@ -15,7 +15,7 @@ namespace weft::testing {
 //
 // what() says so, with the seed, the virtual time and the task dump taken at that moment
 // (weft::dumpTasks: every task and fiber, and what it waits on; root tasks are listed
-// when weft is built with WEFT_TASK_TRACKING, the default of Debug builds). Before
+// when weft is built with WEFT_TASK_TRACKING, the default in every build type). Before
 // throwing, the simulation cancelled its tasks so that they could unwind (see
 // Simulation::run).
 //

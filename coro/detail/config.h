@@ -75,17 +75,14 @@
 // the registry of root tasks and a note of what each suspended Lazy waits on. It costs a
 // few stores per suspension, two stores per root task and a registry slot per root task
 // that waits (docs/debugging.md, "Cost"); async
-// backtraces, the fiber registry and fibers' wait notes are kept either way. CMake sets
-// it for weft and everything that links it (option WEFT_TASK_TRACKING: on for Debug
-// builds by default), an installed weft's build_config.h for builds without its -D flags;
-// with neither it follows NDEBUG. It must be the same in every file of a program (it
-// changes what inline coroutines keep in their frames).
+// backtraces, the fiber registry and fibers' wait notes are kept either way. On by
+// default in every build type, Release (NDEBUG) included; 0 leaves it out. CMake sets it
+// for weft and everything that links it (option WEFT_TASK_TRACKING, ON by default), an
+// installed weft's build_config.h for builds without its -D flags, Bazel's //:coro (off
+// with --define=weft_task_tracking=off); with none of them it is 1. It must be the same
+// in every file of a program (it changes what inline coroutines keep in their frames).
 #ifndef WEFT_TASK_TRACKING
-#ifdef NDEBUG
-#define WEFT_TASK_TRACKING 0
-#else
 #define WEFT_TASK_TRACKING 1
-#endif
 #endif
 
 // WEFT_FRAME_CACHE_BYTES: how many bytes of freed coroutine frames each thread keeps for

@@ -25,9 +25,9 @@ if("boost-context" IN_LIST FEATURES)
     set(backend_options -DWEFT_FIBER_BACKEND=boost)
 endif()
 
-# WEFT_TASK_TRACKING is given (ON or OFF), not left to weft's AUTO (on in Debug only): the
-# debug and release libraries share one set of headers (include/weft/build_config.h), so
-# they must be built with the same value.
+# WEFT_TASK_TRACKING is given (ON or OFF: the feature task-tracking, a default feature),
+# the same for the debug and release libraries, which share one set of headers
+# (include/weft/build_config.h).
 vcpkg_cmake_configure(
     SOURCE_PATH "${SOURCE_PATH}"
     OPTIONS

@@ -9,7 +9,8 @@
 #                 $(pkg-config --cflags --libs weft-tls) too
 #   bazel         a workspace of its own in BUILD_DIR depending on @weft//:weft through
 #                 local_repository(path = <this checkout>), offline (weft's stand-ins for
-#                 Bazel's rules_cc/rules_java/coverage repositories), -c opt; needs `bazel`
+#                 Bazel's rules_cc/rules_java/coverage repositories), -c opt, task
+#                 tracking off (--define=weft_task_tracking=off); needs `bazel`
 #   vcpkg         ports/weft/ checked without vcpkg: vcpkg.json is valid JSON with the
 #                 version of version.h and weft's license, and portfile.cmake runs with
 #                 stand-ins for vcpkg's functions (test/consumer/vcpkg_portfile_check.cmake),
@@ -70,6 +71,12 @@ install_weft() {
            include/weft/executors/detail/job.h lib/pkgconfig/weft.pc; do
     [[ -f "${prefix}/${f}" ]] || { log "missing ${prefix}/${f}"; exit 1; }
   done
+  # Built with the default options (Release): task tracking on, recorded for users that
+  # pass no -D (build_config.h) and in weft.pc's Cflags.
+  grep -qx '#define WEFT_TASK_TRACKING 1' "${prefix}/include/weft/build_config.h" ||
+    { log "build_config.h: task tracking is not on by default in Release"; exit 1; }
+  grep -q -- '-DWEFT_TASK_TRACKING=1' "${prefix}/lib/pkgconfig/weft.pc" ||
+    { log "weft.pc: Cflags without -DWEFT_TASK_TRACKING=1 (the default in Release)"; exit 1; }
   # weft::tls (built where OpenSSL 3 is found) comes with its pkg-config file.
   if [[ -f "${prefix}/lib/libweft_tls.a" && ! -f "${prefix}/lib/pkgconfig/weft-tls.pc" ]]; then
     log "libweft_tls.a is installed without lib/pkgconfig/weft-tls.pc"
@@ -199,7 +206,7 @@ for mode in "${modes[@]}"; do
     bazel)
       command -v bazel >/dev/null || { log "bazel is not installed (Debian: bazel-bootstrap)"; exit 1; }
       ws="${build}/bazel"
-      log "bazel: bazel build -c opt //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
+      log "bazel: bazel build -c opt --define=weft_task_tracking=off //:consumer in ${ws} ($(bazel --version 2>/dev/null))"
       rm -rf "${ws}" && mkdir -p "${ws}"
       cp "${repo}/test/consumer/main.cc" "${ws}/main.cc"
       cat >"${ws}/WORKSPACE" <<EOF_WORKSPACE
@@ -234,9 +241,11 @@ EOF_BAZELRC
       bazel_jobs=()
       [[ -n "${CMAKE_BUILD_PARALLEL_LEVEL:-}" ]] && bazel_jobs=(--jobs="${CMAKE_BUILD_PARALLEL_LEVEL}")
       # Its own Bazel server (one per workspace), stopped afterwards.
-      # -c opt, as a service is shipped (NDEBUG: no task tracking, so nothing but the start-up
-      # hook links weft's task dump; check_dump_signal below needs that).
-      (cd "${ws}" && bazel build -c opt "${bazel_jobs[@]}" //:consumer) >"${ws}.log" 2>&1 ||
+      # -c opt, as a service is shipped, and without task tracking (on by default): the one
+      # consumer built with it off, through weft's Bazel option. Nothing but the start-up
+      # hook then links weft's task dump; check_dump_signal below needs that.
+      (cd "${ws}" && bazel build -c opt --define=weft_task_tracking=off "${bazel_jobs[@]}" \
+        //:consumer) >"${ws}.log" 2>&1 ||
         { cat "${ws}.log"; (cd "${ws}" && bazel shutdown) >/dev/null 2>&1; exit 1; }
       (cd "${ws}" && bazel shutdown) >/dev/null 2>&1 || true
       "${ws}/bazel-bin/consumer"

@@ -142,6 +142,33 @@ weft::Lazy<> racer() {
   (void)first;
 }
 
+// Task tracking is on by default in every build type: a build whose option does not turn
+// it off (WEFT_TEST_EXPECT_TRACKING, test/CMakeLists.txt) lists a waiting root task, also
+// in Release (test/run.sh's gcc tree: NDEBUG, no -DWEFT_TASK_TRACKING).
+TEST(TaskDumpTest, ABuildWithTheDefaultOptionsListsRootTasksInEveryBuildType) {
+  EXPECT_EQ(WEFT_TASK_TRACKING, WEFT_TEST_EXPECT_TRACKING)
+      << "WEFT_TASK_TRACKING=" << WEFT_TASK_TRACKING << " where the build's option expects "
+      << WEFT_TEST_EXPECT_TRACKING;
+  if (!WEFT_TEST_EXPECT_TRACKING) GTEST_SKIP() << "built with task tracking turned off";
+  weft::ThreadPool pool(1);
+  weft::Mutex mutex;
+  ASSERT_TRUE(mutex.tryLock());
+  std::atomic<bool> finished{false};
+  lockWaiter(mutex).via(&pool).start([&](weft::Try<void> r) {
+    EXPECT_TRUE(r.hasValue());
+    finished = true;
+  });
+  const std::string text = dumpOnce([](const std::string& t) {
+    return t.find("waiting on Mutex::lock") != std::string::npos;
+  });
+  EXPECT_THAT(text, ContainsRegex("^weft: 1 task, 0 fibers\n"));
+  EXPECT_THAT(text, ContainsRegex("task [0-9]+ \\(start\\(\\)\\), age [0-9]+\\.[0-9]{3} s: "
+                                  "waiting on Mutex::lock \\(0x[0-9a-f]+\\)\n"
+                                  "  #0 coroutine [^\n]*lockWaiter\\(weft::Mutex&\\)"));
+  mutex.unlock();
+  while (!finished) std::this_thread::yield();
+}
+
 TEST(TaskDumpTest, ACollectShowsWhatItIsAndHowManyBranchesItWaitsFor) {
   if (!WEFT_TASK_TRACKING) GTEST_SKIP() << "root tasks are listed with WEFT_TASK_TRACKING=1";
   weft::ThreadPool pool(2);

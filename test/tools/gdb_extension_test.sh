@@ -3,7 +3,11 @@
 # the extension, on the live process stopped at a breakpoint and on a core file, and
 # checks what `weft bt`, `weft fibers`, `weft fiber N bt` and `weft tasks` print.
 #
-# Usage: gdb_extension_test.sh <gdb_program> [gdb]
+# Usage: gdb_extension_test.sh <gdb_program> [gdb] [expect_tracking]
+#
+# expect_tracking (test/CMakeLists.txt passes it): 1 if the program's build must list root
+# tasks (task tracking on: the default, in every build type), 0 if it must not; without
+# it, whichever the program's own dump shows is checked.
 #
 # 1. The program alone must exit 0 (it releases everything it parked).
 # 2. `gdb_program abort` under gdb: at its SIGABRT, `weft fibers` (for the fiber's id) and
@@ -19,6 +23,7 @@ set -u
 
 program=${1:?usage: gdb_extension_test.sh <gdb_program> [gdb]}
 gdb=${2:-gdb}
+expect_tracking=${3-}
 here=$(cd "$(dirname "$0")" && pwd)
 extension="$here/../../tools/gdb/weft.py"
 work=$(mktemp -d "${TMPDIR:-/tmp}/weft-gdb-test.XXXXXX")
@@ -146,6 +151,10 @@ check_session() {
                     /^end of in-process output$/ {on = 0} on' "$log")
   if grep -q 'root tasks are listed in builds with WEFT_TASK_TRACKING=1' <<<"$in_process"; then
     tracking=0
+  fi
+  if [ -n "$expect_tracking" ] && [ "$tracking" != "$expect_tracking" ]; then
+    fail "$kind: the program's dumpTasks says task tracking is $tracking, expected $expect_tracking" \
+      "(1: root tasks listed, as in a build with the default options)"
   fi
 
   # weft tasks: the header, each task's wait and chain, the fiber.
