@@ -25,7 +25,7 @@ inline void UringLoop::armedCompletion(Slot& slot, std::uint32_t index, int res,
   if ((flags & kArrival) == kArrival && res > 0) [[likely]] {
     // An arrival in a ring buffer: built in place, the rest out of line (the echo
     // request's path, measured: docs/design/2026-11-idle-connection-memory.md).
-    IoArmedReceive& request = *slot.armed;
+    IoArmedReceive& request = *slot.armed();
     slot.arrived = true;
     --ringHeld_;
     IoArmedReceive::Completion arrival{
@@ -41,7 +41,7 @@ inline void UringLoop::armedCompletion(Slot& slot, std::uint32_t index, int res,
 // not post), and the request's end.
 void UringLoop::armedCompletionOther(Slot& slot, std::uint32_t index, int res,
                                      std::uint32_t flags) noexcept {
-  IoArmedReceive& request = *slot.armed;
+  IoArmedReceive& request = *slot.armed();
   IoArmedReceive::Completion completion;
   if ((flags & IORING_CQE_F_MORE) != 0) {
     slot.arrived = true;
@@ -115,7 +115,7 @@ std::size_t UringLoop::reap() noexcept {
       }
       if (index >= slots_.size() ||
           slots_[index].generation != static_cast<std::uint32_t>(done[i].key >> 32) ||
-          slots_[index].op == nullptr) {
+          slots_[index].subject == nullptr) {
         // Withdrawn. A buffer the kernel picked for it goes back to the ring.
         if ((done[i].flags & IORING_CQE_F_BUFFER) != 0) [[unlikely]] {
           ringBufferBack(done[i].flags, -1, nullptr);
@@ -130,7 +130,7 @@ std::size_t UringLoop::reap() noexcept {
         ++n;
         continue;
       }
-      IoOperation& op = *slot.op;
+      IoOperation& op = *slot.op();
       if (receivesLent(op.opcode)) {
         if (done[i].res == -ENOBUFS && (done[i].flags & IORING_CQE_F_BUFFER) == 0 &&
             resubmitWithoutRingBuffer(op, slot)) [[unlikely]] {
@@ -182,14 +182,14 @@ void UringLoop::finishReady() noexcept {
 // was removed, or cancelled at shutdown) or a slot that moved on: nothing to do.
 void UringLoop::timerExpired(std::uint64_t key, int res) noexcept {
   const std::uint32_t index = indexOf(key);
-  if (res != -ETIME || index >= slots_.size() || slots_[index].op == nullptr ||
+  if (res != -ETIME || index >= slots_.size() || slots_[index].subject == nullptr ||
       slots_[index].generation != static_cast<std::uint32_t>(key >> 32)) {
     return;
   }
   Slot& slot = slots_[index];
   if (slot.where == Where::kArmed) return;  // has no timer
   slot.timer = false;
-  IoOperation& op = *slot.op;
+  IoOperation& op = *slot.op();
   if (slot.where == Where::kQueued || slot.where == Where::kParked) {
     unlist(slot, op);
     op.result = -ETIMEDOUT;

@@ -74,7 +74,7 @@ bool UringLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, sta
 
 bool UringLoop::withdraw(IoOperation& op) noexcept {
   const std::uint32_t index = indexOf(op.loopKey);
-  if (index >= slots_.size() || slots_[index].op != &op ||
+  if (index >= slots_.size() || slots_[index].subject != &op ||
       slots_[index].generation != static_cast<std::uint32_t>(op.loopKey >> 32)) {
     return true;  // not in flight
   }
@@ -198,7 +198,7 @@ int UringLoop::arm(IoArmedReceive& request) noexcept {
     index = static_cast<std::uint32_t>(slots_.size() - 1);
   }
   Slot& slot = slots_[index];
-  slot.armed = &request;
+  slot.subject = &request;
   slot.lane = kNoLane;
   slot.where = Where::kArmed;
   slot.timer = false;
@@ -228,7 +228,7 @@ void UringLoop::prepareArmed(io_uring_sqe* sqe, const IoArmedReceive& request) n
 void UringLoop::cancelArmedLocal(IoArmedReceive& request) noexcept {
   const std::uint32_t index = indexOf(request.loopKey);
   if (index >= slots_.size() || slots_[index].where != Where::kArmed ||
-      slots_[index].armed != &request ||
+      slots_[index].subject != &request ||
       slots_[index].generation != static_cast<std::uint32_t>(request.loopKey >> 32)) {
     return;  // ended already
   }
@@ -363,7 +363,7 @@ void UringLoop::linkTimeout(io_uring_sqe* sqe, IoOperation& op) noexcept {
 
 void UringLoop::cancelLocal(IoOperation& op) noexcept {
   const std::uint32_t index = indexOf(op.loopKey);
-  if (index >= slots_.size() || slots_[index].op != &op) return;  // completing already
+  if (index >= slots_.size() || slots_[index].subject != &op) return;  // completing already
   if (slots_[index].where != Where::kKernel) [[unlikely]] {
     if (slots_[index].where == Where::kReady) return;  // completing already
     // Queued or parked: it never reached the kernel, and ends now (its completion runs

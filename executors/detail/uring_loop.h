@@ -149,16 +149,15 @@ class UringLoop final : public IoLoopBase {
   // 24 bytes: every operation in flight holds one, and the table keeps as many as were
   // ever in flight at once (an idle connection's armed receive holds one).
   struct Slot {
-    // An operation, or (where == kArmed) an armed receive: null when the slot is free,
-    // which reap and withdraw test through `op` whichever it holds (GCC and Clang define
-    // reading a union's other pointer member as reading the same bytes).
-    union {
-      IoOperation* op = nullptr;
-      IoArmedReceive* armed;
-    };
+    // An operation, or (where == kArmed) an armed receive; null when the slot is free.
+    // One untyped pointer, so that reap and withdraw test and compare it whichever it
+    // holds; op() and armed() give it its type.
+    void* subject = nullptr;
+    IoOperation* op() const noexcept { return static_cast<IoOperation*>(subject); }
+    IoArmedReceive* armed() const noexcept { return static_cast<IoArmedReceive*>(subject); }
     std::uint32_t generation = 0;
     union {
-      std::uint32_t nextFree = 0;  // free (op null): the next free slot
+      std::uint32_t nextFree = 0;  // free (subject null): the next free slot
       std::uint32_t timerTail;     // in use, `timer` set: the submission queue's tail just
                                    // past its timer's entry
     };
@@ -227,7 +226,7 @@ class UringLoop final : public IoLoopBase {
       slots_.push_back({});
     }
     Slot& slot = slots_[index];
-    slot.op = &op;
+    slot.subject = &op;
     slot.lane = lane;
     slot.where = Where::kKernel;
     slot.timer = false;
@@ -236,7 +235,7 @@ class UringLoop final : public IoLoopBase {
   }
   void releaseSlot(std::uint32_t index) noexcept {
     Slot& slot = slots_[index];
-    slot.op = nullptr;
+    slot.subject = nullptr;
     ++slot.generation;
     slot.nextFree = freeHead_;
     freeHead_ = index;
