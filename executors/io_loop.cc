@@ -177,18 +177,43 @@ void IoLoopBase::cancel(IoOperation& op) noexcept {
   wake();
 }
 
+void IoLoopBase::cancelArmed(IoArmedReceive& request) noexcept {
+  if (currentIoLoopIfAny() == this) {
+    cancelArmedLocal(request);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    std::uint8_t expected = 0;
+    // acq_rel: as in cancel(), against settleArmed's exchange.
+    if (!request.loopState.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      return;
+    }
+    request.cancelNext = remoteArmedHead_;
+    remoteArmedHead_ = &request;
+    remotePending_.store(true, std::memory_order_release);  // as in cancel()
+  }
+  wake();
+}
+
 void IoLoopBase::drainRemoteCancels() noexcept {
   // Acquire: pairs with the requester's release store.
   if (!remotePending_.load(std::memory_order_acquire)) return;
   IoOperation* list;
+  IoArmedReceive* armed;
   {
     std::lock_guard<std::mutex> lock(remoteMutex_);
     list = remoteHead_;
     remoteHead_ = nullptr;
+    armed = remoteArmedHead_;
+    remoteArmedHead_ = nullptr;
     remotePending_.store(false, std::memory_order_relaxed);  // under the mutex
     for (IoOperation* op = list; op != nullptr; op = op->cancelNext) {
       // Relaxed: under the mutex that every 0 -> 1 transition holds.
       op->loopState.store(0, std::memory_order_relaxed);
+    }
+    for (IoArmedReceive* request = armed; request != nullptr; request = request->cancelNext) {
+      request->loopState.store(0, std::memory_order_relaxed);  // as above
     }
   }
   while (list != nullptr) {
@@ -196,6 +221,12 @@ void IoLoopBase::drainRemoteCancels() noexcept {
     list = op->cancelNext;
     op->cancelNext = nullptr;
     cancelLocal(*op);
+  }
+  while (armed != nullptr) {
+    IoArmedReceive* request = armed;
+    armed = request->cancelNext;
+    request->cancelNext = nullptr;
+    cancelArmedLocal(*request);
   }
 }
 
@@ -215,6 +246,20 @@ void IoLoopBase::settle(IoOperation& op) noexcept {
     while (*link != nullptr && *link != &op) link = &(*link)->cancelNext;
     if (*link == &op) *link = op.cancelNext;
     op.cancelNext = nullptr;
+  }
+}
+
+void IoLoopBase::settleArmed(IoArmedReceive& request) noexcept {
+  --inFlight_;
+  bump(counters_->completed[static_cast<std::size_t>(IoOpcode::kReceiveMultishot)]);
+  bump(counters_->completedAll);
+  // acq_rel: as in settle().
+  if (request.loopState.exchange(2, std::memory_order_acq_rel) == 1) [[unlikely]] {
+    std::lock_guard<std::mutex> lock(remoteMutex_);
+    IoArmedReceive** link = &remoteArmedHead_;
+    while (*link != nullptr && *link != &request) link = &(*link)->cancelNext;
+    if (*link == &request) *link = request.cancelNext;
+    request.cancelNext = nullptr;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -65,23 +66,13 @@ enum class IoOpcode : std::uint8_t {
   // none) and leaves `lent` empty. As for kReceiveLent, the loop picks the buffer only when
   // a datagram is there, so a wait holds none.
   kReceiveMessageLent,
-  // recv(fd, buffers the loop lends, flags) on a stream socket, kept armed: one request in
-  // the kernel that receives every time data arrives, until it ends. `complete` runs once
-  // per arrival with `more` set (result: the bytes, > 0, which `lent` holds; the
-  // completion function must take them out of `lent`), the request staying armed, and a
-  // last time with `more` clear: then `result` is the bytes of a last arrival (> 0, in
-  // `lent`), 0 at the end of the stream, -ECANCELED when cancel() ended it (or
-  // -ETIMEDOUT, never: it has no time limit, timeoutNs must be negative), or -errno. Only
-  // the last completion counts as the operation's completion for IoLoop's rules (it is
-  // in flight until then; cancel() may come at any time and ends it). A loop that keeps
-  // no such requests (IoLoop::multishotReceive() false) completes it at once with
-  // -EOPNOTSUPP, and so does a loop whose kernel turns out not to offer it. While it is
-  // armed, no other receive on `fd` may be in flight on any loop: the kernel would serve
-  // them in no defined order (weft's streams see to it, io/detail/stream_reads.cc).
+  // A receive kept armed (IoArmedReceive, IoLoop::armReceive): the opcode its submissions
+  // and completions are counted under (pool metrics' "receive_multishot"). An IoOperation
+  // with it completes at once with -EOPNOTSUPP on every loop.
   kReceiveMultishot,
   // No system call: the operation waits until cancel() ends it (-ECANCELED) or its time
   // limit passes (-ETIMEDOUT), for an awaitable that waits for an event of its own (a
-  // stream's arrival, delivered by another operation's completion) with the loop's time
+  // stream's arrival, delivered by an IoArmedReceive's completion) with the loop's time
   // limits, cancellation from any thread and withdrawal. `fd` is not used. A loop that
   // does not offer it (weft's epoll loop) completes it at once with -EOPNOTSUPP: weft
   // submits it only for a read of a stream whose receive a loop keeps armed
@@ -170,6 +161,51 @@ struct IoOperation {
   // report ExecutorShutDown rather than a cancellation.
   bool loopShutDown = false;
 };
+
+// IoArmedReceive: recv(fd, buffers the loop lends, flags) on a stream socket, kept armed
+// (IoLoop::armReceive): one request in the kernel that receives every time data arrives,
+// until it ends. A record of its own rather than an IoOperation, a third of the size: a
+// stream keeps one for as long as it is read, idle or not
+// (docs/design/2026-11-idle-connection-memory.md).
+//
+// `complete` runs on the loop's thread once per arrival, with `more` set (result: the
+// bytes, > 0, which `received` holds; the completion function takes them out of it, or
+// they go back to the loop when it returns), the request staying armed; and a last time
+// with `more` clear: then `result` is the bytes of a last arrival (> 0, in `received`), 0
+// at the end of the stream, -ECANCELED when cancelArmed() ended it (`shutDown` set when
+// the loop's shutdown did), -EOPNOTSUPP when the kernel refused the multishot form at
+// its first completion (nothing was received: receive otherwise), or -errno. The
+// record is armed until that last completion has begun: until then its owner keeps it
+// alive and unchanged, and the descriptor open; it may be destroyed or armed again from
+// the last completion on. A completion may call cancelArmed() on its own record; it must
+// not arm it again before its last completion. No other receive on `fd` may be in flight
+// on any loop meanwhile: the kernel would serve them in no defined order (weft's streams
+// see to it, io/detail/stream_reads.cc). There is no time limit and no withdrawal: a
+// record is ended by cancelArmed() and its last completion.
+struct IoArmedReceive {
+  // What one completion reports (see above): the arguments of `complete`.
+  struct Completion {
+    std::int64_t result = 0;
+    LentBuffer received;
+    bool more = false;
+    bool shutDown = false;
+  };
+
+  // Set by the owner before armReceive. noexcept: it runs inside the loop, as
+  // IoOperation::complete does.
+  void (*complete)(IoArmedReceive& request, Completion& completion) noexcept = nullptr;
+  int fd = -1;
+  int flags = 0;
+
+  // The loop's bookkeeping while the request is armed; not for its owner. As
+  // IoOperation's fields of the same names (cancellation from other threads: loopState).
+  IoArmedReceive* cancelNext = nullptr;
+  std::uint64_t loopKey = 0;
+  std::uint32_t loopBuffer = BufferPool::kNone;  // a pool buffer the loop holds for it
+  bool loopCancelled = false;
+  std::atomic<std::uint8_t> loopState{0};
+};
+static_assert(sizeof(IoArmedReceive) <= 40, "a stream keeps one while it is read: keep it small");
 
 // IoLoop: an event loop on one thread, the part of an executor that performs I/O.
 //
@@ -310,12 +346,30 @@ class IoLoop {
   // True while operations are in flight (run() has something to wait for).
   virtual bool hasWork() const noexcept = 0;
 
-  // True when this loop serves IoOpcode::kReceiveMultishot, and then kWait too (weft's
-  // io_uring loop, unless WEFT_IO_URING_SETUP says `singleshot` or the kernel lacks
-  // multishot receive; it serves kWait either way): weft's streams then keep one receive
-  // armed per stream instead of submitting one per receive(). False by default.
+  // True when this loop arms receives (armReceive, IoArmedReceive), and then serves kWait
+  // too (weft's io_uring loop, unless WEFT_IO_URING_SETUP says `singleshot` or the kernel
+  // lacks multishot receive; it serves kWait either way): weft's streams then keep one
+  // receive armed per stream instead of submitting one per receive(). False by default.
   // noexcept: reads a flag.
   virtual bool multishotReceive() const noexcept { return false; }
+
+  // Arms `request` (its complete, fd and flags set): 0 when armed (its completions then
+  // run from run(), on this thread, the last one with `more` clear), else it was not
+  // armed and `complete` will not run: -EOPNOTSUPP from a loop that keeps no such
+  // requests (multishotReceive() false; the default), -ECANCELED after shutdown(), or
+  // another -errno (-EBUSY, -ENOMEM) when the loop could not take it. On the loop's
+  // thread. noexcept: failures are the result.
+  virtual int armReceive(IoArmedReceive& request) noexcept {
+    (void)request;
+    return -EOPNOTSUPP;
+  }
+
+  // Ends `request`, armed on this loop: its last completion still comes (-ECANCELED, or
+  // the end or failure that came first), arrivals before it may still come. Any thread,
+  // while the request is armed (the caller keeps it alive during the call); a second
+  // call does nothing more. noexcept: a queue push, or a cancellation request to the
+  // kernel.
+  virtual void cancelArmed(IoArmedReceive& request) noexcept { (void)request; }
 
   // How many buffers this loop has lent (kReceiveLent, kReceiveMessageLent) that have not
   // come back (on any thread). For tests and metrics; on the loop's thread. A loop that

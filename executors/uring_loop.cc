@@ -56,12 +56,17 @@
 // as a plain recvmsg does (the multishot form would put them at the start of the buffer
 // instead, in io_uring_recvmsg_out's layout).
 //
-// Receives kept armed (kReceiveMultishot: io/detail/stream_reads.cc keeps one per stream
-// that receive() reads). A recv with IORING_RECV_MULTISHOT names the same ring; each
-// completion with IORING_CQE_F_MORE is an arrival, whose buffer is lent into op.lent and
-// handed to op.complete at once (`more` set), the operation staying in flight in its slot,
-// in no lane (its stream's owner sees to it that nothing else receives on the socket
-// meanwhile); the completion without F_MORE ends it as any operation ends. A multishot
+// Receives kept armed (IoArmedReceive, armReceive: io/detail/stream_reads.cc keeps one per
+// stream that receive() reads). A record of its own, not an IoOperation (40 bytes instead
+// of 168: every stream read holds one, idle or not), in a slot of its own kind
+// (Where::kArmed), never in a lane or list; cross-thread cancellation goes through
+// IoLoopBase's queue as an operation's does, and shutdown's cancellation of everything in
+// the kernel ends it. A recv with IORING_RECV_MULTISHOT names the same ring; each
+// completion with IORING_CQE_F_MORE is an arrival, whose buffer is lent into the
+// completion's `received` and handed to the record's complete at once (`more` set), the
+// request staying in its slot, in no lane (its stream's owner sees to it that nothing
+// else receives on the socket meanwhile); the completion without F_MORE frees the slot
+// and runs the last completion. A multishot
 // that finds the ring empty ends with ENOBUFS, and is treated as a single receive is: it
 // goes on in its place as a plain recv into a buffer of its own, whose completion is its
 // last, and the ring grows; cancelled meanwhile, it ends with ECANCELED. Whether the kernel

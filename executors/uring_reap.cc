@@ -11,35 +11,60 @@
 
 namespace weft::detail::uring {
 
-// A completion of the kReceiveMultishot `op` (in the kernel at `slot`). An arrival that
-// leaves the request armed (IORING_CQE_F_MORE) is delivered now (`more` set) and true is
-// returned. So is true when the request ended with ENOBUFS (the ring was empty) and
-// goes on as a plain recv into a buffer of its own, in its place (the rule of
-// kReceiveLent, uring_loop.cc), whose completion is then the last. Otherwise the request
-// has ended: false, with the bytes of the last arrival lent into op.lent and `res` the
-// result to complete it with (-ECANCELED for an ENOBUFS that a cancellation stopped,
-// -EOPNOTSUPP when the kernel refused the multishot form: the loop then offers it no
-// more).
-inline bool UringLoop::multishotCompletion(IoOperation& op, Slot& slot, int& res,
-                                           std::uint32_t flags) noexcept {
-  if ((flags & IORING_CQE_F_MORE) != 0) [[likely]] {
-    takeReceived(op, res, flags);
-    op.result = res;
-    op.more = true;
+// A completion of the armed receive at `slot` (slot index `index`). An arrival that leaves
+// the request armed (IORING_CQE_F_MORE) is delivered with `more` set. A request that ended
+// with ENOBUFS (the ring was empty) goes on as a plain recv into a buffer of its own, in
+// its place (the rule of kReceiveLent, uring_loop.cc), whose completion is then the
+// last. Otherwise the request has ended: its slot is freed and its last completion runs,
+// with the bytes of a last arrival and `res` (-ECANCELED for an ENOBUFS that a
+// cancellation stopped, or at shutdown; -EOPNOTSUPP when the kernel refused the multishot
+// form: the loop then arms no more).
+inline void UringLoop::armedCompletion(Slot& slot, std::uint32_t index, int res,
+                                       std::uint32_t flags) noexcept {
+  constexpr std::uint32_t kArrival = IORING_CQE_F_MORE | IORING_CQE_F_BUFFER;
+  if ((flags & kArrival) == kArrival && res > 0) [[likely]] {
+    // An arrival in a ring buffer: built in place, the rest out of line (the echo
+    // request's path, measured: docs/design/2026-11-idle-connection-memory.md).
+    IoArmedReceive& request = *slot.armed();
     slot.arrived = true;
-    op.complete(op);  // may cancel `op`, never withdraws or resubmits it
-    return true;
+    --ringHeld_;
+    IoArmedReceive::Completion arrival{
+        res, pool_->lend(flags >> IORING_CQE_BUFFER_SHIFT, static_cast<std::size_t>(res)), true,
+        false};
+    request.complete(request, arrival);  // may cancel `request`, never arms it again
+    return;
   }
-  op.more = false;
+  armedCompletionOther(slot, index, res, flags);
+}
+
+// armedCompletion's other cases: an arrival without a ring buffer (which the kernel does
+// not post), and the request's end.
+void UringLoop::armedCompletionOther(Slot& slot, std::uint32_t index, int res,
+                                     std::uint32_t flags) noexcept {
+  IoArmedReceive& request = *slot.armed();
+  IoArmedReceive::Completion completion;
+  if ((flags & IORING_CQE_F_MORE) != 0) {
+    slot.arrived = true;
+    takeReceivedInto(completion.received, request.loopBuffer, res, flags);
+    completion.result = res;
+    completion.more = true;
+    request.complete(request, completion);
+    return;
+  }
   if (res == -ENOBUFS && (flags & IORING_CQE_F_BUFFER) == 0) [[unlikely]] {
-    if (resubmitWithoutRingBuffer(op, slot)) return true;
-    if (op.loopCancelled || shutDown_) res = -ECANCELED;
-  } else if (res == -EINVAL && !slot.arrived && op.loopBuffer == BufferPool::kNone) [[unlikely]] {
+    if (resubmitArmedWithoutRingBuffer(request)) return;
+    if (request.loopCancelled || shutDown_) res = -ECANCELED;
+  } else if (res == -EINVAL && !slot.arrived && request.loopBuffer == BufferPool::kNone)
+      [[unlikely]] {
     multishot_ = false;  // a kernel that refuses IORING_RECV_MULTISHOT after all
     res = -EOPNOTSUPP;
   }
-  takeReceived(op, res, flags);
-  return false;
+  takeReceivedInto(completion.received, request.loopBuffer, res, flags);
+  releaseSlot(index);  // before `request` completes: it may be armed again
+  completion.result = res;
+  completion.shutDown = shutDown_ && res == -ECANCELED;
+  settleArmed(request);
+  request.complete(request, completion);
 }
 
 // leaveLane's case of a lane with operations queued behind its head `op`.
@@ -90,7 +115,7 @@ std::size_t UringLoop::reap() noexcept {
       }
       if (index >= slots_.size() ||
           slots_[index].generation != static_cast<std::uint32_t>(done[i].key >> 32) ||
-          slots_[index].op == nullptr) {
+          slots_[index].subject == nullptr) {
         // Withdrawn. A buffer the kernel picked for it goes back to the ring.
         if ((done[i].flags & IORING_CQE_F_BUFFER) != 0) [[unlikely]] {
           ringBufferBack(done[i].flags, -1, nullptr);
@@ -100,13 +125,13 @@ std::size_t UringLoop::reap() noexcept {
       // retire(), for an operation in the kernel: the next in its lane goes to the
       // kernel before `op` resumes.
       Slot& slot = slots_[index];
-      IoOperation& op = *slot.op;
-      if (op.opcode == IoOpcode::kReceiveMultishot) {
-        if (multishotCompletion(op, slot, done[i].res, done[i].flags)) {
-          ++n;
-          continue;  // an arrival (the request stays armed), or in the kernel again
-        }
-      } else if (receivesLent(op.opcode)) {
+      if (slot.where == Where::kArmed) {
+        armedCompletion(slot, index, done[i].res, done[i].flags);
+        ++n;
+        continue;
+      }
+      IoOperation& op = *slot.op();
+      if (receivesLent(op.opcode)) {
         if (done[i].res == -ENOBUFS && (done[i].flags & IORING_CQE_F_BUFFER) == 0 &&
             resubmitWithoutRingBuffer(op, slot)) [[unlikely]] {
           continue;  // in the kernel again, still at the head of its lane
@@ -157,13 +182,14 @@ void UringLoop::finishReady() noexcept {
 // was removed, or cancelled at shutdown) or a slot that moved on: nothing to do.
 void UringLoop::timerExpired(std::uint64_t key, int res) noexcept {
   const std::uint32_t index = indexOf(key);
-  if (res != -ETIME || index >= slots_.size() || slots_[index].op == nullptr ||
+  if (res != -ETIME || index >= slots_.size() || slots_[index].subject == nullptr ||
       slots_[index].generation != static_cast<std::uint32_t>(key >> 32)) {
     return;
   }
   Slot& slot = slots_[index];
+  if (slot.where == Where::kArmed) return;  // has no timer
   slot.timer = false;
-  IoOperation& op = *slot.op;
+  IoOperation& op = *slot.op();
   if (slot.where == Where::kQueued || slot.where == Where::kParked) {
     unlist(slot, op);
     op.result = -ETIMEDOUT;
@@ -188,21 +214,27 @@ inline void UringLoop::ringBufferBack(std::uint32_t flags, int res, LentBuffer* 
   }
 }
 
-// A kReceiveLent's or kReceiveMessageLent's completion: the received bytes (in a ring
-// buffer or the buffer it held) are lent into op.lent; a buffer with nothing in it (the
-// end of a stream, an empty datagram, a failure) goes back.
-[[gnu::always_inline]] inline void UringLoop::takeReceived(IoOperation& op, int res,
-                                                          std::uint32_t flags) noexcept {
+// A receive's completion (kReceiveLent, kReceiveMessageLent, an armed receive's): the
+// received bytes (in a ring buffer or the buffer it held, `held`) are lent into `lent`; a
+// buffer with nothing in it (the end of a stream, an empty datagram, a failure) goes back.
+[[gnu::always_inline]] inline void UringLoop::takeReceivedInto(LentBuffer& lent,
+                                                              std::uint32_t& held, int res,
+                                                              std::uint32_t flags) noexcept {
   if ((flags & IORING_CQE_F_BUFFER) != 0) {
-    ringBufferBack(flags, res, &op.lent);
-  } else if (op.loopBuffer != BufferPool::kNone) {
+    ringBufferBack(flags, res, &lent);
+  } else if (held != BufferPool::kNone) {
     if (res > 0) {
-      op.lent = pool_->lend(op.loopBuffer, static_cast<std::size_t>(res));
-      op.loopBuffer = BufferPool::kNone;
+      lent = pool_->lend(held, static_cast<std::size_t>(res));
+      held = BufferPool::kNone;
     } else {
-      releaseHeldBuffer(op);
+      releaseHeldBuffer(held);
     }
   }
+}
+
+[[gnu::always_inline]] inline void UringLoop::takeReceived(IoOperation& op, int res,
+                                                          std::uint32_t flags) noexcept {
+  takeReceivedInto(op.lent, op.loopBuffer, res, flags);
 }
 
 }  // namespace weft::detail::uring

@@ -27,7 +27,9 @@ bool UringLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, sta
   }
   op.loopBuffer = BufferPool::kNone;
   if (op.opcode >= IoOpcode::kReceiveMultishot) [[unlikely]] {
-    return op.opcode == IoOpcode::kWait ? park(op) : submitMultishot(op);
+    if (op.opcode == IoOpcode::kWait) return park(op);
+    op.result = -EOPNOTSUPP;  // an armed receive is an IoArmedReceive (armReceive)
+    return true;
   }
   if (receivesLent(op.opcode) && !ringReady_) [[unlikely]] {
     if (!setUpBufferRing()) {
@@ -72,7 +74,7 @@ bool UringLoop::submit(IoOperation& op) noexcept { return counted(op.opcode, sta
 
 bool UringLoop::withdraw(IoOperation& op) noexcept {
   const std::uint32_t index = indexOf(op.loopKey);
-  if (index >= slots_.size() || slots_[index].op != &op ||
+  if (index >= slots_.size() || slots_[index].subject != &op ||
       slots_[index].generation != static_cast<std::uint32_t>(op.loopKey >> 32)) {
     return true;  // not in flight
   }
@@ -163,24 +165,79 @@ bool UringLoop::enqueue(IoOperation& op, std::uint32_t lane) noexcept {
   return false;
 }
 
-// Submits a kReceiveMultishot: in no lane (its stream's owner sees to it that nothing
-// else receives on the socket meanwhile), with no time limit.
-[[gnu::noinline]] bool UringLoop::submitMultishot(IoOperation& op) noexcept {
+// Arms `request`: in no lane (its stream's owner sees to it that nothing else receives on
+// the socket meanwhile), with no time limit, in a slot of its own (Where::kArmed).
+int UringLoop::armReceive(IoArmedReceive& request) noexcept {
+  const int r = arm(request);
+  (void)counted(IoOpcode::kReceiveMultishot, r != 0);
+  return r;
+}
+
+// armReceive() without the counting.
+int UringLoop::arm(IoArmedReceive& request) noexcept {
+  if (shutDown_) return -ECANCELED;
   if (!multishot_ || (!ringReady_ && !setUpBufferRing())) {
     multishot_ = false;  // no buffer ring: single receives, each into a buffer it holds
-    op.result = -EOPNOTSUPP;
-    return true;
+    return -EOPNOTSUPP;
   }
+  request.loopBuffer = BufferPool::kNone;
   io_uring_sqe* sqe = nextSqe();
-  if (sqe == nullptr) {
-    op.result = -EBUSY;
-    return true;
+  if (sqe == nullptr) return -EBUSY;
+  std::uint32_t index;
+  if (freeHead_ != kNoFree) {
+    index = freeHead_;
+    freeHead_ = slots_[index].nextFree;
+  } else {
+    try {
+      slots_.push_back({});
+    } catch (...) {
+      io_uring_prep_nop(sqe);  // the entry is taken: it completes and is dropped
+      io_uring_sqe_set_data64(sqe, kCancelKey);
+      return -ENOMEM;
+    }
+    index = static_cast<std::uint32_t>(slots_.size() - 1);
   }
-  prepare(sqe, op);
-  openSlot(op, kNoLane);
-  io_uring_sqe_set_data64(sqe, op.loopKey);
+  Slot& slot = slots_[index];
+  slot.subject = &request;
+  slot.lane = kNoLane;
+  slot.where = Where::kArmed;
+  slot.timer = false;
+  slot.arrived = false;
+  request.loopCancelled = false;
+  request.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
+  request.loopKey = (std::uint64_t{slot.generation} << 32) | index;
+  prepareArmed(sqe, request);
+  io_uring_sqe_set_data64(sqe, request.loopKey);
   ++inFlight_;
-  return false;
+  return 0;
+}
+
+// The armed receive's entry: a multishot recv into the ring's buffers, or, after an
+// ENOBUFS, a plain recv into the buffer it holds (uring_loop.cc).
+void UringLoop::prepareArmed(io_uring_sqe* sqe, const IoArmedReceive& request) noexcept {
+  if (request.loopBuffer != BufferPool::kNone) [[unlikely]] {
+    io_uring_prep_recv(sqe, request.fd, pool_->address(request.loopBuffer),
+                       pool_->bufferSize(), request.flags);
+    return;
+  }
+  io_uring_prep_recv_multishot(sqe, request.fd, nullptr, 0, request.flags);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = kBufferGroup;
+}
+
+void UringLoop::cancelArmedLocal(IoArmedReceive& request) noexcept {
+  const std::uint32_t index = indexOf(request.loopKey);
+  if (index >= slots_.size() || slots_[index].where != Where::kArmed ||
+      slots_[index].subject != &request ||
+      slots_[index].generation != static_cast<std::uint32_t>(request.loopKey >> 32)) {
+    return;  // ended already
+  }
+  if (request.loopCancelled) return;  // once is enough
+  io_uring_sqe* sqe = nextSqe();
+  if (sqe == nullptr) return;  // cannot happen after nextSqe's submit; harmless
+  io_uring_prep_cancel64(sqe, request.loopKey, 0);
+  io_uring_sqe_set_data64(sqe, kCancelKey);
+  request.loopCancelled = true;
 }
 
 // The head of `lane` goes to the kernel. One that finds no submission queue entry fails
@@ -282,16 +339,7 @@ void UringLoop::linkTimeout(io_uring_sqe* sqe, IoOperation& op) noexcept {
       sqe->flags |= IOSQE_BUFFER_SELECT;
       sqe->buf_group = kBufferGroup;
       return;
-    case IoOpcode::kReceiveMultishot:
-      if (op.loopBuffer != BufferPool::kNone) [[unlikely]] {  // after ENOBUFS (uring_loop.cc)
-        io_uring_prep_recv(sqe, op.fd, pool_->address(op.loopBuffer), pool_->bufferSize(),
-                           op.flags);
-        return;
-      }
-      io_uring_prep_recv_multishot(sqe, op.fd, nullptr, 0, op.flags);
-      sqe->flags |= IOSQE_BUFFER_SELECT;
-      sqe->buf_group = kBufferGroup;
-      return;
+    case IoOpcode::kReceiveMultishot:  // refused by start (IoArmedReceive instead)
     case IoOpcode::kWait:
       break;  // never prepared: parked (see park)
     case IoOpcode::kReceiveMessageLent:
@@ -315,7 +363,7 @@ void UringLoop::linkTimeout(io_uring_sqe* sqe, IoOperation& op) noexcept {
 
 void UringLoop::cancelLocal(IoOperation& op) noexcept {
   const std::uint32_t index = indexOf(op.loopKey);
-  if (index >= slots_.size() || slots_[index].op != &op) return;  // completing already
+  if (index >= slots_.size() || slots_[index].subject != &op) return;  // completing already
   if (slots_[index].where != Where::kKernel) [[unlikely]] {
     if (slots_[index].where == Where::kReady) return;  // completing already
     // Queued or parked: it never reached the kernel, and ends now (its completion runs
@@ -388,6 +436,28 @@ bool UringLoop::resubmitWithoutRingBuffer(IoOperation& op, const Slot& slot) noe
   prepare(sqe, op);
   io_uring_sqe_set_data64(sqe, op.loopKey);
   if (linked) linkTimeout(sqe, op);  // room was made above
+  return true;
+}
+
+// resubmitWithoutRingBuffer's way for an armed receive (which has no time limit): its
+// plain recv's completion is then its last.
+bool UringLoop::resubmitArmedWithoutRingBuffer(IoArmedReceive& request) noexcept {
+  if (request.loopCancelled || shutDown_) return false;
+  if (!grewThisTurn_ && ringTarget_ < kRingEntries) {
+    grewThisTurn_ = true;
+    (void)growRing(ringTarget_);  // no memory: the plain recvs below still serve
+  }
+  if (request.loopBuffer == BufferPool::kNone) {
+    request.loopBuffer = pool_->take();
+    if (request.loopBuffer == BufferPool::kNone) return false;
+  }
+  io_uring_sqe* sqe = nextSqe();
+  if (sqe == nullptr) {  // cannot happen after nextSqe's submit
+    releaseHeldBuffer(request.loopBuffer);
+    return false;
+  }
+  prepareArmed(sqe, request);
+  io_uring_sqe_set_data64(sqe, request.loopKey);
   return true;
 }
 

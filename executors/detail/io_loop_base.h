@@ -87,6 +87,8 @@ class IoLoopBase : public IoLoop {
   ~IoLoopBase() override;
 
   void cancel(IoOperation& op) noexcept final;
+  // The same queue's way for an armed receive (IoArmedReceive::loopState as above).
+  void cancelArmed(IoArmedReceive& request) noexcept final;
   void wake() noexcept final;
   bool hasWork() const noexcept final { return inFlight_ != 0; }
   std::size_t lentBuffers() const noexcept final;
@@ -104,6 +106,9 @@ class IoLoopBase : public IoLoop {
 
   // Cancels `op`, in flight on this loop, on the loop's own thread.
   virtual void cancelLocal(IoOperation& op) noexcept = 0;
+  // Cancels `request`, armed on this loop, on the loop's own thread. A loop that arms
+  // none (epoll) never gets one: the default does nothing.
+  virtual void cancelArmedLocal(IoArmedReceive& request) noexcept { (void)request; }
 
   // Counts a submission of `opcode`, and its completion when it completed at once (the
   // loops' submit: `return counted(op.opcode, start(op))`). noexcept: three relaxed bumps
@@ -125,6 +130,8 @@ class IoLoopBase : public IoLoop {
   void finish(IoOperation& op) noexcept;
   // finish() without running op.complete: for withdraw().
   void settle(IoOperation& op) noexcept;
+  // settle() for an armed receive's last completion (the loop then runs its complete).
+  void settleArmed(IoArmedReceive& request) noexcept;
   // Reads the eventfd (resets it). noexcept: a read(2) whose failure changes nothing.
   void consumeWake() noexcept;
   // Reports a kernel failure that leaves the loop unusable and aborts.
@@ -144,6 +151,7 @@ class IoLoopBase : public IoLoop {
   std::atomic<bool> remotePending_{false};
   std::mutex remoteMutex_;
   IoOperation* remoteHead_ = nullptr;  // guarded by remoteMutex_, through cancelNext
+  IoArmedReceive* remoteArmedHead_ = nullptr;  // likewise, the armed receives
 };
 
 }  // namespace weft::detail

@@ -71,7 +71,7 @@ constexpr std::uint8_t direction(IoOpcode opcode) noexcept {
     case IoOpcode::kReadAt:
     case IoOpcode::kWriteAt:
     case IoOpcode::kSync:
-    case IoOpcode::kReceiveMultishot:  // alone on its stream's reads (see io_loop.h)
+    case IoOpcode::kReceiveMultishot:  // refused (IoArmedReceive instead)
     case IoOpcode::kWait:
       return 0;
   }
@@ -124,8 +124,9 @@ class UringLoop final : public IoLoopBase {
 
   // Counted for the metrics (IoLoopBase::counted). start() leaves op.opcode as it is.
   bool submit(IoOperation& op) noexcept override;
+  int armReceive(IoArmedReceive& request) noexcept override;
 
-  // Declared inline, as are multishotCompletion, takeReceived and ringBufferBack: each is
+  // Declared inline, as are armedCompletion, takeReceived and ringBufferBack: each is
   // defined in the one file that calls it (uring_submit.cc, uring_reap.cc), and start,
   // takeSlot and takeReceived are always inlined, so that the hot path is folded as it was
   // when the loop was one file whose class the compiler saw whole (out of line, the echo
@@ -143,21 +144,27 @@ class UringLoop final : public IoLoopBase {
     kQueued,  // in its lane, behind the head
     kParked,  // a kWait, on parked_
     kReady,   // on ready_: ended without reaching the kernel, completion not yet run
+    kArmed,   // an armed receive (IoArmedReceive, the slot's `armed`), in the kernel
   };
   // 24 bytes: every operation in flight holds one, and the table keeps as many as were
   // ever in flight at once (an idle connection's armed receive holds one).
   struct Slot {
-    IoOperation* op = nullptr;
+    // An operation, or (where == kArmed) an armed receive; null when the slot is free.
+    // One untyped pointer, so that reap and withdraw test and compare it whichever it
+    // holds; op() and armed() give it its type.
+    void* subject = nullptr;
+    IoOperation* op() const noexcept { return static_cast<IoOperation*>(subject); }
+    IoArmedReceive* armed() const noexcept { return static_cast<IoArmedReceive*>(subject); }
     std::uint32_t generation = 0;
     union {
-      std::uint32_t nextFree = 0;  // free (op null): the next free slot
+      std::uint32_t nextFree = 0;  // free (subject null): the next free slot
       std::uint32_t timerTail;     // in use, `timer` set: the submission queue's tail just
                                    // past its timer's entry
     };
     std::uint32_t lane = kNoLane;  // the operation's lane, or kNoLane
     Where where = Where::kKernel;
     bool timer = false;  // the operation's own timer is in the kernel (kTimerBit)
-    bool arrived = false;  // a kReceiveMultishot has delivered an arrival
+    bool arrived = false;  // an armed receive has delivered an arrival
   };
   static_assert(sizeof(Slot) == 24);
   // Operations linked through loopNext/loopPrev: ready_ or parked_.
@@ -219,7 +226,7 @@ class UringLoop final : public IoLoopBase {
       slots_.push_back({});
     }
     Slot& slot = slots_[index];
-    slot.op = &op;
+    slot.subject = &op;
     slot.lane = lane;
     slot.where = Where::kKernel;
     slot.timer = false;
@@ -228,7 +235,7 @@ class UringLoop final : public IoLoopBase {
   }
   void releaseSlot(std::uint32_t index) noexcept {
     Slot& slot = slots_[index];
-    slot.op = nullptr;
+    slot.subject = nullptr;
     ++slot.generation;
     slot.nextFree = freeHead_;
     freeHead_ = index;
@@ -248,9 +255,13 @@ class UringLoop final : public IoLoopBase {
   }
 
   [[gnu::noinline]] bool park(IoOperation& op) noexcept;
-  [[gnu::noinline]] bool submitMultishot(IoOperation& op) noexcept;
-  inline bool multishotCompletion(IoOperation& op, Slot& slot, int& res,
-                                  std::uint32_t flags) noexcept;
+  int arm(IoArmedReceive& request) noexcept;
+  inline void armedCompletion(Slot& slot, std::uint32_t index, int res,
+                              std::uint32_t flags) noexcept;
+  [[gnu::noinline]] void armedCompletionOther(Slot& slot, std::uint32_t index, int res,
+                                              std::uint32_t flags) noexcept;
+  void prepareArmed(io_uring_sqe* sqe, const IoArmedReceive& request) noexcept;
+  bool resubmitArmedWithoutRingBuffer(IoArmedReceive& request) noexcept;
   // `op`, the head of lane `index`, leaves it (completed, or withdrawn); the next in the
   // lane, if any, goes to the kernel (out of line: an operation rarely has one behind it).
   [[gnu::always_inline]] void leaveLane(IoOperation& op, std::uint32_t index) noexcept {
@@ -301,6 +312,7 @@ class UringLoop final : public IoLoopBase {
   [[gnu::always_inline]] inline void prepare(io_uring_sqe* sqe, IoOperation& op) noexcept;
   void armWake() noexcept;
   void cancelLocal(IoOperation& op) noexcept override;
+  void cancelArmedLocal(IoArmedReceive& request) noexcept override;
   std::size_t reap() noexcept;
   [[gnu::noinline]] int continueWhole(IoOperation& op, std::uint32_t index, int moved) noexcept;
   void finishReady() noexcept;
@@ -314,12 +326,15 @@ class UringLoop final : public IoLoopBase {
   inline void ringBufferBack(std::uint32_t flags, int res, LentBuffer* lent) noexcept;
   [[gnu::always_inline]] inline void takeReceived(IoOperation& op, int res,
                                                 std::uint32_t flags) noexcept;
+  [[gnu::always_inline]] inline void takeReceivedInto(LentBuffer& lent, std::uint32_t& held,
+                                                    int res, std::uint32_t flags) noexcept;
 
-  // Gives back the buffer `op` holds for a plain recv, if any.
-  void releaseHeldBuffer(IoOperation& op) noexcept {
-    if (op.loopBuffer != BufferPool::kNone) [[unlikely]] {
-      pool_->recycle(op.loopBuffer);
-      op.loopBuffer = BufferPool::kNone;
+  // Gives back the buffer `op` (or an armed receive) holds for a plain recv, if any.
+  void releaseHeldBuffer(IoOperation& op) noexcept { releaseHeldBuffer(op.loopBuffer); }
+  void releaseHeldBuffer(std::uint32_t& held) noexcept {
+    if (held != BufferPool::kNone) [[unlikely]] {
+      pool_->recycle(held);
+      held = BufferPool::kNone;
     }
   }
 
@@ -333,7 +348,7 @@ class UringLoop final : public IoLoopBase {
   bool ringReady_ = false;      // registered
   bool ringFailed_ = false;     // cannot be: plain recvs
   bool grewThisTurn_ = false;   // the ring grew for an ENOBUFS in this batch of completions
-  bool multishot_ = false;      // kReceiveMultishot is served (multishotReceive())
+  bool multishot_ = false;      // receives are armed (armReceive, multishotReceive())
   io_uring ring_{};
   std::vector<Slot> slots_;
   std::vector<Lane> lanes_;  // indexed by lane number (2 * fd + direction)

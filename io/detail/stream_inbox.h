@@ -30,7 +30,7 @@ extern std::atomic<std::size_t> gKeptArrivalRings;
 // IoAwaiter::Reader::mode.
 enum Mode : std::uint8_t { kNotReading = 0, kDirect, kParked, kKernel };
 
-// The inbox is itself the stream's request (IoOperation: the loop's slot and completions
+// The inbox is itself the stream's request (IoArmedReceive: the loop's slot and completions
 // name it), so that an idle stream's state is one allocation with no pointer back. Its
 // own fields follow. The request is not a wait in the descriptor's list (FdWait): while it
 // is armed or ending, closeDescriptor finds it through the descriptor's inbox
@@ -39,7 +39,7 @@ enum Mode : std::uint8_t { kNotReading = 0, kDirect, kParked, kKernel };
 // arrival has to be kept and freed once the last kept one is taken: an idle stream, and
 // one whose reader is back in receive() before the next arrival (the ping-pong case),
 // holds none. What an idle connection costs: docs/design/2026-11-idle-connection-memory.md.
-struct StreamInbox : IoOperation {
+struct StreamInbox : IoArmedReceive {
   enum class State : std::uint8_t {
     kIdle,    // no request
     kArmed,   // a request in the kernel, on loop()
@@ -164,6 +164,9 @@ struct StreamInbox : IoOperation {
   bool hasFinal = false;  // `final` comes after the kept arrivals
   bool orphaned = false;  // released (TcpStream::release()): the request's end frees it
 };
+// 88 bytes (a 96-byte malloc chunk): every stream that receive() reads holds one, idle or
+// not (docs/design/2026-11-idle-connection-memory.md).
+static_assert(sizeof(StreamInbox) <= 88);
 
 // The inbox logic; a friend of IoAwaiter. Every function runs with the entry's lock held.
 struct StreamReads {
@@ -184,7 +187,7 @@ struct StreamReads {
   static void serve(StreamInbox& in, IoAwaiter& h, LentBuffer* arrival = nullptr) noexcept;
   static void serveReaders(FdEntry& entry, StreamInbox& in, IoAwaiter*& direct, bool ended,
                            bool shutDown) noexcept;
-  static void onRequest(IoOperation& op) noexcept;
+  static void onRequest(IoArmedReceive& request, IoArmedReceive::Completion& c) noexcept;
 };
 
 }  // namespace weft::detail

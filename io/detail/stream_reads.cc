@@ -11,8 +11,8 @@
 // keeps none (IoAwaiter::readsStream), so that a stream read only with time limits holds
 // neither an inbox nor a second slot in the loop (its reader's kWait beside the request):
 // docs/design/2026-11-idle-connection-memory.md. The inbox holds:
-//  - at most one request (IoOpcode::kReceiveMultishot) armed in the kernel, by the loop of
-//    the receive() that armed it; each arrival is a completion on that loop;
+//  - at most one request (IoArmedReceive, IoLoop::armReceive) armed in the kernel, by the
+//    loop of the receive() that armed it; each arrival is a completion on that loop;
 //  - the arrivals no read has taken yet, in order, and after them the stream's end or
 //    failure (the request's last completion): the next read takes them at once, without a
 //    system call. An arrival that a waiting receive() can take is handed to it without
@@ -103,7 +103,6 @@ bool isRead(IoOpcode opcode) noexcept {
     case IoOpcode::kPollReadable:
     case IoOpcode::kReceiveLent:
     case IoOpcode::kReceiveMessageLent:
-    case IoOpcode::kReceiveMultishot:
       return true;
     default:
       return false;
@@ -175,7 +174,7 @@ void StreamReads::wake(IoAwaiter& r) noexcept {
 void StreamReads::disarm(StreamInbox& in) noexcept {
   if (in.state != State::kArmed) return;
   in.state = State::kEnding;
-  in.loop()->cancel(in);
+  in.loop()->cancelArmed(in);
 }
 
 // Whether a read of the descriptor is in flight outside the inbox (issued before it
@@ -192,14 +191,9 @@ bool StreamReads::otherReadInFlight(const FdEntry& entry) noexcept {
 // Arms a request on `loop`. 0 when armed; else the loop refused it at once: its result
 // (-EOPNOTSUPP: the loop keeps no requests after all; -ECANCELED after its shutdown).
 int StreamReads::arm(StreamInbox& in, IoLoop& loop) noexcept {
-  IoOperation& request = in;  // the inbox is its stream's request
-  request.opcode = IoOpcode::kReceiveMultishot;
-  request.flags = 0;
-  request.timeoutNs = -1;
-  request.whole = false;
-  request.ownerRetiresFd = true;
-  request.complete = &StreamReads::onRequest;
-  if (loop.submit(request)) return request.result < 0 ? static_cast<int>(request.result) : -EIO;
+  in.flags = 0;  // the inbox is its stream's request (its fd set when it was made)
+  in.complete = &StreamReads::onRequest;
+  if (const int refused = loop.armReceive(in); refused != 0) return refused;
   // Not tracked as a wait on the descriptor: closeDescriptor finds it through the entry's
   // inbox (requestInFlightLocked), and activate, the only caller, never arms once a close
   // has come (entry.closing).
@@ -304,7 +298,7 @@ bool StreamReads::activate(FdEntry& entry, StreamInbox& in, IoAwaiter& r, IoLoop
       if (armed == 0) return wait(entry, in, r, loop);
       if (armed != -EOPNOTSUPP) {
         op.result = armed;
-        op.loopShutDown = in.loopShutDown;
+        op.loopShutDown = armed == -ECANCELED;  // armReceive's answer after a shutdown
         return leave(in, r);
       }
     }
@@ -394,9 +388,9 @@ void StreamReads::serveReaders(FdEntry& entry, StreamInbox& in, IoAwaiter*& dire
   }
 }
 
-// The request's completions (IoOperation::complete), on its loop's thread.
-void StreamReads::onRequest(IoOperation& op) noexcept {
-  StreamInbox* in = static_cast<StreamInbox*>(&op);  // the inbox is its request
+// The request's completions (IoArmedReceive::complete), on its loop's thread.
+void StreamReads::onRequest(IoArmedReceive& request, IoArmedReceive::Completion& c) noexcept {
+  StreamInbox* in = static_cast<StreamInbox*>(&request);  // the inbox is its request
   FdEntry& entry = fdEntry(in->fd);
   IoAwaiter* direct = nullptr;
   DeferredClose deferred;
@@ -404,29 +398,29 @@ void StreamReads::onRequest(IoOperation& op) noexcept {
   {
     FdEntryLock lock(entry);
     IoAwaiter* h = in->head;
-    if (op.more && h != nullptr && h == in->tail && h->reader_.mode == kDirect &&
+    if (c.more && h != nullptr && h == in->tail && h->reader_.mode == kDirect &&
         h->reader_.opcode == IoOpcode::kReceiveLent && in->count() == 0) [[likely]] {
       // The plain loop's receive waits directly, alone: the arrival is its (serve's way,
       // in short).
-      h->op_.lent = std::move(op.lent);
-      h->op_.result = op.result;
+      h->op_.lent = std::move(c.received);
+      h->op_.result = c.result;
       h->reader_.mode = kNotReading;
       h->inFlight_ = false;
       ++in->handouts;
       in->head = in->tail = nullptr;
       direct = h;
-    } else if (op.more && h != nullptr && h->reader_.mode == kParked &&
+    } else if (c.more && h != nullptr && h->reader_.mode == kParked &&
                h->reader_.opcode == IoOpcode::kReceiveLent && in->count() == 0 && !in->hasFinal &&
                !in->orphaned) {
       // A receive() parked (a time limit, a cancellable token, or another loop's reader):
       // the arrival is its without being kept, which would allocate the ring (serveReaders'
       // way, in short: the readers behind it find nothing).
-      serve(*in, *h, &op.lent);
-    } else if (op.more) {
+      serve(*in, *h, &c.received);
+    } else if (c.more) {
       if (in->orphaned) {
-        lostAfterRelease(in->fd, op.result);
+        lostAfterRelease(in->fd, c.result);
       } else {
-        in->pushBack(std::move(op.lent));
+        in->pushBack(std::move(c.received));
         serveReaders(entry, *in, direct, false, false);
       }
     } else {
@@ -435,18 +429,18 @@ void StreamReads::onRequest(IoOperation& op) noexcept {
       in->state = State::kIdle;
       in->requestLoop = nullptr;
       if (in->orphaned) {
-        if (op.result > 0) lostAfterRelease(in->fd, op.result);
-        op.lent.reset();
+        if (c.result > 0) lostAfterRelease(in->fd, c.result);
+        c.received.reset();
         entry.orphanedRequest = false;
         destroy = true;
       } else {
-        if (op.result > 0) {
-          in->pushBack(std::move(op.lent));
-        } else if (op.result != -ECANCELED && op.result != -EOPNOTSUPP) {
+        if (c.result > 0) {
+          in->pushBack(std::move(c.received));
+        } else if (c.result != -ECANCELED && c.result != -EOPNOTSUPP) {
           in->hasFinal = true;  // the end (0) or a failure: after what arrived
-          in->final = static_cast<int>(op.result);
+          in->final = static_cast<int>(c.result);
         }
-        serveReaders(entry, *in, direct, true, op.loopShutDown);
+        serveReaders(entry, *in, direct, true, c.shutDown);
       }
       deferred = closeIfDoneLocked(entry, in->fd);
     }

@@ -401,54 +401,6 @@ void runUntil(IoLoop& loop, const RecordingOperation& op, std::size_t n) {
   while (op.completions.size() < n) loop.run(-1);
 }
 
-// kReceiveMultishot, driven raw: one request, one completion per arrival with `more` set,
-// and a last one without when cancel() ends it or the stream ends. A loop that keeps no
-// such requests (epoll) refuses it at once.
-TEST_P(IoLoopTest, KeepsAReceiveArmedWhereItOffersTo) {
-  WEFT_SKIP_UNAVAILABLE_BACKEND(GetParam());
-  test::Watchdog watchdog(std::chrono::seconds(60), "KeepsAReceiveArmed");
-  auto loop = IoLoop::create(GetParam());
-  IoLoop::CurrentScope scope(loop.get());
-  int fds[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-  test::OwnedFd mine(fds[0]);
-  test::OwnedFd peer(fds[1]);
-  RecordingOperation op;
-  op.opcode = IoOpcode::kReceiveMultishot;
-  op.fd = mine.get();
-  if (!loop->multishotReceive()) {
-    ASSERT_TRUE(loop->submit(op));
-    EXPECT_EQ(op.result, -EOPNOTSUPP);
-    return;
-  }
-  ASSERT_FALSE(loop->submit(op));
-  EXPECT_TRUE(loop->hasWork());
-  ASSERT_TRUE(test::sendAllBlocking(peer.get(), "ab", 2));
-  runUntil(*loop, op, 1);
-  ASSERT_TRUE(test::sendAllBlocking(peer.get(), "cd", 2));
-  runUntil(*loop, op, 2);
-  EXPECT_EQ(op.completions[0].bytes, "ab");
-  EXPECT_TRUE(op.completions[0].more);
-  EXPECT_EQ(op.completions[1].bytes, "cd");
-  EXPECT_TRUE(op.completions[1].more);
-  std::thread([&] { loop->cancel(op); }).join();  // from another thread
-  runUntil(*loop, op, 3);
-  EXPECT_EQ(op.completions[2].result, -ECANCELED);
-  EXPECT_FALSE(op.completions[2].more);
-  EXPECT_FALSE(loop->hasWork());
-  // Armed again, then the end of the stream ends it.
-  op.completions.clear();
-  ASSERT_FALSE(loop->submit(op));
-  ASSERT_TRUE(test::sendAllBlocking(peer.get(), "e", 1));
-  ::shutdown(peer.get(), SHUT_WR);
-  runUntil(*loop, op, 2);
-  while (op.completions.back().more) runUntil(*loop, op, op.completions.size() + 1);
-  EXPECT_EQ(op.completions.front().bytes, "e");
-  EXPECT_EQ(op.completions.back().result, 0);
-  EXPECT_FALSE(loop->hasWork());
-  EXPECT_EQ(loop->lentBuffers(), 0u);
-}
-
 // kWait, driven raw: no system call; it ends when cancel() ends it (here from another
 // thread), when its time limit passes, when it is withdrawn, or at shutdown.
 TEST_P(IoLoopTest, AWaitEndsByCancelTimeLimitWithdrawalOrShutdown) {
