@@ -332,11 +332,20 @@ void ThreadPool::workerMain(Worker& self) {
       if (item.empty()) (void)popLocal(self, item);
       // I/O: out of queued work, or every kItemsPerIoPoll items, hand the queued
       // submissions to the kernel and run the completions that are there (no waiting).
-      if (self.loop != nullptr &&
-          (item.empty() || ++self.itemsSincePoll == kItemsPerIoPoll) && self.loop->hasWork()) {
-        self.itemsSincePoll = 0;
-        const std::size_t ran = self.loop->run(0);
-        if (item.empty() && ran != 0) continue;
+      // But not when out of work right after an epoll wait that ran one completion or
+      // none (quietAfterWait, set in findWork): on a lightly loaded loop such a peek
+      // finds nothing and costs a system call per request, and findWork's wait in the
+      // loop harvests whatever it would have found (it returns at once when something
+      // is there), so skipping it delays no completion.
+      if (self.loop != nullptr) {
+        const bool peek = item.empty() ? !self.quietAfterWait
+                                       : ++self.itemsSincePoll == kItemsPerIoPoll;
+        self.quietAfterWait = false;
+        if (peek && self.loop->hasWork()) {
+          self.itemsSincePoll = 0;
+          const std::size_t ran = self.loop->run(0);
+          if (item.empty() && ran != 0) continue;
+        }
       }
       found = !item.empty();
     } else {

@@ -219,7 +219,11 @@ detail::WorkItem ThreadPool::findWork(Worker& self) {
             TimerClock::time_point(TimerClock::duration(wakeAt)) - TimerClock::now());
         timeoutNs = std::max<std::int64_t>(left.count(), 0);
       }
-      self.loop->runFor(timeoutNs);
+      const std::size_t ran = self.loop->runFor(timeoutNs);
+      // See workerMain's peek. epoll only: there a peek is a system call even when it
+      // finds nothing, while io_uring's is not (and it also hands the kernel what the
+      // completions just queued, which must not wait behind work stolen meanwhile).
+      self.quietAfterWait = ran <= 1 && self.loop->backend() == IoBackend::kEpoll;
       // true: not parked, so the pool cannot have closed.
       (void)leaveIdle(self, /*tookWork=*/false, /*slept=*/true);
       return detail::kLookAgain;

@@ -52,6 +52,9 @@ struct alignas(64) ThreadPoolWorker {
   // the worker only, read under idleMutex_ by wakers when parkedInLoop is set.
   std::unique_ptr<IoLoop> loop;
   std::uint32_t itemsSincePoll = 0;  // owner only
+  // Back from a wait in its event loop that ran at most one completion, with no item
+  // taken since (owner only): the worker waits there again without peeking first.
+  bool quietAfterWait = false;
   // The word workerMain tests before each item (owner only): the pool's timerDueSize_
   // while the worker has no event loop, then alwaysAttend. So one load and one test
   // cover both timers and I/O, and a pool that never does I/O pays nothing for it.
