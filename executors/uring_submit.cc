@@ -183,29 +183,17 @@ int UringLoop::arm(IoArmedReceive& request) noexcept {
   request.loopBuffer = BufferPool::kNone;
   io_uring_sqe* sqe = nextSqe();
   if (sqe == nullptr) return -EBUSY;
-  std::uint32_t index;
-  if (freeHead_ != kNoFree) {
-    index = freeHead_;
-    freeHead_ = slots_[index].nextFree;
-  } else {
-    try {
-      slots_.push_back({});
-    } catch (...) {
-      io_uring_prep_nop(sqe);  // the entry is taken: it completes and is dropped
-      io_uring_sqe_set_data64(sqe, kCancelKey);
-      return -ENOMEM;
-    }
-    index = static_cast<std::uint32_t>(slots_.size() - 1);
+  std::uint64_t key;
+  try {
+    key = takeSlot(&request, kNoLane, Where::kArmed);
+  } catch (...) {
+    io_uring_prep_nop(sqe);  // the entry is taken: it completes and is dropped
+    io_uring_sqe_set_data64(sqe, kCancelKey);
+    return -ENOMEM;
   }
-  Slot& slot = slots_[index];
-  slot.subject = &request;
-  slot.lane = kNoLane;
-  slot.where = Where::kArmed;
-  slot.timer = false;
-  slot.arrived = false;
   request.loopCancelled = false;
   request.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
-  request.loopKey = (std::uint64_t{slot.generation} << 32) | index;
+  request.loopKey = key;
   prepareArmed(sqe, request);
   io_uring_sqe_set_data64(sqe, request.loopKey);
   ++inFlight_;

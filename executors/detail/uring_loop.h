@@ -213,10 +213,13 @@ class UringLoop final : public IoLoopBase {
   [[gnu::always_inline]] void openSlot(IoOperation& op, std::uint32_t lane) {
     op.loopCancelled = false;
     op.loopState.store(0, std::memory_order_relaxed);  // not yet visible to other threads
-    op.loopKey = takeSlot(op, lane);
+    op.loopKey = takeSlot(&op, lane);
   }
 
-  [[gnu::always_inline]] std::uint64_t takeSlot(IoOperation& op, std::uint32_t lane) {
+  // A slot for `subject` (an IoOperation, or with kArmed an IoArmedReceive); its key.
+  // Throws std::bad_alloc, changing nothing, if the table cannot grow.
+  [[gnu::always_inline]] std::uint64_t takeSlot(void* subject, std::uint32_t lane,
+                                                Where where = Where::kKernel) {
     std::uint32_t index;
     if (freeHead_ != kNoFree) {
       index = freeHead_;
@@ -226,9 +229,9 @@ class UringLoop final : public IoLoopBase {
       slots_.push_back({});
     }
     Slot& slot = slots_[index];
-    slot.subject = &op;
+    slot.subject = subject;
     slot.lane = lane;
-    slot.where = Where::kKernel;
+    slot.where = where;
     slot.timer = false;
     slot.arrived = false;
     return (std::uint64_t{slot.generation} << 32) | index;
