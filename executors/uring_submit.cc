@@ -399,21 +399,27 @@ void UringLoop::cancelLocal(IoOperation& op) noexcept {
   return 0;
 }
 
+// What both resubmissions after an ENOBUFS do first: nothing if the receive is being
+// cancelled (`cancelled`) or the loop shuts down; else the ring grows (once per batch of
+// completions) for the next burst, and `held` holds a pool buffer for the plain recv.
+// False when the receive cannot be resubmitted.
+bool UringLoop::holdBufferAfterEnobufs(bool cancelled, std::uint32_t& held) noexcept {
+  if (cancelled || shutDown_) return false;
+  if (!grewThisTurn_ && ringTarget_ < kRingEntries) {
+    grewThisTurn_ = true;
+    (void)growRing(ringTarget_);  // no memory: the plain recvs below still serve
+  }
+  if (held == BufferPool::kNone) held = pool_->take();
+  return held != BufferPool::kNone;
+}
+
 // The kernel found the ring empty (ENOBUFS) for `op`, which took no byte. Unless it is
 // being cancelled (or the loop shuts down), it goes to the kernel again at once, before
 // any later receive on its socket, as a plain recv into a pool buffer it holds (see the
 // top); the ring grows for the next burst. Its time limit starts again. False when it
 // cannot (it then completes with ENOBUFS).
 bool UringLoop::resubmitWithoutRingBuffer(IoOperation& op, const Slot& slot) noexcept {
-  if (op.loopCancelled || shutDown_) return false;
-  if (!grewThisTurn_ && ringTarget_ < kRingEntries) {
-    grewThisTurn_ = true;
-    (void)growRing(ringTarget_);  // no memory: the plain recvs below still serve
-  }
-  if (op.loopBuffer == BufferPool::kNone) {
-    op.loopBuffer = pool_->take();
-    if (op.loopBuffer == BufferPool::kNone) return false;
-  }
+  if (!holdBufferAfterEnobufs(op.loopCancelled, op.loopBuffer)) return false;
   const bool linked = op.timeoutNs >= 0 && !slot.timer;  // its linked timeout ended with it
   if (linked && io_uring_sq_space_left(&ring_) < 2) io_uring_submit(&ring_);
   io_uring_sqe* sqe = nextSqe();
@@ -430,15 +436,7 @@ bool UringLoop::resubmitWithoutRingBuffer(IoOperation& op, const Slot& slot) noe
 // resubmitWithoutRingBuffer's way for an armed receive (which has no time limit): its
 // plain recv's completion is then its last.
 bool UringLoop::resubmitArmedWithoutRingBuffer(IoArmedReceive& request) noexcept {
-  if (request.loopCancelled || shutDown_) return false;
-  if (!grewThisTurn_ && ringTarget_ < kRingEntries) {
-    grewThisTurn_ = true;
-    (void)growRing(ringTarget_);  // no memory: the plain recvs below still serve
-  }
-  if (request.loopBuffer == BufferPool::kNone) {
-    request.loopBuffer = pool_->take();
-    if (request.loopBuffer == BufferPool::kNone) return false;
-  }
+  if (!holdBufferAfterEnobufs(request.loopCancelled, request.loopBuffer)) return false;
   io_uring_sqe* sqe = nextSqe();
   if (sqe == nullptr) {  // cannot happen after nextSqe's submit
     releaseHeldBuffer(request.loopBuffer);

@@ -265,6 +265,7 @@ class UringLoop final : public IoLoopBase {
                                               std::uint32_t flags) noexcept;
   void prepareArmed(io_uring_sqe* sqe, const IoArmedReceive& request) noexcept;
   bool resubmitArmedWithoutRingBuffer(IoArmedReceive& request) noexcept;
+  bool holdBufferAfterEnobufs(bool cancelled, std::uint32_t& held) noexcept;
   // `op`, the head of lane `index`, leaves it (completed, or withdrawn); the next in the
   // lane, if any, goes to the kernel (out of line: an operation rarely has one behind it).
   [[gnu::always_inline]] void leaveLane(IoOperation& op, std::uint32_t index) noexcept {
