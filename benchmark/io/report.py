@@ -290,46 +290,49 @@ def floor_spread(servers, metric):
 
 
 def targets(table, w):
-    """The issue's yardsticks, one row per throughput workload: weft's default-backend
-    servers against the best peer, the better floor, nginx, and the fibers against the
-    Lazys, per server CPU-second, beside the floors' own run-to-run spread."""
+    """The issue's yardsticks, one row per throughput workload: weft's servers on each
+    backend against the best peer, the better floor and nginx, their p99 latency against
+    the best peer's, and the fibers against the Lazys, per server CPU-second, beside the
+    floors' own run-to-run spread."""
     rows = [wl for wl in workload_order(table) if wl.startswith(("echo", "http"))]
     if not rows:
         return
     w("## Targets")
     w("")
     w("Per server CPU-second (medians). *weft* is `examples/echo_server` (echo) or "
-      "`examples/http_hello` (HTTP) on io_uring and on epoll (the default backend); "
+      "`examples/http_hello` (HTTP) on epoll (the default backend) and on io_uring; "
       "*best peer* is the best of Go, Asio (either build) and tokio; *floor* the better of "
-      "the raw epoll and io_uring loops; *fiber/Lazy* compares `fiber_echo_server` with "
-      "`echo_server` on the same backend; *floor spread* is the larger gap between the two "
-      "runs of one floor (how much a ratio can move by noise alone); *p99 vs best peer* "
-      "divides weft's p99 latency by the lowest p99 among the peers (below 1 is better).")
+      "the raw epoll and io_uring loops; *p99* divides weft's p99 latency by the lowest "
+      "p99 among the peers (below 1 is better); *fiber/Lazy* compares `fiber_echo_server` "
+      "with `echo_server` on the same backend; *floor spread* is the larger gap between "
+      "the two runs of one floor (how much a ratio can move by noise alone).")
     w("")
-    w("| workload | weft io_uring vs best peer | vs floor | weft epoll vs best peer "
-      "| vs floor | fiber/Lazy io_uring | fiber/Lazy epoll | vs nginx (HTTP) "
-      "| p99 vs best peer (io_uring) | floor spread |")
-    w("|---|---|---|---|---|---|---|---|---|---|")
+    w("| workload | epoll: vs best peer | vs floor | vs nginx | p99 | "
+      "io_uring: vs best peer | vs floor | vs nginx | p99 | "
+      "fiber/Lazy epoll | fiber/Lazy io_uring | floor spread |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
     m = "req_per_cpu_s"
     for wl in rows:
         servers = table[wl]
         http = wl.startswith("http")
-        lazy = {b: servers.get("weft-%s-%s" % ("http" if http else "lazy", b))
-                for b in ("uring", "epoll")}
-        fiber = {b: servers.get("weft-fiber-%s" % b) for b in ("uring", "epoll")}
         value = lambda c, key=m: c[key] if c else None
         pc = best(servers, PEERS, m)
         fc = best(servers, FLOORS, m)
         p99 = best(servers, PEERS, "p99_us", lower=True)
+        nginx = value(servers.get("nginx"))
+        cells = []
+        for b in ("epoll", "uring"):
+            lazy = servers.get("weft-%s-%s" % ("http" if http else "lazy", b))
+            cells += [ratio(value(lazy), pc), ratio(value(lazy), fc),
+                      ratio(value(lazy), nginx) if http else "",
+                      ratio(value(lazy, "p99_us"), p99)]
+        for b in ("epoll", "uring"):
+            fiber = servers.get("weft-fiber-%s" % b)
+            lazy = servers.get("weft-lazy-%s" % b)
+            cells.append("" if http else ratio(value(fiber), value(lazy)))
         spread = [abs(a / b - 1) for _, a, b in floor_spread(servers, m)]
-        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            wl, ratio(value(lazy["uring"]), pc), ratio(value(lazy["uring"]), fc),
-            ratio(value(lazy["epoll"]), pc), ratio(value(lazy["epoll"]), fc),
-            "" if http else ratio(value(fiber["uring"]), value(lazy["uring"])),
-            "" if http else ratio(value(fiber["epoll"]), value(lazy["epoll"])),
-            ratio(value(lazy["uring"]), value(servers.get("nginx"))) if http else "",
-            ratio(value(lazy["uring"], "p99_us"), p99),
-            ("%.0f %%" % (100 * max(spread))) if spread else ""))
+        cells.append(("%.0f %%" % (100 * max(spread))) if spread else "")
+        w("| %s | %s |" % (wl, " | ".join(cells)))
     w("")
 
 
