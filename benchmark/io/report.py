@@ -320,16 +320,16 @@ def targets(table, w):
         fc = best(servers, FLOORS, m)
         p99 = best(servers, PEERS, "p99_us", lower=True)
         nginx = value(servers.get("nginx"))
+        lazy = {b: servers.get("weft-%s-%s" % ("http" if http else "lazy", b))
+                for b in ("epoll", "uring")}
         cells = []
         for b in ("epoll", "uring"):
-            lazy = servers.get("weft-%s-%s" % ("http" if http else "lazy", b))
-            cells += [ratio(value(lazy), pc), ratio(value(lazy), fc),
-                      ratio(value(lazy), nginx) if http else "",
-                      ratio(value(lazy, "p99_us"), p99)]
+            cells += [ratio(value(lazy[b]), pc), ratio(value(lazy[b]), fc),
+                      ratio(value(lazy[b]), nginx) if http else "",
+                      ratio(value(lazy[b], "p99_us"), p99)]
         for b in ("epoll", "uring"):
             fiber = servers.get("weft-fiber-%s" % b)
-            lazy = servers.get("weft-lazy-%s" % b)
-            cells.append("" if http else ratio(value(fiber), value(lazy)))
+            cells.append("" if http else ratio(value(fiber), value(lazy[b])))
         spread = [abs(a / b - 1) for _, a, b in floor_spread(servers, m)]
         cells.append(("%.0f %%" % (100 * max(spread))) if spread else "")
         w("| %s | %s |" % (wl, " | ".join(cells)))
